@@ -1,0 +1,240 @@
+"""Numbers and formulas for one spec: the library entry points behind every CLI command.
+
+``analyze`` evaluates the component tree with integers (exact, no sympy on the hot path);
+``formula`` builds the same tree with symbols and returns the sympy expression. Both come from
+the one set of formulas in ``costmodel.components``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import sympy
+
+from costmodel import model
+from costmodel.cost import Cost
+from costmodel.phases import PHASES, QUANTITIES, Phase
+from costmodel.spec import Position, Spec
+from costmodel.symbols import DTYPE_BYTES
+
+DEFAULT_SEQ = 2048  # capped at the spec's max_seq_len
+
+
+class AnalysisError(ValueError):
+    """A request the model cannot answer (a length beyond a learned position table, ...)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One component's numbers in one phase."""
+
+    path: str
+    params: int
+    flops_matmul: int
+    flops_matmul_effective: int
+    flops_other: int
+    bytes_unfused: int
+    bytes_fused: int
+    kv_cache: int
+
+    @property
+    def flops(self) -> int:
+        return self.flops_matmul + self.flops_other
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What one phase of one spec costs, at one batch, sequence length and dtype."""
+
+    spec: Spec
+    phase: str
+    batch: int
+    seq: int
+    enc_seq: int | None
+    dtype: str
+    shape: dict[str, int]  # B, S, C, S_e, C_e as the phase binds them
+    rows: tuple[Row, ...]
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def total(self, prefix: str = "") -> Row:
+        """The sum over the components whose path starts with `prefix` (all by default)."""
+        chosen = [r for r in self.rows if _under(r.path, prefix)]
+        if prefix and not chosen:
+            raise AnalysisError(f"component {prefix!r}: no such component in {self.spec.name}")
+        sums = {f.name: sum(getattr(r, f.name) for r in chosen) for f in fields(Row) if f.name != "path"}
+        return Row(path=prefix or "total", **sums)
+
+    @property
+    def params_embedding(self) -> int:
+        """Token and learned-position tables: what Kaplan et al. 2020 exclude from N."""
+        return self.total("embedding").params
+
+    @property
+    def params_lm_head(self) -> int:
+        """An untied output projection (0 when tied to the input embedding)."""
+        return self.total("lm_head").params
+
+    @property
+    def bytes_weights(self) -> int:
+        return self.total().params * self.bytes_per_element
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte against the fused lower bound on traffic (weights and cache once)."""
+        t = self.total()
+        return t.flops / t.bytes_fused
+
+    @property
+    def arithmetic_intensity_unfused(self) -> float:
+        t = self.total()
+        return t.flops / t.bytes_unfused
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.total()
+        nonzero = lambda attr: {r.path: getattr(r, attr) for r in self.rows if getattr(r, attr)}  # noqa: E731
+        return {
+            "spec": self.spec.name,
+            "phase": self.phase,
+            "batch": self.batch,
+            "seq": self.seq,
+            "enc_seq": self.enc_seq,
+            "dtype": self.dtype,
+            "bytes_per_element": self.bytes_per_element,
+            "shape": dict(self.shape),
+            "params": {
+                "total": t.params,
+                "embedding": self.params_embedding,
+                "lm_head": self.params_lm_head,
+                "non_embedding": t.params - self.params_embedding - self.params_lm_head,
+                "by_component": nonzero("params"),
+            },
+            "flops": {
+                "total": t.flops,
+                "matmul": t.flops_matmul,
+                "matmul_effective": t.flops_matmul_effective,
+                "other": t.flops_other,
+                "by_component": {r.path: r.flops for r in self.rows if r.flops},
+            },
+            "bytes": {
+                "unfused": t.bytes_unfused,
+                "fused_min": t.bytes_fused,
+                "weights": self.bytes_weights,
+                "by_component": nonzero("bytes_unfused"),
+            },
+            "kv_cache_bytes": t.kv_cache,
+            "arithmetic_intensity": self.arithmetic_intensity,
+            "arithmetic_intensity_unfused": self.arithmetic_intensity_unfused,
+            "components": [asdict(r) for r in self.rows],
+        }
+
+
+def _under(path: str, prefix: str) -> bool:
+    return not prefix or path == prefix or path.startswith(prefix.rstrip("/") + "/") or (
+        path.startswith(prefix + "[")  # "layers" selects "layers[local]/..." too
+    )
+
+
+def default_seq(spec: Spec) -> int:
+    return min(DEFAULT_SEQ, spec.max_seq_len)
+
+
+def analyze(
+    spec: Spec,
+    phase: str = "prefill",
+    batch: int = 1,
+    seq: int | None = None,
+    dtype: str = "bf16",
+    enc_seq: int | None = None,
+) -> Analysis:
+    """Evaluate every component of `spec` in one phase.
+
+    `seq` is the prompt length for prefill and train, and the number of cached tokens for
+    decode (which then attends to seq + 1). `enc_seq` is the encoder input length of an
+    encoder-decoder (default: `seq`).
+    """
+    if phase not in PHASES:
+        raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+    if dtype not in DTYPE_BYTES:
+        raise AnalysisError(f"dtype: unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    seq = default_seq(spec) if seq is None else seq
+    if spec.is_encoder_decoder:
+        enc_seq = seq if enc_seq is None else enc_seq
+    elif enc_seq is not None:
+        raise AnalysisError("enc_seq: only for encoder-decoder specs")
+    for name, value in (("batch", batch), ("seq", seq), ("enc_seq", enc_seq)):
+        if value is not None and value < 1:
+            raise AnalysisError(f"{name}: must be at least 1 (got {value})")
+    ph = PHASES[phase]
+    shape = ph.shape(batch, seq, enc_seq or 0)
+    if spec.position is Position.learned:
+        longest = max(shape["C"], shape["C_e"])
+        if longest > spec.max_seq_len:
+            raise AnalysisError(
+                f"seq: {phase} attends to {longest} positions, beyond the {spec.max_seq_len} "
+                f"learned positions of {spec.name}"
+            )
+    dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype])
+    rows = tuple(_row(path, ph, cost) for path, cost in model.components(spec, dims).items())
+    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows)
+
+
+def count_params(spec: Spec) -> int:
+    """Total parameters (the same in every phase and shape)."""
+    return analyze(spec, "decode", seq=1).total().params
+
+
+def _row(path: str, phase: Phase, cost: Cost) -> Row:
+    return Row(path, **{q: int(v) for q, v in phase.quantities(cost).items()})
+
+
+# --- formulas -----------------------------------------------------------------------------
+
+FORMULA_QUANTITIES = {
+    "params": ("params",),
+    "flops": ("flops_matmul", "flops_other"),
+    "flops_matmul": ("flops_matmul",),
+    "flops_matmul_effective": ("flops_matmul_effective",),
+    "flops_other": ("flops_other",),
+    "bytes": ("bytes_unfused",),
+    "bytes_fused": ("bytes_fused",),
+    "kv_cache": ("kv_cache",),
+}
+
+
+def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
+    """path -> quantity -> sympy expression in this phase, over the symbols of DESIGN.md."""
+    ph = PHASES[phase]
+    costs = model.components(spec, model.symbolic_dims(spec))
+    tree = {}
+    for path, cost in costs.items():
+        quantities = ph.quantities(cost)
+        tree[path] = {q: sympy.sympify(quantities[q]).xreplace(ph.subs) for q in QUANTITIES}
+    return tree
+
+
+def formula(
+    spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = True
+) -> sympy.Expr:
+    """The expression for `quantity` summed over `component` (a path prefix; all by default).
+
+    With `symbolic`, every size stays a symbol (d, h, k, L, ...); otherwise the spec's sizes
+    are substituted and only the phase's free symbols (B, S or C, S_e or C_e, p) remain.
+    """
+    if quantity not in FORMULA_QUANTITIES:
+        raise AnalysisError(
+            f"quantity: unknown quantity {quantity!r}; expected one of {', '.join(FORMULA_QUANTITIES)}"
+        )
+    if phase not in PHASES:
+        raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+    tree = symbolic_tree(spec, phase)
+    chosen = [p for p in tree if _under(p, component)]
+    if not chosen:
+        raise AnalysisError(f"component: no component {component!r} in {spec.name}")
+    expr = sympy.Add(*(tree[p][q] for p in chosen for q in FORMULA_QUANTITIES[quantity]))
+    if not symbolic:
+        expr = sympy.expand(expr.xreplace(model.spec_values(spec)))
+    return expr

@@ -1,0 +1,33 @@
+"""LayerNorm (Ba et al. 2016) and RMSNorm (Zhang & Sennrich 2019, "Root Mean Square Layer
+Normalization").
+
+FLOPs per element: LayerNorm 5 (mean, centre, square, variance sum, scale by 1/std),
+RMSNorm 3 (square, sum, scale): RMSNorm skips the mean. The gain adds 1, a bias 1 more.
+Per-row reductions (1/std, 1/rms) are one op per row and not counted. Bytes are the same
+for both: one read and one write of the activations, plus the parameters.
+"""
+
+from __future__ import annotations
+
+from costmodel.cost import Cost, Dims, Num
+from costmodel.spec import Norm, Spec
+
+CORE_FLOPS = {Norm.layernorm: 5, Norm.rmsnorm: 3}
+
+
+def norm(spec: Spec, dims: Dims, tokens: Num, width: Num, params_width: Num | None = None) -> Cost:
+    """One norm over `tokens` rows of `width`; its gain (and bias) is `params_width` wide.
+
+    `params_width` differs from `width` only for QK-norm shared across heads, where a d_h-wide
+    gain normalises every head of a projection.
+    """
+    pw = width if params_width is None else params_width
+    params = pw * (2 if spec.norm_bias else 1)
+    flops = CORE_FLOPS[spec.norm] + 1 + (1 if spec.norm_bias else 0)
+    elements = tokens * width
+    return Cost(
+        params=params,
+        other=flops * elements,
+        bytes=dims.p * (2 * elements + params),
+        weights_read=dims.p * params,
+    )

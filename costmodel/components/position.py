@@ -1,0 +1,61 @@
+"""Position schemes: added to the input (sinusoidal, learned) or applied in every attention
+layer (RoPE, T5 relative bias, ALiBi); ``none`` is NoPE.
+
+- Sinusoidal: Vaswani et al. 2017, "Attention Is All You Need", section 3.5. No parameters.
+- Learned absolute: GPT-2 (Radford et al. 2019). n_pos * d parameters.
+- RoPE: Su et al. 2021, "RoFormer". Rotates r of the d_h dimensions of every query and key
+  head: x*cos + rotate_half(x)*sin, 3 FLOPs per rotated element. No parameters.
+- T5 relative bias: Raffel et al. 2020, "Exploring the Limits of Transfer Learning", section
+  2.1: one table of n_buckets * h scalars per stack (held by its first layer), gathered into
+  an h x S x C bias once per stack and added to the scores of every layer.
+- ALiBi: Press et al. 2022, "Train Short, Test Long": a fixed slope per head times the
+  query-key distance (1 FLOP per element), added to the scores. No parameters.
+"""
+
+from __future__ import annotations
+
+from costmodel.cost import Cost, Dims, Num
+from costmodel.spec import Position, Spec
+
+ROPE_FLOPS = 3  # x*cos + rotate_half(x)*sin per rotated element
+
+
+def input_positions(spec: Spec, dims: Dims, tokens: Num, positions: Num) -> Cost:
+    """Absolute positions added to `tokens` embeddings spread over `positions` distinct rows."""
+    if spec.position not in (Position.learned, Position.sinusoidal):
+        return Cost()
+    learned = spec.position is Position.learned
+    rows = positions * dims.d
+    return Cost(
+        params=dims.n_pos * dims.d if learned else 0,
+        other=tokens * dims.d,
+        bytes=dims.p * (2 * tokens * dims.d + rows),
+        weights_read=dims.p * rows if learned else 0,
+    )
+
+
+def rope(dims: Dims, q_len: Num, kv_len: Num) -> Cost:
+    """Rotate r dims of the h query heads over q_len positions and k key heads over kv_len.
+
+    Unfused, q and k are read and written whole, and the cos and sin tables are read.
+    """
+    q, kv = dims.B * q_len * dims.h, dims.B * kv_len * dims.k
+    return Cost(
+        other=ROPE_FLOPS * (q + kv) * dims.r,
+        bytes=dims.p * (2 * (q + kv) * dims.d_h + 2 * q_len * dims.r),
+    )
+
+
+def score_bias(spec: Spec, dims: Dims, q_len: Num, span: Num) -> Cost:
+    """The h x q_len x span bias of a stack (T5 relative or ALiBi), built once per stack."""
+    elements = dims.h * q_len * span
+    if spec.position is Position.t5_relative:
+        params = dims.n_buckets * dims.h
+        return Cost(
+            params=params,
+            bytes=dims.p * 2 * elements,  # gather from the table, write the bias
+            weights_read=dims.p * params,
+        )
+    if spec.position is Position.alibi:
+        return Cost(other=elements, bytes=dims.p * elements)
+    return Cost()

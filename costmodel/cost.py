@@ -1,0 +1,159 @@
+"""The cost of one component, and the primitives every component is built from.
+
+Formulas are written once, over a ``Dims`` whose fields are either sympy symbols (for the
+formula a user reads, and for lambdified sweeps) or plain integers (for numbers, exact and
+fast). The helpers ``smin``, ``smax`` and ``half`` keep both modes exact: they call sympy only
+when an argument is symbolic.
+
+Conventions (../shared/DESIGN.md, "Counting conventions"):
+- a (M x K) @ (K x N) product costs 2*M*K*N FLOPs, as torch's FlopCounterMode counts it;
+- every other op costs a fixed number of FLOPs per output element, stated where it is defined;
+- unfused bytes: an op reads each input and writes each output once, weights included;
+- the fused lower bound keeps only what must cross the memory bus once: weights read,
+  KV cache read and written, model input read and model output written.
+All costs are for one forward pass of the phase's shape; ``phases`` turns them into a phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Union
+
+import sympy
+
+from costmodel import symbols as sym
+
+Num = Union[int, sympy.Expr]
+
+
+def smin(a: Num, b: Num) -> Num:
+    return min(a, b) if isinstance(a, int) and isinstance(b, int) else sympy.Min(a, b)
+
+
+def smax(a: Num, b: Num) -> Num:
+    return max(a, b) if isinstance(a, int) and isinstance(b, int) else sympy.Max(a, b)
+
+
+def half(x: Num) -> Num:
+    """x / 2 for a quantity known to be even (a count of pairs)."""
+    if isinstance(x, int):
+        q, rem = divmod(x, 2)
+        if rem:
+            raise ArithmeticError(f"half of an odd count {x}")
+        return q
+    return x / 2
+
+
+def triangle(n: Num) -> Num:
+    """1 + 2 + ... + n."""
+    return half(n * (n + 1))
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one component costs in one forward pass. Fields are sums over its instances.
+
+    params         parameters it owns
+    matmul         matmul FLOPs, dense convention (masked scores counted in full)
+    matmul_eff     matmul FLOPs a kernel that skips masked scores would execute
+    other          non-matmul FLOPs
+    bytes          unfused memory traffic
+    weights_read   fused bound: bytes of weights read once
+    kv_read        fused bound: bytes of cached K/V read
+    kv_write       fused bound: bytes of K/V written into the cache
+    act_in         fused bound: model input read (token ids)
+    act_out        fused bound: model output written (logits)
+    kv_cache       bytes held in the KV cache after the pass
+    train_only     exists only in a training step (loss, dropout)
+    """
+
+    params: Num = 0
+    matmul: Num = 0
+    matmul_eff: Num = 0
+    other: Num = 0
+    bytes: Num = 0
+    weights_read: Num = 0
+    kv_read: Num = 0
+    kv_write: Num = 0
+    act_in: Num = 0
+    act_out: Num = 0
+    kv_cache: Num = 0
+    train_only: bool = False
+
+    def __add__(self, o: Cost) -> Cost:
+        return Cost(
+            *(getattr(self, n) + getattr(o, n) for n in _QUANTITIES),
+            train_only=self.train_only and o.train_only,
+        )
+
+    def times(self, n: Num) -> Cost:
+        """The cost of n identical instances (n layers of one kind)."""
+        return Cost(*(getattr(self, q) * n for q in _QUANTITIES), train_only=self.train_only)
+
+    def training(self) -> Cost:
+        return Cost(*(getattr(self, q) for q in _QUANTITIES), train_only=True)
+
+
+_QUANTITIES = tuple(f.name for f in fields(Cost) if f.name != "train_only")
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Values for the alphabet of ``symbols``: all symbols, or all integers.
+
+    Layer counts are looked up by (stack, kind), see ``symbols.layer_count``.
+    """
+
+    B: Num
+    S: Num
+    C: Num
+    S_e: Num
+    C_e: Num
+    d: Num
+    h: Num
+    k: Num
+    d_h: Num
+    f: Num
+    V: Num
+    w: Num
+    r: Num
+    n_pos: Num
+    n_buckets: Num
+    p: Num
+    layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
+
+    @property
+    def symbolic(self) -> bool:
+        return not isinstance(self.d, int)
+
+    def mapping(self) -> dict[sympy.Symbol, Any]:
+        """symbol -> value, for substituting these values into a symbolic expression."""
+        out = {getattr(sym, n): getattr(self, n) for n in _ALPHABET}
+        for (stack, kind), count in self.layers.items():
+            out[sym.layer_count(stack, kind)] = count
+        return out
+
+
+_ALPHABET = ("B", "S", "C", "S_e", "C_e", "d", "h", "k", "d_h", "f", "V", "w", "r", "n_pos",
+             "n_buckets", "p")
+
+
+# --- primitives -------------------------------------------------------------------------
+
+
+def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
+    """y = x W (+ b) over `tokens` rows: 2*tokens*d_in*d_out FLOPs; the bias add is elementwise."""
+    params = d_in * d_out + (d_out if bias else 0)
+    return Cost(
+        params=params,
+        matmul=2 * tokens * d_in * d_out,
+        matmul_eff=2 * tokens * d_in * d_out,
+        other=tokens * d_out if bias else 0,
+        bytes=p * (tokens * d_in + params + tokens * d_out),
+        weights_read=p * params,
+    )
+
+
+def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_bytes: Num = 0) -> Cost:
+    """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`)."""
+    return Cost(other=flops_per * elements, bytes=p * elements * (inputs + 1) + extra_bytes)

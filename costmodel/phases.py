@@ -1,0 +1,86 @@
+"""The three phases: substitutions of (S, C) and (S_e, C_e), and what a training step multiplies.
+
+- prefill: a forward pass over B sequences of S tokens with no cache (C = S), logits at every
+  position, writing S tokens into the KV cache.
+- decode: one new token per sequence (S = 1) with C - 1 tokens already cached; the encoder of
+  an encoder-decoder does not run again (S_e = 0) but its C_e outputs are cross-attended.
+- train: forward and backward over B x S tokens (C = S). Backward costs twice the forward for
+  every op (Chinchilla, Hoffmann et al. 2022, appendix F: exact for matmuls, whose backward is
+  two matmuls of the same size; a convention for the rest), so FLOPs and unfused bytes are
+  3 x forward; the loss and dropout exist only here; no KV cache is kept.
+
+The fused lower bound of a training step reads every weight twice (forward, backward) and
+writes its gradient once: 3 x weights read, plus the token ids in. The logits need not reach
+memory (a fused loss); activations kept for backward are left out of a lower bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from costmodel import symbols as sym
+from costmodel.cost import Cost, Num
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    summary: str
+    subs: dict  # symbol -> symbol or integer: what this phase fixes
+    seq_symbol: sympy.Symbol  # the symbol a user's --seq sets (S, or C in decode)
+    seq_offset: int  # C = seq + 1 in decode: the cached tokens plus the new one
+    enc_symbol: sympy.Symbol  # the symbol a user's --enc-seq sets
+    passes: int  # forward = 1, forward + backward = 3
+    training: bool
+
+    def shape(self, batch: int, seq: int, enc_seq: int) -> dict[str, int]:
+        """B, S, C, S_e, C_e for a user's batch, sequence length and encoder length."""
+        given = {sym.B: batch, self.seq_symbol: seq + self.seq_offset, self.enc_symbol: enc_seq}
+        for target, source in self.subs.items():
+            given[target] = source if isinstance(source, int) else given[source]
+        return {s.name: given[s] for s in (sym.B, sym.S, sym.C, sym.S_e, sym.C_e)}
+
+    def quantities(self, cost: Cost) -> dict[str, Num]:
+        """A component's numbers (or expressions) in this phase, from its forward cost."""
+        if cost.train_only and not self.training:
+            return dict.fromkeys(QUANTITIES, 0)
+        n = self.passes
+        if self.training:
+            fused = n * cost.weights_read + cost.act_in
+            kv = 0
+        else:
+            fused = cost.weights_read + cost.kv_read + cost.kv_write + cost.act_in + cost.act_out
+            kv = cost.kv_cache
+        return {
+            "params": cost.params,
+            "flops_matmul": n * cost.matmul,
+            "flops_matmul_effective": n * cost.matmul_eff,
+            "flops_other": n * cost.other,
+            "bytes_unfused": n * cost.bytes,
+            "bytes_fused": fused,
+            "kv_cache": kv,
+        }
+
+
+QUANTITIES = ("params", "flops_matmul", "flops_matmul_effective", "flops_other", "bytes_unfused",
+              "bytes_fused", "kv_cache")
+
+PREFILL = Phase(
+    "prefill", "forward over B x S prompt tokens, no cache; writes S tokens of KV cache",
+    subs={sym.C: sym.S, sym.C_e: sym.S_e}, seq_symbol=sym.S, seq_offset=0, enc_symbol=sym.S_e,
+    passes=1, training=False,
+)
+DECODE = Phase(
+    "decode", "one new token per sequence attending to S cached tokens + itself (C = S + 1)",
+    subs={sym.S: 1, sym.S_e: 0}, seq_symbol=sym.C, seq_offset=1, enc_symbol=sym.C_e,
+    passes=1, training=False,
+)
+TRAIN = Phase(
+    "train", "forward + backward over B x S tokens (backward = 2 x forward), with the loss",
+    subs={sym.C: sym.S, sym.C_e: sym.S_e}, seq_symbol=sym.S, seq_offset=0, enc_symbol=sym.S_e,
+    passes=3, training=True,
+)
+
+PHASES = {p.name: p for p in (TRAIN, PREFILL, DECODE)}

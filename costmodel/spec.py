@@ -1,0 +1,431 @@
+"""Typed, frozen architecture specs: loaded and validated once, at the edge.
+
+A spec is one YAML file (see README, "Spec format"). Every default is written in this module
+and nowhere else: a field left out of a file takes the default declared on its field below,
+and the few defaults derived from other fields (``n_kv_heads``, ``head_dim``, bias on
+LayerNorm, ``layer_pattern``) are filled in ``Spec._derive_defaults``.
+
+Errors are one line each, naming the file, the field and the problem (``SpecError``); the CLI
+prints that line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used: the message is one line naming file, field and problem."""
+
+
+class Architecture(str, Enum):
+    decoder = "decoder"
+    encoder_decoder = "encoder-decoder"
+
+
+class Norm(str, Enum):
+    layernorm = "layernorm"
+    rmsnorm = "rmsnorm"
+
+
+class NormPosition(str, Enum):
+    pre = "pre"  # x + F(norm(x)); a final norm after the last layer
+    post = "post"  # norm(x + F(x)), the original Transformer; no final norm
+    sandwich = "sandwich"  # x + norm(F(norm(x))), Gemma 2/3 ("double" norm)
+    post_sublayer = "post_sublayer"  # x + norm(F(x)), OLMo 2's reordered norm
+
+
+class Activation(str, Enum):
+    relu = "relu"
+    gelu = "gelu"
+    reglu = "reglu"
+    geglu = "geglu"
+    swiglu = "swiglu"
+
+    @property
+    def gated(self) -> bool:
+        """GLU variants (Shazeer 2020, "GLU Variants Improve Transformer") use three matrices."""
+        return self in (Activation.reglu, Activation.geglu, Activation.swiglu)
+
+
+class Block(str, Enum):
+    serial = "serial"  # attention, then FFN on its output
+    parallel = "parallel"  # GPT-J, PaLM: both read the same input, outputs summed
+
+
+class Position(str, Enum):
+    sinusoidal = "sinusoidal"
+    learned = "learned"
+    rope = "rope"
+    t5_relative = "t5_relative"
+    alibi = "alibi"
+    none = "none"
+
+    @property
+    def per_layer(self) -> bool:
+        """Schemes applied inside every attention layer rather than added to the input."""
+        return self in (Position.rope, Position.t5_relative, Position.alibi)
+
+
+class QKNorm(str, Enum):
+    none = "none"
+    head = "head"  # one norm of width d_h shared by all heads (Gemma 3, Qwen 3)
+    full = "full"  # one norm over the whole projection, h*d_h and k*d_h wide (OLMo 2)
+
+
+class LayerKind(str, Enum):
+    local = "local"  # sliding-window attention over the last `window` tokens
+    global_ = "global"  # full (causal) attention
+
+
+PositiveInt = Annotated[StrictInt, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class Bias(BaseModel):
+    """Which parts carry an additive bias (nn.Linear(bias=...), LayerNorm's beta)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    qkv: StrictBool = False
+    attn_out: StrictBool = False
+    ffn: StrictBool = False
+    norm: StrictBool | None = None  # None: LayerNorm has a bias, RMSNorm has none
+    lm_head: StrictBool = False
+
+
+class Published(BaseModel):
+    """The parameter count a source publishes, and how closely ours must match it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    params: str | StrictInt  # as the source prints it: "175.0B", "124M", or an exact integer
+    source: str
+    tolerance: Annotated[float, Field(ge=0, lt=1)] | None = None  # relative; None: the rounding
+    note: str | None = None  # why a tolerance wider than the rounding is needed
+    exact: PositiveInt | None = None  # count of the released implementation, tensor for tensor
+    exact_source: str | None = None
+
+    @field_validator("params")
+    @classmethod
+    def _readable(cls, v: str | int) -> str | int:
+        if isinstance(v, str):
+            parse_count(v)
+        return v
+
+    @property
+    def value(self) -> float:
+        return parse_count(self.params)[0]
+
+    @property
+    def allowed_error(self) -> float:
+        """Absolute difference allowed: the stated tolerance, or half a unit of the last digit."""
+        if self.tolerance is not None:
+            return self.tolerance * self.value
+        return parse_count(self.params)[1]
+
+
+_COUNT = re.compile(r"^\s*(\d+(?:\.(\d+))?)\s*([KMBT]?)\s*$")
+_SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+
+def parse_count(text: str | int) -> tuple[float, float]:
+    """``"6.74B"`` -> (6.74e9, 0.005e9): the value and half a unit of its last printed digit."""
+    if isinstance(text, int):
+        return float(text), 0.5
+    m = _COUNT.match(text)
+    if not m:
+        raise ValueError(f"published count {text!r} should look like 6.74B, 124M or 124439808")
+    decimals = len(m.group(2) or "")
+    scale = _SCALE[m.group(3)]
+    return float(m.group(1)) * scale, 0.5 * scale / 10**decimals
+
+
+class Spec(BaseModel):
+    """One transformer architecture, in the names its papers use."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    name: str
+    family: str | None = None
+    year: StrictInt | None = None
+    description: str | None = None
+    source: str | dict[str, str] | None = None  # where the numbers come from
+    published: Published | None = None
+
+    architecture: Architecture = Architecture.decoder
+    d_model: PositiveInt
+    n_layers: PositiveInt | None = None  # decoder-only
+    n_encoder_layers: PositiveInt | None = None  # encoder-decoder
+    n_decoder_layers: PositiveInt | None = None
+    n_heads: PositiveInt
+    n_kv_heads: PositiveInt  # default: n_heads (MHA)
+    head_dim: PositiveInt  # default: d_model / n_heads
+    d_ff: PositiveInt
+    vocab_size: PositiveInt
+    max_seq_len: PositiveInt
+
+    norm: Norm
+    norm_position: NormPosition = NormPosition.pre
+    activation: Activation
+    block: Block = Block.serial
+    shared_norm: StrictBool = True  # parallel block: one norm feeds attention and FFN
+    bias: Bias = Bias()
+
+    position: Position
+    rotary_fraction: Annotated[float, Field(gt=0, le=1)] = 1.0  # RoPE on this share of d_h
+    relative_buckets: PositiveInt = 32  # T5 relative attention buckets
+    tied_embeddings: StrictBool = False
+    embedding_scale: StrictBool = False  # token embeddings multiplied by sqrt(d_model)
+
+    qk_norm: QKNorm = QKNorm.none
+    attn_softcap: PositiveFloat | None = None
+    final_softcap: PositiveFloat | None = None
+    z_loss: Annotated[float, Field(ge=0)] = 0.0  # coefficient; > 0 adds the z-loss to training
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # > 0 adds dropout to training
+
+    window: PositiveInt | None = None  # sliding-window length w of local layers
+    layer_pattern: tuple[LayerKind, ...]  # repeated over the layers; default all local or global
+    global_nope: StrictBool = False  # global layers carry no positions (NoPE)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_defaults(cls, data: Any) -> Any:
+        """The defaults that depend on other fields; everything else defaults on its field."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        heads, width = data.get("n_heads"), data.get("d_model")
+        if "n_kv_heads" not in data and heads is not None:
+            data["n_kv_heads"] = heads
+        if "head_dim" not in data and _ints(heads, width) and heads > 0 and width > 0:
+            if width % heads:
+                raise ValueError(
+                    f"head_dim: required, since d_model ({width}) is not divisible by "
+                    f"n_heads ({heads})"
+                )
+            data["head_dim"] = width // heads
+        if "layer_pattern" not in data:
+            data["layer_pattern"] = ["local" if data.get("window") is not None else "global"]
+        return data
+
+    @field_validator("bias", mode="before")
+    @classmethod
+    def _bias_shorthand(cls, v: Any) -> Any:
+        """``bias: true|false`` sets every linear layer; norms keep their default."""
+        if isinstance(v, bool):
+            return {part: v for part in ("qkv", "attn_out", "ffn", "lm_head")}
+        return v
+
+    @field_validator("layer_pattern", mode="before")
+    @classmethod
+    def _pattern_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            raise ValueError("should be a list such as [local, local, local, global]")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Spec:
+        enc_dec = self.architecture is Architecture.encoder_decoder
+        if enc_dec:
+            if self.n_layers is not None:
+                raise ValueError(
+                    "n_layers: an encoder-decoder gives n_encoder_layers and n_decoder_layers"
+                )
+            for field in ("n_encoder_layers", "n_decoder_layers"):
+                if getattr(self, field) is None:
+                    raise ValueError(f"{field}: required for an encoder-decoder")
+            if self.window is not None:
+                raise ValueError("window: sliding windows are supported for decoder-only models")
+        else:
+            if self.n_layers is None:
+                raise ValueError("n_layers: field required")
+            for field in ("n_encoder_layers", "n_decoder_layers"):
+                if getattr(self, field) is not None:
+                    raise ValueError(f"{field}: only for architecture: encoder-decoder")
+        if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_kv_heads: n_heads ({self.n_heads}) must be a multiple of "
+                f"n_kv_heads ({self.n_kv_heads})"
+            )
+        if self.position is Position.rope:
+            rotary = self.rotary_fraction * self.head_dim
+            if rotary != int(rotary) or int(rotary) % 2:
+                raise ValueError(
+                    f"rotary_fraction: {self.rotary_fraction} of head_dim {self.head_dim} is "
+                    f"{rotary:g} dimensions; RoPE rotates an even whole number of them"
+                )
+        elif self.rotary_fraction != 1.0:
+            raise ValueError("rotary_fraction: only for position: rope")
+        if self.position is not Position.t5_relative and "relative_buckets" in self.model_fields_set:
+            raise ValueError("relative_buckets: only for position: t5_relative")
+        if self.norm is Norm.rmsnorm and self.bias.norm:
+            raise ValueError("bias.norm: RMSNorm has no bias")
+        if self.block is Block.serial and "shared_norm" in self.model_fields_set:
+            raise ValueError("shared_norm: only for block: parallel")
+        kinds = set(self.layer_pattern)
+        if not kinds:
+            raise ValueError("layer_pattern: must name at least one layer kind")
+        if LayerKind.local in kinds and self.window is None:
+            raise ValueError("window: required, since layer_pattern has local layers")
+        if self.window is not None and LayerKind.local not in kinds:
+            raise ValueError("layer_pattern: a window is given but no layer is local")
+        if self.global_nope:
+            if LayerKind.global_ not in kinds:
+                raise ValueError("global_nope: layer_pattern has no global layer")
+            if not self.position.per_layer:
+                raise ValueError(
+                    f"global_nope: position {self.position.value} is added to the input, "
+                    "not per layer, so it cannot be dropped on global layers"
+                )
+        if len(self.layer_pattern) > self.decoder_layers:
+            raise ValueError(
+                f"layer_pattern: {len(self.layer_pattern)} entries for "
+                f"{self.decoder_layers} layers"
+            )
+        return self
+
+    # Derived views: computed from the fields, never stored twice.
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.architecture is Architecture.encoder_decoder
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers if self.is_encoder_decoder else self.n_layers  # type: ignore[return-value]
+
+    @property
+    def norm_bias(self) -> bool:
+        return self.norm is Norm.layernorm if self.bias.norm is None else self.bias.norm
+
+    @property
+    def rotary_dims(self) -> int:
+        return int(self.rotary_fraction * self.head_dim)
+
+    @property
+    def final_norm(self) -> bool:
+        """Post-norm stacks end on a norm already; every other position adds a final one."""
+        return self.norm_position is not NormPosition.post
+
+    def layer_kinds(self) -> list[LayerKind]:
+        """The kind of each decoder layer: the pattern repeated, cut at the last layer."""
+        n = len(self.layer_pattern)
+        return [self.layer_pattern[i % n] for i in range(self.decoder_layers)]
+
+    def kind_counts(self) -> dict[LayerKind, int]:
+        kinds = self.layer_kinds()
+        return {kind: kinds.count(kind) for kind in LayerKind if kind in kinds}
+
+
+def _ints(*values: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+# --- loading --------------------------------------------------------------------------------
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate one YAML spec; raise SpecError with a one-line message on bad input."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    return parse_spec(text, str(path))
+
+
+def parse_spec(text: str, origin: str = "<spec>") -> Spec:
+    """Validate a spec given as YAML text; ``origin`` names it in error messages."""
+    try:
+        data = yaml.safe_load(text)
+        lines = _key_lines(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{origin}:{mark.line + 1}" if mark is not None else origin
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{where}: malformed YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: a spec is a YAML mapping of fields, got {type(data).__name__}")
+    return spec_from_dict(data, origin, lines)
+
+
+def spec_from_dict(
+    data: dict[str, Any], origin: str = "<spec>", lines: dict[str, int] | None = None
+) -> Spec:
+    """Validate a mapping of fields (as YAML would give it) into a Spec."""
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(_one_line(e, data, origin, lines or {})) from None
+
+
+def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: dict[str, int]) -> str:
+    """The first validation problem as `file:line: field: problem`."""
+    first = err.errors()[0]
+    loc = [str(part) for part in first["loc"] if not isinstance(part, int)]
+    msg: str = first["msg"]
+    kind = first["type"]
+    if not loc and msg.startswith("Value error, ") and ": " in msg:
+        # Our own cross-field checks name their field first: "n_kv_heads: ...".
+        field, _, msg = msg[len("Value error, ") :].partition(": ")
+        loc = [field]
+    field = ".".join(loc) or "spec"
+    if kind == "missing":
+        msg = "field required"
+    elif kind == "extra_forbidden":
+        known = _known_fields(loc)
+        guess = difflib.get_close_matches(loc[-1], known, n=1)
+        msg = "unknown field" + (f" (did you mean {guess[0]}?)" if guess else "")
+    elif kind == "enum":
+        allowed = first.get("ctx", {}).get("expected", "")
+        msg = f"unknown value {first['input']!r}; expected one of {allowed.replace(chr(39), '')}"
+    else:
+        msg = msg.removeprefix("Value error, ")
+        if "input" in first and kind not in ("model_type",) and not isinstance(first["input"], dict):
+            msg = f"{msg[0].lower()}{msg[1:]} (got {first['input']!r})"
+    line = lines.get(field) or lines.get(loc[0] if loc else "")
+    where = f"{origin}:{line}" if line else origin
+    return f"{where}: {field}: {msg}"
+
+
+def _known_fields(loc: list[str]) -> list[str]:
+    model: type[BaseModel] = Spec
+    for part in loc[:-1]:
+        ann = model.model_fields[part].annotation
+        model = next(a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel))
+    return list(model.model_fields)
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Line number (1-based) of every mapping key, by dotted path, for error messages."""
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                path = f"{prefix}{key.value}"
+                lines[path] = key.start_mark.line + 1
+                walk(value, path + ".")
+
+    root = yaml.compose(text)
+    if root is not None:
+        walk(root, "")
+    return lines
+
