@@ -1,0 +1,42 @@
+"""The bundled specs in specs/, and finding a spec by path or by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from costmodel.spec import Spec, SpecError, load_spec
+
+# A source checkout keeps the specs beside the package; a wheel carries a copy inside it.
+_CANDIDATES = (Path(__file__).resolve().parent.parent / "specs", Path(__file__).resolve().parent / "_specs")
+
+
+def specs_dir() -> Path:
+    for candidate in _CANDIDATES:
+        if candidate.is_dir():
+            return candidate
+    raise SpecError("bundled specs: no specs/ folder found beside the costmodel package")
+
+
+def bundled_paths() -> list[Path]:
+    return sorted(specs_dir().glob("*.yaml"))
+
+
+def bundled_names() -> list[str]:
+    return [p.stem for p in bundled_paths()]
+
+
+def resolve(name_or_path: str) -> Path:
+    """A path to a spec file, or the name of a bundled spec (``llama-2-7b``)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    if path.suffix == "" and path.name == name_or_path:
+        bundled = specs_dir() / f"{name_or_path}.yaml"
+        if bundled.exists():
+            return bundled
+        raise SpecError(f"{name_or_path}: no such file, nor a bundled spec (see `costmodel list`)")
+    raise SpecError(f"{name_or_path}: no such file")
+
+
+def load(name_or_path: str) -> Spec:
+    return load_spec(resolve(name_or_path))

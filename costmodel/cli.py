@@ -1,0 +1,169 @@
+"""The `costmodel` command: parse, call the library, render. No formulas here."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel import catalog, report
+from costmodel.analysis import AnalysisError, analyze, count_params, default_seq, formula
+from costmodel.spec import SpecError, load_spec
+
+app = typer.Typer(
+    help="Analytical cost model for transformer architectures: parameters, FLOPs, bytes, "
+    "arithmetic intensity and KV cache, per component and per phase, from a YAML spec.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class PhaseName(str, Enum):
+    train = "train"
+    prefill = "prefill"
+    decode = "decode"
+
+
+class Dtype(str, Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+    fp8 = "fp8"
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+    csv = "csv"
+
+
+class Quantity(str, Enum):
+    params = "params"
+    flops = "flops"
+    flops_matmul = "flops_matmul"
+    flops_matmul_effective = "flops_matmul_effective"
+    flops_other = "flops_other"
+    bytes = "bytes"
+    bytes_fused = "bytes_fused"
+    kv_cache = "kv_cache"
+
+
+SpecArg = Annotated[str, typer.Argument(help="A spec file, or the name of a bundled spec (see `costmodel list`).")]
+BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences per pass (B).")]
+SeqOpt = Annotated[
+    Optional[int],
+    typer.Option("--seq", "-s", min=1, help="Prompt length S (prefill, train); cached tokens (decode). "
+                 "Default: 2048, or the spec's max_seq_len if shorter."),
+]
+EncSeqOpt = Annotated[Optional[int], typer.Option("--enc-seq", min=1, help="Encoder input length (encoder-decoder only). Default: --seq.")]
+DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Element type of weights and activations.")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Bad input ends in one line on stderr and exit code 2, never a traceback."""
+    try:
+        yield
+    except (SpecError, AnalysisError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command("analyze")
+def analyze_cmd(
+    spec: SpecArg,
+    phase: Annotated[Optional[PhaseName], typer.Option("--phase", "-p", help="One phase, with its per-component table. Default: all three.")] = None,
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    enc_seq: EncSeqOpt = None,
+    dtype: DtypeOpt = Dtype.bf16,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec."""
+    with _user_errors():
+        s = catalog.load(spec)
+        phases = [phase.value] if phase else [p.value for p in PhaseName]
+        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq) for p in phases]
+    if fmt is Format.json:
+        data = analyses[0].to_dict() if phase else {
+            "spec": s.name, "phases": {a.phase: a.to_dict() for a in analyses}}
+        typer.echo(report.render_json(data))
+        return
+    if fmt is Format.csv:
+        typer.echo(report.render_csv(analyses), nl=False)
+        return
+    tables = [report.params_table(analyses[0]), report.phases_table(analyses)]
+    if phase:
+        tables.append(report.components_table(analyses[0]))
+    header = f"{s.name}: {report.describe(s)}"
+    if fmt is Format.markdown:
+        typer.echo(report.render_markdown(tables, f"## {header}"))
+    else:
+        report.render_rich(tables, f"[bold]{s.name}[/bold]: {report.describe(s)}")
+
+
+@app.command("formula")
+def formula_cmd(
+    spec: SpecArg,
+    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", help="What to express.")] = Quantity.flops,
+    phase: Annotated[PhaseName, typer.Option("--phase", "-p", help="The phase: fixes S or C.")] = PhaseName.prefill,
+    component: Annotated[str, typer.Option("--component", "-c", help="A component path or prefix (layers/attention, lm_head). Default: the whole model.")] = "",
+    symbolic: Annotated[bool, typer.Option("--symbolic", help="Keep the spec's sizes as symbols (d, h, k, L, ...).")] = False,
+    latex: Annotated[bool, typer.Option("--latex", help="Print LaTeX.")] = False,
+) -> None:
+    """The sympy expression behind a number, over the symbols of DESIGN.md."""
+    with _user_errors():
+        s = catalog.load(spec)
+        expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic)
+    if latex:
+        import sympy
+
+        typer.echo(sympy.latex(expr))
+    else:
+        typer.echo(str(expr))
+
+
+@app.command("list")
+def list_cmd(fmt: FormatOpt = Format.table) -> None:
+    """The bundled specs, with their published and computed parameter counts."""
+    with _user_errors():
+        specs = [load_spec(p) for p in catalog.bundled_paths()]
+    specs.sort(key=lambda s: (s.year or 0, s.name))
+    rows, data = [], []
+    for s in specs:
+        ours = count_params(s)
+        pub = s.published
+        rows.append((s.name, str(s.year or ""), s.architecture.value, str(pub.params) if pub else "",
+                     f"{ours:,}", report.units.count(ours),
+                     f"{100 * (ours - pub.value) / pub.value:+.2f}%" if pub else ""))
+        data.append({"name": s.name, "family": s.family, "year": s.year,
+                     "architecture": s.architecture.value, "published": pub.params if pub else None,
+                     "params": ours, "default_seq": default_seq(s)})
+    if fmt is Format.json:
+        typer.echo(report.render_json(data))
+        return
+    table = report.Table("Bundled specs", ("spec", "year", "architecture", "published", "params (ours)", "", "vs published"),
+                         rows, numeric_from=3)
+    if fmt is Format.markdown:
+        typer.echo(report.render_markdown([table]))
+    elif fmt is Format.csv:
+        typer.echo("spec,year,architecture,published,params")
+        for d in data:
+            typer.echo(f"{d['name']},{d['year'] or ''},{d['architecture']},{d['published'] or ''},{d['params']}")
+    else:
+        report.render_rich([table])
+
+
+def main() -> None:  # pragma: no cover - the console script
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

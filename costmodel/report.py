@@ -1,0 +1,218 @@
+"""The only module that draws: tables built from analyses, rendered as rich, markdown or CSV.
+
+A ``Table`` holds formatted cells; ``render`` turns a list of them into text. Machine-readable
+output (JSON, CSV) carries the raw integers, never the rounded cells.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from costmodel import units
+from costmodel.analysis import Analysis, Row
+from costmodel.spec import Spec
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    columns: Sequence[str]
+    rows: Sequence[Sequence[str]]
+    notes: Sequence[str] = field(default_factory=tuple)
+    numeric_from: int = 1  # columns from this index on are right-aligned numbers
+
+
+# --- what the tables say ---------------------------------------------------------------------
+
+
+def describe(spec: Spec) -> str:
+    """One line naming every design choice of a spec."""
+    k, h = spec.n_kv_heads, spec.n_heads
+    heads = "MHA" if k == h else "MQA" if k == 1 else f"GQA {h // k}:1"
+    if spec.is_encoder_decoder:
+        layers = f"encoder {spec.n_encoder_layers} + decoder {spec.n_decoder_layers} layers"
+    else:
+        layers = f"{spec.n_layers} layers"
+    parts = [
+        spec.architecture.value, layers, f"d={spec.d_model}", f"h={h}", f"k={k} ({heads})",
+        f"d_h={spec.head_dim}", f"f={spec.d_ff}", f"V={spec.vocab_size}",
+        f"{spec.norm.value} {spec.norm_position.value}", spec.activation.value,
+        spec.position.value + (f" ({spec.rotary_fraction:g} of d_h)" if spec.rotary_fraction != 1 else ""),
+        spec.block.value, "tied" if spec.tied_embeddings else "untied",
+    ]
+    if spec.window:
+        pattern = ":".join(kind.value for kind in spec.layer_pattern)
+        parts.append(f"window {spec.window} [{pattern}]" + (" global NoPE" if spec.global_nope else ""))
+    if spec.qk_norm.value != "none":
+        parts.append(f"qk-norm ({spec.qk_norm.value})")
+    if spec.attn_softcap:
+        parts.append(f"attn softcap {spec.attn_softcap:g}")
+    if spec.final_softcap:
+        parts.append(f"final softcap {spec.final_softcap:g}")
+    if spec.z_loss:
+        parts.append(f"z-loss {spec.z_loss:g}")
+    return " · ".join(parts)
+
+
+def group_of(path: str) -> str:
+    """A leaf's sub-block: ``layers/attention/q`` -> ``layers/attention``; others unchanged."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if part.startswith("layers") and i + 2 < len(parts):
+            return "/".join(parts[: i + 2])
+    return path
+
+
+def grouped(rows: Iterable[Row]) -> list[tuple[str, list[Row]]]:
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(group_of(row.path), []).append(row)
+    return list(groups.items())
+
+
+def published_note(spec: Spec, total: int) -> str | None:
+    pub = spec.published
+    if pub is None:
+        return None
+    gap = total - pub.value
+    verdict = "within" if abs(gap) <= pub.allowed_error else "OUTSIDE"
+    rel = f"{100 * gap / pub.value:+.2f}%"
+    note = f"published {pub.params} ({pub.source}); ours {total:,} ({rel}, {verdict} its tolerance)"
+    if pub.exact is not None:
+        mark = "equal" if pub.exact == total else f"DIFFERS by {total - pub.exact:+,}"
+        note += f"; released implementation {pub.exact:,}: {mark}"
+    return note
+
+
+def params_table(a: Analysis) -> Table:
+    total = a.total().params
+    rows = []
+    for name, members in grouped(a.rows):
+        n = sum(r.params for r in members)
+        if n:
+            rows.append((name, f"{n:,}", units.count(n), units.percent(n, total)))
+    rows.append(("total", f"{total:,}", units.count(total), "100.0%"))
+    notes = [f"embedding {units.count(a.params_embedding)} · lm_head {units.count(a.params_lm_head)} · "
+             f"non-embedding {units.count(total - a.params_embedding - a.params_lm_head)} · "
+             f"weights {units.nbytes(a.bytes_weights)} in {a.dtype}"]
+    pub = published_note(a.spec, total)
+    if pub:
+        notes.append(pub)
+    return Table("Parameters", ("component", "exact", "params", "share"), rows, notes)
+
+
+def phases_table(analyses: Sequence[Analysis]) -> Table:
+    """Quantities down, phases across."""
+    def per(f) -> list[str]:
+        return [f(a) for a in analyses]
+
+    def tot(a: Analysis) -> Row:
+        return a.total()
+
+    rows = [
+        ("shape", *per(lambda a: f"B={a.shape['B']} S={a.shape['S']} C={a.shape['C']}"
+                       + (f" S_e={a.shape['S_e']} C_e={a.shape['C_e']}" if a.spec.is_encoder_decoder else ""))),
+        ("FLOPs matmul (dense)", *per(lambda a: units.flops(tot(a).flops_matmul))),
+        ("FLOPs matmul (masked)", *per(lambda a: units.flops(tot(a).flops_matmul_effective))),
+        ("FLOPs other", *per(lambda a: units.flops(tot(a).flops_other))),
+        ("FLOPs total", *per(lambda a: units.flops(tot(a).flops))),
+        ("FLOPs per token", *per(lambda a: units.flops(tot(a).flops / (a.shape["B"] * a.shape["S"])))),
+        ("bytes unfused", *per(lambda a: units.nbytes(tot(a).bytes_unfused))),
+        ("bytes fused (lower bound)", *per(lambda a: units.nbytes(tot(a).bytes_fused))),
+        ("KV cache", *per(lambda a: units.nbytes(tot(a).kv_cache))),
+        ("intensity (fused)", *per(lambda a: units.intensity(a.arithmetic_intensity))),
+        ("intensity (unfused)", *per(lambda a: units.intensity(a.arithmetic_intensity_unfused))),
+    ]
+    a0 = analyses[0]
+    notes = [f"batch {a0.batch}, seq {a0.seq}"
+             + (f", enc_seq {a0.enc_seq}" if a0.enc_seq else "")
+             + f", {a0.dtype}; decode attends to seq + 1 positions"]
+    return Table("Phases", ("quantity", *(a.phase for a in analyses)), rows, notes)
+
+
+def components_table(a: Analysis) -> Table:
+    """Every leaf in one phase: where the FLOPs go, and where the bytes go."""
+    t = a.total()
+
+    def cells(r: Row) -> tuple[str, ...]:
+        return (
+            units.flops(r.flops, short=True) if r.flops else "", units.percent(r.flops, t.flops),
+            units.nbytes(r.bytes_unfused) if r.bytes_unfused else "",
+            units.percent(r.bytes_unfused, t.bytes_unfused),
+            f"{r.flops / r.bytes_unfused:.3g}" if r.bytes_unfused else "",
+            units.nbytes(r.kv_cache) if r.kv_cache else "",
+        )
+
+    rows = [(r.path, *cells(r)) for r in a.rows if r.flops or r.bytes_unfused]
+    rows.append(("total", *cells(t)))
+    shape = " ".join(f"{k}={v}" for k, v in a.shape.items() if a.spec.is_encoder_decoder or "_e" not in k)
+    return Table(
+        f"{a.phase}: components",
+        ("component", "FLOPs", "%", "bytes", "%", "FLOP/B", "KV cache"),
+        rows,
+        (f"{shape}; layer rows are summed over their layers; bytes unfused, in {a.dtype}",),
+    )
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def render_rich(tables: Sequence[Table], header: str | None = None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    # Piped output (CI logs, files) is not cut at 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if header:
+        console.print(header, highlight=False)
+    for t in tables:
+        rt = RichTable(title=t.title, box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold",
+                       padding=(0, 1), pad_edge=False)
+        for i, col in enumerate(t.columns):
+            rt.add_column(col, justify="right" if i >= t.numeric_from else "left", no_wrap=True)
+        for row in t.rows:
+            rt.add_row(*row, style="bold" if row[0] == "total" else None)
+        console.print(rt)
+        for note in t.notes:
+            console.print(f"  {note}", style="dim", highlight=False)
+        console.print()
+
+
+def render_markdown(tables: Sequence[Table], header: str | None = None) -> str:
+    out = [f"{header}\n"] if header else []
+    for t in tables:
+        out.append(f"### {t.title}\n")
+        out.append("| " + " | ".join(t.columns) + " |")
+        out.append("|" + "|".join("---:" if i >= t.numeric_from else "---" for i in range(len(t.columns))) + "|")
+        out.extend("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in t.rows)
+        out.extend(f"\n{note}" for note in t.notes)
+        out.append("")
+    return "\n".join(out)
+
+
+CSV_FIELDS = ("spec", "phase", "batch", "seq", "dtype", "component", "params", "flops_matmul",
+              "flops_matmul_effective", "flops_other", "bytes_unfused", "bytes_fused", "kv_cache")
+
+
+def render_csv(analyses: Sequence[Analysis]) -> str:
+    """One row per component per phase, raw integers; a `total` row closes each phase."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
+    for a in analyses:
+        for r in (*a.rows, a.total()):
+            writer.writerow((a.spec.name, a.phase, a.batch, a.seq, a.dtype, r.path, r.params,
+                             r.flops_matmul, r.flops_matmul_effective, r.flops_other,
+                             r.bytes_unfused, r.bytes_fused, r.kv_cache))
+    return buf.getvalue()
+
+
+def render_json(data: Any) -> str:
+    return json.dumps(data, indent=2)

@@ -1,0 +1,51 @@
+"""Readable numbers: 6.74 B parameters, 1.2 TFLOP, 3.4 GiB. Three significant digits."""
+
+from __future__ import annotations
+
+_DECIMAL = ((10**15, "P"), (10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K"))
+_COUNT = ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K"))
+_BINARY = ((2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
+def _sig(x: float) -> str:
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def _scaled(value: float, table: tuple[tuple[int, str], ...], unit: str, sep: str = " ") -> str:
+    for scale, prefix in table:
+        if abs(value) >= scale:
+            return f"{_sig(value / scale)}{sep}{prefix}{unit}"
+    return f"{_sig(value)}{sep}{unit}".rstrip()
+
+
+def count(n: float) -> str:
+    """6738415616 -> '6.74 B'."""
+    return _scaled(n, _COUNT, "")
+
+
+def flops(n: float, short: bool = False) -> str:
+    """2.93e13 -> '29.3 TFLOP' ('29.3 T' when short)."""
+    return _scaled(n, _DECIMAL, "" if short else "FLOP")
+
+
+def nbytes(n: float) -> str:
+    """Binary prefixes: 1073741824 -> '1 GiB'."""
+    for scale, prefix in _BINARY:
+        if abs(n) >= scale:
+            return f"{_sig(n / scale)} {prefix}"
+    return f"{_sig(n)} B"
+
+
+def intensity(x: float) -> str:
+    return f"{_sig(x)} FLOP/B"
+
+
+def percent(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def seconds(t: float) -> str:
+    for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
+        if abs(t) >= scale:
+            return f"{_sig(t / scale)} {unit}"
+    return f"{_sig(t)} s"
