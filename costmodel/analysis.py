@@ -138,8 +138,11 @@ def _under(path: str, prefix: str) -> bool:
     )
 
 
-def default_seq(spec: Spec) -> int:
-    return min(DEFAULT_SEQ, spec.max_seq_len)
+def default_seq(spec: Spec, phase: str = "prefill") -> int:
+    """2048 tokens of context, or max_seq_len if shorter, in every phase: decode caches one
+    token fewer and adds the new one, so its context is the same as prefill's."""
+    context = min(DEFAULT_SEQ, spec.max_seq_len)
+    return max(1, context - 1) if phase == "decode" else context
 
 
 def analyze(
@@ -160,7 +163,7 @@ def analyze(
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
     if dtype not in DTYPE_BYTES:
         raise AnalysisError(f"dtype: unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
-    seq = default_seq(spec) if seq is None else seq
+    seq = default_seq(spec, phase) if seq is None else seq
     if spec.is_encoder_decoder:
         enc_seq = seq if enc_seq is None else enc_seq
     elif enc_seq is not None:

@@ -59,7 +59,7 @@ BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences p
 SeqOpt = Annotated[
     Optional[int],
     typer.Option("--seq", "-s", min=1, help="Prompt length S (prefill, train); cached tokens (decode). "
-                 "Default: 2048, or the spec's max_seq_len if shorter."),
+                 "Default: a 2048-token context (or max_seq_len if shorter): 2048 for prefill and train, 2047 cached for decode."),
 ]
 EncSeqOpt = Annotated[Optional[int], typer.Option("--enc-seq", min=1, help="Encoder input length (encoder-decoder only). Default: --seq.")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Element type of weights and activations.")]

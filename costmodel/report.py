@@ -116,6 +116,7 @@ def phases_table(analyses: Sequence[Analysis]) -> Table:
         return a.total()
 
     rows = [
+        ("seq", *per(lambda a: str(a.seq))),
         ("shape", *per(lambda a: f"B={a.shape['B']} S={a.shape['S']} C={a.shape['C']}"
                        + (f" S_e={a.shape['S_e']} C_e={a.shape['C_e']}" if a.spec.is_encoder_decoder else ""))),
         ("FLOPs matmul (dense)", *per(lambda a: units.flops(tot(a).flops_matmul))),
@@ -130,9 +131,8 @@ def phases_table(analyses: Sequence[Analysis]) -> Table:
         ("intensity (unfused)", *per(lambda a: units.intensity(a.arithmetic_intensity_unfused))),
     ]
     a0 = analyses[0]
-    notes = [f"batch {a0.batch}, seq {a0.seq}"
-             + (f", enc_seq {a0.enc_seq}" if a0.enc_seq else "")
-             + f", {a0.dtype}; decode attends to seq + 1 positions"]
+    notes = [f"batch {a0.batch}, {a0.dtype}; seq is the prompt (prefill, train) or the tokens "
+             "already cached (decode, which attends to seq + 1)"]
     return Table("Phases", ("quantity", *(a.phase for a in analyses)), rows, notes)
 
 
