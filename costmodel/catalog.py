@@ -30,7 +30,8 @@ def resolve(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.exists():
         return path
-    if path.suffix == "" and path.name == name_or_path:
+    # A bare name (no folder, no .yaml/.json), dots allowed: gpt3-1.3b, llama-3.1-405b.
+    if path.name == name_or_path and path.suffix not in (".yaml", ".yml", ".json"):
         bundled = specs_dir() / f"{name_or_path}.yaml"
         if bundled.exists():
             return bundled
@@ -39,4 +40,10 @@ def resolve(name_or_path: str) -> Path:
 
 
 def load(name_or_path: str) -> Spec:
-    return load_spec(resolve(name_or_path))
+    """A spec file, a bundled spec's name, or a Hugging Face config.json (see costmodel.hf)."""
+    path = resolve(name_or_path)
+    if path.suffix == ".json":
+        from costmodel import hf
+
+        return hf.load_hf(path)
+    return load_spec(path)
