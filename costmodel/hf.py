@@ -20,6 +20,7 @@ that leaves a field out gets what transformers would give it. docs/hf.md has the
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -549,7 +550,8 @@ def _falcon(c: _Config, out: dict[str, Any]) -> None:
     out["max_seq_len"] = c.req_int("max_position_embeddings")
     out["norm"] = Norm.layernorm.value
     out["activation"] = _activation(c, "activation", gated=False).value
-    out["bias"] = c.bool("bias")  # query_key_value, dense, dense_h_to_4h, dense_4h_to_h
+    b = c.bool("bias")  # query_key_value, dense, dense_h_to_4h, dense_4h_to_h; never lm_head
+    out["bias"] = {"qkv": b, "attn_out": b, "ffn": b}
     out["position"] = Position.alibi.value if c.bool("alibi") else Position.rope.value
     if out["position"] == Position.rope.value:
         _no_partial_rotary(c)
@@ -754,7 +756,7 @@ def spec_fields_from_hf(data: dict[str, Any], origin: str = "<config>", name: st
     c = _Config(data, origin, model_type, family.defaults)
     _check_head(c, family)
     out: dict[str, Any] = {"name": name or _name(data, origin), "family": model_type,
-                           "source": f"{Path(origin).name} (Hugging Face config, model_type {model_type})"}
+                           "source": f"{origin} (Hugging Face config, model_type {model_type})"}
     family.read(c, out)
     _check_common(c)
     unknown = [k for k in data if k not in c.read and k not in COMMON_IGNORED and k not in family.ignored]
@@ -848,6 +850,8 @@ def to_yaml(fields: dict[str, Any]) -> str:
     """A spec mapping as YAML, fields in the README's order, with a comment where one helps."""
     lines = []
     for key in sorted(fields, key=_ORDER.index):
+        if key == "dropout" and not fields[key]:
+            continue  # the default
         value = _yaml_value(fields[key])
         comment = _COMMENTS.get(key)
         lines.append(f"{key}: {value}" + (f"  # {comment}" if comment else ""))
@@ -863,7 +867,13 @@ def _yaml_value(v: Any) -> str:
         return "[" + ", ".join(_yaml_value(x) for x in v) + "]"
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {_yaml_value(x)}" for k, x in v.items()) + "}"
+    if _PLAIN.fullmatch(v) and v.lower() not in _YAML_WORDS:
+        return v
     return json.dumps(str(v))  # a JSON string is a valid YAML scalar
+
+
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null"}
 
 
 # --- export ----------------------------------------------------------------------------------
