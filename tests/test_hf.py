@@ -276,3 +276,24 @@ def test_docs_list_every_type_and_ignored_field():
     for family in hf.FAMILIES.values():
         for field in [*hf.COMMON_IGNORED, *family.ignored]:
             assert f"`{field}`" in text, field
+
+
+def test_readme_examples(tmp_path, monkeypatch):
+    """The README's "Hugging Face configs" commands, as written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "path" / "to").mkdir(parents=True)
+    write(tmp_path / "path" / "to", {"model_type": "llama", "max_position_embeddings": 8192})
+    (tmp_path / "mixtral").mkdir()
+    write(tmp_path / "mixtral", {"model_type": "mixtral"})
+
+    result = runner.invoke(app, ["import-hf", "path/to/config.json", "-o", "my-model.yaml"])
+    assert result.exit_code == 0 and result.stderr.strip() == "wrote my-model.yaml"
+    assert load_spec("my-model.yaml").name == "to"  # the config's folder
+    result = runner.invoke(app, ["import-hf", "path/to/config.json"])
+    assert result.exit_code == 0 and "n_layers: 32" in result.stdout
+    result = runner.invoke(app, ["analyze", "path/to/config.json", "-p", "decode", "--seq", "4096"])
+    assert result.exit_code == 0 and "6,738,415,616" in result.stdout  # LlamaConfig's defaults: LLaMA 2 7B
+    result = runner.invoke(app, ["import-hf", "mixtral/config.json"])
+    assert result.exit_code == 2
+    assert result.stderr == ("error: mixtral/config.json: model_type: mixtral is a mixture-of-experts model; "
+                             "mixture-of-experts is out of scope for now\n")
