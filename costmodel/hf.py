@@ -77,6 +77,13 @@ COMMON_IGNORED: dict[str, str] = {
     "reorder_and_upcast_attn": "precision of the score matmul, not its size",
     "relative_attention_max_distance": "the range of the T5 buckets, not their number",
     "is_decoder": "set by the model class itself",
+    "gradient_checkpointing": "a legacy training switch transformers no longer reads from a config",
+}
+_OLD_GPT2_KEYS = {
+    "n_ctx": "an old alias transformers does not read (n_positions sizes the table)",
+    **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+                     "summary_first_dropout", "summary_last_dropout"),
+                    "settings of GPT2DoubleHeadsModel's classification head, not of the LM head"),
 }
 
 
@@ -146,7 +153,7 @@ class _Config:
         """A field whose other values this tool cannot express."""
         v = self.get(key)
         if v != expected:
-            raise self.error(key, f"{v!r} is not supported: {why}")
+            raise self.error(key, f"{json.dumps(v)} is not supported: {why}")
 
 
 @dataclass(frozen=True)
@@ -158,7 +165,6 @@ class Family:
     defaults: dict[str, Any]
     read: Callable[[_Config, dict[str, Any]], None]
     ignored: dict[str, str]
-    note: str
 
 
 def _heads(c: _Config, out: dict[str, Any], heads: str, kv: str | None, head_dim: str | None) -> None:
@@ -315,6 +321,10 @@ def _gemma(c: _Config, out: dict[str, Any]) -> None:
     _no_partial_rotary(c)
     _attention_bias(c, out)
     out["embedding_scale"] = True  # hidden_states * sqrt(hidden_size)
+    _causal(c)
+
+
+def _causal(c: _Config) -> None:
     if c.get("use_bidirectional_attention"):
         raise c.error("use_bidirectional_attention", "bidirectional attention in a decoder is not supported")
 
@@ -338,31 +348,30 @@ def _softcaps(c: _Config, out: dict[str, Any]) -> None:
             out[field] = cap
 
 
-def _gemma2(c: _Config, out: dict[str, Any]) -> None:
+def _every(n: int | None) -> Callable[[int], list[str]]:
+    """Layer types where layer i is global when (i + 1) % n == 0 and slides otherwise."""
+    return lambda layers: ["sliding_attention" if (i + 1) % (n or 1) else "full_attention" for i in range(layers)]
+
+
+def _gemma_sandwich(c: _Config, out: dict[str, Any], every: int | None) -> None:
+    """Gemma 2 and 3: sandwich norms, soft-caps, and every n-th layer global."""
     _rope_decoder(c, out, "hidden_activation")
     _no_partial_rotary(c)
     _attention_bias(c, out)
     out["norm_position"] = NormPosition.sandwich.value
     out["embedding_scale"] = True
     _softcaps(c, out)
-    if c.get("use_bidirectional_attention"):
-        raise c.error("use_bidirectional_attention", "bidirectional attention in a decoder is not supported")
-    # Gemma 2 slides on even layers (0, 2, ...) and attends fully on odd ones.
-    _windows(c, out, lambda n: ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)])
+    _causal(c)
+    _windows(c, out, _every(every))
+
+
+def _gemma2(c: _Config, out: dict[str, Any]) -> None:
+    _gemma_sandwich(c, out, 2)  # even layers (0, 2, ...) slide, odd ones attend fully
 
 
 def _gemma3_text(c: _Config, out: dict[str, Any]) -> None:
-    _rope_decoder(c, out, "hidden_activation")
-    _no_partial_rotary(c)
-    _attention_bias(c, out)
-    out["norm_position"] = NormPosition.sandwich.value
-    out["embedding_scale"] = True
     out["qk_norm"] = QKNorm.head.value  # q_norm, k_norm: RMSNorm(head_dim)
-    _softcaps(c, out)
-    if c.get("use_bidirectional_attention"):
-        raise c.error("use_bidirectional_attention", "bidirectional attention in a decoder is not supported")
-    every = c.int("sliding_window_pattern")  # before layer_types: every n-th layer is global
-    _windows(c, out, lambda n: ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n)])
+    _gemma_sandwich(c, out, c.int("sliding_window_pattern"))  # before layer_types existed
 
 
 def _qwen(c: _Config, out: dict[str, Any]) -> None:
@@ -405,6 +414,8 @@ def _phi3(c: _Config, out: dict[str, Any]) -> None:
     # Fused qkv_proj and gate_up_proj hold exactly the parameters of separate q, k, v and gate, up.
     _rope_decoder(c, out)
     out["bias"] = False
+    if c.has("attention_bias"):  # Phi-3 configs carry it, but Phi3Attention builds no biases
+        c.require("attention_bias", False, "Phi3Attention builds its projections without biases")
     fraction = _rotary_fraction(c, "partial_rotary_factor")
     if fraction != 1.0:
         out["rotary_fraction"] = fraction
@@ -439,8 +450,7 @@ def _cohere2(c: _Config, out: dict[str, Any]) -> None:
     _cohere_common(c, out)
     _fixed_head_dim(c, out, "num_attention_heads")
     out["n_kv_heads"] = c.int("num_key_value_heads") or out["n_heads"]
-    every = c.int("sliding_window_pattern")
-    _windows(c, out, lambda n: ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n)])
+    _windows(c, out, _every(c.int("sliding_window_pattern")))
     # Only sliding layers apply RoPE; full-attention layers carry no positions (NoPE).
     kinds = set(out.get("layer_pattern", [LayerKind.global_.value]))
     if kinds == {LayerKind.global_.value}:
@@ -452,13 +462,19 @@ def _cohere2(c: _Config, out: dict[str, Any]) -> None:
 # --- GPT-style families ----------------------------------------------------------------------
 
 
-def _gpt2(c: _Config, out: dict[str, Any]) -> None:
-    out["d_model"] = c.req_int("n_embd")
-    out["n_layers"] = c.req_int("n_layer")
-    _fixed_head_dim(c, out, "n_head")
-    out["d_ff"] = c.int("n_inner") or 4 * out["d_model"]
+def _gpt_sizes(c: _Config, out: dict[str, Any], width: str, layers: str, heads: str, ffn: str,
+               positions: str) -> None:
+    """The sizes of the GPT-style types: head_dim is always width / heads; a null FFN width is 4d."""
+    out["d_model"] = c.req_int(width)
+    out["n_layers"] = c.req_int(layers)
+    _fixed_head_dim(c, out, heads)
+    out["d_ff"] = c.int(ffn) or 4 * out["d_model"]
     out["vocab_size"] = c.req_int("vocab_size")
-    out["max_seq_len"] = c.req_int("n_positions")
+    out["max_seq_len"] = c.req_int(positions)
+
+
+def _gpt2(c: _Config, out: dict[str, Any]) -> None:
+    _gpt_sizes(c, out, "n_embd", "n_layer", "n_head", "n_inner", "n_positions")
     out["norm"], out["position"] = Norm.layernorm.value, Position.learned.value
     out["activation"] = _activation(c, "activation_function", gated=False).value
     out["bias"] = {"qkv": True, "attn_out": True, "ffn": True}  # every Conv1D has a bias
@@ -467,18 +483,10 @@ def _gpt2(c: _Config, out: dict[str, Any]) -> None:
     c.require("scale_attn_weights", True, "scores without the 1/sqrt(d_h) scale are not modelled")
     c.require("scale_attn_by_inverse_layer_idx", False, "a second, per-layer score scale is not modelled")
     c.require("add_cross_attention", False, "cross-attention in a decoder-only model is not modelled")
-    for key in ("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-                "summary_first_dropout", "summary_last_dropout"):
-        c.read.add(key)  # GPT2DoubleHeadsModel only
 
 
 def _gptj(c: _Config, out: dict[str, Any]) -> None:
-    out["d_model"] = c.req_int("n_embd")
-    out["n_layers"] = c.req_int("n_layer")
-    _fixed_head_dim(c, out, "n_head")
-    out["d_ff"] = c.int("n_inner") or 4 * out["d_model"]
-    out["vocab_size"] = c.req_int("vocab_size")
-    out["max_seq_len"] = c.req_int("n_positions")
+    _gpt_sizes(c, out, "n_embd", "n_layer", "n_head", "n_inner", "n_positions")
     out["norm"], out["position"] = Norm.layernorm.value, Position.rope.value
     out["activation"] = _activation(c, "activation_function", gated=False).value
     out["block"], out["shared_norm"] = Block.parallel.value, True  # ln_1 feeds both branches
@@ -491,12 +499,8 @@ def _gptj(c: _Config, out: dict[str, Any]) -> None:
 
 
 def _gpt_neox(c: _Config, out: dict[str, Any]) -> None:
-    out["d_model"] = c.req_int("hidden_size")
-    out["n_layers"] = c.req_int("num_hidden_layers")
-    _fixed_head_dim(c, out, "num_attention_heads")
-    out["d_ff"] = c.req_int("intermediate_size")
-    out["vocab_size"] = c.req_int("vocab_size")
-    out["max_seq_len"] = c.req_int("max_position_embeddings")
+    _gpt_sizes(c, out, "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+               "max_position_embeddings")
     out["norm"], out["position"] = Norm.layernorm.value, Position.rope.value
     out["activation"] = _activation(c, "hidden_act", gated=False).value
     b = c.bool("attention_bias")
@@ -511,12 +515,8 @@ def _gpt_neox(c: _Config, out: dict[str, Any]) -> None:
 
 
 def _opt(c: _Config, out: dict[str, Any]) -> None:
-    out["d_model"] = c.req_int("hidden_size")
-    out["n_layers"] = c.req_int("num_hidden_layers")
-    _fixed_head_dim(c, out, "num_attention_heads")
-    out["d_ff"] = c.req_int("ffn_dim")
-    out["vocab_size"] = c.req_int("vocab_size")
-    out["max_seq_len"] = c.req_int("max_position_embeddings")
+    _gpt_sizes(c, out, "hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim",
+               "max_position_embeddings")
     out["position_offset"] = 2  # OPTLearnedPositionalEmbedding keeps 2 rows past the context
     out["norm"], out["position"] = Norm.layernorm.value, Position.learned.value
     out["activation"] = _activation(c, "activation_function", gated=False).value
@@ -533,6 +533,8 @@ def _opt(c: _Config, out: dict[str, Any]) -> None:
         out["norm_position"] = NormPosition.post.value
         c.read.add("_remove_final_layer_norm")
     c.require("layer_norm_elementwise_affine", True, "norms without gain and bias are not modelled")
+    if c.rate("activation_dropout") > 0:  # earlier OPT code dropped out the FFN hidden activations
+        raise c.error("activation_dropout", "dropout on the FFN hidden activations is not modelled")
     if c.rate("layerdrop") > 0:
         raise c.error("layerdrop", "randomly skipped layers in training are not modelled")
     _tied(c, out)
@@ -540,14 +542,11 @@ def _opt(c: _Config, out: dict[str, Any]) -> None:
 
 
 def _falcon(c: _Config, out: dict[str, Any]) -> None:
-    out["d_model"] = c.int("n_embed") if c.has("n_embed") else c.req_int("hidden_size")
+    # Old falcon configs name the width n_embed.
+    _gpt_sizes(c, out, "n_embed" if c.has("n_embed") else "hidden_size", "num_hidden_layers",
+               "num_attention_heads", "ffn_hidden_size", "max_position_embeddings")
     c.read.add("hidden_size")
-    out["n_layers"] = c.req_int("num_hidden_layers")
-    _fixed_head_dim(c, out, "num_attention_heads")
     h = out["n_heads"]
-    out["d_ff"] = c.int("ffn_hidden_size") or 4 * out["d_model"]
-    out["vocab_size"] = c.req_int("vocab_size")
-    out["max_seq_len"] = c.req_int("max_position_embeddings")
     out["norm"] = Norm.layernorm.value
     out["activation"] = _activation(c, "activation", gated=False).value
     b = c.bool("bias")  # query_key_value, dense, dense_h_to_4h, dense_4h_to_h; never lm_head
@@ -630,26 +629,23 @@ _LLAMA_DEFAULTS = dict(vocab_size=32000, hidden_size=4096, intermediate_size=110
                        attention_dropout=0.0, mlp_bias=False)
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
-    Family("llama", "LlamaForCausalLM", _LLAMA_DEFAULTS, _llama, {}, "pre-RMSNorm, SwiGLU, RoPE, GQA"),
+    Family("llama", "LlamaForCausalLM", _LLAMA_DEFAULTS, _llama, {}),
     Family("mistral", "MistralForCausalLM",
            {**_LLAMA_DEFAULTS, "intermediate_size": 14336, "num_key_value_heads": 8,
-            "max_position_embeddings": 4096 * 32, "sliding_window": 4096}, _mistral, {},
-           "LLaMA with a sliding window on every layer (sliding_window null: none)"),
+            "max_position_embeddings": 4096 * 32, "sliding_window": 4096}, _mistral, {}),
     Family("gemma", "GemmaForCausalLM",
            {**_LLAMA_DEFAULTS, "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576,
             "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
             "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 8192, "tie_word_embeddings": True,
             "use_bidirectional_attention": None}, _gemma,
-           {"hidden_activation": "Gemma 1 reads hidden_act; hidden_activation is a leftover of early configs"},
-           "GeGLU, head_dim 256, embeddings * sqrt(d)"),
+           {"hidden_activation": "Gemma 1 reads hidden_act; hidden_activation is a leftover of early configs"}),
     Family("gemma2", "Gemma2ForCausalLM",
            {**_LLAMA_DEFAULTS, "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
             "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
             "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
             "tie_word_embeddings": True, "sliding_window": 4096, "final_logit_softcapping": 30.0,
             "attn_logit_softcapping": 50.0, "use_bidirectional_attention": None}, _gemma2,
-           {"hidden_act": "Gemma 2 reads hidden_activation"},
-           "sandwich norms, soft-caps, sliding window on even layers"),
+           {"hidden_act": "Gemma 2 reads hidden_activation"}),
     Family("gemma3_text", "Gemma3ForCausalLM",
            {**_LLAMA_DEFAULTS, "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
             "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
@@ -657,70 +653,70 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
             "tie_word_embeddings": True, "sliding_window": 4096, "final_logit_softcapping": None,
             "attn_logit_softcapping": None, "use_bidirectional_attention": False,
             "sliding_window_pattern": 6}, _gemma3_text,
-           {"hidden_act": "Gemma 3 reads hidden_activation"},
-           "Gemma 2 with QK-norm; every 6th layer global (sliding_window_pattern)"),
+           {"hidden_act": "Gemma 3 reads hidden_activation"}),
     Family("qwen2", "Qwen2ForCausalLM",
            {**_LLAMA_DEFAULTS, "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768,
             "num_key_value_heads": 32, "use_sliding_window": False, "sliding_window": 4096,
-            "max_window_layers": 28}, _qwen2, {"use_mrope": "multimodal RoPE sections: angles only"},
-           "q, k, v biases; with use_sliding_window, layers from max_window_layers on slide"),
+            "max_window_layers": 28}, _qwen2, {"use_mrope": "multimodal RoPE sections: angles only"}),
     Family("qwen3", "Qwen3ForCausalLM",
            {**_LLAMA_DEFAULTS, "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768,
             "num_key_value_heads": 32, "head_dim": 128, "use_sliding_window": False, "sliding_window": 4096,
-            "max_window_layers": 28}, _qwen3, {}, "Qwen2 with QK-norm over head_dim and no q, k, v biases"),
+            "max_window_layers": 28}, _qwen3, {}),
     Family("olmo2", "Olmo2ForCausalLM",
-           {**_LLAMA_DEFAULTS, "vocab_size": 50304}, _olmo2, {},
-           "norms on the sub-layer outputs, QK-norm over the whole q and k"),
+           {**_LLAMA_DEFAULTS, "vocab_size": 50304}, _olmo2, {}),
     Family("phi3", "Phi3ForCausalLM",
            {**_LLAMA_DEFAULTS, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
             "max_position_embeddings": 4096, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "sliding_window": None,
-            "partial_rotary_factor": 1.0}, _phi3, {},
-           "fused qkv and gate_up (the same parameters), partial RoPE, window on every layer"),
+            "partial_rotary_factor": 1.0}, _phi3, {}),
     Family("cohere", "CohereForCausalLM",
            {**_LLAMA_DEFAULTS, "vocab_size": 256000, "hidden_size": 8192, "intermediate_size": 22528,
             "num_hidden_layers": 40, "num_attention_heads": 64, "max_position_embeddings": 8192,
-            "tie_word_embeddings": True, "logit_scale": 0.0625, "use_qk_norm": False}, _cohere, {},
-           "parallel block, one bias-free LayerNorm, logits scaled"),
+            "tie_word_embeddings": True, "logit_scale": 0.0625, "use_qk_norm": False}, _cohere, {}),
     Family("cohere2", "Cohere2ForCausalLM",
            {**_LLAMA_DEFAULTS, "vocab_size": 256000, "hidden_size": 8192, "intermediate_size": 22528,
             "num_hidden_layers": 40, "num_attention_heads": 64, "max_position_embeddings": 8192,
             "tie_word_embeddings": True, "logit_scale": 0.0625, "sliding_window": 4096,
-            "sliding_window_pattern": 4}, _cohere2, {},
-           "Cohere with 3 sliding RoPE layers per full NoPE layer"),
+            "sliding_window_pattern": 4}, _cohere2,
+           dict.fromkeys(("layer_switch", "order_of_interleaved_layers", "position_embedding_type", "rotary_pct",
+                          "use_embedding_sharing", "use_gated_activation", "use_parallel_block",
+                          "use_parallel_embedding"),
+                         "keys of Cohere's own code that transformers' Cohere2 does not read")),
     Family("gpt2", "GPT2LMHeadModel",
            dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
                 activation_function="gelu_new", resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
                 scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, add_cross_attention=False,
-                tie_word_embeddings=True), _gpt2, {}, "learned positions, biases, tied head"),
+                tie_word_embeddings=True), _gpt2, _OLD_GPT2_KEYS),
     Family("gptj", "GPTJForCausalLM",
            dict(vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=28, n_head=16, rotary_dim=64,
                 n_inner=None, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                tie_word_embeddings=False), _gptj, {}, "parallel block with one norm, RoPE on rotary_dim"),
+                tie_word_embeddings=False), _gptj,
+           {**_OLD_GPT2_KEYS, "rotary": "not read by transformers (rotary_dim is)",
+            "scale_attn_weights": "not read by GPT-J, which always scales the scores"}),
     Family("gpt_neox", "GPTNeoXForCausalLM",
            dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
                 intermediate_size=24576, hidden_act="gelu", attention_dropout=0.0, hidden_dropout=0.0,
                 max_position_embeddings=2048, tie_word_embeddings=False, use_parallel_residual=True,
-                attention_bias=True, rotary_pct=0.25), _gpt_neox, {},
-           "parallel block with two norms, partial RoPE (rotary_pct)"),
+                attention_bias=True, rotary_pct=0.25), _gpt_neox,
+           dict.fromkeys(("attention_probs_dropout_prob", "hidden_dropout_prob"),
+                         "early Pythia names transformers' GPT-NeoX does not read")),
     Family("opt", "OPTForCausalLM",
            dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
                 max_position_embeddings=2048, do_layer_norm_before=True, _remove_final_layer_norm=False,
                 word_embed_proj_dim=None, dropout=0.1, attention_dropout=0.0, num_attention_heads=12,
-                activation_function="relu", layerdrop=0.0, enable_bias=True, layer_norm_elementwise_affine=True,
-                tie_word_embeddings=True), _opt, {},
-           "learned positions with 2 offset rows, ReLU, pre- or post-norm"),
+                activation_function="relu", layerdrop=0.0, activation_dropout=0.0, enable_bias=True, layer_norm_elementwise_affine=True,
+                tie_word_embeddings=True), _opt, {}),
     Family("falcon", "FalconForCausalLM",
            dict(vocab_size=65024, hidden_size=4544, num_hidden_layers=32, num_attention_heads=71,
                 num_ln_in_parallel_attn=None, hidden_dropout=0.0, attention_dropout=0.0, num_kv_heads=None,
                 alibi=False, new_decoder_architecture=False, multi_query=True, parallel_attn=True, bias=False,
                 max_position_embeddings=2048, ffn_hidden_size=None, activation="gelu",
-                tie_word_embeddings=True), _falcon, {},
-           "parallel block, MQA or GQA (new_decoder_architecture), RoPE or ALiBi"),
+                tie_word_embeddings=True), _falcon,
+           {"apply_residual_connection_post_layernorm": "a BLOOM flag transformers' Falcon does not read"}),
     Family("t5", "T5ForConditionalGeneration",
            dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=None,
                 num_heads=8, relative_attention_num_buckets=32, dropout_rate=0.1, feed_forward_proj="relu",
                 is_encoder_decoder=True, tie_word_embeddings=True, tie_encoder_decoder=False, n_positions=512),
-           _t5, {}, "encoder-decoder, relative position buckets, ReLU or gated-GeLU"),
+           _t5, {"output_past": "the old name of use_cache"}),
 )}
 
 SUPPORTED = tuple(FAMILIES)

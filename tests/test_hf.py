@@ -66,6 +66,20 @@ def test_t5_small_tied_head_is_scaled():
     assert count_params(spec) == 60_506_624
 
 
+def test_released_gptj_config_with_its_legacy_keys():
+    """EleutherAI/gpt-j-6b's config.json as released: 6,050,882,784 tensors (the bundled spec's exact)."""
+    config = {"activation_function": "gelu_new", "architectures": ["GPTJForCausalLM"], "attn_pdrop": 0.0,
+              "bos_token_id": 50256, "embd_pdrop": 0.0, "eos_token_id": 50256, "gradient_checkpointing": False,
+              "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gptj", "n_embd": 4096,
+              "n_head": 16, "n_inner": None, "n_layer": 28, "n_positions": 2048, "resid_pdrop": 0.0,
+              "rotary": True, "rotary_dim": 64, "scale_attn_weights": True, "summary_activation": None,
+              "summary_first_dropout": 0.1, "summary_proj_to_labels": True, "summary_type": "cls_index",
+              "summary_use_proj": True, "tie_word_embeddings": False, "tokenizer_class": "GPT2Tokenizer",
+              "transformers_version": "4.18.0.dev0", "use_cache": True, "vocab_size": 50400}
+    spec = hf.spec_from_hf(config)
+    assert count_params(spec) == 6_050_882_784 and spec.rotary_dims == 64
+
+
 def test_gemma2_slides_on_even_layers_with_default_caps():
     spec = hf.spec_from_hf({"model_type": "gemma2", "num_hidden_layers": 5})
     assert spec.layer_kinds() == [L, G, L, G, L] and spec.window == 4096
@@ -162,7 +176,7 @@ ERRORS = [
     ({"model_type": "opt", "word_embed_proj_dim": 512, "hidden_size": 1024, "num_attention_heads": 16},
      "word_embed_proj_dim: 512 != hidden_size 1024: the project_in and project_out matrices"),
     ({"model_type": "t5"}, "dropout_rate: T5 also drops out the FFN hidden activations"),
-    ({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx: True is not supported"),
+    ({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx: true is not supported"),
     ({"model_type": "gemma3", "text_config": {}}, "model_type: gemma3 is multimodal"),
     ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size: should be a positive integer (got '4096')"),
     ({"model_type": "llama", "partial_rotary_factor": 0.5}, "partial_rotary_factor: llama rotates the whole head"),
