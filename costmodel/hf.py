@@ -26,7 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from costmodel.spec import Activation, Block, LayerKind, Norm, NormPosition, Position, QKNorm, Spec, SpecError, spec_from_dict
+from costmodel.spec import (
+    Activation,
+    Block,
+    LayerKind,
+    Norm,
+    NormPosition,
+    Position,
+    QKNorm,
+    Spec,
+    SpecError,
+    spec_from_dict,
+)
 
 # --- what is supported, and what is not ----------------------------------------------------
 
