@@ -220,7 +220,7 @@ def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
 
 
 def formula(
-    spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = True
+    spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = False
 ) -> sympy.Expr:
     """The expression for `quantity` summed over `component` (a path prefix; all by default).
 

@@ -395,7 +395,8 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
         msg = "unknown field" + (f" (did you mean {guess[0]}?)" if guess else "")
     elif kind == "enum":
         allowed = first.get("ctx", {}).get("expected", "")
-        msg = f"unknown value {first['input']!r}; expected one of {allowed.replace(chr(39), '')}"
+        allowed = allowed.replace("'", "").replace(" or ", ", ")
+        msg = f"unknown value {first['input']!r}; expected one of {allowed}"
     else:
         msg = msg.removeprefix("Value error, ")
         if "input" in first and kind not in ("model_type",) and not isinstance(first["input"], dict):
