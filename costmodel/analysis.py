@@ -8,15 +8,16 @@ the one set of formulas in ``costmodel.components``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
-
-import sympy
+from typing import TYPE_CHECKING, Any
 
 from costmodel import model
 from costmodel.cost import Cost
 from costmodel.phases import PHASES, QUANTITIES, Phase
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    import sympy
 
 DEFAULT_SEQ = 2048  # capped at the spec's max_seq_len
 
@@ -210,6 +211,8 @@ FORMULA_QUANTITIES = {
 
 def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
     """path -> quantity -> sympy expression in this phase, over the symbols of DESIGN.md."""
+    import sympy
+
     ph = PHASES[phase]
     costs = model.components(spec, model.symbolic_dims(spec))
     tree = {}
@@ -233,6 +236,8 @@ def formula(
         )
     if phase not in PHASES:
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+    import sympy
+
     tree = symbolic_tree(spec, phase)
     chosen = [p for p in tree if _under(p, component)]
     if not chosen:

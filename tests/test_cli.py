@@ -34,6 +34,21 @@ def test_analyze_all_phases_table() -> None:
         assert word in out
 
 
+def test_bundled_names_with_dots() -> None:
+    assert "405,853,388,800" in run("analyze", "llama-3.1-405b", "-p", "decode").stdout
+
+
+def test_analyze_does_not_import_sympy() -> None:
+    """Numbers are evaluated on integers: the CLI's hot path never pays for sympy's import."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from costmodel import analyze; from costmodel.catalog import load; "
+            "analyze(load('gemma-2-9b'), 'decode'); print('sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_analyze_one_phase_components() -> None:
     out = run("analyze", "llama-2-7b", "--phase", "decode", "--batch", "8", "--seq", "4096").stdout
     assert "decode: components" in out and "layers/attention/scores" in out
