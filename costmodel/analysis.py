@@ -241,8 +241,14 @@ def formula(
     tree = symbolic_tree(spec, phase)
     chosen = [p for p in tree if _under(p, component)]
     if not chosen:
-        raise AnalysisError(f"component: no component {component!r} in {spec.name}")
-    expr = sympy.Add(*(tree[p][q] for p in chosen for q in FORMULA_QUANTITIES[quantity]))
+        groups = sorted({p.rsplit("/", 1)[0] if "layers" in p else p for p in tree})
+        raise AnalysisError(
+            f"component: no component {component!r} in {spec.name}; try one of {', '.join(groups)}"
+        )
+    expr = sympy.expand(sympy.Add(*(tree[p][q] for p in chosen for q in FORMULA_QUANTITIES[quantity])))
     if not symbolic:
-        expr = sympy.expand(expr.xreplace(model.spec_values(spec)))
-    return expr
+        return sympy.expand(expr.xreplace(model.spec_values(spec)))
+    # Read per layer: the terms of each layer group gathered under its count (L, L_local, ...).
+    from costmodel import symbols as sym
+
+    return sympy.collect(expr, [sym.layer_count(*key) for key in model.layer_groups(spec)])

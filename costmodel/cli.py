@@ -140,17 +140,22 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
     for s in specs:
         ours = count_params(s)
         pub = s.published
+        exact = "" if not (pub and pub.exact) else "equal" if pub.exact == ours else f"{ours - pub.exact:+,}"
         rows.append((s.name, str(s.year or ""), s.architecture.value, str(pub.params) if pub else "",
                      f"{ours:,}", report.units.count(ours),
-                     f"{100 * (ours - pub.value) / pub.value:+.2f}%" if pub else ""))
+                     f"{100 * (ours - pub.value) / pub.value:+.2f}%" if pub else "", exact))
         data.append({"name": s.name, "family": s.family, "year": s.year,
                      "architecture": s.architecture.value, "published": pub.params if pub else None,
-                     "params": ours, "default_seq": default_seq(s)})
+                     "params": ours, "exact": pub.exact if pub else None, "default_seq": default_seq(s)})
     if fmt is Format.json:
         typer.echo(report.render_json(data))
         return
-    table = report.Table("Bundled specs", ("spec", "year", "architecture", "published", "params (ours)", "", "vs published"),
-                         rows, numeric_from=3)
+    table = report.Table(
+        "Bundled specs",
+        ("spec", "year", "architecture", "published", "params (ours)", "", "vs published", "vs released"),
+        rows, numeric_from=3,
+        notes=("vs released: our count against the exact count of the released implementation",),
+    )
     if fmt is Format.markdown:
         typer.echo(report.render_markdown([table]))
     elif fmt is Format.csv:
