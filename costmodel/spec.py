@@ -403,7 +403,8 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
             msg = f"{msg[0].lower()}{msg[1:]} (got {first['input']!r})"
     line = lines.get(field) or lines.get(loc[0] if loc else "")
     where = f"{origin}:{line}" if line else origin
-    return f"{where}: {field}: {msg}"
+    more = err.error_count() - 1
+    return f"{where}: {field}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
 
 
 def _known_fields(loc: list[str]) -> list[str]:
