@@ -117,7 +117,9 @@ def megatron_training_seconds(tokens: float, params: float, gpus: int, flops_per
     return 8 * tokens * params / (gpus * flops_per_gpu)
 
 
-def palm_train_flops_per_token(n_params: int, n_layers: int, n_heads: int, head_dim: int, seq_len: int) -> int:
+def palm_train_flops_per_token(
+    n_params: int, n_layers: int, n_heads: int, head_dim: int, seq_len: int
+) -> int:
     """Chowdhery et al. 2022, appendix B: 6N + 12 L H Q T model FLOPs per token (no
     rematerialisation): 6N for the weight matmuls, 6LH(2QT) for dense self-attention."""
     return 6 * n_params + 12 * n_layers * n_heads * head_dim * seq_len
@@ -168,8 +170,7 @@ class ConventionRow:
 
     @property
     def params_relative(self) -> float | None:
-        diff = self.params_difference
-        return None if diff is None else diff / self.ours_params
+        return _relative(self.params_difference, self.ours_params)
 
     @property
     def train_difference(self) -> float | None:
@@ -177,8 +178,7 @@ class ConventionRow:
 
     @property
     def train_relative(self) -> float | None:
-        diff = self.train_difference
-        return None if diff is None else diff / self.ours_train
+        return _relative(self.train_difference, self.ours_train)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -192,6 +192,10 @@ class ConventionRow:
             "train_difference": self.train_difference,
             "train_relative": self.train_relative,
         }
+
+
+def _relative(difference: float | None, ours: float) -> float | None:
+    return None if difference is None else difference / ours
 
 
 def selected(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -216,7 +220,9 @@ def paper_counts(spec: Spec, seq: int, names: tuple[str, ...] = PAPER_CONVENTION
     return out
 
 
-def compare_conventions(spec: Spec, seq: int | None = None, names: tuple[str, ...] = PAPER_CONVENTIONS) -> list[ConventionRow]:
+def compare_conventions(
+    spec: Spec, seq: int | None = None, names: tuple[str, ...] = PAPER_CONVENTIONS
+) -> list[ConventionRow]:
     """Every named paper's count beside our exact training count at `seq` (per token)."""
     seq = default_seq(spec, "train") if seq is None else seq
     train = analyze(spec, "train", batch=1, seq=seq).total()
@@ -256,7 +262,8 @@ def _kaplan(spec: Spec, seq: int, exact_params: int) -> PaperCount:
     leaves.append(f"C ~ 6N drops the context term 6*L*n_ctx*d_attn = {context:,} per token "
                   f"({100 * context / (3 * fwd):.1f}% of 3*C_forward)")
     return PaperCount(
-        "kaplan", SOURCES["kaplan"], "N = 2*d*L*(2*d_attn + d_ff); train = 3*C_forward = 6N + 6*L*n_ctx*d_attn",
+        "kaplan", SOURCES["kaplan"],
+        "N = 2*d*L*(2*d_attn + d_ff); train = 3*C_forward = 6N + 6*L*n_ctx*d_attn",
         N, "non-embedding weights", fwd, 3 * fwd, tuple(leaves),
         extras={"six_n": 6 * N, "n_ctx": seq, "d_attn": d_attn},
     )
@@ -304,7 +311,8 @@ def _megatron(spec: Spec, seq: int) -> list[PaperCount]:
     for recompute in (False, True):
         formula = ("96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) per iteration (full recomputation)" if recompute
                    else "72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) per iteration")
-        extra = ["recomputation: every layer's forward runs twice (hardware, not model, FLOPs)"] if recompute else []
+        extra = ["recomputation: every layer's forward runs twice (hardware, not model, FLOPs)"
+                 ] if recompute else []
         out.append(PaperCount(
             "megatron (recompute)" if recompute else "megatron", SOURCES["megatron"], formula,
             P, "12*l*h^2 + 13*l*h + (V + s)*h", forward,

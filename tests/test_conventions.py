@@ -122,9 +122,11 @@ def test_chinchilla_appendix_f_terms_for_one_layer():
     """Appendix F, by hand for S=2, V=3, d=4, H=2, k=2, L=1, f=8."""
     S, V, d, H, k, f = 2, 3, 4, 2, 2, 8
     ends = 2 * S * V * d + 2 * S * d * V
-    attention = 2 * 3 * S * d * k * H + 2 * S * S * k * H + 3 * H * S * S + 2 * S * S * k * H + 2 * S * k * H * d
+    attention = (2 * 3 * S * d * k * H + 2 * S * S * k * H + 3 * H * S * S + 2 * S * S * k * H
+                 + 2 * S * k * H * d)
     dense = 2 * S * 2 * d * f
-    assert chinchilla_forward_flops(S, V, d, H, k, 1, f) == ends + attention + dense == 96 + (192 + 32 + 24 + 32 + 64) + 256
+    assert (chinchilla_forward_flops(S, V, d, H, k, 1, f) == ends + attention + dense
+            == 96 + (192 + 32 + 24 + 32 + 64) + 256)
 
 
 # --- Narayanan et al. 2021 (Megatron-LM) ------------------------------------------------------
@@ -159,7 +161,8 @@ def test_megatron_eq_3_factored_form():
     recomputation: 96 B s l h^2 (1 + s/(6h) + V/(16lh))."""
     B, s, l, h, V = 8, 2048, 96, 12288, 51_200
     lead = B * s * l * h * h
-    assert megatron_flops_per_iteration(B, s, l, h, V) == 72 * lead * (1 + Fraction(s, 6 * h) + Fraction(V, 12 * l * h))
+    assert megatron_flops_per_iteration(B, s, l, h, V) == \
+        72 * lead * (1 + Fraction(s, 6 * h) + Fraction(V, 12 * l * h))
     assert megatron_flops_per_iteration(B, s, l, h, V, recompute=True) == \
         96 * lead * (1 + Fraction(s, 6 * h) + Fraction(V, 16 * l * h))
 
@@ -169,7 +172,8 @@ def test_megatron_formula_equals_our_matmul_count_for_gpt_shapes(name):
     """On the architecture Megatron's formula assumes (MHA, d_ff = 4d, one V*d head) its FLOPs are
     exactly our dense matmul count: two independent counts agree to the FLOP."""
     spec = catalog.load(name)
-    megatron = next(r for r in compare_conventions(spec, names=("megatron",)) if r.count.convention == "megatron")
+    megatron = compare_conventions(spec, names=("megatron",))[0]
+    assert megatron.count.convention == "megatron"
     assert megatron.count.train == megatron.ours_train_matmul
 
 
@@ -211,7 +215,8 @@ def test_palm_convention_on_our_palm_540b_spec():
 @pytest.mark.parametrize("d, layers, heads, published", [(4096, 32, 16, 8.63), (8192, 64, 32, 62.50)])
 def test_palm_8b_and_62b_as_variants_of_palm_540b(d, layers, heads, published):
     """Table 1: the smaller PaLMs differ only in d_model, layers and heads (d_ff = 4d, head 256)."""
-    spec = variant(catalog.load("palm-540b"), {"d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": 4 * d})
+    changes = {"d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": 4 * d}
+    spec = variant(catalog.load("palm-540b"), changes)
     assert round(count_params(spec) / 1e9, 2) == published
 
 
@@ -231,7 +236,8 @@ def test_leaves_out_names_what_this_spec_has():
     assert any(x.startswith("GQA") for x in counts["chinchilla"].leaves_out)
     assert any("learned position table" in x for x in counts["megatron"].leaves_out)
     assert any("untied" in x for x in counts["palm"].leaves_out)
-    assert all("gated" not in x for x in paper_counts(catalog.load("gpt3-175b"), 2048, ("kaplan",))[0].leaves_out)
+    gpt3 = paper_counts(catalog.load("gpt3-175b"), 2048, ("kaplan",))[0]
+    assert all("gated" not in x for x in gpt3.leaves_out)
 
 
 def test_encoder_decoder_gets_no_paper_count():
