@@ -10,8 +10,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, report
+from costmodel import catalog, compare_report, conventions, report
 from costmodel.analysis import AnalysisError, analyze, count_params, default_seq, formula
+from costmodel.conventions import ConventionName
 from costmodel.spec import SpecError, load_spec
 
 app = typer.Typer(
@@ -85,15 +86,21 @@ def analyze_cmd(
     enc_seq: EncSeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
     fmt: FormatOpt = Format.table,
+    convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec."""
     with _user_errors():
         s = catalog.load(spec)
         phases = [phase.value] if phase else [p.value for p in PhaseName]
         analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq) for p in phases]
+        papers = conventions.selected([c.value for c in convention or []])
+        train_seq = seq if seq is not None else default_seq(s, "train")
+        paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
     if fmt is Format.json:
         data = analyses[0].to_dict() if phase else {
             "spec": s.name, "phases": {a.phase: a.to_dict() for a in analyses}}
+        if paper_rows:
+            data["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}
         typer.echo(report.render_json(data))
         return
     if fmt is Format.csv:
@@ -102,6 +109,8 @@ def analyze_cmd(
     tables = [report.params_table(analyses[0]), report.phases_table(analyses)]
     if phase:
         tables.append(report.components_table(analyses[0]))
+    if paper_rows:
+        tables.append(compare_report.conventions_table(paper_rows, train_seq))
     header = f"{s.name}: {report.describe(s)}"
     if fmt is Format.markdown:
         typer.echo(report.render_markdown(tables, f"## {header}"))
@@ -172,3 +181,6 @@ def main() -> None:  # pragma: no cover - the console script
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+from costmodel import cli_compare  # noqa: E402,F401
