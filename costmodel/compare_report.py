@@ -160,10 +160,10 @@ def pages(table: Table, width: int, fixed: int = 2) -> list[Table]:
 def conventions_table(rows: Sequence[ConventionRow], seq: int) -> Table:
     """Each paper's count beside ours, per training token at `seq`; what each leaves out."""
     first = rows[0]
-    cells = [("exact (ours)", units.count(first.ours_params), "", units.flops(first.ours_train), "",
-              units.flops(first.ours_train_matmul))]
-    notes = [f"per training token at seq {seq}; ours counts every FLOP (matmul column: matmuls only); "
-             "differences are paper - ours, relative to ours"]
+    cells = [("exact", units.count(first.ours_params), "", units.flops(first.ours_train), "", ""),
+             ("exact matmul", "", "", units.flops(first.ours_train_matmul), "", "")]
+    notes = [f"per training token at seq {seq}; exact counts every FLOP, exact matmul only the matmuls; "
+             "vs: paper - ours, relative to ours (vs matmul: to our matmul FLOPs)"]
     for r in rows:
         c = r.count
         cells.append((c.convention,
@@ -177,29 +177,34 @@ def conventions_table(rows: Sequence[ConventionRow], seq: int) -> Table:
         else:
             notes.append(f"{c.convention}:")
         notes.extend(f"  - {item}" for item in c.leaves_out)
-    return Table("Counting conventions", ("convention", "params", "vs ours", "train FLOPs/token", "vs ours",
-                                          "vs ours (matmul)"), cells, notes)
+    return Table("Counting conventions", ("convention", "params", "vs ours", "FLOP/token", "vs ours", "vs matmul"),
+                 cells, notes)
 
 
 # --- ablate ---------------------------------------------------------------------------------------
 
 
 def ablation_tables(a: Ablation) -> list[Table]:
+    """The fields that differ, then one table per phase (parameters with the first)."""
     fields = [(f, show(b), show(x)) for f, b, x in a.fields] or [("(none)", "", "")]
-    first = next(iter(a.analyses.values()))[0]
-    seqs = ", ".join(f"{p} {pair[0].seq}" for p, pair in a.analyses.items())
-    rows = []
-    for d in a.deltas:
-        rows.append((QUANTITY_LABELS[d.quantity], d.phase, quantity_cell(d.quantity, d.before),
-                     quantity_cell(d.quantity, d.after), quantity_cell(d.quantity, d.change, signed=True),
-                     pct(d.relative)))
-    return [
-        Table(f"{a.before.name}: before and after", ("field", "before", "after"), fields,
-              ("every field that differs, derived ones included",), numeric_from=3),
-        Table("Effect, every phase", ("quantity", "phase", "before", "after", "change", "relative"), rows,
-              (f"batch {first.batch}, {first.dtype}; seq {seqs} (decode: tokens cached); "
-               "intensity is FLOPs per fused byte",), numeric_from=2),
-    ]
+    tables = [Table(f"{a.before.name}: before and after", ("field", "before", "after"), fields,
+                    ("every field that differs, derived ones included",), numeric_from=3)]
+    for phase, (before, _) in a.analyses.items():
+        rows = []
+        for d in a.deltas:
+            if d.phase == phase or (d.phase == "all" and len(tables) == 1):
+                rows.append((QUANTITY_LABELS[d.quantity], *(_ablation_cell(d.quantity, v, signed=i == 2)
+                                      for i, v in enumerate((d.before, d.after, d.change))), pct(d.relative)))
+        shape = f"{before.seq} cached" if phase == "decode" else f"seq {before.seq}"
+        tables.append(Table(f"{phase} (batch {before.batch}, {shape}, {before.dtype})",
+                            ("quantity", "before", "after", "change", "relative"), rows))
+    return tables
+
+
+def _ablation_cell(quantity: str, v: float, signed: bool) -> str:
+    if quantity == "intensity":  # the unit is in the row's label
+        return quantity_cell(quantity, v, signed).removesuffix(" FLOP/B")
+    return quantity_cell(quantity, v, signed)
 
 
 # --- elements -------------------------------------------------------------------------------------

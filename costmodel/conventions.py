@@ -314,7 +314,7 @@ def _megatron(spec: Spec, seq: int) -> list[PaperCount]:
         extra = ["recomputation: every layer's forward runs twice (hardware, not model, FLOPs)"
                  ] if recompute else []
         out.append(PaperCount(
-            "megatron (recompute)" if recompute else "megatron", SOURCES["megatron"], formula,
+            "megatron-recompute" if recompute else "megatron", SOURCES["megatron"], formula,
             P, "12*l*h^2 + 13*l*h + (V + s)*h", forward,
             megatron_flops_per_iteration(1, seq, l, h, V, recompute) // seq, tuple(leaves + extra),
         ))

@@ -146,7 +146,7 @@ QUANTITY_LABELS = {
     "bytes_unfused": "bytes unfused",
     "bytes_fused": "bytes fused",
     "kv_cache": "KV cache",
-    "intensity": "intensity (fused)",
+    "intensity": "intensity (FLOP/B, fused)",
 }
 
 

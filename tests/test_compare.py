@@ -13,8 +13,9 @@ from rich.console import Console
 
 from costmodel import catalog, compare_report, report
 from costmodel.compare import compare, expand
+from costmodel.conventions import compare_conventions
 from costmodel.spec import SpecError
-from costmodel.variants import variant
+from costmodel.variants import ablate, rank_elements, variant
 
 
 def choice(c, label):
@@ -105,7 +106,7 @@ def test_a_model_that_cannot_run_the_shape_gets_no_costs_and_a_note():
 
 def test_conventions_across_models_and_json():
     c = compare(expand(["gpt3-175b", "t5-11b"]), conventions=("megatron", "palm"))
-    assert set(c.conventions) == {"megatron", "megatron (recompute)", "palm"}
+    assert set(c.conventions) == {"megatron", "megatron-recompute", "palm"}
     t5 = c.conventions["palm"][c.names.index("t5-11b")]
     assert t5.count.train is None
     data = json.loads(json.dumps(c.to_dict()))
@@ -132,6 +133,17 @@ def test_pages_fit_the_terminal_and_show_every_model_once(width):
         out = render_at(pages, width)
         assert "…" not in out  # nothing cropped
         assert max(len(line) for line in out.splitlines()) <= width
+
+
+@pytest.mark.parametrize("tables", [
+    lambda: compare_report.ablation_tables(ablate(catalog.load("llama-2-7b"), {"n_kv_heads": 8})),
+    lambda: compare_report.elements_tables(rank_elements(catalog.load("gemma-3-27b"))),
+    lambda: [compare_report.conventions_table(compare_conventions(catalog.load("llama-3-8b")), 2048)],
+], ids=["ablate", "elements", "conventions"])
+def test_ablate_elements_and_conventions_fit_80_columns(tables):
+    out = render_at(tables(), 80)
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
 
 
 def test_markdown_is_one_valid_table_per_section():
