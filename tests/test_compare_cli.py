@@ -106,3 +106,14 @@ def test_analyze_with_conventions():
     data = json.loads(ok("analyze gpt3-175b -p train --convention all --format json"))
     assert [r["convention"] for r in data["conventions"]["rows"]] == [
         "kaplan", "chinchilla", "megatron", "megatron-recompute", "palm"]
+
+
+def test_readme_python_example():
+    from costmodel.compare import compare, expand
+    from costmodel.variants import ablate, rank_elements
+
+    c = compare(expand(["llama-2-7b", "mistral-7b"]), conventions=("palm",))
+    assert [ch.label for ch in c.choices if ch.invariant][:3] == ["year", "architecture", "layers"]
+    assert ablate(catalog.load("llama-2-7b"), {"n_kv_heads": 8}).fields == (("n_kv_heads", 32, 8),)
+    r = rank_elements(catalog.load("llama-2-7b"), by="kv_cache")
+    assert (r.effects[0].swap.label, r.effects[0].relative("kv_cache")) == ("MHA k=32 -> MQA k=1", -0.96875)
