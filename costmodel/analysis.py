@@ -8,15 +8,16 @@ the one set of formulas in ``costmodel.components``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
-
-import sympy
+from typing import TYPE_CHECKING, Any
 
 from costmodel import model
 from costmodel.cost import Cost
 from costmodel.phases import PHASES, QUANTITIES, Phase
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    import sympy
 
 DEFAULT_SEQ = 2048  # capped at the spec's max_seq_len
 
@@ -210,6 +211,8 @@ FORMULA_QUANTITIES = {
 
 def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
     """path -> quantity -> sympy expression in this phase, over the symbols of DESIGN.md."""
+    import sympy
+
     ph = PHASES[phase]
     costs = model.components(spec, model.symbolic_dims(spec))
     tree = {}
@@ -220,7 +223,7 @@ def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
 
 
 def formula(
-    spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = True
+    spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = False
 ) -> sympy.Expr:
     """The expression for `quantity` summed over `component` (a path prefix; all by default).
 
@@ -233,11 +236,19 @@ def formula(
         )
     if phase not in PHASES:
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+    import sympy
+
     tree = symbolic_tree(spec, phase)
     chosen = [p for p in tree if _under(p, component)]
     if not chosen:
-        raise AnalysisError(f"component: no component {component!r} in {spec.name}")
-    expr = sympy.Add(*(tree[p][q] for p in chosen for q in FORMULA_QUANTITIES[quantity]))
+        groups = sorted({p.rsplit("/", 1)[0] if "layers" in p else p for p in tree})
+        raise AnalysisError(
+            f"component: no component {component!r} in {spec.name}; try one of {', '.join(groups)}"
+        )
+    expr = sympy.expand(sympy.Add(*(tree[p][q] for p in chosen for q in FORMULA_QUANTITIES[quantity])))
     if not symbolic:
-        expr = sympy.expand(expr.xreplace(model.spec_values(spec)))
-    return expr
+        return sympy.expand(expr.xreplace(model.spec_values(spec)))
+    # Read per layer: the terms of each layer group gathered under its count (L, L_local, ...).
+    from costmodel import symbols as sym
+
+    return sympy.collect(expr, [sym.layer_count(*key) for key in model.layer_groups(spec)])

@@ -30,8 +30,8 @@ def resolve(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.exists():
         return path
-    # A bare name (no folder, no .yaml/.json), dots allowed: gpt3-1.3b, llama-3.1-405b.
-    if path.name == name_or_path and path.suffix not in (".yaml", ".yml", ".json"):
+    looks_like_a_name = "/" not in name_or_path and path.suffix not in (".yaml", ".yml", ".json")
+    if looks_like_a_name:  # names may hold dots: llama-3.1-405b
         bundled = specs_dir() / f"{name_or_path}.yaml"
         if bundled.exists():
             return bundled

@@ -10,8 +10,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, report
+from costmodel import catalog, compare_report, conventions, report
 from costmodel.analysis import AnalysisError, analyze, count_params, default_seq, formula
+from costmodel.conventions import ConventionName
 from costmodel.spec import SpecError, load_spec
 
 app = typer.Typer(
@@ -85,15 +86,21 @@ def analyze_cmd(
     enc_seq: EncSeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
     fmt: FormatOpt = Format.table,
+    convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec."""
     with _user_errors():
         s = catalog.load(spec)
         phases = [phase.value] if phase else [p.value for p in PhaseName]
         analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq) for p in phases]
+        papers = conventions.selected([c.value for c in convention or []])
+        train_seq = seq if seq is not None else default_seq(s, "train")
+        paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
     if fmt is Format.json:
         data = analyses[0].to_dict() if phase else {
             "spec": s.name, "phases": {a.phase: a.to_dict() for a in analyses}}
+        if paper_rows:
+            data["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}
         typer.echo(report.render_json(data))
         return
     if fmt is Format.csv:
@@ -102,6 +109,8 @@ def analyze_cmd(
     tables = [report.params_table(analyses[0]), report.phases_table(analyses)]
     if phase:
         tables.append(report.components_table(analyses[0]))
+    if paper_rows:
+        tables.append(compare_report.conventions_table(paper_rows, train_seq))
     header = f"{s.name}: {report.describe(s)}"
     if fmt is Format.markdown:
         typer.echo(report.render_markdown(tables, f"## {header}"))
@@ -140,17 +149,22 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
     for s in specs:
         ours = count_params(s)
         pub = s.published
+        exact = "" if not (pub and pub.exact) else "equal" if pub.exact == ours else f"{ours - pub.exact:+,}"
         rows.append((s.name, str(s.year or ""), s.architecture.value, str(pub.params) if pub else "",
                      f"{ours:,}", report.units.count(ours),
-                     f"{100 * (ours - pub.value) / pub.value:+.2f}%" if pub else ""))
+                     f"{100 * (ours - pub.value) / pub.value:+.2f}%" if pub else "", exact))
         data.append({"name": s.name, "family": s.family, "year": s.year,
                      "architecture": s.architecture.value, "published": pub.params if pub else None,
-                     "params": ours, "default_seq": default_seq(s)})
+                     "params": ours, "exact": pub.exact if pub else None, "default_seq": default_seq(s)})
     if fmt is Format.json:
         typer.echo(report.render_json(data))
         return
-    table = report.Table("Bundled specs", ("spec", "year", "architecture", "published", "params (ours)", "", "vs published"),
-                         rows, numeric_from=3)
+    table = report.Table(
+        "Bundled specs",
+        ("spec", "year", "architecture", "published", "params (ours)", "", "vs published", "vs released"),
+        rows, numeric_from=3,
+        notes=("vs released: our count against the exact count of the released implementation",),
+    )
     if fmt is Format.markdown:
         typer.echo(report.render_markdown([table]))
     elif fmt is Format.csv:
@@ -167,4 +181,7 @@ def main() -> None:  # pragma: no cover - the console script
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+from costmodel import cli_compare  # noqa: E402,F401
 from costmodel import cli_hf  # noqa: E402,F401

@@ -17,21 +17,30 @@ All costs are for one forward pass of the phase's shape; ``phases`` turns them i
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Union
-
-import sympy
+from typing import TYPE_CHECKING, Any, Union
 
 from costmodel import symbols as sym
 
-Num = Union[int, sympy.Expr]
+if TYPE_CHECKING:
+    import sympy
+
+Num = Union[int, "sympy.Expr"]
 
 
 def smin(a: Num, b: Num) -> Num:
-    return min(a, b) if isinstance(a, int) and isinstance(b, int) else sympy.Min(a, b)
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    import sympy  # already loaded: an argument is symbolic
+
+    return sympy.Min(a, b)
 
 
 def smax(a: Num, b: Num) -> Num:
-    return max(a, b) if isinstance(a, int) and isinstance(b, int) else sympy.Max(a, b)
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    import sympy
+
+    return sympy.Max(a, b)
 
 
 def half(x: Num) -> Num:
@@ -126,7 +135,7 @@ class Dims:
     def symbolic(self) -> bool:
         return not isinstance(self.d, int)
 
-    def mapping(self) -> dict[sympy.Symbol, Any]:
+    def mapping(self) -> dict[Any, Any]:
         """symbol -> value, for substituting these values into a symbolic expression."""
         out = {getattr(sym, n): getattr(self, n) for n in _ALPHABET}
         for (stack, kind), count in self.layers.items():

@@ -17,8 +17,7 @@ memory (a fused loss); activations kept for backward are left out of a lower bou
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import sympy
+from typing import Any
 
 from costmodel import symbols as sym
 from costmodel.cost import Cost, Num
@@ -28,19 +27,24 @@ from costmodel.cost import Cost, Num
 class Phase:
     name: str
     summary: str
-    subs: dict  # symbol -> symbol or integer: what this phase fixes
-    seq_symbol: sympy.Symbol  # the symbol a user's --seq sets (S, or C in decode)
+    fixes: dict[str, str | int]  # symbol name -> symbol name or integer: what this phase fixes
+    seq_symbol: str  # the symbol a user's --seq sets (S, or C in decode)
     seq_offset: int  # C = seq + 1 in decode: the cached tokens plus the new one
-    enc_symbol: sympy.Symbol  # the symbol a user's --enc-seq sets
+    enc_symbol: str  # the symbol a user's --enc-seq sets
     passes: int  # forward = 1, forward + backward = 3
     training: bool
 
+    @property
+    def subs(self) -> dict[Any, Any]:
+        """The substitution as sympy symbols, for formulas."""
+        return {getattr(sym, a): b if isinstance(b, int) else getattr(sym, b) for a, b in self.fixes.items()}
+
     def shape(self, batch: int, seq: int, enc_seq: int) -> dict[str, int]:
         """B, S, C, S_e, C_e for a user's batch, sequence length and encoder length."""
-        given = {sym.B: batch, self.seq_symbol: seq + self.seq_offset, self.enc_symbol: enc_seq}
-        for target, source in self.subs.items():
+        given: dict[str, int] = {"B": batch, self.seq_symbol: seq + self.seq_offset, self.enc_symbol: enc_seq}
+        for target, source in self.fixes.items():
             given[target] = source if isinstance(source, int) else given[source]
-        return {s.name: given[s] for s in (sym.B, sym.S, sym.C, sym.S_e, sym.C_e)}
+        return {name: given[name] for name in ("B", "S", "C", "S_e", "C_e")}
 
     def quantities(self, cost: Cost) -> dict[str, Num]:
         """A component's numbers (or expressions) in this phase, from its forward cost."""
@@ -69,17 +73,17 @@ QUANTITIES = ("params", "flops_matmul", "flops_matmul_effective", "flops_other",
 
 PREFILL = Phase(
     "prefill", "forward over B x S prompt tokens, no cache; writes S tokens of KV cache",
-    subs={sym.C: sym.S, sym.C_e: sym.S_e}, seq_symbol=sym.S, seq_offset=0, enc_symbol=sym.S_e,
+    fixes={"C": "S", "C_e": "S_e"}, seq_symbol="S", seq_offset=0, enc_symbol="S_e",
     passes=1, training=False,
 )
 DECODE = Phase(
     "decode", "one new token per sequence attending to S cached tokens + itself (C = S + 1)",
-    subs={sym.S: 1, sym.S_e: 0}, seq_symbol=sym.C, seq_offset=1, enc_symbol=sym.C_e,
+    fixes={"S": 1, "S_e": 0}, seq_symbol="C", seq_offset=1, enc_symbol="C_e",
     passes=1, training=False,
 )
 TRAIN = Phase(
     "train", "forward + backward over B x S tokens (backward = 2 x forward), with the loss",
-    subs={sym.C: sym.S, sym.C_e: sym.S_e}, seq_symbol=sym.S, seq_offset=0, enc_symbol=sym.S_e,
+    fixes={"C": "S", "C_e": "S_e"}, seq_symbol="S", seq_offset=0, enc_symbol="S_e",
     passes=3, training=True,
 )
 

@@ -417,14 +417,16 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
         msg = "unknown field" + (f" (did you mean {guess[0]}?)" if guess else "")
     elif kind == "enum":
         allowed = first.get("ctx", {}).get("expected", "")
-        msg = f"unknown value {first['input']!r}; expected one of {allowed.replace(chr(39), '')}"
+        allowed = allowed.replace("'", "").replace(" or ", ", ")
+        msg = f"unknown value {first['input']!r}; expected one of {allowed}"
     else:
         msg = msg.removeprefix("Value error, ")
         if "input" in first and kind not in ("model_type",) and not isinstance(first["input"], dict):
             msg = f"{msg[0].lower()}{msg[1:]} (got {first['input']!r})"
     line = lines.get(field) or lines.get(loc[0] if loc else "")
     where = f"{origin}:{line}" if line else origin
-    return f"{where}: {field}: {msg}"
+    more = err.error_count() - 1
+    return f"{where}: {field}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
 
 
 def _known_fields(loc: list[str]) -> list[str]:

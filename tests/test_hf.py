@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from hf_configs import CONFIGS
 from typer.testing import CliRunner
 
 from costmodel import catalog, hf
 from costmodel.analysis import analyze, count_params
 from costmodel.cli import app
 from costmodel.spec import LayerKind, Position, load_spec, spec_from_dict
+from tests.hf_configs import CONFIGS
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent

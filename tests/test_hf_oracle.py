@@ -14,11 +14,11 @@ from __future__ import annotations
 import copy
 
 import pytest
-from hf_configs import CONFIGS, SMALL
 
 from costmodel import catalog, hf
 from costmodel.analysis import count_params
 from costmodel.spec import LayerKind
+from tests.hf_configs import CONFIGS, SMALL
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip(

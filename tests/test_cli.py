@@ -1,0 +1,115 @@
+"""Every command documented in the README's tour, run through typer's CliRunner."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from costmodel.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_list_shows_published_and_ours() -> None:
+    out = run("list").stdout
+    assert "llama-2-7b" in out and "6,738,415,616" in out and "t5-11b" in out
+    data = json.loads(run("list", "--format", "json").stdout)
+    entry = next(d for d in data if d["name"] == "gpt2-small")
+    assert entry["params"] == 124_439_808 and entry["published"] == "124M"
+
+
+def test_analyze_all_phases_table() -> None:
+    out = run("analyze", "specs/llama-2-7b.yaml").stdout
+    for word in ("Parameters", "6,738,415,616", "train", "prefill", "decode", "KV cache", "intensity"):
+        assert word in out
+
+
+def test_bundled_names_with_dots() -> None:
+    assert "405,853,388,800" in run("analyze", "llama-3.1-405b", "-p", "decode").stdout
+
+
+def test_analyze_does_not_import_sympy() -> None:
+    """Numbers are evaluated on integers: the CLI's hot path never pays for sympy's import."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from costmodel import analyze; from costmodel.catalog import load; "
+            "analyze(load('gemma-2-9b'), 'decode'); print('sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_analyze_one_phase_components() -> None:
+    out = run("analyze", "llama-2-7b", "--phase", "decode", "--batch", "8", "--seq", "4096").stdout
+    assert "decode: components" in out and "layers/attention/scores" in out
+    assert "B=8 S=1 C=4097" in out
+
+
+def test_analyze_json_has_every_field_and_integers_stay_integers() -> None:
+    data = json.loads(run("analyze", "specs/mistral-7b.yaml", "-p", "prefill", "--format", "json").stdout)
+    for key in ("spec", "phase", "batch", "seq", "dtype", "kv_cache_bytes", "arithmetic_intensity"):
+        assert key in data
+    for key in ("total", "embedding", "lm_head", "non_embedding", "by_component"):
+        assert key in data["params"]
+    for key in ("total", "matmul", "matmul_effective", "by_component"):
+        assert key in data["flops"]
+    for key in ("unfused", "fused_min", "weights"):
+        assert key in data["bytes"]
+    assert isinstance(data["params"]["total"], int) and data["params"]["total"] == 7_241_732_096
+    assert isinstance(data["flops"]["matmul"], int) and isinstance(data["kv_cache_bytes"], int)
+    assert data["phase"] == "prefill" and data["seq"] == 2048 and data["dtype"] == "bf16"
+    # mistral-7b: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes x 2048 tokens
+    assert data["kv_cache_bytes"] == 32 * 8 * 128 * 2 * 2 * 2048
+
+
+def test_analyze_json_without_phase_has_all_three() -> None:
+    data = json.loads(run("analyze", "gpt2-small", "--format", "json").stdout)
+    assert set(data["phases"]) == {"train", "prefill", "decode"}
+    assert data["phases"]["decode"]["seq"] == 1023  # decode caches one token fewer: 1024 positions
+
+
+def test_analyze_markdown_and_csv() -> None:
+    md = run("analyze", "llama-2-7b", "-p", "prefill", "--format", "markdown").stdout
+    assert md.startswith("## llama-2-7b") and "| component |" in md and "|---|" in md
+    rows = list(csv.DictReader(io.StringIO(run("analyze", "llama-2-7b", "--format", "csv").stdout)))
+    totals = {r["phase"]: r for r in rows if r["component"] == "total"}
+    assert set(totals) == {"train", "prefill", "decode"}
+    assert int(totals["prefill"]["params"]) == 6_738_415_616
+
+
+def test_formula_numbers_substituted() -> None:
+    out = run("formula", "llama-2-7b", "--quantity", "flops_matmul", "--phase", "prefill").stdout.strip()
+    # 4*L*h*d_h = 524288 for the dense scores and AV; 2 x (matmul weights) per token
+    assert out == "524288*B*S**2 + 13214154752*B*S"
+
+
+def test_formula_symbolic_kv_cache() -> None:
+    out = run("formula", "llama-2-7b", "-q", "kv_cache", "-p", "decode", "--symbolic").stdout.strip()
+    assert out == "2*B*C*L*d_h*k*p"
+
+
+def test_formula_latex_for_a_component() -> None:
+    out = run("formula", "gemma-2-9b", "-q", "flops", "-p", "decode", "-c", "layers[local]/attention", "--latex").stdout
+    assert "\\min" in out and "B" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["formula", "llama-2-7b", "-c", "layers/mlp"], "no component 'layers/mlp'"),
+    (["analyze", "gpt2-small", "--seq", "4096"], "beyond the 1024 learned positions"),
+    (["analyze", "llama-2-7b", "--enc-seq", "10"], "enc_seq: only for encoder-decoder"),
+    (["analyze", "llama-2-7b", "--batch", "0"], "--batch"),
+])
+def test_bad_requests_one_line_exit_2(args, message) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
