@@ -545,7 +545,7 @@ def _opt(c: _Config, out: dict[str, Any]) -> None:
         c.read.add("_remove_final_layer_norm")
     c.require("layer_norm_elementwise_affine", True, "norms without gain and bias are not modelled")
     if c.rate("activation_dropout") > 0:  # earlier OPT code dropped out the FFN hidden activations
-        raise c.error("activation_dropout", "dropout on the FFN hidden activations is not modelled")
+        out["ffn_dropout"] = c.rate("activation_dropout")
     if c.rate("layerdrop") > 0:
         raise c.error("layerdrop", "randomly skipped layers in training are not modelled")
     _tied(c, out)
@@ -623,11 +623,11 @@ def _t5(c: _Config, out: dict[str, Any]) -> None:
     out["tied_embeddings"] = out["head_scale"] = tied
     if c.get("tie_encoder_decoder"):
         raise c.error("tie_encoder_decoder", "encoder and decoder sharing their weights is not modelled")
+    # One rate for every dropout site of T5: embeddings, attention probabilities, sub-block
+    # outputs, the FFN hidden activations and each stack's final-norm output.
     rate = c.rate("dropout_rate")
     if rate:
-        raise c.error("dropout_rate", "T5 also drops out the FFN hidden activations and each stack's final "
-                                      "norm output, which the spec does not model; set it to 0.0 to import "
-                                      "(only training costs change)")
+        out.update(dropout=rate, ffn_dropout=rate, final_dropout=rate)
     for key in ("dense_act_fn", "is_gated_act"):  # derived from feed_forward_proj by T5Config
         c.read.add(key)
 
@@ -850,6 +850,8 @@ _COMMENTS = {
     "layer_pattern": "from layer_types (or the pattern that fills them)",
     "embedding_dropout": "embeddings dropped out at another rate",
     "attention_dropout": "attention probabilities dropped out at another rate",
+    "ffn_dropout": "dropout on the FFN hidden activations",
+    "final_dropout": "dropout after each stack's final norm",
 }
 
 
@@ -885,7 +887,7 @@ _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null"}
 
 # --- export ----------------------------------------------------------------------------------
 
-_UNREADABLE_DROPOUT = {"t5": ("dropout_rate",), "falcon": ("hidden_dropout", "attention_dropout")}
+_UNREADABLE_DROPOUT = {"falcon": ("hidden_dropout", "attention_dropout")}
 _METADATA = ("name", "family", "year", "description", "source", "published")
 
 
@@ -1064,7 +1066,7 @@ def _export_opt(spec: Spec) -> dict[str, Any]:
             "do_layer_norm_before": spec.norm_position is not NormPosition.post,
             "activation_function": spec.activation.value, "enable_bias": spec.bias.qkv,
             "dropout": spec.dropout, "attention_dropout": spec.attention_dropout_rate,
-            "tie_word_embeddings": spec.tied_embeddings}
+            "activation_dropout": spec.ffn_dropout, "tie_word_embeddings": spec.tied_embeddings}
 
 
 def _export_falcon(spec: Spec) -> dict[str, Any]:

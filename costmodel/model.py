@@ -128,6 +128,8 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
             out[f"{group}/{name}"] = cost.times(count)
     if spec.final_norm:
         out[f"{prefix}final_norm"] = norm(spec, dims, dims.B * q_len, dims.d)
+    if spec.final_dropout > 0:
+        out[f"{prefix}final_dropout"] = dropout(dims, dims.B * q_len * dims.d)
     return out
 
 
@@ -177,13 +179,16 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
             yield f"{name}/{leaf}", cost
         if on_output:
             yield f"{name}/post_norm", the_norm()
-        # On the branch output, and on the attention probabilities (each at its own rate).
+        # On the branch output, the attention probabilities and the FFN hidden activations,
+        # each at its own rate.
         drop_out = spec.dropout > 0
         drop_probs = sub is not None and spec.attention_dropout_rate > 0
-        if drop_out or drop_probs:
+        drop_hidden = sub is None and spec.ffn_dropout > 0
+        if drop_out or drop_probs or drop_hidden:
             output = T * dims.d if drop_out else 0
             probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if drop_probs else 0
-            yield f"{name}/dropout", dropout(dims, output + probs)
+            hidden = T * dims.f if drop_hidden else 0
+            yield f"{name}/dropout", dropout(dims, output + probs + hidden)
 
     out: list[tuple[str, Cost]] = []
     if spec.block is Block.parallel:

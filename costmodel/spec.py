@@ -206,6 +206,9 @@ class Spec(BaseModel):
     # all); None: at `dropout`, as GPT-2 and the original Transformer do.
     embedding_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
     attention_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
+    # Sites only some models drop out (T5 both, OPT's activation_dropout the first).
+    ffn_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # on the FFN hidden activations
+    final_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # on each stack's final-norm output
 
     window: PositiveInt | None = None  # sliding-window length w of local layers
     layer_pattern: tuple[LayerKind, ...]  # repeated over the layers; default all local or global

@@ -154,6 +154,22 @@ def test_dropout_rates_per_site():
     assert [r.path for r in emb_only.rows if r.path.endswith("dropout")] == ["embedding/dropout"]
 
 
+def test_t5_dropout_at_every_site():
+    """T5's one dropout_rate covers the FFN hidden activations and each stack's final-norm output
+    too: per decoder-only-free stack, B*S*f and B*S*d more elements (2 FLOPs each, x3 in training)."""
+    base = dict(model_type="t5", vocab_size=10, d_model=8, d_kv=4, d_ff=12, num_layers=1,
+                num_decoder_layers=1, num_heads=2, feed_forward_proj="relu", n_positions=16)
+    dry = hf.spec_from_hf({**base, "dropout_rate": 0.0}, "t5")
+    wet = hf.spec_from_hf({**base, "dropout_rate": 0.1}, "t5")
+    assert (wet.dropout, wet.ffn_dropout, wet.final_dropout) == (0.1, 0.1, 0.1)
+    B, S, d, f, h = 1, 4, 8, 12, 2
+    a = analyze(wet, "train", B, S, enc_seq=S)
+    assert a.total("encoder/final_dropout").flops_other == 3 * 2 * B * S * d
+    # FFN: the output (S*d) and the hidden activations (S*f)
+    assert a.total("encoder/layers/ffn/dropout").flops_other == 3 * 2 * B * S * (d + f)
+    assert analyze(dry, "train", B, S, enc_seq=S).total().flops_other < a.total().flops_other
+
+
 def test_position_offset_only_with_learned_positions(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("\n".join(f"{k}: {v}" for k, v in {**TINY, "position_offset": 2}.items()))
@@ -175,7 +191,6 @@ ERRORS = [
      "architectures: LlamaForSequenceClassification has a head other than the language-model head"),
     ({"model_type": "opt", "word_embed_proj_dim": 512, "hidden_size": 1024, "num_attention_heads": 16},
      "word_embed_proj_dim: 512 != hidden_size 1024: the project_in and project_out matrices"),
-    ({"model_type": "t5"}, "dropout_rate: T5 also drops out the FFN hidden activations"),
     ({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx: true is not supported"),
     ({"model_type": "gemma3", "text_config": {}}, "model_type: gemma3 is multimodal"),
     ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size: should be a positive integer (got '4096')"),
@@ -254,7 +269,6 @@ def test_bundled_names_with_dots_resolve():
 # What each exported config cannot carry (the rest round-trips exactly), and why:
 LOST = {
     "palm-540b": {"z_loss", "logit_scale"},  # no HF field for z-loss; Cohere always scales logits
-    "t5-11b": {"dropout", "embedding_dropout", "attention_dropout"},  # T5's extra dropout sites
 }
 NO_HF_CLASS = {"transformer-base", "transformer-big"}  # sinusoidal encoder-decoder, no biased q/k/v
 
@@ -269,8 +283,6 @@ def test_round_trip_gives_the_same_costs(name):
     export = hf.export_hf(spec)
     assert set(export.lost) == LOST.get(name, set())
     config = json.loads(json.dumps(export.config))
-    if export.model_type == "t5":
-        config["dropout_rate"] = 0.0  # refused on import: T5 has dropout sites the spec lacks
     back = hf.spec_from_hf(config, name)
     assert count_params(back) == count_params(spec)
     if export.lost:
