@@ -10,8 +10,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, report
+from costmodel import catalog, metrics, report
 from costmodel.analysis import AnalysisError, analyze, count_params, default_seq, formula
+from costmodel.hardware import load_hardware
 from costmodel.spec import SpecError, load_spec
 
 app = typer.Typer(
@@ -64,6 +65,12 @@ SeqOpt = Annotated[
 EncSeqOpt = Annotated[Optional[int], typer.Option("--enc-seq", min=1, help="Encoder input length (encoder-decoder only). Default: --seq.")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Element type of weights and activations.")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+HardwareOpt = Annotated[
+    Optional[str],
+    typer.Option("--hardware", help="A device profile: a bundled name (a100-80gb, h100-sxm, h200, b200, l4, "
+                 "rtx-4090), `local` once `costmodel calibrate` has measured this machine, or a YAML file. "
+                 "See `costmodel hardware`."),
+]
 
 
 @contextmanager
@@ -84,29 +91,35 @@ def analyze_cmd(
     seq: SeqOpt = None,
     enc_seq: EncSeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
+    hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec."""
+    """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
+    the roofline time of each phase and whether it is compute- or memory-bound."""
     with _user_errors():
         s = catalog.load(spec)
+        hw = load_hardware(hardware) if hardware else None
+        if hw:
+            hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
         phases = [phase.value] if phase else [p.value for p in PhaseName]
         analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq) for p in phases]
     if fmt is Format.json:
-        data = analyses[0].to_dict() if phase else {
-            "spec": s.name, "phases": {a.phase: a.to_dict() for a in analyses}}
+        dicts = [a.to_dict() | ({"roofline": metrics.roofline_json(a.total(), hw, a.dtype)} if hw else {})
+                 for a in analyses]
+        data = dicts[0] if phase else {"spec": s.name, "phases": {a.phase: d for a, d in zip(analyses, dicts)}}
         typer.echo(report.render_json(data))
         return
     if fmt is Format.csv:
         typer.echo(report.render_csv(analyses), nl=False)
         return
-    tables = [report.params_table(analyses[0]), report.phases_table(analyses)]
+    tables = [report.params_table(analyses[0]), report.phases_table(analyses, hw)]
     if phase:
         tables.append(report.components_table(analyses[0]))
     header = f"{s.name}: {report.describe(s)}"
     if fmt is Format.markdown:
         typer.echo(report.render_markdown(tables, f"## {header}"))
     else:
-        report.render_rich(tables, f"[bold]{s.name}[/bold]: {report.describe(s)}")
+        report.render_rich(tables, report.rich_header(s))
 
 
 @app.command("formula")

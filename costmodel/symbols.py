@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import sympy
 
+# Asymptotics (Shazeer 2019): tokens per sequence, the number of decode steps summed over.
+n = sympy.Symbol("n", **_size)
+
 #: Token ids are int64 in every reference implementation (torch.long).
 ID_BYTES = 8
 #: A boolean mask element (attention masks, dropout masks) is one byte.

@@ -36,6 +36,16 @@ def nbytes(n: float) -> str:
     return f"{_sig(n)} B"
 
 
+def decimal_bytes(x: float) -> str:
+    """Decimal prefixes, as datasheets print them: 80e9 -> '80 GB'."""
+    return _scaled(x, _DECIMAL, "B")
+
+
+def bandwidth(x: float) -> str:
+    """3.35e12 -> '3.35 TB/s'."""
+    return f"{decimal_bytes(x)}/s"
+
+
 def intensity(x: float) -> str:
     return f"{_sig(x)} FLOP/B"
 
