@@ -130,14 +130,40 @@ def formula_cmd(
     component: Annotated[str, typer.Option("--component", "-c", help="A component path or prefix (layers/attention, lm_head). Default: the whole model.")] = "",
     symbolic: Annotated[bool, typer.Option("--symbolic", help="Keep the spec's sizes as symbols (d, h, k, L, ...).")] = False,
     latex: Annotated[bool, typer.Option("--latex", help="Print LaTeX.")] = False,
+    asymptotic: Annotated[bool, typer.Option(
+        "--asymptotic", help="Instead: the leading-order FLOPs and memory of the spec's attention layer "
+        "(d_h = d/h) as batch and length grow, beside Shazeer (2019): batched MHA, incremental MHA, "
+        "incremental MQA.")] = False,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """The sympy expression behind a number, over the symbols of DESIGN.md."""
+    import sympy
+
     with _user_errors():
         s = catalog.load(spec)
-        expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic)
-    if latex:
-        import sympy
+        if asymptotic:
+            from costmodel.asymptotics import shazeer
 
+            results = shazeer(s)
+        else:
+            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic)
+    if asymptotic:
+        from costmodel import report_attention
+
+        if fmt is Format.json:
+            typer.echo(report.render_json({"spec": s.name, "results": [r.to_dict() for r in results]}))
+        elif fmt is Format.csv:
+            typer.echo(report_attention.records_csv([r.to_dict() for r in results]), nl=False)
+        elif fmt is Format.markdown:
+            typer.echo(report.render_markdown([report_attention.shazeer_table(s.name, results)]))
+        else:
+            report.render_rich([report_attention.shazeer_table(s.name, results)])
+        return
+    if fmt is Format.json:
+        typer.echo(report.render_json({
+            "spec": s.name, "quantity": quantity.value, "phase": phase.value, "component": component or "total",
+            "symbolic": symbolic, "formula": str(expr), "latex": sympy.latex(expr)}))
+    elif latex:
         typer.echo(sympy.latex(expr))
     else:
         typer.echo(str(expr))
@@ -185,3 +211,6 @@ def main() -> None:  # pragma: no cover - the console script
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+from costmodel import cli_attention  # noqa: E402,F401

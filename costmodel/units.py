@@ -18,6 +18,11 @@ def _scaled(value: float, table: tuple[tuple[int, str], ...], unit: str, sep: st
     return f"{_sig(value)}{sep}{unit}".rstrip()
 
 
+def number(x: float) -> str:
+    """Three significant digits, whole numbers from 1000 on: 0.998, 14.3, 14050."""
+    return _sig(x)
+
+
 def count(n: float) -> str:
     """6738415616 -> '6.74 B'."""
     return _scaled(n, _COUNT, "")

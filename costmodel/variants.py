@@ -69,14 +69,13 @@ def full_attention(spec: Spec) -> Spec:
 
 
 def pattern_label(spec: Spec) -> str:
-    """``window 1024, 5 local : 1 global``; ``full`` without a window."""
+    """``w=1024 local``, ``w=1024 5:1 local:global``; ``full`` without a window."""
     if spec.window is None:
         return "full"
     counts = {kind: list(spec.layer_pattern).count(kind) for kind in LayerKind}
     if counts[LayerKind.global_] == 0:
-        return f"window {spec.window}"
-    return (f"window {spec.window}, {counts[LayerKind.local]} local : "
-            f"{counts[LayerKind.global_]} global")
+        return f"w={spec.window} local"
+    return f"w={spec.window} {counts[LayerKind.local]}:{counts[LayerKind.global_]} local:global"
 
 
 def window_variants(spec: Spec, window: int | None = None) -> list[Variant]:
