@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated, Optional
 
 import typer
@@ -21,9 +22,17 @@ from costmodel.cli import (
     _user_errors,
     app,
 )
-from costmodel.hardware import bundled_dir, load_hardware, profile_paths
+from costmodel.hardware import bundled_dir, load_hardware, profile_paths, user_dir
 
 DEFAULT_HARDWARE = "h100-sxm"
+
+
+class SweepQuantity(str, Enum):
+    intensity = "intensity"
+    kv_cache = "kv_cache"
+    time = "time"
+
+
 DeviceOpt = Annotated[str, typer.Option(
     "--hardware", help="A device profile: a100-80gb, h100-sxm, h200, b200, l4, rtx-4090, `local` once "
     "`costmodel calibrate` has measured this machine, or a YAML file (see `costmodel hardware`).")]
@@ -95,8 +104,9 @@ def sweep_cmd(
         "--over", help="An axis to sweep: seq=START:STOP (powers of two from START, and STOP), "
         "seq=START:STOP:POINTS (geometric), or batch=1,8,64. Repeat for a grid. Default: seq from 512 "
         "to the spec's max_seq_len.")] = None,
-    quantity: Annotated[str, typer.Option(
-        "--quantity", "-q", help="intensity (FLOP/B, fused bytes), kv_cache (bytes) or time (roofline seconds).")] = "intensity",
+    quantity: Annotated[SweepQuantity, typer.Option(
+        "--quantity", "-q", help="intensity (FLOP/B, fused bytes), kv_cache (bytes) or time (roofline seconds).")
+    ] = SweepQuantity.intensity,
     phases: Annotated[Optional[list[PhaseName]], typer.Option(
         "--phase", "-p", help="Phases to evaluate (repeat). Default: prefill and decode; decode alone for kv_cache.")] = None,
     batch: BatchOpt = 1,
@@ -120,8 +130,9 @@ def sweep_cmd(
         s = catalog.load(spec)
         hw = load_hardware(hardware)
         axes = [parse_axis(text) for text in over] if over else [default_axis(s)]
-        chosen = [p.value for p in phases] if phases else (["decode"] if quantity == "kv_cache" else ["prefill", "decode"])
-        sw = sweep(s, quantity, axes, hw, batch=batch, seq=seq, phases=chosen, dtype=dtype.value,
+        chosen = [p.value for p in phases] if phases else (
+            ["decode"] if quantity is SweepQuantity.kv_cache else ["prefill", "decode"])
+        sw = sweep(s, quantity.value, axes, hw, batch=batch, seq=seq, phases=chosen, dtype=dtype.value,
                    kv_heads=_ints(kv_heads, "--kv-heads"), component=component)
         if plot:
             from costmodel.plot import plot as draw
@@ -144,20 +155,21 @@ def hardware_cmd(dtype: DtypeOpt = Dtype.bf16, fmt: FormatOpt = Format.table) ->
     """The device profiles --hardware accepts: bundled datasheet figures, and measured ones in the
     user folder ($COSTMODEL_HARDWARE_DIR, default ~/.config/costmodel/hardware) such as `local`."""
     from costmodel import report_attention as ra
-    from costmodel.metrics import hardware_dict
 
     with _user_errors():
-        found = [(load_hardware(str(path)), "bundled" if path.parent == bundled_dir() else str(path.parent))
+        found = [(load_hardware(str(path)), "bundled" if path.parent == bundled_dir() else "user", path)
                  for path in profile_paths().values()]
     if fmt is Format.json:
-        typer.echo(report.render_json([{**hw.model_dump(), "from": where,
-                                        **({"ridge": hardware_dict(hw, dtype.value)["ridge"]} if dtype.value in hw.peak_flops else {})}
-                                       for hw, where in found]))
+        typer.echo(report.render_json([
+            {**hw.model_dump(), "from": where, "path": str(path),
+             "ridge": {dt: hw.ridge(dt) for dt in hw.peak_flops}} for hw, where, path in found]))
         return
-    table = ra.hardware_table(found, dtype.value)
+    if fmt is Format.csv:
+        typer.echo(ra.records_csv([{**hw.model_dump(exclude={"source"}), "from": where, "path": str(path)}
+                                   for hw, where, path in found]), nl=False)
+        return
+    table = ra.hardware_table([(hw, where) for hw, where, _ in found], dtype.value, user_dir())
     if fmt is Format.markdown:
         typer.echo(report.render_markdown([table]))
-    elif fmt is Format.csv:
-        typer.echo(ra.records_csv([{**hw.model_dump(exclude={"source"}), "from": where} for hw, where in found]), nl=False)
     else:
         report.render_rich([table])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from costmodel import units
@@ -146,7 +147,7 @@ def sweep_csv(sw: Sweep) -> str:
     return buf.getvalue()
 
 
-def hardware_table(profiles: Iterable[tuple[Hardware, str]], dtype: str) -> Table:
+def hardware_table(profiles: Iterable[tuple[Hardware, str]], dtype: str, user_folder: Path) -> Table:
     """Every profile found: bundled, and the user folder's (`costmodel calibrate` writes `local`)."""
     rows = []
     for hw, where in profiles:
@@ -157,7 +158,9 @@ def hardware_table(profiles: Iterable[tuple[Hardware, str]], dtype: str) -> Tabl
                      f"{hw.ridge(dtype):.3g}" if has else "-", hw.description or ""))
     return Table("Hardware profiles", ("name", "from", "figures", f"peak {dtype} (dense)", "bandwidth",
                                        "memory", "ridge FLOP/B", "device"), rows,
-                 ("--hardware NAME takes any of these names, or a YAML file",), numeric_from=3)
+                 ("--hardware NAME takes any of these names, or a YAML file. User profiles (`costmodel "
+                  f"calibrate` writes `local`) live in {user_folder} ($COSTMODEL_HARDWARE_DIR) and take "
+                  "precedence over a bundled profile of the same name.",), numeric_from=3)
 
 
 def records_csv(records: Sequence[dict[str, Any]]) -> str:

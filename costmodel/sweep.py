@@ -48,28 +48,29 @@ def parse_axis(text: str) -> Axis:
         raise AnalysisError(f"--over: {text!r}: expected NAME=START:STOP[:POINTS] or NAME=A,B,C "
                             f"with NAME one of {', '.join(AXES)}")
     name, body = m.groups()
+    parts = body.split(":") if ":" in body else body.split(",")
     try:
-        if ":" in body:
-            parts = [int(x) for x in body.split(":")]
-            if len(parts) not in (2, 3):
-                raise ValueError
-            start, stop = parts[:2]
-            if start < 1 or stop < start:
-                raise AnalysisError(f"--over {name}: need 1 <= START <= STOP (got {start}:{stop})")
-            if len(parts) == 3:
-                if parts[2] < 1:
-                    raise AnalysisError(f"--over {name}: POINTS must be at least 1 (got {parts[2]})")
-                values = np.unique(np.rint(np.geomspace(start, stop, parts[2])).astype(np.int64))
-            else:
-                doubling = start * 2 ** np.arange(int(np.log2(stop / start)) + 1, dtype=np.int64)
-                values = np.unique(np.append(doubling, stop))
-        else:
-            values = np.unique(np.array([int(x) for x in body.split(",")], dtype=np.int64))
-            if values[0] < 1:
-                raise AnalysisError(f"--over {name}: values must be at least 1 (got {values[0]})")
+        numbers = [int(x) for x in parts]
     except ValueError:
         raise AnalysisError(f"--over {name}: {body!r} is not START:STOP[:POINTS] nor a list of "
                             "integers") from None
+    if ":" not in body:
+        values = np.unique(np.array(numbers, dtype=np.int64))
+        if values[0] < 1:
+            raise AnalysisError(f"--over {name}: values must be at least 1 (got {values[0]})")
+        return Axis(name, values)
+    if len(numbers) not in (2, 3):
+        raise AnalysisError(f"--over {name}: {body!r} is not START:STOP[:POINTS] nor a list of integers")
+    start, stop = numbers[:2]
+    if start < 1 or stop < start:
+        raise AnalysisError(f"--over {name}: need 1 <= START <= STOP (got {start}:{stop})")
+    if len(numbers) == 3:
+        if numbers[2] < 1:
+            raise AnalysisError(f"--over {name}: POINTS must be at least 1 (got {numbers[2]})")
+        values = np.unique(np.rint(np.geomspace(start, stop, numbers[2])).astype(np.int64))
+    else:
+        doubling = start * 2 ** np.arange(int(np.log2(stop / start)) + 1, dtype=np.int64)
+        values = np.unique(np.append(doubling, stop))
     return Axis(name, values)
 
 
