@@ -13,7 +13,7 @@ import typer
 from costmodel import catalog, metrics, report
 from costmodel.analysis import AnalysisError, analyze, count_params, default_seq, formula
 from costmodel.hardware import load_hardware
-from costmodel.spec import SpecError, load_spec
+from costmodel.spec import Spec, SpecError, load_spec
 
 app = typer.Typer(
     help="Analytical cost model for transformer architectures: parameters, FLOPs, bytes, "
@@ -115,11 +115,15 @@ def analyze_cmd(
     tables = [report.params_table(analyses[0]), report.phases_table(analyses, hw)]
     if phase:
         tables.append(report.components_table(analyses[0]))
-    header = f"{s.name}: {report.describe(s)}"
+    render_tables(tables, fmt, s)
+
+
+def render_tables(tables: list[report.Table], fmt: Format, spec: Spec | None = None) -> None:
+    """Markdown or rich tables, under a line describing `spec` when given."""
     if fmt is Format.markdown:
-        typer.echo(report.render_markdown(tables, f"## {header}"))
+        typer.echo(report.render_markdown(tables, f"## {spec.name}: {report.describe(spec)}" if spec else None))
     else:
-        report.render_rich(tables, report.rich_header(s))
+        report.render_rich(tables, report.rich_header(spec) if spec else None)
 
 
 @app.command("formula")
@@ -154,10 +158,8 @@ def formula_cmd(
             typer.echo(report.render_json({"spec": s.name, "results": [r.to_dict() for r in results]}))
         elif fmt is Format.csv:
             typer.echo(report_attention.records_csv([r.to_dict() for r in results]), nl=False)
-        elif fmt is Format.markdown:
-            typer.echo(report.render_markdown([report_attention.shazeer_table(s.name, results)]))
         else:
-            report.render_rich([report_attention.shazeer_table(s.name, results)])
+            render_tables([report_attention.shazeer_table(s.name, results)], fmt)
         return
     if fmt is Format.json:
         typer.echo(report.render_json({

@@ -21,6 +21,7 @@ from costmodel.cli import (
     SpecArg,
     _user_errors,
     app,
+    render_tables,
 )
 from costmodel.hardware import bundled_dir, load_hardware, profile_paths, user_dir
 
@@ -90,11 +91,7 @@ def attention_cmd(
         typer.echo(ra.records_csv([{"table": "kv_heads", **r.to_dict()} for r in heads]
                                   + [{"table": "windows", **r.to_dict()} for r in windows]), nl=False)
         return
-    tables = [ra.heads_table(heads, hw, dtype.value), ra.windows_table(windows, hw, batch)]
-    if fmt is Format.markdown:
-        typer.echo(report.render_markdown(tables, f"## {s.name}: {report.describe(s)}"))
-    else:
-        report.render_rich(tables, report.rich_header(s))
+    render_tables([ra.heads_table(heads, hw, dtype.value), ra.windows_table(windows, hw, batch)], fmt, s)
 
 
 @app.command("sweep")
@@ -142,10 +139,8 @@ def sweep_cmd(
         typer.echo(report.render_json(sw.to_dict()))
     elif fmt is Format.csv:
         typer.echo(ra.sweep_csv(sw), nl=False)
-    elif fmt is Format.markdown:
-        typer.echo(report.render_markdown([ra.sweep_table(sw)]))
     else:
-        report.render_rich([ra.sweep_table(sw)])
+        render_tables([ra.sweep_table(sw)], fmt)
     if plot:
         typer.echo(f"wrote {written}", err=True)
 
@@ -168,8 +163,4 @@ def hardware_cmd(dtype: DtypeOpt = Dtype.bf16, fmt: FormatOpt = Format.table) ->
         typer.echo(ra.records_csv([{**hw.model_dump(exclude={"source"}), "from": where, "path": str(path)}
                                    for hw, where, path in found]), nl=False)
         return
-    table = ra.hardware_table([(hw, where) for hw, where, _ in found], dtype.value, user_dir())
-    if fmt is Format.markdown:
-        typer.echo(report.render_markdown([table]))
-    else:
-        report.render_rich([table])
+    render_tables([ra.hardware_table([(hw, where) for hw, where, _ in found], dtype.value, user_dir())], fmt)

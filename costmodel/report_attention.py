@@ -35,17 +35,17 @@ def heads_table(rows: Sequence[HeadsRow], hw: Hardware, dtype: str) -> Table:
             units.flops(att.flops), units.nbytes(att.bytes_fused),
             units.intensity(r.attention_roofline.intensity), r.attention_roofline.bound,
             units.seconds(r.attention_roofline.time_s), units.seconds(r.step_roofline.time_s),
-            str(r.fit.max_batch),
+            f"{r.fit.max_batch}" + (" (< B)" if r.fit.max_batch < r.shape["B"] else ""),
         ))
-    r0 = rows[0]
-    shape = " ".join(f"{k}={v}" for k, v in r0.shape.items() if v and k in ("B", "C"))
+    prefill = next((r for r in rows if r.phase == "prefill"), rows[0])
     notes = [
-        f"{shape} (prefill: C = seq; decode: seq cached + the new token). Attention = every attention "
+        f"B={prefill.shape['B']}, seq={prefill.shape['S']} (prefill: C = seq; decode: seq cached, "
+        "C = seq + 1). Attention = every attention "
         "sub-block (norm, q/k/v, scores, softmax, AV, out, residual) summed over layers; bytes are the "
         "fused lower bound (weights and KV cache once); time = max(FLOPs / peak, bytes / bandwidth).",
         "KV/token = one sequence's KV cache / C. step = the whole forward pass. max batch = largest B with "
         "weights + B x KV cache of one sequence <= device memory (activations, workspace and the "
-        "framework's reserve left out).",
+        "framework's reserve left out); (< B): the batch asked for does not fit.",
         device_note(hw, dtype),
     ]
     return Table(

@@ -197,6 +197,10 @@ def test_readme_attention_example():
         assert text in result.output
     # KV per token of llama-3-8b: 2 x 32 layers x 8 heads x 128 x 2 bytes = 128 KiB
     assert "128 KiB" in result.output
+    # MHA: 8,030,261,248 + 32 x 2 x 4096 x (4096 - 1024) = 8,835,567,616 params, 17.67 GB in bf16;
+    # 512 KiB x 8193 tokens per sequence: (80e9 - 17.67e9) / 4.295e9 = 14.5 -> 14 < 16 asked for.
+    mha = [line for line in result.output.splitlines() if line.lstrip().startswith("MHA k=32")]
+    assert len(mha) == 2 and all(line.rstrip().endswith("14 (< B)") for line in mha)
 
 
 def test_readme_attention_kv_heads_example():

@@ -41,6 +41,14 @@ def test_bundled_profile_matches_its_datasheet(name):
     assert hw.source and not hw.measured
 
 
+def test_readme_hardware_example(tmp_path, monkeypatch):
+    monkeypatch.setenv("COSTMODEL_HARDWARE_DIR", str(tmp_path))  # no user profiles
+    result = runner.invoke(app, ["hardware"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[0] for line in result.output.splitlines() if line.split()[1:2] == ["bundled"]]
+    assert rows == sorted(DATASHEETS)
+
+
 def test_ridge_point_is_peak_over_bandwidth():
     """H100 SXM: 989.4 TFLOP/s / 3.35 TB/s = 295.3 FLOP/B."""
     assert load_hardware("h100-sxm").ridge("bf16") == pytest.approx(295.34, abs=0.01)

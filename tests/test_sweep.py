@@ -90,6 +90,14 @@ def test_readme_sweep_example_table():
     assert any(line.split()[:1] == ["131072"] for line in lines)
 
 
+def test_readme_sweep_csv_example():
+    result = runner.invoke(app, ["sweep", "llama-3-8b", "--over", "seq=512:131072:100", "--over",
+                                 "batch=1:100:100", "-f", "csv"])
+    assert result.exit_code == 0, result.output
+    batches = len(set(np.rint(np.geomspace(1, 100, 100)).tolist()))  # 100 points rounded: repeats merge
+    assert len(result.output.splitlines()) == 1 + 3 * 2 * 100 * batches
+
+
 def test_sweep_json_and_csv():
     data = json.loads(runner.invoke(app, ["sweep", "mistral-7b", "-q", "kv_cache", "--over", "batch=1,2",
                                           "-f", "json"]).output)
