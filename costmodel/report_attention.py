@@ -10,14 +10,16 @@ import csv
 import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costmodel import units
-from costmodel.asymptotics import ASSUMPTIONS_TEXT, Result
 from costmodel.compare import HeadsRow, WindowRow
 from costmodel.hardware import Hardware
 from costmodel.report import Table, device_note
-from costmodel.sweep import Sweep
+
+if TYPE_CHECKING:  # sympy and numpy load only for the commands that use them
+    from costmodel.asymptotics import Result
+    from costmodel.sweep import Sweep
 
 
 def _mark(label: str, own: bool) -> str:
@@ -80,6 +82,8 @@ def windows_table(rows: Sequence[WindowRow], hw: Hardware, batch: int) -> Table:
 
 def shazeer_table(spec_name: str, results: Sequence[Result]) -> Table:
     """Shazeer's three results beside ours, quantity by quantity."""
+    from costmodel.asymptotics import ASSUMPTIONS_TEXT
+
     tick = lambda ok: "yes" if ok else "NO"  # noqa: E731
     rows = []
     for r in results:

@@ -89,7 +89,7 @@ class Evaluator:
         ph = PHASES[phase]
         tree = symbolic_tree(spec, phase)
         values = {**model.spec_values(spec), sym.p: DTYPE_BYTES[dtype],
-                  ph.seq_symbol: _SEQ + ph.seq_offset, ph.enc_symbol: _SEQ}
+                  getattr(sym, ph.seq_symbol): _SEQ + ph.seq_offset, getattr(sym, ph.enc_symbol): _SEQ}
         exprs = [select(tree, q, component, spec.name).xreplace(values) for q in ("flops", "bytes_fused", "kv_cache")]
         self._fn: Callable[..., list[Any]] = sympy.lambdify((sym.B, _SEQ), exprs, "numpy")
 

@@ -250,3 +250,15 @@ def test_formula_json():
     data = json.loads(runner.invoke(app, ["formula", "llama-2-7b", "-q", "kv_cache", "-p", "decode",
                                           "--symbolic", "-f", "json"]).output)
     assert data["formula"] == "2*B*C*L*d_h*k*p"
+
+
+def test_attention_stays_off_sympy_and_numpy():
+    """The comparison is integer analyses of variant specs: no sympy or numpy import, as in analyze."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from typer.testing import CliRunner; from costmodel.cli import app; "
+            "r = CliRunner().invoke(app, ['attention', 'gemma-2-9b']); "
+            "print(r.exit_code, 'sympy' in sys.modules, 'numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "False", "False"]

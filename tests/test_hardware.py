@@ -143,6 +143,18 @@ def test_analyze_json_for_all_phases_carries_a_roofline_each():
         "train": "l4", "prefill": "l4", "decode": "l4"}
 
 
+def test_analyze_with_hardware_stays_off_sympy_and_numpy():
+    """The roofline rows are arithmetic on the analysis: analyze keeps its fast path."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from typer.testing import CliRunner; from costmodel.cli import app; "
+            "r = CliRunner().invoke(app, ['analyze', 'llama-2-7b', '--hardware', 'h100-sxm']); "
+            "print(r.exit_code, 'sympy' in sys.modules, 'numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "False", "False"]
+
+
 def test_analyze_without_hardware_is_unchanged():
     data = json.loads(runner.invoke(app, ["analyze", "gpt2-small", "-p", "decode", "-f", "json"]).output)
     assert "roofline" not in data
