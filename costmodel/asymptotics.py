@@ -32,7 +32,7 @@ from costmodel import model
 from costmodel import symbols as sym
 from costmodel.analysis import select, symbolic_tree
 from costmodel.spec import Spec
-from costmodel.variants import full_attention
+from costmodel.attention_variants import full_attention
 
 B, n, d, h = sym.B, sym.n, sym.d, sym.h
 #: What grows, in this order in an exponent vector.

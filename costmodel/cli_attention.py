@@ -73,7 +73,7 @@ def attention_cmd(
     """MHA / GQA / MQA and window variants of a spec's attention, in prefill and decode, on a device:
     KV cache, attention FLOPs, bytes, intensity, bound, roofline time and the largest batch that fits."""
     from costmodel import report_attention as ra
-    from costmodel.compare import compare_kv_heads, compare_windows
+    from costmodel.attention_variants import compare_kv_heads, compare_windows
     from costmodel.metrics import hardware_dict
 
     with _user_errors():

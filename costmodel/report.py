@@ -19,7 +19,7 @@ from costmodel.analysis import Analysis, Row
 from costmodel.hardware import Hardware
 from costmodel.metrics import roofline_of
 from costmodel.spec import Spec
-from costmodel.variants import heads_name
+from costmodel.attention_variants import heads_name
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costmodel import units
-from costmodel.compare import HeadsRow, WindowRow
+from costmodel.attention_variants import HeadsRow, WindowRow
 from costmodel.hardware import Hardware
 from costmodel.report import Table, device_note
 

@@ -26,7 +26,7 @@ from costmodel.hardware import Hardware
 from costmodel.phases import PHASES
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.variants import Variant, kv_head_variants
+from costmodel.attention_variants import Variant, kv_head_variants
 
 AXES = ("seq", "batch")
 #: quantity -> unit

@@ -12,11 +12,11 @@ from costmodel import catalog, symbols as sym
 from costmodel.analysis import analyze, formula
 from costmodel.asymptotics import CASES, bounded, is_big_o, leading_terms, shazeer
 from costmodel.cli import app
-from costmodel.compare import compare_kv_heads, compare_windows
+from costmodel.attention_variants import compare_kv_heads, compare_windows
 from costmodel.hardware import load_hardware
 from costmodel.metrics import attention_total, fit
 from costmodel.spec import SpecError
-from costmodel.variants import kv_head_variants, window_variants, with_kv_heads
+from costmodel.attention_variants import kv_head_variants, window_variants, with_kv_heads
 
 runner = CliRunner()
 H100 = load_hardware("h100-sxm")

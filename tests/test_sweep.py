@@ -15,7 +15,7 @@ from costmodel.analysis import AnalysisError, analyze
 from costmodel.cli import app
 from costmodel.hardware import load_hardware
 from costmodel.sweep import Axis, parse_axis, sweep
-from costmodel.variants import with_kv_heads
+from costmodel.attention_variants import with_kv_heads
 
 runner = CliRunner()
 H100 = load_hardware("h100-sxm")
