@@ -10,8 +10,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, metrics, report
+from costmodel import catalog, compare_report, conventions, metrics, report
 from costmodel.analysis import AnalysisError, analyze, count_params, default_seq, formula
+from costmodel.conventions import ConventionName
 from costmodel.hardware import load_hardware
 from costmodel.spec import Spec, SpecError, load_spec
 
@@ -93,6 +94,7 @@ def analyze_cmd(
     dtype: DtypeOpt = Dtype.bf16,
     hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
+    convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
     the roofline time of each phase and whether it is compute- or memory-bound."""
@@ -103,10 +105,15 @@ def analyze_cmd(
             hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
         phases = [phase.value] if phase else [p.value for p in PhaseName]
         analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq) for p in phases]
+        papers = conventions.selected([c.value for c in convention or []])
+        train_seq = seq if seq is not None else default_seq(s, "train")
+        paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
     if fmt is Format.json:
         dicts = [a.to_dict() | ({"roofline": metrics.roofline_json(a.total(), hw, a.dtype)} if hw else {})
                  for a in analyses]
         data = dicts[0] if phase else {"spec": s.name, "phases": {a.phase: d for a, d in zip(analyses, dicts)}}
+        if paper_rows:
+            data["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}
         typer.echo(report.render_json(data))
         return
     if fmt is Format.csv:
@@ -115,6 +122,8 @@ def analyze_cmd(
     tables = [report.params_table(analyses[0]), report.phases_table(analyses, hw)]
     if phase:
         tables.append(report.components_table(analyses[0]))
+    if paper_rows:
+        tables.append(compare_report.conventions_table(paper_rows, train_seq))
     render_tables(tables, fmt, s)
 
 
@@ -215,4 +224,5 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
+from costmodel import cli_compare  # noqa: E402,F401
 from costmodel import cli_attention  # noqa: E402,F401

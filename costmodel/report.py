@@ -29,6 +29,7 @@ class Table:
     rows: Sequence[Sequence[str]]
     notes: Sequence[str] = field(default_factory=tuple)
     numeric_from: int = 1  # columns from this index on are right-aligned numbers
+    wrap: Sequence[int] = ()  # columns whose text may wrap in a narrow terminal
 
 
 # --- what the tables say ---------------------------------------------------------------------
@@ -207,7 +208,7 @@ def render_rich(tables: Sequence[Table], header: str | None = None) -> None:
         rt = RichTable(title=escape(t.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold",
                        padding=(0, 1), pad_edge=False)
         for i, col in enumerate(t.columns):
-            rt.add_column(escape(col), justify="right" if i >= t.numeric_from else "left", no_wrap=True)
+            rt.add_column(escape(col), justify="right" if i >= t.numeric_from else "left", no_wrap=i not in t.wrap)
         for row in t.rows:
             rt.add_row(*map(escape, row), style="bold" if row[0] == "total" else None)
         console.print(rt)

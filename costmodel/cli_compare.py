@@ -1,0 +1,113 @@
+"""`costmodel compare`, `ablate` and `elements`: parse, call the library, render."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel import catalog, compare_report, report
+from costmodel.cli import BatchOpt, Dtype, DtypeOpt, EncSeqOpt, SeqOpt, SpecArg, _user_errors, app
+from costmodel.compare import compare, expand
+from costmodel.conventions import ConventionName, selected
+from costmodel.variants import RANK_KEYS, ablate, elements_across, parse_sets, rank_elements
+
+
+class TableFormat(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+RankBy = Enum("RankBy", {k: k for k in RANK_KEYS}, type=str)  # type: ignore[misc]
+
+FormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="Output format.")]
+ConventionOpt = Annotated[
+    Optional[list[ConventionName]],
+    typer.Option("--convention", help="Also count as these papers do (repeatable): kaplan, chinchilla, "
+                 "megatron, palm, all; exact is ours, always shown."),
+]
+
+
+def _width() -> int:
+    """The terminal's width; piped output gets 160 columns, as ``report.render_rich`` uses."""
+    return max(80, shutil.get_terminal_size((160, 24)).columns) if sys.stdout.isatty() else 160
+
+
+def _emit(tables: list[report.Table], fmt: TableFormat, data: dict, header: str, page: bool = False) -> None:
+    if fmt is TableFormat.json:
+        typer.echo(report.render_json(data))
+    elif fmt is TableFormat.markdown:
+        typer.echo(report.render_markdown(tables, f"## {header}"))
+    else:
+        if page:
+            tables = [p for t in tables for p in compare_report.pages(t, _width())]
+        report.render_rich(tables, f"[bold]{header}[/bold]")
+
+
+@app.command("compare")
+def compare_cmd(
+    specs: Annotated[list[str], typer.Argument(help="Spec files, bundled names, or folders of *.yaml.")],
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    dtype: DtypeOpt = Dtype.bf16,
+    convention: ConventionOpt = None,
+    fmt: FormatOpt = TableFormat.table,
+) -> None:
+    """Architectures side by side, oldest first: every design choice (same or varying, shapes
+    outside the rules of thumb flagged) and the costs at one common shape."""
+    with _user_errors():
+        c = compare(expand(specs), batch, seq, dtype.value, selected([n.value for n in convention or []]))
+    header = f"{len(c.specs)} models compared"
+    _emit(compare_report.comparison_tables(c), fmt, c.to_dict(), header, page=True)
+
+
+@app.command("ablate")
+def ablate_cmd(
+    spec: SpecArg,
+    set_: Annotated[list[str], typer.Option("--set", help="FIELD=VALUE (YAML scalar rules; repeatable). "
+                                            "null removes a field: it takes its default again.")],
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    enc_seq: EncSeqOpt = None,
+    dtype: DtypeOpt = Dtype.bf16,
+    fmt: FormatOpt = TableFormat.table,
+) -> None:
+    """One spec before and after changing some of its fields: every quantity, every phase."""
+    with _user_errors():
+        a = ablate(catalog.load(spec), parse_sets(set_), batch, seq, dtype.value, enc_seq)
+    header = f"{a.before.name} with {', '.join(set_)}"
+    _emit(compare_report.ablation_tables(a), fmt, a.to_dict(), header)
+
+
+@app.command("elements")
+def elements_cmd(
+    specs: Annotated[list[str], typer.Argument(help="A spec (file or bundled name); several, or a folder, "
+                                               "to rank the elements across them.")],
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    enc_seq: EncSeqOpt = None,
+    dtype: DtypeOpt = Dtype.bf16,
+    by: Annotated[RankBy, typer.Option("--by", help="Rank by one quantity, or by the largest change of "
+                                       "the four.")] = RankBy.max,  # type: ignore[attr-defined]
+    window: Annotated[Optional[int], typer.Option("--window", min=1, help="Window of the sliding-window "
+                      "swaps (a spec without one). Default: 1024, or half the context if shorter.")] = None,
+    fmt: FormatOpt = TableFormat.table,
+) -> None:
+    """Swap each design element for each alternative in turn and rank the swaps by their effect
+    on parameters, training FLOPs, decode bytes per token and KV cache."""
+    with _user_errors():
+        rankings = [rank_elements(s, batch, seq, dtype.value, by.value, window, enc_seq)
+                    for s in expand(specs)]
+    if len(rankings) == 1:
+        r = rankings[0]
+        header = f"{r.spec.name}: which design elements matter"
+        _emit(compare_report.elements_tables(r), fmt, r.to_dict(), header)
+        return
+    summaries = elements_across(rankings)
+    data = {"elements": [s.to_dict() for s in summaries], "models": [r.to_dict() for r in rankings]}
+    _emit([compare_report.across_table(summaries, rankings)], fmt, data,
+          f"{len(rankings)} models: which design elements matter")

@@ -1,0 +1,506 @@
+"""Variants of a spec: one design element changed at a time, and what each change costs.
+
+A variant is a new, fully re-validated ``Spec``: the fields the original spec gave, with some
+changed, through ``spec_from_dict`` (so a bad change is one line naming the field and the
+problem). Changing one field changes only that field: ``head_dim`` is not re-derived when
+``n_heads`` changes. A value of ``None`` (``null`` on the command line) removes a field, so it
+takes its default again or is re-derived (``n_kv_heads`` = ``n_heads``, ``head_dim`` =
+``d_model / n_heads``, ``layer_pattern`` from ``window``).
+
+- ``ablate``: one spec before and after a set of changes, every quantity in every phase.
+- ``swaps`` and ``rank_elements``: each design element of DESIGN.md swapped in turn for each
+  of its alternatives, ranked by the effect on parameters, training FLOPs, decode bytes per
+  token and KV cache: the numbers behind "which design elements matter most".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from costmodel.analysis import Analysis, AnalysisError, analyze, default_seq
+from costmodel.compare import pattern as layer_runs
+from costmodel.spec import (
+    Activation,
+    Block,
+    LayerKind,
+    Norm,
+    NormPosition,
+    Position,
+    QKNorm,
+    Spec,
+    SpecError,
+    spec_from_dict,
+)
+
+PHASE_ORDER = ("train", "prefill", "decode")
+
+
+# --- making variants ----------------------------------------------------------------------
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``["norm=layernorm", "n_kv_heads=1"]`` -> {"norm": "layernorm", "n_kv_heads": 1}.
+
+    Values follow YAML's scalar rules: 8 is an int, 1e-4 a float, true a bool, null (or
+    nothing) None, [local, global] a list. A dotted field reaches into a mapping (bias.qkv).
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SpecError(f"--set: expected FIELD=VALUE, got {item!r}")
+        try:
+            out[key] = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise SpecError(f"--set {item}: malformed value: {problem}") from None
+    return out
+
+
+def show(value: Any) -> str:
+    """A field value as one would write it in a spec: enums by value, lists in brackets."""
+    if value is None:
+        return "null"
+    if hasattr(value, "value"):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {show(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def describe_changes(changes: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={show(v)}" for k, v in changes.items())
+
+
+def variant(spec: Spec, changes: Mapping[str, Any], name: str | None = None) -> Spec:
+    """`spec` with `changes` applied, validated again as a whole; SpecError names the change."""
+    data = spec.model_dump(exclude_unset=True)
+    data.pop("published", None)  # a variant is no longer the published model
+    data["name"] = name or f"{spec.name}[{describe_changes(changes)}]"
+    origin = f"{spec.name} with {describe_changes(changes)}"
+    for key, value in changes.items():
+        *parents, leaf = key.split(".")
+        target = data
+        for i, part in enumerate(parents):
+            node = target.get(part, {})
+            if not isinstance(node, dict):
+                raise SpecError(f"{origin}: {key}: {'.'.join(parents[: i + 1])} is not a mapping")
+            target = target.setdefault(part, node)
+        if value is None:
+            target.pop(leaf, None)
+        else:
+            target[leaf] = value
+    return spec_from_dict(data, origin)
+
+
+def changed_fields(before: Spec, after: Spec) -> list[tuple[str, Any, Any]]:
+    """(field, before, after) for every architectural field that differs, derived ones too."""
+    skip = {"name", "published", "source", "description"}
+    a, b = before.model_dump(), after.model_dump()
+    out = []
+    for key in a:
+        if key in skip:
+            continue
+        if isinstance(a[key], dict):
+            out += [(f"{key}.{k}", v, b[key][k]) for k, v in a[key].items() if b[key][k] != v]
+        elif a[key] != b[key]:
+            out.append((key, a[key], b[key]))
+    return out
+
+
+# --- ablation: before and after, every quantity, every phase --------------------------------
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One quantity before and after a change."""
+
+    phase: str
+    quantity: str
+    before: float
+    after: float
+
+    @property
+    def change(self) -> float:
+        return self.after - self.before
+
+    @property
+    def relative(self) -> float | None:
+        return None if self.before == 0 else self.change / self.before
+
+
+QUANTITY_LABELS = {
+    "params": "parameters",
+    "flops": "FLOPs",
+    "flops_matmul": "FLOPs matmul",
+    "flops_other": "FLOPs other",
+    "bytes_unfused": "bytes unfused",
+    "bytes_fused": "bytes fused",
+    "kv_cache": "KV cache",
+    "intensity": "intensity (FLOP/B, fused)",
+}
+
+
+def _quantities(a: Analysis) -> dict[str, float]:
+    t = a.total()
+    out = {"flops": t.flops, "flops_matmul": t.flops_matmul, "flops_other": t.flops_other,
+           "bytes_unfused": t.bytes_unfused, "bytes_fused": t.bytes_fused}
+    if a.phase != "train":
+        out["kv_cache"] = t.kv_cache
+    out["intensity"] = a.arithmetic_intensity
+    return out
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """A spec before and after `changes`, in every phase at one shape."""
+
+    before: Spec
+    after: Spec
+    changes: dict[str, Any]
+    fields: tuple[tuple[str, Any, Any], ...]
+    analyses: dict[str, tuple[Analysis, Analysis]]
+    deltas: tuple[Delta, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        first = next(iter(self.analyses.values()))[0]
+        return {
+            "spec": self.before.name,
+            "changes": {k: show(v) if v is None else v for k, v in self.changes.items()},
+            "fields": [{"field": f, "before": show(b), "after": show(a)} for f, b, a in self.fields],
+            "batch": first.batch,
+            "dtype": first.dtype,
+            "seq": {p: pair[0].seq for p, pair in self.analyses.items()},
+            "deltas": [{"phase": d.phase, "quantity": d.quantity, "before": d.before, "after": d.after,
+                        "change": d.change, "relative": d.relative} for d in self.deltas],
+        }
+
+
+def ablate(
+    spec: Spec, changes: Mapping[str, Any], batch: int = 1, seq: int | None = None,
+    dtype: str = "bf16", enc_seq: int | None = None,
+) -> Ablation:
+    """`spec` before and after `changes`: every quantity of every phase, with its change.
+
+    `seq` means what it means for ``analyze``; by default each phase takes the original spec's
+    default, so both sides run at the same shape.
+    """
+    after = variant(spec, changes)
+    analyses = {}
+    deltas = []
+    for phase in PHASE_ORDER:
+        s = default_seq(spec, phase) if seq is None else seq
+        pair = (analyze(spec, phase, batch, s, dtype, enc_seq),
+                analyze(after, phase, batch, s, dtype, enc_seq))
+        analyses[phase] = pair
+        if phase == PHASE_ORDER[0]:
+            deltas.append(Delta("all", "params", pair[0].total().params, pair[1].total().params))
+        q0, q1 = _quantities(pair[0]), _quantities(pair[1])
+        deltas += [Delta(phase, q, q0[q], q1[q]) for q in q0]
+    return Ablation(spec, after, dict(changes), tuple(changed_fields(spec, after)), analyses, tuple(deltas))
+
+
+# --- design elements, each swapped for each alternative -------------------------------------
+
+#: Window of the sliding-window swaps when a spec has none: Gemma 3's local window.
+DEFAULT_WINDOW = 1024
+#: GQA's usual number of key/value heads (LLaMA 2 70B, LLaMA 3, Mistral 7B).
+GQA_KV_HEADS = 8
+#: Soft-capping values of Gemma 2 (attention logits 50, final logits 30).
+GEMMA2_SOFTCAPS = (50.0, 30.0)
+#: PaLM's z-loss coefficient (section 5) and GPT-2's dropout rate.
+PALM_Z_LOSS = 1e-4
+GPT2_DROPOUT = 0.1
+
+
+@dataclass(frozen=True)
+class Swap:
+    """One design element changed to one alternative."""
+
+    element: str
+    label: str
+    changes: dict[str, Any]
+
+
+def equal_params_d_ff(d_ff: int, to_gated: bool) -> int:
+    """The FFN width that keeps the FFN's weight count: a gated FFN has three d x f matrices,
+    a plain one two, so f' = 2/3 f into a GLU and 3/2 f out of one (Shazeer 2020), rounded
+    to the nearest integer, halves up."""
+    num, den = (2 * d_ff, 3) if to_gated else (3 * d_ff, 2)
+    return (2 * num + den) // (2 * den)
+
+
+def gqa_kv_heads(n_heads: int) -> int | None:
+    """Key/value heads for a GQA swap: 8 when it divides h, else the divisor of h (between 1
+    and h) nearest 8, the smaller on a tie; None when h has no such divisor."""
+    divisors = [k for k in range(2, n_heads) if n_heads % k == 0]
+    if not divisors:
+        return None
+    return min(divisors, key=lambda k: (abs(k - GQA_KV_HEADS), k))
+
+
+def _heads_kind(h: int, k: int) -> str:
+    return "MHA" if k == h else "MQA" if k == 1 else "GQA"
+
+
+def swaps(spec: Spec, window: int = DEFAULT_WINDOW) -> list[Swap]:
+    """Every design element of `spec` swapped for each of its alternatives, one at a time."""
+    out: list[Swap] = []
+
+    def add(element: str, label: str, changes: dict[str, Any]) -> None:
+        out.append(Swap(element, label, changes))
+
+    other = Norm.layernorm if spec.norm is Norm.rmsnorm else Norm.rmsnorm
+    extra = {"bias.norm": None} if other is Norm.rmsnorm else {}
+    add("norm", f"{spec.norm.value} -> {other.value}", {"norm": other.value, **extra})
+
+    for pos in NormPosition:
+        if pos is not spec.norm_position:
+            add("norm position", f"{spec.norm_position.value} -> {pos.value}", {"norm_position": pos.value})
+
+    act, f = spec.activation, spec.d_ff
+    for alt in Activation:
+        if alt is act:
+            continue
+        if alt.gated == act.gated:
+            add("activation", f"{act.value} -> {alt.value}", {"activation": alt.value})
+        else:
+            f2 = equal_params_d_ff(f, alt.gated)
+            add("activation", f"{act.value} -> {alt.value}, d_ff {f} -> {f2} (equal params)",
+                {"activation": alt.value, "d_ff": f2})
+            add("activation", f"{act.value} -> {alt.value}, same d_ff", {"activation": alt.value})
+
+    h, k = spec.n_heads, spec.n_kv_heads
+    options = {"MHA": h, "GQA": gqa_kv_heads(h), "MQA": 1}
+    for kind, kv in options.items():
+        if kv is not None and kv != k and kind != _heads_kind(h, k):
+            add("attention heads", f"{_heads_kind(h, k)} k={k} -> {kind} k={kv}", {"n_kv_heads": kv})
+
+    runs = layer_runs(spec)
+    if spec.window is None:
+        add("sliding window", f"full -> window {window} on every layer",
+            {"window": window, "layer_pattern": ["local"]})
+        if spec.decoder_layers >= 6:
+            add("sliding window", f"full -> window {window} on 5 of every 6 layers (Gemma 3)",
+                {"window": window, "layer_pattern": ["local"] * 5 + ["global"]})
+    else:
+        add("sliding window", f"window {spec.window} on {runs} -> full attention",
+            {"window": None, "layer_pattern": None, "global_nope": None})
+        if LayerKind.global_ in spec.layer_pattern:
+            add("sliding window", f"window {spec.window} on {runs} -> on every layer",
+                {"layer_pattern": ["local"], "global_nope": None})
+
+    tied = spec.tied_embeddings
+    add("embeddings", "tied -> untied" if tied else "untied -> tied", {"tied_embeddings": not tied})
+
+    if spec.block is Block.parallel:
+        add("block layout", "parallel -> serial", {"block": "serial", "shared_norm": None})
+    else:
+        add("block layout", "serial -> parallel (one shared norm)", {"block": "parallel"})
+
+    parts = ("qkv", "attn_out", "ffn", "lm_head")
+    present = [p for p in parts if getattr(spec.bias, p)]
+    if present:
+        add("biases", f"linear biases on {'+'.join(present)} -> none", {f"bias.{p}": False for p in parts})
+    if len(present) < len(parts):
+        add("biases", f"linear biases on {'+'.join(present) or 'none'} -> all",
+            {f"bias.{p}": True for p in parts})
+
+    for pos in Position:
+        if pos is spec.position:
+            continue
+        changes: dict[str, Any] = {"position": pos.value}
+        if spec.position is Position.rope:
+            changes["rotary_fraction"] = None
+        if spec.position is Position.t5_relative:
+            changes["relative_buckets"] = None
+        if spec.global_nope and not pos.per_layer:
+            changes["global_nope"] = None
+        add("positions", f"{spec.position.value} -> {pos.value}", changes)
+
+    for q in QKNorm:
+        if q is not spec.qk_norm:
+            add("QK-norm", f"{spec.qk_norm.value} -> {q.value}", {"qk_norm": q.value})
+
+    if spec.attn_softcap is not None or spec.final_softcap is not None:
+        add("logit soft-capping", "on -> none", {"attn_softcap": None, "final_softcap": None})
+    else:
+        attn_cap, final_cap = GEMMA2_SOFTCAPS
+        add("logit soft-capping", f"none -> attention {attn_cap:g}, final {final_cap:g} (Gemma 2)",
+            {"attn_softcap": attn_cap, "final_softcap": final_cap})
+
+    if spec.z_loss:
+        add("z-loss", f"{spec.z_loss:g} -> none", {"z_loss": None})
+    else:
+        add("z-loss", f"none -> {PALM_Z_LOSS:g} (PaLM)", {"z_loss": PALM_Z_LOSS})
+
+    if spec.dropout:
+        add("dropout", f"{spec.dropout:g} -> none", {"dropout": None})
+    else:
+        add("dropout", f"none -> {GPT2_DROPOUT:g} (GPT-2)", {"dropout": GPT2_DROPOUT})
+    return out
+
+
+#: What a swap is ranked by: key -> (label, what it measures).
+METRICS = {
+    "params": "parameters",
+    "train_flops": "training FLOPs (one step at B x seq)",
+    "decode_bytes": "decode bytes per generated token (fused: weights and KV cache read once)",
+    "kv_cache": "KV cache at the decode context",
+}
+
+
+def metrics(
+    spec: Spec, batch: int, seq: dict[str, int], dtype: str, enc_seq: int | None = None
+) -> dict[str, float]:
+    """The four quantities a swap is ranked by, at one shape."""
+    train = analyze(spec, "train", batch, seq["train"], dtype, enc_seq)
+    decode = analyze(spec, "decode", batch, seq["decode"], dtype, enc_seq)
+    return {
+        "params": train.total().params,
+        "train_flops": train.total().flops,
+        "decode_bytes": decode.total().bytes_fused / batch,
+        "kv_cache": decode.total().kv_cache,
+    }
+
+
+@dataclass(frozen=True)
+class SwapEffect:
+    """A swap's variant and its four quantities beside the original's."""
+
+    swap: Swap
+    variant: Spec
+    before: dict[str, float]
+    after: dict[str, float]
+
+    def relative(self, metric: str) -> float | None:
+        b = self.before[metric]
+        return None if b == 0 else (self.after[metric] - b) / b
+
+    def effect(self, by: str) -> float:
+        """The size of the effect: |relative change| of `by`, or the largest of the four."""
+        keys = METRICS if by == "max" else (by,)
+        return max(abs(self.relative(m) or 0.0) for m in keys)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "element": self.swap.element,
+            "swap": self.swap.label,
+            "changes": {k: v for k, v in self.swap.changes.items()},
+            "after": self.after,
+            "change": {m: self.after[m] - self.before[m] for m in METRICS},
+            "relative": {m: self.relative(m) for m in METRICS},
+        }
+
+
+@dataclass(frozen=True)
+class ElementRanking:
+    """Every swap of one spec, ranked by the size of its effect."""
+
+    spec: Spec
+    batch: int
+    seq: dict[str, int]
+    dtype: str
+    by: str
+    baseline: dict[str, float]
+    effects: tuple[SwapEffect, ...]  # largest effect first
+    skipped: tuple[tuple[Swap, str], ...] = field(default_factory=tuple)
+
+    def elements(self) -> list[tuple[str, SwapEffect]]:
+        """Each element once, by its largest swap, largest first."""
+        best: dict[str, SwapEffect] = {}
+        for e in self.effects:  # already sorted: the first seen is the largest
+            best.setdefault(e.swap.element, e)
+        return list(best.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.name,
+            "batch": self.batch,
+            "seq": self.seq,
+            "dtype": self.dtype,
+            "ranked_by": self.by,
+            "baseline": self.baseline,
+            "swaps": [e.to_dict() for e in self.effects],
+            "elements": [{"element": name, "largest_swap": e.swap.label, "effect": e.effect(self.by)}
+                         for name, e in self.elements()],
+            "skipped": [{"element": s.element, "swap": s.label, "reason": why} for s, why in self.skipped],
+        }
+
+
+RANK_KEYS = ("max", *METRICS)
+
+
+def rank_elements(
+    spec: Spec, batch: int = 1, seq: int | None = None, dtype: str = "bf16", by: str = "max",
+    window: int | None = None, enc_seq: int | None = None,
+) -> ElementRanking:
+    """Swap every design element of `spec` for each alternative and rank the swaps by effect.
+
+    `by` is one of ``max`` (the largest relative change of the four quantities), ``params``,
+    ``train_flops``, ``decode_bytes``, ``kv_cache``. `window` is the window of the
+    sliding-window swaps of a spec without one: by default 1024 (Gemma 3's), or half the
+    decode context if that is shorter. A swap that leaves an invalid spec, or a
+    shape the variant cannot run (a learned position table shorter than seq), is skipped
+    with its reason.
+    """
+    if by not in RANK_KEYS:
+        raise AnalysisError(f"by: unknown ranking {by!r}; expected one of {', '.join(RANK_KEYS)}")
+    shape = {p: default_seq(spec, p) if seq is None else seq for p in ("train", "decode")}
+    if window is None:  # a window as long as the context would change nothing
+        window = min(DEFAULT_WINDOW, max(1, (shape["decode"] + 1) // 2))
+    base = metrics(spec, batch, shape, dtype, enc_seq)
+    effects, skipped = [], []
+    for sw in swaps(spec, window):
+        try:
+            v = variant(spec, sw.changes, name=f"{spec.name}[{sw.label}]")
+            effects.append(SwapEffect(sw, v, base, metrics(v, batch, shape, dtype, enc_seq)))
+        except (SpecError, AnalysisError) as e:
+            skipped.append((sw, str(e).split(": ", 1)[-1]))
+    effects.sort(key=lambda e: (-e.effect(by), e.swap.element, e.swap.label))
+    return ElementRanking(spec, batch, shape, dtype, by, base, tuple(effects), tuple(skipped))
+
+
+@dataclass(frozen=True)
+class ElementSummary:
+    """One design element over many specs: the size of its largest swap in each."""
+
+    element: str
+    effects: tuple[tuple[str, SwapEffect], ...]  # (spec name, its largest swap of this element)
+    by: str
+
+    @property
+    def median(self) -> float:
+        values = sorted(e.effect(self.by) for _, e in self.effects)
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+    @property
+    def largest(self) -> tuple[str, SwapEffect]:
+        return max(self.effects, key=lambda item: item[1].effect(self.by))
+
+    def to_dict(self) -> dict[str, Any]:
+        name, e = self.largest
+        return {"element": self.element, "models": len(self.effects), "median_effect": self.median,
+                "largest_effect": e.effect(self.by), "largest_in": name, "largest_swap": e.swap.label}
+
+
+def elements_across(rankings: list[ElementRanking]) -> list[ElementSummary]:
+    """Which elements matter most over many specs: each element by the median, over the specs,
+    of its largest swap's effect; largest median first."""
+    by = rankings[0].by
+    found: dict[str, list[tuple[str, SwapEffect]]] = {}
+    for r in rankings:
+        for element, e in r.elements():
+            found.setdefault(element, []).append((r.spec.name, e))
+    out = [ElementSummary(element, tuple(effects), by) for element, effects in found.items()]
+    return sorted(out, key=lambda s: (-s.median, s.element))
