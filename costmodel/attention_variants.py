@@ -1,8 +1,8 @@
 """Attention variants of one spec, and what each costs on a device: `costmodel attention`.
 
-A variant is a new ``Spec`` built from the original's fields with a few changed, and validated
-again from scratch, so an impossible variant (h not divisible by k, a window on an
-encoder-decoder) is one ``SpecError`` line, like a bad file. Every number comes from
+A variant is ``variants.variant``: a new ``Spec`` from the original's fields with a few
+changed, validated again from scratch, so an impossible variant (h not divisible by k, a window
+on an encoder-decoder) is one ``SpecError`` line, like a bad file. Every number comes from
 ``analysis.analyze`` on a variant: the one component tree, no second copy of a formula.
 
 - key/value heads: k = h is multi-head attention (Vaswani et al. 2017), k = 1 multi-query
@@ -23,34 +23,20 @@ from typing import Any
 from costmodel.analysis import Analysis, AnalysisError, Row, analyze
 from costmodel.hardware import Hardware, Roofline
 from costmodel.metrics import Fit, attention_total, fit, roofline_dict, roofline_of
-from costmodel.spec import LayerKind, Position, Spec, spec_from_dict
+from costmodel.compare import heads, pattern
+from costmodel.spec import LayerKind, Position, Spec
+from costmodel.variants import variant
 
 
 @dataclass(frozen=True)
 class Variant:
-    label: str  # "MHA", "GQA k=8", "window 4096", ...
+    label: str  # "MHA k=32", "GQA k=8", "w=4096, all local", ...
     spec: Spec
     own: bool  # the spec's own configuration
 
 
-def derive(spec: Spec, label: str, **changes: Any) -> Spec:
-    """`spec` with `changes` applied, validated again; `label` names the variant in errors."""
-    data = spec.model_dump(exclude_unset=True, exclude={"published"})
-    data.update(changes)
-    return spec_from_dict(data, origin=f"{spec.name} ({label})")
-
-
-def heads_name(h: int, k: int) -> str:
-    """MHA, GQA or MQA, as the papers name them."""
-    return "MHA" if k == h else "MQA" if k == 1 else "GQA"
-
-
-def heads_label(h: int, k: int) -> str:
-    return f"{heads_name(h, k)} k={k}"
-
-
 def with_kv_heads(spec: Spec, k: int) -> Spec:
-    return derive(spec, f"n_kv_heads={k}", n_kv_heads=k)
+    return variant(spec, {"n_kv_heads": k})
 
 
 def default_kv_heads(spec: Spec) -> list[int]:
@@ -63,7 +49,7 @@ def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[
     out = []
     for k in dict.fromkeys(kv_heads or default_kv_heads(spec)):
         s = spec if k == spec.n_kv_heads else with_kv_heads(spec, k)
-        out.append(Variant(heads_label(spec.n_heads, k), s, own=k == spec.n_kv_heads))
+        out.append(Variant(f"{heads(s).split()[0]} k={k}", s, own=k == spec.n_kv_heads))
     return out
 
 
@@ -71,18 +57,12 @@ def full_attention(spec: Spec) -> Spec:
     """Every layer attends to the whole context, with positions on every layer."""
     if spec.window is None:
         return spec
-    return derive(spec, "full attention", window=None, layer_pattern=[LayerKind.global_.value],
-                  global_nope=False)
+    return variant(spec, {"window": None, "layer_pattern": None, "global_nope": None})
 
 
-def pattern_label(spec: Spec) -> str:
-    """``w=1024 local``, ``w=1024 5:1 local:global``; ``full`` without a window."""
-    if spec.window is None:
-        return "full"
-    counts = {kind: list(spec.layer_pattern).count(kind) for kind in LayerKind}
-    if counts[LayerKind.global_] == 0:
-        return f"w={spec.window} local"
-    return f"w={spec.window} {counts[LayerKind.local]}:{counts[LayerKind.global_]} local:global"
+def window_label(spec: Spec) -> str:
+    """``full``, ``w=4096, all local``, ``w=1024, 5 local : 1 global``."""
+    return "full" if spec.window is None else f"w={spec.window}, {pattern(spec)}"
 
 
 def window_variants(spec: Spec, window: int | None = None) -> list[Variant]:
@@ -92,13 +72,12 @@ def window_variants(spec: Spec, window: int | None = None) -> list[Variant]:
     out = [Variant("full", full_attention(spec), own=spec.window is None)]
     if w is None:
         return out
-    all_local = derive(spec, f"window={w}", window=w, layer_pattern=[LayerKind.local.value],
-                       global_nope=False)
-    out.append(Variant(pattern_label(all_local), all_local,
-                       own=all_local.window == spec.window and all_local.layer_pattern == spec.layer_pattern))
+    local = variant(spec, {"window": w, "layer_pattern": [LayerKind.local.value], "global_nope": None})
+    out.append(Variant(window_label(local), local,
+                       own=local.window == spec.window and local.layer_pattern == spec.layer_pattern))
     if spec.window is not None and LayerKind.global_ in spec.layer_pattern:
-        mixed = spec if w == spec.window else derive(spec, f"window={w}", window=w)
-        out.append(Variant(pattern_label(mixed), mixed, own=w == spec.window))
+        mixed = spec if w == spec.window else variant(spec, {"window": w})
+        out.append(Variant(window_label(mixed), mixed, own=w == spec.window))
     return out
 
 

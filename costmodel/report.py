@@ -19,7 +19,6 @@ from costmodel.analysis import Analysis, Row
 from costmodel.hardware import Hardware
 from costmodel.metrics import roofline_of
 from costmodel.spec import Spec
-from costmodel.attention_variants import heads_name
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class Table:
 def describe(spec: Spec) -> str:
     """One line naming every design choice of a spec."""
     k, h = spec.n_kv_heads, spec.n_heads
-    heads = heads_name(h, k) + (f" {h // k}:1" if 1 < k < h else "")
+    heads = "MHA" if k == h else "MQA" if k == 1 else f"GQA {h // k}:1"
     if spec.is_encoder_decoder:
         layers = f"encoder {spec.n_encoder_layers} + decoder {spec.n_decoder_layers} layers"
     else:

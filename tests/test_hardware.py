@@ -143,13 +143,15 @@ def test_analyze_json_for_all_phases_carries_a_roofline_each():
         "train": "l4", "prefill": "l4", "decode": "l4"}
 
 
-def test_analyze_with_hardware_stays_off_sympy_and_numpy():
-    """The roofline rows are arithmetic on the analysis: analyze keeps its fast path."""
+@pytest.mark.parametrize("args", [["analyze", "llama-2-7b", "--hardware", "h100-sxm"], ["attention", "gemma-2-9b"]])
+def test_roofline_commands_stay_off_sympy_and_numpy(args):
+    """The roofline and the attention comparison are arithmetic on integer analyses: like
+    analyze, they never pay for importing sympy or numpy."""
     import subprocess
     import sys
 
     code = ("import sys; from typer.testing import CliRunner; from costmodel.cli import app; "
-            "r = CliRunner().invoke(app, ['analyze', 'llama-2-7b', '--hardware', 'h100-sxm']); "
+            f"r = CliRunner().invoke(app, {args!r}); "
             "print(r.exit_code, 'sympy' in sys.modules, 'numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", "False", "False"]
