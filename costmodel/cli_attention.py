@@ -10,6 +10,7 @@ import typer
 from costmodel import catalog, report
 from costmodel.analysis import AnalysisError
 from costmodel.cli import (
+    HARDWARE_HELP,
     BatchOpt,
     Dtype,
     DtypeOpt,
@@ -34,9 +35,7 @@ class SweepQuantity(str, Enum):
     time = "time"
 
 
-DeviceOpt = Annotated[str, typer.Option(
-    "--hardware", help="A device profile: a100-80gb, h100-sxm, h200, b200, l4, rtx-4090, `local` once "
-    "`costmodel calibrate` has measured this machine, or a YAML file (see `costmodel hardware`).")]
+DeviceOpt = Annotated[str, typer.Option("--hardware", help=f"{HARDWARE_HELP} Default: {DEFAULT_HARDWARE}.")]
 KvHeadsOpt = Annotated[Optional[str], typer.Option(
     "--kv-heads", help="Key/value head counts to compare, e.g. 32,8,1. Default: h (MHA), the spec's own k, 1 (MQA).")]
 

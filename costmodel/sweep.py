@@ -23,6 +23,7 @@ from costmodel import model
 from costmodel import symbols as sym
 from costmodel.analysis import AnalysisError, analyze, default_seq, select, symbolic_tree
 from costmodel.hardware import Hardware
+from costmodel.metrics import hardware_dict
 from costmodel.phases import PHASES
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES
@@ -136,8 +137,6 @@ class Sweep:
         return sum(s.values.size for s in self.series)
 
     def to_dict(self) -> dict[str, Any]:
-        from costmodel.metrics import hardware_dict
-
         return {
             "spec": self.spec, "quantity": self.quantity, "unit": self.unit, "dtype": self.dtype,
             "component": self.component or "total", "hardware": hardware_dict(self.hardware, self.dtype),
