@@ -40,4 +40,10 @@ def resolve(name_or_path: str) -> Path:
 
 
 def load(name_or_path: str) -> Spec:
-    return load_spec(resolve(name_or_path))
+    """A spec file, a bundled spec's name, or a Hugging Face config.json (see costmodel.hf)."""
+    path = resolve(name_or_path)
+    if path.suffix == ".json":
+        from costmodel import hf
+
+        return hf.load_hf(path)
+    return load_spec(path)

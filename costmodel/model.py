@@ -50,7 +50,7 @@ def numeric_dims(spec: Spec, shape: dict[str, int], p: int) -> Dims:
     return Dims(
         **shape,
         d=spec.d_model, h=spec.n_heads, k=spec.n_kv_heads, d_h=spec.head_dim, f=spec.d_ff,
-        V=spec.vocab_size, w=spec.window or 0, r=spec.rotary_dims, n_pos=spec.max_seq_len,
+        V=spec.vocab_size, w=spec.window or 0, r=spec.rotary_dims, n_pos=spec.position_rows,
         n_buckets=spec.relative_buckets, p=p,
         layers=layer_groups(spec),
     )
@@ -65,7 +65,7 @@ def spec_values(spec: Spec) -> dict:
     values = {getattr(sym, n): v for n, v in (
         ("d", spec.d_model), ("h", spec.n_heads), ("k", spec.n_kv_heads), ("d_h", spec.head_dim),
         ("f", spec.d_ff), ("V", spec.vocab_size), ("r", spec.rotary_dims),
-        ("n_pos", spec.max_seq_len), ("n_buckets", spec.relative_buckets),
+        ("n_pos", spec.position_rows), ("n_buckets", spec.relative_buckets),
     )}
     if spec.window is not None:
         values[sym.w] = spec.window
@@ -95,11 +95,15 @@ def components(spec: Spec, dims: Dims) -> dict[str, Cost]:
     )
     if spec.position in (Position.learned, Position.sinusoidal):
         out["embedding/positions"] = _sum(position.input_positions(spec, dims, B * n, n) for n, _ in stacks)
-    if spec.dropout > 0:
+    if spec.embedding_dropout_rate > 0:
         out["embedding/dropout"] = _sum(dropout(dims, B * n * dims.d) for n, _ in stacks)
     for _, stack in stacks:
         out.update(_stack(spec, dims, stack))
+    if spec.head_scale:
+        out["head_scale"] = embedding.head_scale(dims, B * S)
     out["lm_head"] = embedding.lm_head(spec, dims, B * S)
+    if spec.logit_scale is not None:
+        out["logit_scale"] = embedding.logit_scale(dims, B * S)
     if spec.final_softcap is not None:
         out["logit_softcap"] = embedding.logit_softcap(dims, B * S)
     out["loss/cross_entropy"] = cross_entropy(dims, B * S)
@@ -173,9 +177,13 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
             yield f"{name}/{leaf}", cost
         if on_output:
             yield f"{name}/post_norm", the_norm()
-        if spec.dropout > 0:  # on the branch output, and on the attention probabilities
-            probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if sub else 0
-            yield f"{name}/dropout", dropout(dims, T * dims.d + probs)
+        # On the branch output, and on the attention probabilities (each at its own rate).
+        drop_out = spec.dropout > 0
+        drop_probs = sub is not None and spec.attention_dropout_rate > 0
+        if drop_out or drop_probs:
+            output = T * dims.d if drop_out else 0
+            probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if drop_probs else 0
+            yield f"{name}/dropout", dropout(dims, output + probs)
 
     out: list[tuple[str, Cost]] = []
     if spec.block is Block.parallel:

@@ -191,14 +191,21 @@ class Spec(BaseModel):
     position: Position
     rotary_fraction: Annotated[float, Field(gt=0, le=1)] = 1.0  # RoPE on this share of d_h
     relative_buckets: PositiveInt = 32  # T5 relative attention buckets
+    position_offset: Annotated[StrictInt, Field(ge=0)] = 0  # learned table rows past max_seq_len (OPT: 2)
     tied_embeddings: StrictBool = False
     embedding_scale: StrictBool = False  # token embeddings multiplied by sqrt(d_model)
+    head_scale: StrictBool = False  # last hidden state * d_model^-1/2 before the LM head (T5, tied)
+    logit_scale: PositiveFloat | None = None  # output logits multiplied by a constant (Cohere)
 
     qk_norm: QKNorm = QKNorm.none
     attn_softcap: PositiveFloat | None = None
     final_softcap: PositiveFloat | None = None
     z_loss: Annotated[float, Field(ge=0)] = 0.0  # coefficient; > 0 adds the z-loss to training
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # > 0 adds dropout to training
+    # Where a model drops out embeddings or attention probabilities at another rate (or not at
+    # all); None: at `dropout`, as GPT-2 and the original Transformer do.
+    embedding_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
+    attention_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
 
     window: PositiveInt | None = None  # sliding-window length w of local layers
     layer_pattern: tuple[LayerKind, ...]  # repeated over the layers; default all local or global
@@ -275,6 +282,8 @@ class Spec(BaseModel):
             raise ValueError("rotary_fraction: only for position: rope")
         if self.position is not Position.t5_relative and "relative_buckets" in self.model_fields_set:
             raise ValueError("relative_buckets: only for position: t5_relative")
+        if self.position is not Position.learned and self.position_offset:
+            raise ValueError("position_offset: only for position: learned")
         if self.norm is Norm.rmsnorm and self.bias.norm:
             raise ValueError("bias.norm: RMSNorm has no bias")
         if self.block is Block.serial and "shared_norm" in self.model_fields_set:
@@ -314,6 +323,19 @@ class Spec(BaseModel):
     @property
     def norm_bias(self) -> bool:
         return self.norm is Norm.layernorm if self.bias.norm is None else self.bias.norm
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of a learned position table: the trained context plus any reserved offset."""
+        return self.max_seq_len + self.position_offset
+
+    @property
+    def embedding_dropout_rate(self) -> float:
+        return self.dropout if self.embedding_dropout is None else self.embedding_dropout
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     @property
     def rotary_dims(self) -> int:

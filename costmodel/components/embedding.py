@@ -5,7 +5,9 @@ Tied embeddings (Press & Wolf 2017, "Using the Output Embedding to Improve Langu
 Vaswani et al. 2017, GPT-2, T5 1.0, Gemma) reuse that table as the LM head: V*d parameters
 counted once, but the head still reads all of it. The head costs 2*B*S*d*V FLOPs, large when
 V is large. Some models scale the embeddings by sqrt(d) (Vaswani et al. 2017, Gemma): one
-multiply per element.
+multiply per element. Two more scalar multiplies sit around the head: T5 with a tied head
+rescales the last hidden state by d^-1/2 before it (Raffel et al. 2020, as Mesh TensorFlow
+implements it), and Cohere's models multiply the logits by a constant ``logit_scale``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.components import stability
-from costmodel.cost import Cost, Dims, Num, linear
+from costmodel.cost import Cost, Dims, Num, elementwise, linear
 from costmodel.spec import Spec
 from costmodel.symbols import ID_BYTES
 
@@ -40,6 +42,16 @@ def lm_head(spec: Spec, dims: Dims, n_tokens: Num) -> Cost:
         params=bias_params if spec.tied_embeddings else head.params,
         act_out=dims.p * n_tokens * dims.V,
     )
+
+
+def head_scale(dims: Dims, n_tokens: Num) -> Cost:
+    """The last hidden state times d^-1/2 before the head: one multiply per element."""
+    return elementwise(n_tokens * dims.d, 1, dims.p)
+
+
+def logit_scale(dims: Dims, n_tokens: Num) -> Cost:
+    """The logits times a constant: one multiply per element."""
+    return elementwise(n_tokens * dims.V, 1, dims.p)
 
 
 def logit_softcap(dims: Dims, n_tokens: Num) -> Cost:

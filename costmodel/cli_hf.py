@@ -1,0 +1,42 @@
+"""`costmodel import-hf`: a spec from a Hugging Face config.json (see costmodel/hf.py)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel import hf, report
+from costmodel.cli import _user_errors, app
+from costmodel.spec import parse_spec
+
+
+class SpecFormat(str, Enum):
+    yaml = "yaml"
+    json = "json"
+
+
+@app.command("import-hf")
+def import_hf_cmd(
+    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the spec here (YAML). Default: print it.")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="The spec's name. Default: the model's hub name, or the config's folder.")] = None,
+    fmt: Annotated[SpecFormat, typer.Option("--format", "-f", help="Print the spec as YAML or as JSON fields.")] = SpecFormat.yaml,
+) -> None:
+    """A spec from a config.json (no network, no transformers): every cost-changing field mapped,
+    or one line naming the field this tool cannot express."""
+    with _user_errors():
+        data = hf.read_config(config)
+        imported = hf.spec_fields_from_hf(data, str(config), name)
+        fields = imported.fields
+        text = hf.to_yaml(fields)
+        parse_spec(text, str(output or config))  # what is written must load back as it is
+    if output is not None:
+        output.write_text(f"# Imported by `costmodel import-hf` from {config}.\n{text}")
+        typer.echo(f"wrote {output}", err=True)
+    elif fmt is SpecFormat.json:
+        typer.echo(report.render_json(fields))
+    else:
+        typer.echo(text, nl=False)

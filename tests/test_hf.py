@@ -1,0 +1,313 @@
+"""costmodel.hf without transformers: the mapping's semantics on hand-derived cases, the errors,
+import-hf's YAML, config.json accepted wherever a spec is, and import(export(spec)) round trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from costmodel import catalog, hf
+from costmodel.analysis import analyze, count_params
+from costmodel.cli import app
+from costmodel.spec import LayerKind, Position, load_spec, spec_from_dict
+from tests.hf_configs import CONFIGS
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+L, G = LayerKind.local, LayerKind.global_
+
+
+def write(tmp_path: Path, config: dict, name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return path
+
+
+# --- semantics, hand-derived -------------------------------------------------------------------
+
+OPT_125M = dict(model_type="opt", vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
+                num_attention_heads=12, max_position_embeddings=2048, do_layer_norm_before=True,
+                activation_function="relu", dropout=0.1, attention_dropout=0.0, enable_bias=True,
+                word_embed_proj_dim=768, architectures=["OPTForCausalLM"], _name_or_path="facebook/opt-125m")
+
+
+def test_opt_keeps_two_extra_position_rows():
+    """OPT-125m: 125,239,296 parameters (Zhang et al. 2022), with a (2048 + 2) x 768 position table.
+
+    By hand: tokens 50272*768 = 38,608,896; positions 2050*768 = 1,574,400; per layer
+    4*(768^2 + 768) + (768*3072 + 3072) + (3072*768 + 768) + 2*2*768 = 7,087,872, times 12;
+    final LayerNorm 1,536.
+    """
+    spec = hf.spec_from_hf(OPT_125M)
+    assert spec.position_offset == 2 and spec.position_rows == 2050
+    assert count_params(spec) == 38_608_896 + 1_574_400 + 12 * 7_087_872 + 1_536 == 125_239_296
+    assert spec.name == "opt-125m"
+    assert spec.dropout == 0.1 and spec.attention_dropout == 0.0 and spec.embedding_dropout == 0.0
+
+
+def test_pythia_parallel_block_has_two_norms_and_quarter_rotary():
+    """Pythia-70M (GPT-NeoX): 70,426,624 parameters (Biderman et al. 2023, Table 1); RoPE on 16 of 64 dims."""
+    config = dict(model_type="gpt_neox", vocab_size=50304, hidden_size=512, num_hidden_layers=6,
+                  num_attention_heads=8, intermediate_size=2048, rotary_pct=0.25, use_parallel_residual=True)
+    spec = hf.spec_from_hf(config)
+    assert (spec.block.value, spec.shared_norm, spec.rotary_dims) == ("parallel", False, 16)
+    assert count_params(spec) == 70_426_624
+
+
+def test_t5_small_tied_head_is_scaled():
+    """t5-small: 60,506,624 parameters (tied head); the decoder output is scaled before the head."""
+    config = dict(model_type="t5", d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128,
+                  feed_forward_proj="relu", dropout_rate=0.0, n_positions=512)
+    spec = hf.spec_from_hf(config)
+    assert spec.head_scale and spec.tied_embeddings and spec.relative_buckets == 32
+    assert count_params(spec) == 60_506_624
+
+
+def test_released_gptj_config_with_its_legacy_keys():
+    """EleutherAI/gpt-j-6b's config.json as released: 6,050,882,784 tensors (the bundled spec's exact)."""
+    config = {"activation_function": "gelu_new", "architectures": ["GPTJForCausalLM"], "attn_pdrop": 0.0,
+              "bos_token_id": 50256, "embd_pdrop": 0.0, "eos_token_id": 50256, "gradient_checkpointing": False,
+              "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gptj", "n_embd": 4096,
+              "n_head": 16, "n_inner": None, "n_layer": 28, "n_positions": 2048, "resid_pdrop": 0.0,
+              "rotary": True, "rotary_dim": 64, "scale_attn_weights": True, "summary_activation": None,
+              "summary_first_dropout": 0.1, "summary_proj_to_labels": True, "summary_type": "cls_index",
+              "summary_use_proj": True, "tie_word_embeddings": False, "tokenizer_class": "GPT2Tokenizer",
+              "transformers_version": "4.18.0.dev0", "use_cache": True, "vocab_size": 50400}
+    spec = hf.spec_from_hf(config)
+    assert count_params(spec) == 6_050_882_784 and spec.rotary_dims == 64
+
+
+def test_gemma2_slides_on_even_layers_with_default_caps():
+    spec = hf.spec_from_hf({"model_type": "gemma2", "num_hidden_layers": 5})
+    assert spec.layer_kinds() == [L, G, L, G, L] and spec.window == 4096
+    assert (spec.attn_softcap, spec.final_softcap) == (50.0, 30.0)
+    assert spec.embedding_scale and spec.norm_position.value == "sandwich" and spec.head_dim == 256
+
+
+def test_gemma3_every_sixth_layer_is_global():
+    spec = hf.spec_from_hf({"model_type": "gemma3_text", "num_hidden_layers": 62, "sliding_window": 1024})
+    assert spec.layer_pattern == (L, L, L, L, L, G)
+    assert spec.kind_counts() == {L: 52, G: 10}  # 62 // 6 = 10 global layers
+    assert spec.qk_norm.value == "head" and spec.attn_softcap is None
+
+
+def test_layer_types_win_over_the_pattern():
+    types = ["full_attention", "sliding_attention", "sliding_attention"]
+    spec = hf.spec_from_hf({"model_type": "gemma3_text", "num_hidden_layers": 3, "layer_types": types})
+    assert spec.layer_kinds() == [G, L, L]
+
+
+def test_qwen2_slides_from_max_window_layers_on():
+    base = {"model_type": "qwen2", "num_hidden_layers": 6, "sliding_window": 512, "max_window_layers": 4}
+    assert hf.spec_from_hf({**base, "use_sliding_window": True}).layer_kinds() == [G, G, G, G, L, L]
+    off = hf.spec_from_hf({**base, "use_sliding_window": False})
+    assert off.window is None and off.layer_kinds() == [G] * 6
+    assert off.bias.qkv and not off.bias.attn_out and not off.bias.ffn
+
+
+def test_mistral_window_null_versus_absent():
+    assert hf.spec_from_hf({"model_type": "mistral", "sliding_window": None}).window is None
+    assert hf.spec_from_hf({"model_type": "mistral"}).window == 4096  # MistralConfig's default
+
+
+def test_cohere2_full_layers_carry_no_positions():
+    spec = hf.spec_from_hf({"model_type": "cohere2", "num_hidden_layers": 8})
+    assert spec.layer_pattern == (L, L, L, G) and spec.global_nope and spec.logit_scale == 0.0625
+    none = hf.spec_from_hf({"model_type": "cohere2", "num_hidden_layers": 8, "sliding_window": None})
+    assert none.position is Position.none and none.window is None
+
+
+def test_falcon_variants():
+    old = hf.spec_from_hf({"model_type": "falcon"})
+    assert (old.n_kv_heads, old.block.value, old.shared_norm) == (1, "parallel", True)
+    new = hf.spec_from_hf({"model_type": "falcon", "new_decoder_architecture": True, "num_kv_heads": 71})
+    assert (new.n_kv_heads, new.shared_norm) == (71, False)
+    serial = hf.spec_from_hf({"model_type": "falcon", "parallel_attn": False, "alibi": True})
+    assert (serial.block.value, serial.position) == ("serial", Position.alibi)
+
+
+# --- spec extensions: hand-derived costs -------------------------------------------------------
+
+TINY = dict(name="tiny", d_model=8, n_layers=1, n_heads=2, d_ff=16, vocab_size=10, max_seq_len=16,
+            norm="rmsnorm", activation="swiglu", position="rope")
+
+
+def test_head_scale_and_logit_scale_cost_one_multiply_per_element():
+    """B*S*d multiplies before the head, B*S*V after it (B=2, S=4, d=8, V=10)."""
+    plain = analyze(spec_from_dict(TINY), "prefill", 2, 4, "fp32")
+    scaled = analyze(spec_from_dict({**TINY, "head_scale": True, "logit_scale": 0.25}), "prefill", 2, 4, "fp32")
+    assert scaled.total("head_scale").flops_other == 2 * 4 * 8
+    assert scaled.total("logit_scale").flops_other == 2 * 4 * 10
+    assert scaled.total().flops_other - plain.total().flops_other == 64 + 80
+
+
+def test_dropout_rates_per_site():
+    """Attention-probability dropout alone: 2 FLOPs per probability, B*h*S*S of them; no other site."""
+    spec = spec_from_dict({**TINY, "attention_dropout": 0.1})
+    a = analyze(spec, "train", 1, 4, "fp32")
+    drops = {r.path: r.flops_other for r in a.rows if r.path.endswith("dropout")}
+    assert drops == {"layers/attention/dropout": 3 * 2 * (1 * 2 * 4 * 4)}  # train: 3 x forward
+    emb_only = analyze(spec_from_dict({**TINY, "embedding_dropout": 0.1}), "train", 1, 4, "fp32")
+    assert [r.path for r in emb_only.rows if r.path.endswith("dropout")] == ["embedding/dropout"]
+
+
+def test_position_offset_only_with_learned_positions(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("\n".join(f"{k}: {v}" for k, v in {**TINY, "position_offset": 2}.items()))
+    result = runner.invoke(app, ["analyze", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {path}:11: position_offset: only for position: learned"
+
+
+# --- errors: one line, exit 2 -------------------------------------------------------------------
+
+ERRORS = [
+    ({"model_type": "mixtral"}, "model_type: mixtral is a mixture-of-experts model; mixture-of-experts is out of scope for now"),
+    ({"model_type": "llama", "num_local_experts": 8}, "model_type: llama is a mixture-of-experts model"),
+    ({"model_type": "bert"}, "model_type: 'bert' is not supported; supported: llama, mistral"),
+    ({"hidden_size": 8}, "model_type: required, one of llama"),
+    ({"model_type": "llama", "use_flux_capacitor": True}, "use_flux_capacitor: not a field this tool knows for model_type llama"),
+    ({"model_type": "llama", "quantization_config": {"bits": 4}}, "quantization_config: quantised weights are not modelled"),
+    ({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"]},
+     "architectures: LlamaForSequenceClassification has a head other than the language-model head"),
+    ({"model_type": "opt", "word_embed_proj_dim": 512, "hidden_size": 1024, "num_attention_heads": 16},
+     "word_embed_proj_dim: 512 != hidden_size 1024: the project_in and project_out matrices"),
+    ({"model_type": "t5"}, "dropout_rate: T5 also drops out the FFN hidden activations"),
+    ({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx: true is not supported"),
+    ({"model_type": "gemma3", "text_config": {}}, "model_type: gemma3 is multimodal"),
+    ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size: should be a positive integer (got '4096')"),
+    ({"model_type": "llama", "partial_rotary_factor": 0.5}, "partial_rotary_factor: llama rotates the whole head"),
+    ({"model_type": "gpt2", "activation_function": "silu"}, "activation_function: 'silu' in a two-matrix FFN is not supported"),
+    ({"model_type": "mistral", "layer_types": ["full_attention"] * 32}, "layer_types: MistralForCausalLM ignores it"),
+    ({"model_type": "falcon", "hidden_dropout": 0.1}, "hidden_dropout: Falcon's dropout sites differ"),
+    ({"model_type": "cohere2", "head_dim": 64}, "head_dim: cohere2 always uses hidden_size / heads = 128"),
+    ({"model_type": "gemma2", "layer_types": ["chunked_attention"] * 26}, "layer_types: layer type 'chunked_attention' is not supported"),
+]
+
+
+@pytest.mark.parametrize("config,message", ERRORS, ids=[m.split(":")[0] for _, m in ERRORS])
+def test_bad_configs_fail_in_one_line(tmp_path, config, message):
+    """A field the tool cannot express: one line naming file and field, exit code 2."""
+    path = write(tmp_path, config)
+    for args in (["import-hf", str(path)], ["analyze", str(path)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {path}: {message}")
+
+
+def test_malformed_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama",\n  "hidden_size": }')
+    result = runner.invoke(app, ["import-hf", str(path)])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {path}:2: malformed JSON")
+
+
+# --- import-hf, and config.json wherever a spec goes ----------------------------------------------
+
+CASES = [(mt, i, cfg) for mt, cfgs in CONFIGS.items() for i, cfg in enumerate(cfgs)]
+
+
+@pytest.mark.parametrize("model_type,i,fields", CASES, ids=[f"{mt}-{i}" for mt, i, _ in CASES])
+def test_written_yaml_loads_back_with_identical_numbers(tmp_path, model_type, i, fields):
+    """import-hf -o writes YAML that load_spec reads into the same spec as the config itself."""
+    config = write(tmp_path, {"model_type": model_type, **fields})
+    out = tmp_path / "spec.yaml"
+    result = runner.invoke(app, ["import-hf", str(config), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert f"source: \"{config} (Hugging Face config, model_type {model_type})\"" in text
+    written, direct = load_spec(out), catalog.load(str(config))
+    assert written == direct
+    for phase in ("train", "prefill", "decode"):
+        assert analyze(written, phase, 2, 16).to_dict() == analyze(direct, phase, 2, 16).to_dict()
+
+
+def test_import_hf_prints_yaml_or_json(tmp_path):
+    config = write(tmp_path, OPT_125M)
+    yaml_out = runner.invoke(app, ["import-hf", str(config)])
+    assert yaml_out.exit_code == 0 and "position_offset: 2  # rows of the learned position table" in yaml_out.stdout
+    json_out = runner.invoke(app, ["import-hf", str(config), "--format", "json"])
+    assert json.loads(json_out.stdout)["position_offset"] == 2
+
+
+def test_every_command_accepts_a_config(tmp_path):
+    """analyze and formula read a config.json through catalog.load."""
+    config = write(tmp_path, OPT_125M)
+    result = runner.invoke(app, ["analyze", str(config), "-p", "prefill", "-f", "json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["params"]["total"] == 125_239_296
+    result = runner.invoke(app, ["formula", str(config), "-q", "params", "-c", "embedding/positions"])
+    assert result.exit_code == 0 and result.stdout.strip() == str(2050 * 768)
+
+
+def test_bundled_names_with_dots_resolve():
+    assert catalog.load("llama-3.1-405b").name == "llama-3.1-405b"
+    assert catalog.load("gpt3-1.3b").name == "gpt3-1.3b"
+
+
+# --- export, and import(export(spec)) ------------------------------------------------------------
+
+# What each exported config cannot carry (the rest round-trips exactly), and why:
+LOST = {
+    "palm-540b": {"z_loss", "logit_scale"},  # no HF field for z-loss; Cohere always scales logits
+    "t5-11b": {"dropout", "embedding_dropout", "attention_dropout"},  # T5's extra dropout sites
+}
+NO_HF_CLASS = {"transformer-base", "transformer-big"}  # sinusoidal encoder-decoder, no biased q/k/v
+
+
+@pytest.mark.parametrize("name", catalog.bundled_names())
+def test_round_trip_gives_the_same_costs(name):
+    spec = catalog.load(name)
+    if name in NO_HF_CLASS:
+        with pytest.raises(hf.SpecError, match="position: an encoder-decoder with sinusoidal positions"):
+            hf.export_hf(spec)
+        return
+    export = hf.export_hf(spec)
+    assert set(export.lost) == LOST.get(name, set())
+    config = json.loads(json.dumps(export.config))
+    if export.model_type == "t5":
+        config["dropout_rate"] = 0.0  # refused on import: T5 has dropout sites the spec lacks
+    back = hf.spec_from_hf(config, name)
+    assert count_params(back) == count_params(spec)
+    if export.lost:
+        return
+    for phase in ("train", "prefill", "decode"):
+        ours = analyze(spec, phase, 2, 256, enc_seq=128 if spec.is_encoder_decoder else None).to_dict()
+        theirs = analyze(back, phase, 2, 256, enc_seq=128 if spec.is_encoder_decoder else None).to_dict()
+        ours.pop("spec"), theirs.pop("spec")
+        assert theirs == ours
+
+
+def test_docs_list_every_type_and_ignored_field():
+    """docs/hf.md names every supported model type and every field ignored as cost-free."""
+    text = (ROOT / "docs" / "hf.md").read_text()
+    for model_type in hf.SUPPORTED:
+        assert f"`{model_type}`" in text
+    for family in hf.FAMILIES.values():
+        for field in [*hf.COMMON_IGNORED, *family.ignored]:
+            assert f"`{field}`" in text, field
+
+
+def test_readme_examples(tmp_path, monkeypatch):
+    """The README's "Hugging Face configs" commands, as written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "path" / "to").mkdir(parents=True)
+    write(tmp_path / "path" / "to", {"model_type": "llama", "max_position_embeddings": 8192})
+    (tmp_path / "mixtral").mkdir()
+    write(tmp_path / "mixtral", {"model_type": "mixtral"})
+
+    result = runner.invoke(app, ["import-hf", "path/to/config.json", "-o", "my-model.yaml"])
+    assert result.exit_code == 0 and result.stderr.strip() == "wrote my-model.yaml"
+    assert load_spec("my-model.yaml").name == "to"  # the config's folder
+    result = runner.invoke(app, ["import-hf", "path/to/config.json"])
+    assert result.exit_code == 0 and "n_layers: 32" in result.stdout
+    result = runner.invoke(app, ["analyze", "path/to/config.json", "-p", "decode", "--seq", "4096"])
+    assert result.exit_code == 0 and "6,738,415,616" in result.stdout  # LlamaConfig's defaults: LLaMA 2 7B
+    result = runner.invoke(app, ["import-hf", "mixtral/config.json"])
+    assert result.exit_code == 2
+    assert result.stderr == ("error: mixtral/config.json: model_type: mixtral is a mixture-of-experts model; "
+                             "mixture-of-experts is out of scope for now\n")

@@ -1,0 +1,119 @@
+"""An independent oracle: transformers' own implementation, instantiated on the meta device.
+
+For every supported model type, a config built here is imported with costmodel.hf and our
+parameter count must equal the count of the transformers model built from the same config
+(tied tensors once). For every bundled spec a transformers family implements, the exported
+config must build a model with exactly our count and the spec's published.exact. Layer kinds
+(which layers slide) and rotary widths are checked against what transformers derives too.
+
+Needs transformers and torch (the [hf] and [measure] extras; .ci/run installs both).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from costmodel import catalog, hf
+from costmodel.analysis import count_params
+from costmodel.spec import LayerKind
+from tests.hf_configs import CONFIGS, SMALL
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
+transformers = pytest.importorskip(
+    "transformers", reason="transformers is not installed (pip install -e '.[hf]'): the oracle cannot run"
+)
+transformers.logging.set_verbosity_error()
+
+
+def build(config: dict):
+    """The transformers model with an LM head for `config`, on the meta device (no memory)."""
+    kwargs = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures", "_name_or_path")}
+    cfg = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
+    auto = transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder else transformers.AutoModelForCausalLM
+    with torch.device("meta"):
+        return cfg, auto.from_config(cfg)
+
+
+def hf_params(config: dict) -> int:
+    """Parameters of the transformers model, each tensor once (model.parameters() dedups ties).
+
+    transformers 5 ties T5's LM head to the shared embedding whatever tie_word_embeddings says
+    (the flag now only sets scale_decoder_outputs, huggingface/transformers#42815); the untied
+    checkpoints (T5 v1.1) store their own lm_head.weight, which transformers 4 built separately.
+    That head is counted here when the config asks for it untied.
+    """
+    cfg, model = build(config)
+    n = sum(p.numel() for p in model.parameters())
+    if config["model_type"] == "t5" and config.get("tie_word_embeddings") is False:
+        if model.lm_head.weight is model.shared.weight:
+            n += model.lm_head.weight.numel()
+    return n
+
+
+def hf_layer_kinds(cfg) -> list[LayerKind] | None:
+    """Which layers slide, as transformers derives it (None: this family has no windows)."""
+    n = cfg.num_hidden_layers
+    types = getattr(cfg, "layer_types", None)
+    if types is not None:
+        window = getattr(cfg, "sliding_window", None)
+        return [LayerKind.local if t == "sliding_attention" and window else LayerKind.global_ for t in types]
+    if hasattr(cfg, "sliding_window"):  # mistral, phi3: one window on every layer, or none
+        return [LayerKind.local if cfg.sliding_window else LayerKind.global_] * n
+    return None
+
+
+CASES = [(mt, i, cfg) for mt, cfgs in CONFIGS.items() for i, cfg in enumerate(cfgs)]
+
+
+def test_every_supported_model_type_is_checked():
+    """Each model type import-hf supports has a config in this oracle."""
+    assert set(CONFIGS) == set(hf.SUPPORTED)
+
+
+@pytest.mark.parametrize("model_type,i,fields", CASES, ids=[f"{mt}-{i}" for mt, i, _ in CASES])
+def test_imported_count_equals_transformers(model_type, i, fields):
+    """Imported config: our parameter count equals transformers' count exactly (config 0: all defaults)."""
+    config = {"model_type": model_type, **fields}
+    spec = hf.spec_from_hf(config, f"<{model_type}-{i}>")
+    assert count_params(spec) == hf_params(config)
+    cfg, model = build(config)
+    kinds = hf_layer_kinds(cfg)
+    if kinds is not None:
+        assert spec.layer_kinds() == kinds
+        if LayerKind.local in kinds:
+            assert spec.window == cfg.sliding_window
+
+
+def test_rotary_widths_match_transformers():
+    """Partial RoPE: the rotated dimensions per head are those transformers rotates."""
+    neox = {"model_type": "gpt_neox", **SMALL, "rotary_pct": 0.5}
+    assert hf.spec_from_hf(neox).rotary_dims == build(neox)[1].gpt_neox.layers[0].attention.rotary_ndims
+    gptj = {"model_type": "gptj", **CONFIGS["gptj"][1]}
+    assert hf.spec_from_hf(gptj).rotary_dims == build(gptj)[1].transformer.h[0].attn.rotary_dim
+    phi3 = {"model_type": "phi3", **CONFIGS["phi3"][1]}
+    inv_freq = build(phi3)[1].model.rotary_emb.inv_freq
+    assert hf.spec_from_hf(phi3).rotary_dims == 2 * inv_freq.numel()
+
+
+def test_t5_head_scale_follows_transformers():
+    """T5's decoder output is scaled before a tied head, and only then (scale_decoder_outputs)."""
+    for tied in (True, False):
+        config = {"model_type": "t5", "dropout_rate": 0.0, "tie_word_embeddings": tied}
+        cfg, _ = build(config)
+        assert hf.spec_from_hf(config).head_scale is cfg.scale_decoder_outputs is tied
+
+
+EXPORTABLE = [n for n in catalog.bundled_names() if not n.startswith("transformer-")]
+
+
+@pytest.mark.parametrize("name", EXPORTABLE)
+def test_bundled_spec_count_equals_transformers(name):
+    """Bundled spec, exported to its transformers family: the same count, and published.exact."""
+    spec = catalog.load(name)
+    export = hf.export_hf(spec)
+    ours = count_params(spec)
+    assert hf_params(export.config) == ours
+    if spec.published and spec.published.exact:
+        assert spec.published.exact == ours
