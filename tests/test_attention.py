@@ -252,3 +252,11 @@ def test_formula_json():
                                           "--symbolic", "-f", "json"]).output)
     assert data["formula"] == "2*B*C*L*d_h*k*p"
 
+
+
+def test_tables_print_brackets_as_text():
+    """Rich read "layers[local]" and "[local:global]" as markup and dropped them (report.render_rich)."""
+    result = runner.invoke(app, ["analyze", "gemma-2-9b", "-p", "decode"])
+    assert result.exit_code == 0, result.output
+    assert "layers[local]/attention" in result.output and "layers[global]/ffn" in result.output
+    assert "window 4096 [local:global]" in " ".join(result.output.split())
