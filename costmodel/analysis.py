@@ -7,6 +7,7 @@ the one set of formulas in ``costmodel.components``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -66,8 +67,7 @@ class Analysis:
         chosen = [r for r in self.rows if _under(r.path, prefix)]
         if prefix and not chosen:
             raise AnalysisError(f"component {prefix!r}: no such component in {self.spec.name}")
-        sums = {f.name: sum(getattr(r, f.name) for r in chosen) for f in fields(Row) if f.name != "path"}
-        return Row(path=prefix or "total", **sums)
+        return sum_rows(chosen, prefix or "total")
 
     @property
     def params_embedding(self) -> int:
@@ -131,6 +131,13 @@ class Analysis:
             "arithmetic_intensity_unfused": self.arithmetic_intensity_unfused,
             "components": [asdict(r) for r in self.rows],
         }
+
+
+def sum_rows(rows: Iterable[Row], path: str) -> Row:
+    """One row holding the sums of `rows`, named `path`."""
+    rows = list(rows)
+    sums = {f.name: sum(getattr(r, f.name) for r in rows) for f in fields(Row) if f.name != "path"}
+    return Row(path=path, **sums)
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -238,17 +245,24 @@ def formula(
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
     import sympy
 
-    tree = symbolic_tree(spec, phase)
-    chosen = [p for p in tree if _under(p, component)]
-    if not chosen:
-        groups = sorted({p.rsplit("/", 1)[0] if "layers" in p else p for p in tree})
-        raise AnalysisError(
-            f"component: no component {component!r} in {spec.name}; try one of {', '.join(groups)}"
-        )
-    expr = sympy.expand(sympy.Add(*(tree[p][q] for p in chosen for q in FORMULA_QUANTITIES[quantity])))
+    expr = sympy.expand(select(symbolic_tree(spec, phase), quantity, component, spec.name))
     if not symbolic:
         return sympy.expand(expr.xreplace(model.spec_values(spec)))
     # Read per layer: the terms of each layer group gathered under its count (L, L_local, ...).
     from costmodel import symbols as sym
 
     return sympy.collect(expr, [sym.layer_count(*key) for key in model.layer_groups(spec)])
+
+
+def select(tree: dict[str, dict[str, sympy.Expr]], quantity: str, component: str = "",
+           spec_name: str = "") -> sympy.Expr:
+    """`quantity` (a key of FORMULA_QUANTITIES) summed over the paths of `tree` under `component`."""
+    import sympy
+
+    chosen = [p for p in tree if _under(p, component)]
+    if not chosen:
+        groups = sorted({p.rsplit("/", 1)[0] if "layers" in p else p for p in tree})
+        raise AnalysisError(
+            f"component: no component {component!r} in {spec_name}; try one of {', '.join(groups)}"
+        )
+    return sympy.Add(*(tree[p][q] for p in chosen for q in FORMULA_QUANTITIES[quantity]))

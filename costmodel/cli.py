@@ -10,10 +10,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, compare_report, conventions, report
+from costmodel import catalog, compare_report, conventions, metrics, report
 from costmodel.analysis import AnalysisError, analyze, count_params, default_seq, formula
 from costmodel.conventions import ConventionName
-from costmodel.spec import SpecError, load_spec
+from costmodel.hardware import load_hardware
+from costmodel.spec import Spec, SpecError, load_spec
 
 app = typer.Typer(
     help="Analytical cost model for transformer architectures: parameters, FLOPs, bytes, "
@@ -65,6 +66,9 @@ SeqOpt = Annotated[
 EncSeqOpt = Annotated[Optional[int], typer.Option("--enc-seq", min=1, help="Encoder input length (encoder-decoder only). Default: --seq.")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Element type of weights and activations.")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+HARDWARE_HELP = ("A device profile: a bundled name (a100-80gb, h100-sxm, h200, b200, l4, rtx-4090), `local` "
+                 "once `costmodel calibrate` has measured this machine, or a YAML file. See `costmodel hardware`.")
+HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=HARDWARE_HELP)]
 
 
 @contextmanager
@@ -85,20 +89,26 @@ def analyze_cmd(
     seq: SeqOpt = None,
     enc_seq: EncSeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
+    hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
     convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
 ) -> None:
-    """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec."""
+    """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
+    the roofline time of each phase and whether it is compute- or memory-bound."""
     with _user_errors():
         s = catalog.load(spec)
+        hw = load_hardware(hardware) if hardware else None
+        if hw:
+            hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
         phases = [phase.value] if phase else [p.value for p in PhaseName]
         analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq) for p in phases]
         papers = conventions.selected([c.value for c in convention or []])
         train_seq = seq if seq is not None else default_seq(s, "train")
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
     if fmt is Format.json:
-        data = analyses[0].to_dict() if phase else {
-            "spec": s.name, "phases": {a.phase: a.to_dict() for a in analyses}}
+        dicts = [a.to_dict() | ({"roofline": metrics.roofline_json(a.total(), hw, a.dtype)} if hw else {})
+                 for a in analyses]
+        data = dicts[0] if phase else {"spec": s.name, "phases": {a.phase: d for a, d in zip(analyses, dicts)}}
         if paper_rows:
             data["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}
         typer.echo(report.render_json(data))
@@ -106,16 +116,20 @@ def analyze_cmd(
     if fmt is Format.csv:
         typer.echo(report.render_csv(analyses), nl=False)
         return
-    tables = [report.params_table(analyses[0]), report.phases_table(analyses)]
+    tables = [report.params_table(analyses[0]), report.phases_table(analyses, hw)]
     if phase:
         tables.append(report.components_table(analyses[0]))
     if paper_rows:
         tables.append(compare_report.conventions_table(paper_rows, train_seq))
-    header = f"{s.name}: {report.describe(s)}"
+    render_tables(tables, fmt, s)
+
+
+def render_tables(tables: list[report.Table], fmt: Format, spec: Spec | None = None) -> None:
+    """Markdown or rich tables, under a line describing `spec` when given."""
     if fmt is Format.markdown:
-        typer.echo(report.render_markdown(tables, f"## {header}"))
+        typer.echo(report.render_markdown(tables, f"## {spec.name}: {report.describe(spec)}" if spec else None))
     else:
-        report.render_rich(tables, f"[bold]{s.name}[/bold]: {report.describe(s)}")
+        report.render_rich(tables, report.rich_header(spec) if spec else None)
 
 
 @app.command("formula")
@@ -126,14 +140,38 @@ def formula_cmd(
     component: Annotated[str, typer.Option("--component", "-c", help="A component path or prefix (layers/attention, lm_head). Default: the whole model.")] = "",
     symbolic: Annotated[bool, typer.Option("--symbolic", help="Keep the spec's sizes as symbols (d, h, k, L, ...).")] = False,
     latex: Annotated[bool, typer.Option("--latex", help="Print LaTeX.")] = False,
+    asymptotic: Annotated[bool, typer.Option(
+        "--asymptotic", help="Instead: the leading-order FLOPs and memory of the spec's attention layer "
+        "(d_h = d/h) as batch and length grow, beside Shazeer (2019): batched MHA, incremental MHA, "
+        "incremental MQA.")] = False,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """The sympy expression behind a number, over the symbols of DESIGN.md."""
+    import sympy
+
     with _user_errors():
         s = catalog.load(spec)
-        expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic)
-    if latex:
-        import sympy
+        if asymptotic:
+            from costmodel.asymptotics import shazeer
 
+            results = shazeer(s)
+        else:
+            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic)
+    if asymptotic:
+        from costmodel import report_attention
+
+        if fmt is Format.json:
+            typer.echo(report.render_json({"spec": s.name, "results": [r.to_dict() for r in results]}))
+        elif fmt is Format.csv:
+            typer.echo(report_attention.records_csv([r.to_dict() for r in results]), nl=False)
+        else:
+            render_tables([report_attention.shazeer_table(s.name, results)], fmt)
+        return
+    if fmt is Format.json:
+        typer.echo(report.render_json({
+            "spec": s.name, "quantity": quantity.value, "phase": phase.value, "component": component or "total",
+            "symbolic": symbolic, "formula": str(expr), "latex": sympy.latex(expr)}))
+    elif latex:
         typer.echo(sympy.latex(expr))
     else:
         typer.echo(str(expr))
@@ -185,3 +223,4 @@ if __name__ == "__main__":  # pragma: no cover
 
 from costmodel import cli_compare  # noqa: E402,F401
 from costmodel import cli_hf  # noqa: E402,F401
+from costmodel import cli_attention  # noqa: E402,F401

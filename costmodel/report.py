@@ -16,6 +16,8 @@ from typing import Any
 
 from costmodel import units
 from costmodel.analysis import Analysis, Row
+from costmodel.hardware import Hardware
+from costmodel.metrics import roofline_of
 from costmodel.spec import Spec
 
 
@@ -59,6 +61,13 @@ def describe(spec: Spec) -> str:
     if spec.z_loss:
         parts.append(f"z-loss {spec.z_loss:g}")
     return " · ".join(parts)
+
+
+def rich_header(spec: Spec, *extra: str) -> str:
+    """The spec's name in bold, then its description as plain text (rich markup escaped)."""
+    from rich.markup import escape
+
+    return f"[bold]{escape(spec.name)}[/bold]: " + escape(" · ".join((describe(spec), *extra)))
 
 
 def group_of(path: str) -> str:
@@ -108,8 +117,8 @@ def params_table(a: Analysis) -> Table:
     return Table("Parameters", ("component", "exact", "params", "share"), rows, notes)
 
 
-def phases_table(analyses: Sequence[Analysis]) -> Table:
-    """Quantities down, phases across."""
+def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Table:
+    """Quantities down, phases across; with a device, where each phase sits on its roofline."""
     def per(f) -> list[str]:
         return [f(a) for a in analyses]
 
@@ -134,7 +143,26 @@ def phases_table(analyses: Sequence[Analysis]) -> Table:
     a0 = analyses[0]
     notes = [f"batch {a0.batch}, {a0.dtype}; seq is the prompt (prefill, train) or the tokens "
              "already cached (decode, which attends to seq + 1)"]
+    if hw is not None:
+        lines = [roofline_of(tot(a), hw, a.dtype) for a in analyses]
+        rows += [
+            ("compute time (FLOPs / peak)", *(units.seconds(r.compute_s) for r in lines)),
+            ("memory time (fused bytes / bandwidth)", *(units.seconds(r.memory_s) for r in lines)),
+            ("roofline time", *(units.seconds(r.time_s) for r in lines)),
+            ("ridge point (peak / bandwidth)", *(units.intensity(r.ridge) for r in lines)),
+            ("bound (intensity vs ridge)", *(r.bound for r in lines)),
+        ]
+        notes.append(device_note(hw, a0.dtype))
     return Table("Phases", ("quantity", *(a.phase for a in analyses)), rows, notes)
+
+
+def device_note(hw: Hardware, dtype: str) -> str:
+    """One line naming the device, its roofs and where the figures come from."""
+    source = hw.source if isinstance(hw.source, str) else "; ".join(f"{k}: {v}" for k, v in hw.source.items())
+    kind = "measured" if hw.measured else "datasheet"
+    return (f"{hw.name}: {units.flops(hw.peak(dtype))}/s dense {dtype}, {units.bandwidth(hw.memory_bandwidth)}, "
+            f"{units.decimal_bytes(hw.memory_bytes)}; ridge point {hw.ridge(dtype):.3g} FLOP/B ({kind}: {source}); "
+            "time = max(FLOPs / peak, fused bytes / bandwidth), a lower bound")
 
 
 def components_table(a: Analysis) -> Table:
@@ -167,6 +195,7 @@ def components_table(a: Analysis) -> Table:
 def render_rich(tables: Sequence[Table], header: str | None = None) -> None:
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
     # Piped output (CI logs, files) is not cut at 80 columns.
@@ -174,15 +203,16 @@ def render_rich(tables: Sequence[Table], header: str | None = None) -> None:
     if header:
         console.print(header, highlight=False)
     for t in tables:
-        rt = RichTable(title=t.title, box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold",
+        # Cells are text, not markup: "layers[local]/attention" must print as written.
+        rt = RichTable(title=escape(t.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold",
                        padding=(0, 1), pad_edge=False)
         for i, col in enumerate(t.columns):
-            rt.add_column(col, justify="right" if i >= t.numeric_from else "left", no_wrap=i not in t.wrap)
+            rt.add_column(escape(col), justify="right" if i >= t.numeric_from else "left", no_wrap=i not in t.wrap)
         for row in t.rows:
-            rt.add_row(*row, style="bold" if row[0] == "total" else None)
+            rt.add_row(*map(escape, row), style="bold" if row[0] == "total" else None)
         console.print(rt)
         for note in t.notes:
-            console.print(f"  {note}", style="dim", highlight=False)
+            console.print(f"  {escape(note)}", style="dim", highlight=False)
         console.print()
 
 

@@ -44,6 +44,8 @@ ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
     "n_pos": (_SIZE, "rows of a learned position table (max_seq_len)"),
     "n_buckets": (_SIZE, "T5 relative-position buckets"),
     "p": (_SIZE, "bytes per element of weights and activations"),
+    # Asymptotics (Shazeer 2019): tokens per sequence, the decode steps summed over.
+    "n": (_SIZE, "sequence length n of Shazeer (2019)"),
 }
 
 _made: dict[str, Any] = {}

@@ -18,6 +18,11 @@ def _scaled(value: float, table: tuple[tuple[int, str], ...], unit: str, sep: st
     return f"{_sig(value)}{sep}{unit}".rstrip()
 
 
+def number(x: float) -> str:
+    """Three significant digits, whole numbers from 1000 on: 0.998, 14.3, 14050."""
+    return _sig(x)
+
+
 def count(n: float) -> str:
     """6738415616 -> '6.74 B'."""
     return _scaled(n, _COUNT, "")
@@ -34,6 +39,16 @@ def nbytes(n: float) -> str:
         if abs(n) >= scale:
             return f"{_sig(n / scale)} {prefix}"
     return f"{_sig(n)} B"
+
+
+def decimal_bytes(x: float) -> str:
+    """Decimal prefixes, as datasheets print them: 80e9 -> '80 GB'."""
+    return _scaled(x, _DECIMAL, "B")
+
+
+def bandwidth(x: float) -> str:
+    """3.35e12 -> '3.35 TB/s'."""
+    return f"{decimal_bytes(x)}/s"
 
 
 def intensity(x: float) -> str:

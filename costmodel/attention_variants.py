@@ -1,0 +1,183 @@
+"""Attention variants of one spec, and what each costs on a device: `costmodel attention`.
+
+A variant is ``variants.variant``: a new ``Spec`` from the original's fields with a few
+changed, validated again from scratch, so an impossible variant (h not divisible by k, a window
+on an encoder-decoder) is one ``SpecError`` line, like a bad file. Every number comes from
+``analysis.analyze`` on a variant: the one component tree, no second copy of a formula.
+
+- key/value heads: k = h is multi-head attention (Vaswani et al. 2017), k = 1 multi-query
+  attention (Shazeer 2019, "Fast Transformer Decoding: One Write-Head is All You Need"),
+  1 < k < h grouped-query attention (Ainslie et al. 2023, "GQA"); in prefill and decode: KV
+  cache, the attention sub-blocks' FLOPs, bytes and intensity, their roofline and the whole
+  pass's, and the largest batch that fits (``metrics.fit``);
+- windows: full attention, every layer local, the spec's local/global pattern: KV cache and
+  attention work as the context grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from costmodel.analysis import Analysis, AnalysisError, Row, analyze
+from costmodel.hardware import Hardware, Roofline
+from costmodel.metrics import Fit, attention_total, fit, roofline_dict, roofline_of
+from costmodel.compare import heads, pattern
+from costmodel.spec import LayerKind, Position, Spec
+from costmodel.variants import variant
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str  # "MHA k=32", "GQA k=8", "w=4096, all local", ...
+    spec: Spec
+    own: bool  # the spec's own configuration
+
+
+def with_kv_heads(spec: Spec, k: int) -> Spec:
+    return variant(spec, {"n_kv_heads": k})
+
+
+def default_kv_heads(spec: Spec) -> list[int]:
+    """MHA (k = h), the spec's own k, and MQA (k = 1), without repeats."""
+    return list(dict.fromkeys((spec.n_heads, spec.n_kv_heads, 1)))
+
+
+def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[Variant]:
+    """One variant per k (default: h, the spec's own k, 1); the spec itself keeps its k."""
+    out = []
+    for k in dict.fromkeys(kv_heads or default_kv_heads(spec)):
+        s = spec if k == spec.n_kv_heads else with_kv_heads(spec, k)
+        out.append(Variant(f"{heads(s).split()[0]} k={k}", s, own=k == spec.n_kv_heads))
+    return out
+
+
+def full_attention(spec: Spec) -> Spec:
+    """Every layer attends to the whole context, with positions on every layer."""
+    if spec.window is None:
+        return spec
+    return variant(spec, {"window": None, "layer_pattern": None, "global_nope": None})
+
+
+def window_label(spec: Spec) -> str:
+    """``full``, ``w=4096, all local``, ``w=1024, 5 local : 1 global``."""
+    return "full" if spec.window is None else f"w={spec.window}, {pattern(spec)}"
+
+
+def window_variants(spec: Spec, window: int | None = None) -> list[Variant]:
+    """Full attention; every layer local with window w (the spec's, or `window`); and the
+    spec's own local/global pattern when it has one (with `window` if given)."""
+    w = window or spec.window
+    out = [Variant("full", full_attention(spec), own=spec.window is None)]
+    if w is None:
+        return out
+    local = variant(spec, {"window": w, "layer_pattern": [LayerKind.local.value], "global_nope": None})
+    out.append(Variant(window_label(local), local,
+                       own=local.window == spec.window and local.layer_pattern == spec.layer_pattern))
+    if spec.window is not None and LayerKind.global_ in spec.layer_pattern:
+        mixed = spec if w == spec.window else variant(spec, {"window": w})
+        out.append(Variant(window_label(mixed), mixed, own=w == spec.window))
+    return out
+
+
+# --- what each variant costs ---------------------------------------------------------------
+
+INFERENCE = ("prefill", "decode")
+CONTEXTS = (1024, 4096, 16384, 65536, 131072)
+
+
+@dataclass(frozen=True)
+class HeadsRow:
+    """One key/value-head variant in one phase."""
+
+    variant: str
+    kv_heads: int
+    own: bool  # the spec's own k
+    phase: str
+    shape: dict[str, int]
+    kv_per_token: float  # KV cache of one sequence / its context C, bytes
+    kv_cache: int  # whole batch, bytes
+    attention: Row  # every attention sub-block, summed over layers
+    attention_roofline: Roofline
+    step_roofline: Roofline  # the whole forward pass
+    fit: Fit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant, "kv_heads": self.kv_heads, "own": self.own, "phase": self.phase,
+            "shape": self.shape, "kv_bytes_per_token": self.kv_per_token, "kv_cache_bytes": self.kv_cache,
+            "attention": {**asdict(self.attention), "flops": self.attention.flops,
+                          "roofline": roofline_dict(self.attention_roofline)},
+            "step_roofline": roofline_dict(self.step_roofline),
+            "fit": self.fit.to_dict(),
+        }
+
+
+def heads_row(label: str, k: int, own: bool, a: Analysis, hw: Hardware) -> HeadsRow:
+    att = attention_total(a)
+    t = a.total()
+    f = fit(a, hw)
+    return HeadsRow(label, k, own, a.phase, dict(a.shape), f.kv_bytes_per_sequence / a.shape["C"],
+                    t.kv_cache, att, roofline_of(att, hw, a.dtype), roofline_of(t, hw, a.dtype), f)
+
+
+def compare_kv_heads(
+    spec: Spec, hw: Hardware, batch: int = 1, seq: int | None = None, dtype: str = "bf16",
+    kv_heads: Sequence[int] | None = None, enc_seq: int | None = None,
+) -> list[HeadsRow]:
+    """Prefill and decode of each key/value-head variant (default: h, the spec's k, 1)."""
+    rows = []
+    for v in kv_head_variants(spec, kv_heads):
+        for phase in INFERENCE:
+            a = analyze(v.spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
+            rows.append(heads_row(v.label, v.spec.n_kv_heads, v.own, a, hw))
+    return rows
+
+
+@dataclass(frozen=True)
+class WindowRow:
+    """One window variant at one context length C."""
+
+    variant: str
+    own: bool
+    context: int
+    kv_cache: int  # whole batch, bytes, after a decode step at this context
+    prefill: Row  # attention of a prefill of `context` tokens
+    decode: Row  # attention of one decode step attending to `context` tokens
+    decode_roofline: Roofline
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant, "own": self.own, "context": self.context,
+            "kv_cache_bytes": self.kv_cache,
+            "prefill_attention": {**asdict(self.prefill), "flops": self.prefill.flops},
+            "decode_attention": {**asdict(self.decode), "flops": self.decode.flops,
+                                 "roofline": roofline_dict(self.decode_roofline)},
+        }
+
+
+def default_contexts(spec: Spec) -> list[int]:
+    """1K to 128K tokens; a learned position table stops at its max_seq_len."""
+    if spec.position is not Position.learned:
+        return list(CONTEXTS)
+    return sorted({c for c in CONTEXTS if c < spec.max_seq_len} | {spec.max_seq_len})
+
+
+def compare_windows(
+    spec: Spec, hw: Hardware, batch: int = 1, contexts: Sequence[int] | None = None,
+    dtype: str = "bf16", window: int | None = None,
+) -> list[WindowRow]:
+    """Full attention, all-local with window w, and the spec's pattern, as the context grows."""
+    contexts = sorted(set(contexts or default_contexts(spec)))
+    if contexts[0] < 2:  # a decode step attends to the cached tokens and itself
+        raise AnalysisError(f"contexts: must be at least 2 (got {contexts[0]})")
+    rows = []
+    for v in window_variants(spec, window):
+        for c in contexts:
+            pre = analyze(v.spec, "prefill", batch=batch, seq=c, dtype=dtype)
+            dec = analyze(v.spec, "decode", batch=batch, seq=c - 1, dtype=dtype)
+            att = attention_total(dec)
+            rows.append(WindowRow(v.label, v.own, c, dec.total().kv_cache, attention_total(pre), att,
+                                  roofline_of(att, hw, dtype)))
+    return rows

@@ -1,0 +1,165 @@
+"""`costmodel attention`, `costmodel sweep` and `costmodel hardware`: parse, call the library, render."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel import catalog, report
+from costmodel.analysis import AnalysisError
+from costmodel.cli import (
+    HARDWARE_HELP,
+    BatchOpt,
+    Dtype,
+    DtypeOpt,
+    EncSeqOpt,
+    Format,
+    FormatOpt,
+    PhaseName,
+    SeqOpt,
+    SpecArg,
+    _user_errors,
+    app,
+    render_tables,
+)
+from costmodel.hardware import bundled_dir, load_hardware, profile_paths, user_dir
+
+DEFAULT_HARDWARE = "h100-sxm"
+
+
+class SweepQuantity(str, Enum):
+    intensity = "intensity"
+    kv_cache = "kv_cache"
+    time = "time"
+
+
+DeviceOpt = Annotated[str, typer.Option("--hardware", help=f"{HARDWARE_HELP} Default: {DEFAULT_HARDWARE}.")]
+KvHeadsOpt = Annotated[Optional[str], typer.Option(
+    "--kv-heads", help="Key/value head counts to compare, e.g. 32,8,1. Default: h (MHA), the spec's own k, 1 (MQA).")]
+
+
+def _ints(text: str | None, option: str) -> list[int] | None:
+    """``32,8,1`` -> [32, 8, 1]; one clear line otherwise."""
+    if text is None:
+        return None
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise AnalysisError(f"{option}: {text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise AnalysisError(f"{option}: give positive integers (got {text!r})")
+    return values
+
+
+@app.command("attention")
+def attention_cmd(
+    spec: SpecArg,
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    enc_seq: EncSeqOpt = None,
+    hardware: DeviceOpt = DEFAULT_HARDWARE,
+    kv_heads: KvHeadsOpt = None,
+    window: Annotated[Optional[int], typer.Option(
+        "--window", min=1, help="Window w for the window variants. Default: the spec's own.")] = None,
+    contexts: Annotated[Optional[str], typer.Option(
+        "--contexts", help="Context lengths of the window table, e.g. 4096,32768. Default: 1K to 128K "
+        "(up to max_seq_len for learned positions).")] = None,
+    dtype: DtypeOpt = Dtype.bf16,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """MHA / GQA / MQA and window variants of a spec's attention, in prefill and decode, on a device:
+    KV cache, attention FLOPs, bytes, intensity, bound, roofline time and the largest batch that fits."""
+    from costmodel import report_attention as ra
+    from costmodel.attention_variants import compare_kv_heads, compare_windows
+    from costmodel.metrics import hardware_dict
+
+    with _user_errors():
+        s = catalog.load(spec)
+        hw = load_hardware(hardware)
+        hw.peak(dtype.value)
+        heads = compare_kv_heads(s, hw, batch, seq, dtype.value, _ints(kv_heads, "--kv-heads"), enc_seq)
+        windows = compare_windows(s, hw, batch, _ints(contexts, "--contexts"), dtype.value, window)
+    if fmt is Format.json:
+        typer.echo(report.render_json({
+            "spec": s.name, "hardware": hardware_dict(hw, dtype.value), "batch": batch, "dtype": dtype.value,
+            "kv_heads": [r.to_dict() for r in heads], "windows": [r.to_dict() for r in windows]}))
+        return
+    if fmt is Format.csv:
+        typer.echo(ra.records_csv([{"table": "kv_heads", **r.to_dict()} for r in heads]
+                                  + [{"table": "windows", **r.to_dict()} for r in windows]), nl=False)
+        return
+    render_tables([ra.heads_table(heads, hw, dtype.value), ra.windows_table(windows, hw, batch)], fmt, s)
+
+
+@app.command("sweep")
+def sweep_cmd(
+    spec: SpecArg,
+    over: Annotated[Optional[list[str]], typer.Option(
+        "--over", help="An axis to sweep: seq=START:STOP (powers of two from START, and STOP), "
+        "seq=START:STOP:POINTS (geometric), or batch=1,8,64. Repeat for a grid. Default: seq from 512 "
+        "to the spec's max_seq_len.")] = None,
+    quantity: Annotated[SweepQuantity, typer.Option(
+        "--quantity", "-q", help="intensity (FLOP/B, fused bytes), kv_cache (bytes) or time (roofline seconds).")
+    ] = SweepQuantity.intensity,
+    phases: Annotated[Optional[list[PhaseName]], typer.Option(
+        "--phase", "-p", help="Phases to evaluate (repeat). Default: prefill and decode; decode alone for kv_cache.")] = None,
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    hardware: DeviceOpt = DEFAULT_HARDWARE,
+    kv_heads: KvHeadsOpt = None,
+    component: Annotated[str, typer.Option(
+        "--component", "-c", help="A component path or prefix (layers/attention). Default: the whole model.")] = "",
+    dtype: DtypeOpt = Dtype.bf16,
+    plot: Annotated[Optional[str], typer.Option(
+        "--plot", help="Also draw the sweep into this file (.png, .svg, .pdf): a roofline for intensity, "
+        "a line chart otherwise. Needs the `plot` extra (matplotlib).")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """A quantity over many (seq, batch) points for each MHA / GQA / MQA variant and phase,
+    through formulas compiled once (numpy), as a table and optionally a chart."""
+    from costmodel import report_attention as ra
+    from costmodel.sweep import default_axis, parse_axis, sweep
+
+    with _user_errors():
+        s = catalog.load(spec)
+        hw = load_hardware(hardware)
+        axes = [parse_axis(text) for text in over] if over else [default_axis(s)]
+        chosen = [p.value for p in phases] if phases else (
+            ["decode"] if quantity is SweepQuantity.kv_cache else ["prefill", "decode"])
+        sw = sweep(s, quantity.value, axes, hw, batch=batch, seq=seq, phases=chosen, dtype=dtype.value,
+                   kv_heads=_ints(kv_heads, "--kv-heads"), component=component)
+        if plot:
+            from costmodel.plot import plot as draw
+
+            written = draw(sw, plot)
+    if fmt is Format.json:
+        typer.echo(report.render_json(sw.to_dict()))
+    elif fmt is Format.csv:
+        typer.echo(ra.sweep_csv(sw), nl=False)
+    else:
+        render_tables([ra.sweep_table(sw)], fmt)
+    if plot:
+        typer.echo(f"wrote {written}", err=True)
+
+
+@app.command("hardware")
+def hardware_cmd(dtype: DtypeOpt = Dtype.bf16, fmt: FormatOpt = Format.table) -> None:
+    """The device profiles --hardware accepts: bundled datasheet figures, and measured ones in the
+    user folder ($COSTMODEL_HARDWARE_DIR, default ~/.config/costmodel/hardware) such as `local`."""
+    from costmodel import report_attention as ra
+
+    with _user_errors():
+        found = [(load_hardware(str(path)), "bundled" if path.parent == bundled_dir() else "user", path)
+                 for path in profile_paths().values()]
+    if fmt is Format.json:
+        typer.echo(report.render_json([
+            {**hw.model_dump(), "from": where, "path": str(path),
+             "ridge": {dt: hw.ridge(dt) for dt in hw.peak_flops}} for hw, where, path in found]))
+        return
+    if fmt is Format.csv:
+        typer.echo(ra.records_csv([{**hw.model_dump(exclude={"source"}), "from": where, "path": str(path)}
+                                   for hw, where, path in found]), nl=False)
+        return
+    render_tables([ra.hardware_table([(hw, where) for hw, where, _ in found], dtype.value, user_dir())], fmt)

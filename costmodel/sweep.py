@@ -1,0 +1,192 @@
+"""Many points at once: the symbolic formulas lambdified once, evaluated with numpy.
+
+sympy runs on the cold path only: one symbolic tree per (variant, phase), the spec's sizes
+substituted, the sums over the chosen component lambdified into numpy functions of (batch,
+seq). Every point after that is array arithmetic (float64: exact to 2^53, about 9e15; beyond,
+relative error below 1e-15), so 10,000 points take milliseconds (bench/sweep_speed.py).
+
+Axes follow the CLI: ``seq`` is the prompt in prefill and the cached tokens in decode (which
+attends to seq + 1), as in ``analysis.analyze``; an encoder-decoder's encoder length follows seq.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sympy
+
+from costmodel import model
+from costmodel import symbols as sym
+from costmodel.analysis import AnalysisError, analyze, default_seq, select, symbolic_tree
+from costmodel.hardware import Hardware
+from costmodel.metrics import hardware_dict
+from costmodel.phases import PHASES
+from costmodel.spec import Position, Spec
+from costmodel.symbols import DTYPE_BYTES
+from costmodel.attention_variants import Variant, kv_head_variants
+
+AXES = ("seq", "batch")
+#: quantity -> unit
+QUANTITIES = {"intensity": "FLOP/B", "kv_cache": "B", "time": "s"}
+_SEQ = sympy.Symbol("seq", integer=True, positive=True)  # the user's --seq, before the phase's offset
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str  # seq or batch
+    values: np.ndarray  # int64, increasing
+
+
+def parse_axis(text: str) -> Axis:
+    """``seq=512:131072`` (powers of two from 512, and 131072), ``seq=512:131072:100`` (100
+    points, geometrically spaced, rounded to integers), ``batch=1,8,64`` (a list)."""
+    m = re.fullmatch(r"\s*(\w+)\s*=\s*(.+?)\s*", text)
+    if not m or m.group(1) not in AXES:
+        raise AnalysisError(f"--over: {text!r}: expected NAME=START:STOP[:POINTS] or NAME=A,B,C "
+                            f"with NAME one of {', '.join(AXES)}")
+    name, body = m.groups()
+    parts = body.split(":") if ":" in body else body.split(",")
+    try:
+        numbers = [int(x) for x in parts]
+    except ValueError:
+        raise AnalysisError(f"--over {name}: {body!r} is not START:STOP[:POINTS] nor a list of "
+                            "integers") from None
+    if ":" not in body:
+        values = np.unique(np.array(numbers, dtype=np.int64))
+        if values[0] < 1:
+            raise AnalysisError(f"--over {name}: values must be at least 1 (got {values[0]})")
+        return Axis(name, values)
+    if len(numbers) not in (2, 3):
+        raise AnalysisError(f"--over {name}: {body!r} is not START:STOP[:POINTS] nor a list of integers")
+    start, stop = numbers[:2]
+    if start < 1 or stop < start:
+        raise AnalysisError(f"--over {name}: need 1 <= START <= STOP (got {start}:{stop})")
+    if len(numbers) == 3:
+        if numbers[2] < 1:
+            raise AnalysisError(f"--over {name}: POINTS must be at least 1 (got {numbers[2]})")
+        values = np.unique(np.rint(np.geomspace(start, stop, numbers[2])).astype(np.int64))
+    else:
+        doubling = start * 2 ** np.arange(int(np.log2(stop / start)) + 1, dtype=np.int64)
+        values = np.unique(np.append(doubling, stop))
+    return Axis(name, values)
+
+
+def default_axis(spec: Spec) -> Axis:
+    """seq from 512 to the trained context (one less with learned positions, so that decode,
+    which attends to seq + 1, stays inside the table), doubling."""
+    stop = spec.max_seq_len - (1 if spec.position is Position.learned else 0)
+    return parse_axis(f"seq={min(512, stop)}:{stop}")
+
+
+class Evaluator:
+    """FLOPs, fused bytes and KV cache of one spec in one phase, as numpy functions of
+    (batch, seq), summed over `component` (a path prefix; the whole model by default)."""
+
+    def __init__(self, spec: Spec, phase: str, dtype: str, component: str = "") -> None:
+        ph = PHASES[phase]
+        tree = symbolic_tree(spec, phase)
+        values = {**model.spec_values(spec), sym.p: DTYPE_BYTES[dtype],
+                  getattr(sym, ph.seq_symbol): _SEQ + ph.seq_offset, getattr(sym, ph.enc_symbol): _SEQ}
+        exprs = [select(tree, q, component, spec.name).xreplace(values) for q in ("flops", "bytes_fused", "kv_cache")]
+        self._fn: Callable[..., list[Any]] = sympy.lambdify((sym.B, _SEQ), exprs, "numpy")
+
+    def __call__(self, batch: np.ndarray, seq: np.ndarray) -> dict[str, np.ndarray]:
+        b, s = np.broadcast_arrays(np.asarray(batch, dtype=np.float64), np.asarray(seq, dtype=np.float64))
+        flops, nbytes, kv = (np.broadcast_to(x, b.shape).astype(np.float64) for x in self._fn(b, s))
+        return {"flops": flops, "bytes_fused": nbytes, "kv_cache": kv}
+
+
+@dataclass(frozen=True)
+class Series:
+    """One variant in one phase over its grid. A swept axis is the same in every series; an
+    axis held fixed may differ by phase (the default seq: 2048 prompt tokens, 2047 cached)."""
+
+    variant: str
+    kv_heads: int
+    phase: str
+    seq: np.ndarray
+    batch: np.ndarray
+    values: np.ndarray  # shape (len(seq), len(batch))
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant} {self.phase}"
+
+    def fixed(self, swept: Sequence[str]) -> str:
+        """The axes held fixed, as text: ``seq=2047``."""
+        return " ".join(f"{a}={getattr(self, a)[0]}" for a in AXES if a not in swept)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    spec: str
+    quantity: str
+    unit: str
+    dtype: str
+    component: str
+    hardware: Hardware
+    swept: tuple[str, ...]  # the axes given with --over, in order
+    series: tuple[Series, ...]
+
+    @property
+    def points(self) -> int:
+        return sum(s.values.size for s in self.series)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec, "quantity": self.quantity, "unit": self.unit, "dtype": self.dtype,
+            "component": self.component or "total", "hardware": hardware_dict(self.hardware, self.dtype),
+            "swept": list(self.swept),
+            "series": [{"variant": s.variant, "kv_heads": s.kv_heads, "phase": s.phase, "seq": s.seq.tolist(),
+                        "batch": s.batch.tolist(), "values": s.values.tolist()} for s in self.series],
+        }
+
+
+def quantity_of(q: str, numbers: dict[str, np.ndarray], hw: Hardware, dtype: str) -> np.ndarray:
+    """intensity (FLOPs / fused bytes), kv_cache (bytes) or time (roofline seconds)."""
+    if q == "intensity":
+        return numbers["flops"] / numbers["bytes_fused"]
+    if q == "kv_cache":
+        return numbers["kv_cache"]
+    return np.maximum(numbers["flops"] / hw.peak(dtype), numbers["bytes_fused"] / hw.memory_bandwidth)
+
+
+def sweep(
+    spec: Spec, quantity: str, axes: Sequence[Axis], hw: Hardware, *, batch: int = 1,
+    seq: int | None = None, phases: Sequence[str] = ("prefill", "decode"), dtype: str = "bf16",
+    kv_heads: Sequence[int] | None = None, component: str = "",
+) -> Sweep:
+    """`quantity` over the grid of `axes` (the rest fixed at `batch`, `seq`), for each
+    key/value-head variant (default: h, the spec's k, 1) and phase."""
+    if quantity not in QUANTITIES:
+        raise AnalysisError(f"quantity: unknown quantity {quantity!r}; expected one of {', '.join(QUANTITIES)}")
+    given = {a.name: a.values for a in axes}
+    if len(given) != len(axes):
+        raise AnalysisError("--over: each axis at most once")
+    hw.peak(dtype)
+    variants = kv_head_variants(spec, kv_heads)
+    evaluators = {}
+    for v in variants:
+        for phase in phases:
+            grid = {"seq": given.get("seq", [seq or default_seq(spec, phase)]), "batch": given.get("batch", [batch])}
+            # The largest point through the exact path: it checks the request (learned positions,
+            # the component) and costs one analysis.
+            analyze(v.spec, phase, batch=int(max(grid["batch"])), seq=int(max(grid["seq"])), dtype=dtype).total(component)
+            evaluators[v.label, phase] = (v, grid, Evaluator(v.spec, phase, dtype, component))
+    return evaluate(spec.name, quantity, evaluators, hw, dtype, component, tuple(given))
+
+
+def evaluate(name: str, quantity: str, evaluators: dict[tuple[str, str], tuple[Variant, dict, Evaluator]],
+             hw: Hardware, dtype: str, component: str, swept: tuple[str, ...]) -> Sweep:
+    """The hot path: numpy over every grid (no sympy)."""
+    out = []
+    for (label, phase), (v, grid, ev) in evaluators.items():
+        s = np.asarray(grid["seq"], dtype=np.int64)
+        b = np.asarray(grid["batch"], dtype=np.int64)
+        numbers = ev(b[np.newaxis, :], s[:, np.newaxis])
+        out.append(Series(label, v.spec.n_kv_heads, phase, s, b, quantity_of(quantity, numbers, hw, dtype)))
+    return Sweep(name, quantity, QUANTITIES[quantity], dtype, component, hw, swept, tuple(out))

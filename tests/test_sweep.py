@@ -1,0 +1,130 @@
+"""Sweeps: axes, values against the exact integer path and by hand, speed, tables and plots."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from costmodel import catalog
+from costmodel.analysis import AnalysisError, analyze
+from costmodel.cli import app
+from costmodel.hardware import load_hardware
+from costmodel.sweep import Axis, parse_axis, sweep
+from costmodel.attention_variants import with_kv_heads
+
+runner = CliRunner()
+H100 = load_hardware("h100-sxm")
+
+
+def test_parse_axis():
+    assert parse_axis("seq=512:131072").values.tolist() == [2**i for i in range(9, 18)]
+    assert parse_axis("seq=500:3000").values.tolist() == [500, 1000, 2000, 3000]
+    assert parse_axis("batch=1,64,8").values.tolist() == [1, 8, 64]
+    assert parse_axis("batch=1:100:3").values.tolist() == [1, 10, 100]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("tokens=1:2", "--over: 'tokens=1:2': expected NAME=START:STOP[:POINTS] or NAME=A,B,C with NAME one of seq, batch"),
+    ("seq=9:3", "--over seq: need 1 <= START <= STOP (got 9:3)"),
+    ("seq=a:b", "--over seq: 'a:b' is not START:STOP[:POINTS] nor a list of integers"),
+    ("batch=0,4", "--over batch: values must be at least 1 (got 0)"),
+])
+def test_bad_axis_is_one_line(text, message):
+    with pytest.raises(AnalysisError) as e:
+        parse_axis(text)
+    assert str(e.value) == message
+    result = runner.invoke(app, ["sweep", "gpt2-small", "--over", text])
+    assert result.exit_code == 2 and result.output == f"error: {message}\n"
+
+
+@pytest.mark.parametrize("name", ["gemma-2-9b", "t5-11b", "gpt2-small"])
+@pytest.mark.parametrize("quantity", ["intensity", "kv_cache", "time"])
+def test_sweep_equals_the_exact_path(name, quantity):
+    """Lambdified float64 values agree with analyze's integers at corners and inside the grid."""
+    spec = catalog.load(name)
+    sw = sweep(spec, quantity, [parse_axis("seq=16:1000:13"), parse_axis("batch=1,7,256")], H100)
+    for s in sw.series:
+        variant = with_kv_heads(spec, s.kv_heads)
+        for i, j in ((0, 0), (6, 1), (-1, -1)):
+            t = analyze(variant, s.phase, batch=int(s.batch[j]), seq=int(s.seq[i])).total()
+            exact = {"intensity": t.flops / t.bytes_fused, "kv_cache": t.kv_cache,
+                     "time": max(t.flops / H100.peak("bf16"), t.bytes_fused / H100.memory_bandwidth)}[quantity]
+            assert s.values[i, j] == pytest.approx(exact, rel=1e-12)
+
+
+def test_kv_cache_sweep_by_hand():
+    """llama-2-7b MHA decode with 4095 cached tokens (C = 4096), batch 2: 2 x 512 KiB x 4096 = 4 GiB."""
+    sw = sweep(catalog.load("llama-2-7b"), "kv_cache", [parse_axis("seq=1023,4095"), parse_axis("batch=2")],
+               H100, phases=["decode"])
+    assert sw.series[0].values[:, 0].tolist() == [2 * 524_288 * 1024, 4 * 2**30]
+
+
+def test_ten_thousand_points_well_under_a_second():
+    """100 x 100 (seq, batch) points of three variants in two phases: 60,000 values."""
+    spec = catalog.load("llama-3-8b")
+    axes = [Axis("seq", np.unique(np.rint(np.geomspace(512, 131072, 100)).astype(np.int64))),
+            Axis("batch", np.arange(1, 101, dtype=np.int64))]
+    start = time.perf_counter()
+    sw = sweep(spec, "time", axes, H100)
+    elapsed = time.perf_counter() - start
+    assert sw.points == 6 * 100 * 100
+    assert elapsed < 1.0, f"{elapsed:.2f} s, including the symbolic trees and lambdify"
+
+
+def test_learned_positions_bound_the_sweep():
+    result = runner.invoke(app, ["sweep", "gpt2-small", "--over", "seq=512:2048"])
+    assert result.exit_code == 2
+    assert result.output == "error: seq: prefill attends to 2048 positions, beyond the 1024 learned positions of gpt2-small\n"
+
+
+def test_readme_sweep_example_table():
+    result = runner.invoke(app, ["sweep", "llama-3-8b", "--over", "seq=512:131072"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "MHA k=32 prefill" in result.output and "MQA k=1 decode" in result.output
+    assert any(line.split()[:1] == ["131072"] for line in lines)
+
+
+def test_readme_sweep_csv_example():
+    result = runner.invoke(app, ["sweep", "llama-3-8b", "--over", "seq=512:131072:100", "--over",
+                                 "batch=1:100:100", "-f", "csv"])
+    assert result.exit_code == 0, result.output
+    batches = len(set(np.rint(np.geomspace(1, 100, 100)).tolist()))  # 100 points rounded: repeats merge
+    assert len(result.output.splitlines()) == 1 + 3 * 2 * 100 * batches
+
+
+def test_sweep_json_and_csv():
+    data = json.loads(runner.invoke(app, ["sweep", "mistral-7b", "-q", "kv_cache", "--over", "batch=1,2",
+                                          "-f", "json"]).output)
+    (series,) = [s for s in data["series"] if s["kv_heads"] == 8]
+    # decode at the default 2047 cached tokens: C = 2048 < w = 4096, so every token is kept
+    assert series["phase"] == "decode" and series["seq"] == [2047]
+    assert series["values"] == [[2 * 32 * 8 * 128 * 2 * 2048, 2 * 2 * 32 * 8 * 128 * 2 * 2048]]
+    csv_out = runner.invoke(app, ["sweep", "mistral-7b", "--over", "batch=1,2", "-f", "csv"]).output
+    assert csv_out.splitlines()[0] == "seq,batch,variant,kv_heads,phase,intensity"
+    assert len(csv_out.splitlines()) == 1 + 2 * 3 * 2
+
+
+@pytest.mark.parametrize("args", [
+    ["--over", "seq=512:131072", "--over", "batch=1:256", "--quantity", "intensity"],
+    ["--over", "seq=512:131072", "-q", "kv_cache"],
+    ["--over", "batch=1:64", "-q", "time", "--hardware", "h200"],
+])
+def test_readme_sweep_plot_examples(tmp_path, args):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "chart.png"
+    result = runner.invoke(app, ["sweep", "llama-3-8b", *args, "--plot", str(out), "-f", "csv"])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+
+
+def test_plot_without_matplotlib_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    result = runner.invoke(app, ["sweep", "gpt2-small", "--plot", str(tmp_path / "x.png")])
+    assert result.exit_code == 2
+    assert result.output == "error: --plot: needs matplotlib; install it with pip install 'costmodel[plot]'\n"
