@@ -167,3 +167,4 @@ def main() -> None:  # pragma: no cover - the console script
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+from costmodel import cli_measure  # noqa: E402,F401
