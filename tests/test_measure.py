@@ -186,16 +186,17 @@ def test_readme_measure_components() -> None:
 
 
 def test_readme_calibrate_then_measure_on_cpu(hardware_dir) -> None:
-    cal = runner.invoke(app, ["calibrate", "--device", "cpu", "--dtype", "fp32", "--matmul-size", "64",
-                              "--copy-mib", "1", "--repeats", "1"])
+    cal = runner.invoke(app, ["calibrate", "--device", "cpu", "--dtype", "fp32"])
     assert cal.exit_code == 0, cal.output
+    assert "peak fp32" in cal.output and "saved to" in cal.output
     profile = load_hardware("local")
-    assert profile.measured and profile.peak_flops["fp32"] > 0 and profile.date
-    assert (hardware_dir / "local.yaml").exists()
+    assert profile.measured and profile.peak_flops["fp32"] > 0 and profile.memory_bandwidth > 0
+    assert profile.date and (hardware_dir / "local.yaml").exists()
     result = runner.invoke(app, ["measure", "gpt2-small", "--device", "cpu", "--layers", "1", "-p", "prefill",
-                                 "-s", "32", "--dtype", "fp32", "--repeats", "1", "--check"])
+                                 "-s", "32", "--dtype", "fp32"])
     assert result.exit_code == 0, result.output
     assert "time (roofline vs median)" in result.output and "roofline on local" in result.output
+    assert result.output.count("equal") == 3
 
 
 def test_check_fails_when_a_formula_is_wrong(monkeypatch) -> None:
