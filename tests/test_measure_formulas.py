@@ -43,7 +43,8 @@ def test_encoder_weights_are_read_when_the_encoder_runs() -> None:
 def test_decoder_formulas_read_as_before() -> None:
     """Min(B*S, 1) is 1 for positive B, S: a projection's bytes stay L*p*(B*S*d + d*h*d_h +
     B*S*h*d_h); the encoder's carry Min(1, B*S_e), which decode sets to 0."""
-    B, S, S_e, L, d, h, d_h, p = sym.B, sym.S, sym.S_e, sym.layer_count("layers", None), sym.d, sym.h, sym.d_h, sym.p
+    B, S, S_e, d, h, d_h, p = sym.B, sym.S, sym.S_e, sym.d, sym.h, sym.d_h, sym.p
+    L = sym.layer_count("layers", None)
     q = formula(_spec("llama-2-7b"), "bytes", "prefill", "layers/attention/q", symbolic=True)
     assert sympy.expand(q - L * p * (B * S * d + d * h * d_h + B * S * h * d_h)) == 0
     L_enc = sym.layer_count("encoder", None)
