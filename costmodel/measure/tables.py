@@ -49,7 +49,7 @@ def measurement_table(m: Measurement) -> Table:
         for c in m.comparisons
     ]
     shape = " ".join(f"{k}={v}" for k, v in a.shape.items() if a.spec.is_encoder_decoder or "_e" not in k)
-    layers = f", first {m.layers} layers" if m.layers else ""
+    layers = f", first {m.layers} layer{'s' if m.layers > 1 else ''}" if m.layers else ""
     notes = [f"{a.spec.name}{layers} on {m.device} in {a.dtype}: {shape}"]
     if m.roofline is not None:
         r = m.roofline
