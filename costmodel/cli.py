@@ -224,3 +224,4 @@ if __name__ == "__main__":  # pragma: no cover
 from costmodel import cli_compare  # noqa: E402,F401
 from costmodel import cli_hf  # noqa: E402,F401
 from costmodel import cli_attention  # noqa: E402,F401
+from costmodel import cli_measure  # noqa: E402,F401

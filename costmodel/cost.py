@@ -150,16 +150,27 @@ _ALPHABET = ("B", "S", "C", "S_e", "C_e", "d", "h", "k", "d_h", "f", "V", "w", "
 # --- primitives -------------------------------------------------------------------------
 
 
+def runs(tokens: Num) -> Num:
+    """1 when a component processes any token in this pass, 0 when it does not run at all.
+
+    Weights are read only by a component that runs: in decode, an encoder-decoder's encoder
+    (S_e = 0) and its cross-attention K/V projections read nothing. Min(B*S, 1) is 1 for the
+    positive symbols of a decoder, so their formulas read as before.
+    """
+    return smin(tokens, 1)
+
+
 def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
     """y = x W (+ b) over `tokens` rows: 2*tokens*d_in*d_out FLOPs; the bias add is elementwise."""
     params = d_in * d_out + (d_out if bias else 0)
+    read = p * params * runs(tokens)
     return Cost(
         params=params,
         matmul=2 * tokens * d_in * d_out,
         matmul_eff=2 * tokens * d_in * d_out,
         other=tokens * d_out if bias else 0,
-        bytes=p * (tokens * d_in + params + tokens * d_out),
-        weights_read=p * params,
+        bytes=p * (tokens * d_in + tokens * d_out) + read,
+        weights_read=read,
     )
 
 

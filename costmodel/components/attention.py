@@ -75,8 +75,10 @@ def causal(dims: Dims, window: bool) -> Shape:
 
 
 def bidirectional(dims: Dims) -> Shape:
-    """Encoder self-attention over S_e tokens; nothing is cached (the encoder runs once)."""
-    return Shape(dims.S_e, dims.S_e, dims.C_e, dims.S_e * dims.C_e, cached=None, written=0,
+    """Encoder self-attention of the S_e tokens of this pass over themselves; nothing is cached
+    (the encoder runs once). The span is S_e, not C_e: they are equal whenever the encoder
+    runs, and a decode step (S_e = 0) must read no encoder keys."""
+    return Shape(dims.S_e, dims.S_e, dims.S_e, dims.S_e * dims.S_e, cached=None, written=0,
                  masked=False)
 
 

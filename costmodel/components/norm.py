@@ -9,7 +9,7 @@ for both: one read and one write of the activations, plus the parameters.
 
 from __future__ import annotations
 
-from costmodel.cost import Cost, Dims, Num
+from costmodel.cost import Cost, Dims, Num, runs
 from costmodel.spec import Norm, Spec
 
 CORE_FLOPS = {Norm.layernorm: 5, Norm.rmsnorm: 3}
@@ -25,9 +25,10 @@ def norm(spec: Spec, dims: Dims, tokens: Num, width: Num, params_width: Num | No
     params = pw * (2 if spec.norm_bias else 1)
     flops = CORE_FLOPS[spec.norm] + 1 + (1 if spec.norm_bias else 0)
     elements = tokens * width
+    read = dims.p * params * runs(tokens)
     return Cost(
         params=params,
         other=flops * elements,
-        bytes=dims.p * (2 * elements + params),
-        weights_read=dims.p * params,
+        bytes=dims.p * 2 * elements + read,
+        weights_read=read,
     )

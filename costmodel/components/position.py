@@ -14,7 +14,7 @@ layer (RoPE, T5 relative bias, ALiBi); ``none`` is NoPE.
 
 from __future__ import annotations
 
-from costmodel.cost import Cost, Dims, Num
+from costmodel.cost import Cost, Dims, Num, runs
 from costmodel.spec import Position, Spec
 
 ROPE_FLOPS = 3  # x*cos + rotate_half(x)*sin per rotated element
@@ -54,7 +54,7 @@ def score_bias(spec: Spec, dims: Dims, q_len: Num, span: Num) -> Cost:
         return Cost(
             params=params,
             bytes=dims.p * 2 * elements,  # gather from the table, write the bias
-            weights_read=dims.p * params,
+            weights_read=dims.p * params * runs(q_len),
         )
     if spec.position is Position.alibi:
         return Cost(other=elements, bytes=dims.p * elements)

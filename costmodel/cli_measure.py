@@ -1,0 +1,141 @@
+"""`costmodel measure` and `costmodel calibrate`: run a spec's reference model, and profile the
+local device. Thin: parse, call ``costmodel.measure``, render. torch is imported only when one
+of these commands runs."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel import catalog, hardware, report
+from costmodel.cli import BatchOpt, Dtype, DtypeOpt, EncSeqOpt, PhaseName, SeqOpt, SpecArg, _user_errors, app
+
+
+class Device(str, Enum):
+    meta = "meta"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class MeasureFormat(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+FormatOpt = Annotated[MeasureFormat, typer.Option("--format", "-f", help="Output format.")]
+PhaseOpt = Annotated[Optional[PhaseName], typer.Option(
+    "--phase", "-p", help="One phase. Default: all three.")]
+DeviceOpt = Annotated[Device, typer.Option(
+    "--device", "-d", help="meta: exact counts at any size, no memory, no time. cpu, cuda: counts and time.")]
+LayersOpt = Annotated[Optional[int], typer.Option(
+    "--layers", "-l", min=1,
+    help="Keep the first N layers of each stack (time a big model's block on a small machine).")]
+HardwareOpt = Annotated[Optional[str], typer.Option(
+    "--hardware",
+    help="Profile whose roofline predicts the time. Default: `local`, from `costmodel calibrate`.")]
+RepeatsOpt = Annotated[Optional[int], typer.Option(
+    "--repeats", min=1, help="Timed runs (median). Default: 10 on cuda, 3 on cpu.")]
+ComponentsOpt = Annotated[bool, typer.Option("--components", help="Also compare component by component.")]
+CheckOpt = Annotated[bool, typer.Option(
+    "--check", help="Exit 1 when a parameter, matmul FLOP or KV-cache count differs from its formula.")]
+CalDeviceOpt = Annotated[Device, typer.Option("--device", "-d", help="The device to profile.")]
+CalDtypesOpt = Annotated[Optional[list[Dtype]], typer.Option(
+    "--dtype", help="A dtype to measure peak FLOP/s for (repeatable). Default: fp32, bf16 (+ fp16 on cuda).")]
+MatmulOpt = Annotated[Optional[int], typer.Option(
+    "--matmul-size", min=16, help="n of the n x n matmul. Default: 8192 (cuda), 1024 (cpu).")]
+CopyOpt = Annotated[Optional[int], typer.Option(
+    "--copy-mib", min=1, help="MiB copied to measure bandwidth. Default: 2048 (cuda), 256 (cpu).")]
+CalRepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Timed runs per benchmark (median).")]
+NameOpt = Annotated[str, typer.Option(
+    "--name", help="Profile name, saved as NAME.yaml in the user profile folder.")]
+
+
+def _render(tables: list[report.Table], fmt: MeasureFormat, header: str) -> None:
+    if fmt is MeasureFormat.markdown:
+        typer.echo(report.render_markdown(tables, f"## {header}"))
+    else:
+        report.render_rich(tables, header)
+
+
+@app.command("measure")
+def measure_cmd(
+    spec: SpecArg,
+    phase: PhaseOpt = None,
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    enc_seq: EncSeqOpt = None,
+    dtype: DtypeOpt = Dtype.bf16,
+    device: DeviceOpt = Device.meta,
+    layers: LayersOpt = None,
+    hw: HardwareOpt = None,
+    repeats: RepeatsOpt = None,
+    by_component: ComponentsOpt = False,
+    check: CheckOpt = False,
+    fmt: FormatOpt = MeasureFormat.table,
+) -> None:
+    """Build SPEC as a PyTorch model, run a phase, and set each count beside its formula."""
+    with _user_errors():
+        from costmodel.measure import require_torch
+
+        require_torch()
+        from costmodel.measure.run import measure
+
+        s = catalog.load(spec)
+        profile = None
+        if device is not Device.meta:
+            name = hw or ("local" if "local" in hardware.profile_paths() else None)
+            profile = hardware.load_hardware(name) if name else None
+        phases = [phase.value] if phase else [p.value for p in PhaseName]
+        results = [measure(s, p, batch=batch, seq=seq, enc_seq=enc_seq, dtype=dtype.value,
+                           device=device.value, layers=layers, hardware=profile, repeats=repeats,
+                           count_bytes=True) for p in phases]
+    if fmt is MeasureFormat.json:
+        data = results[0].to_dict() if phase else {
+            "spec": s.name, "ok": all(m.ok for m in results),
+            "phases": {m.analysis.phase: m.to_dict() for m in results}}
+        typer.echo(report.render_json(data))
+    else:
+        from costmodel.measure.tables import components_table, measurement_table
+
+        tables = []
+        for m in results:
+            tables.append(measurement_table(m))
+            if by_component:
+                tables.append(components_table(m))
+        _render(tables, fmt, f"{s.name}: {report.describe(s)}")
+    if check and not all(m.ok for m in results):
+        bad = [f"{m.analysis.phase} {c.quantity}" for m in results for c in m.comparisons if not c.agrees]
+        typer.echo(f"check failed: {', '.join(bad)} differ from the formulas", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    device: CalDeviceOpt = Device.cpu,
+    dtypes: CalDtypesOpt = None,
+    matmul_size: MatmulOpt = None,
+    copy_mib: CopyOpt = None,
+    repeats: CalRepeatsOpt = 5,
+    name: NameOpt = "local",
+    fmt: FormatOpt = MeasureFormat.table,
+) -> None:
+    """Measure the local device's peak matmul FLOP/s and copy bandwidth; save a hardware profile."""
+    with _user_errors():
+        from costmodel.measure import require_torch
+
+        require_torch()
+        from costmodel.measure.calibrate import calibrate
+
+        chosen = tuple(d.value for d in dtypes) if dtypes else (
+            ("fp32", "bf16", "fp16") if device is Device.cuda else ("fp32", "bf16"))
+        profile = calibrate(device.value, chosen, matmul_size, copy_mib, repeats, name)
+        path = hardware.save_hardware(profile, hardware.user_dir() / f"{name}.yaml")
+    if fmt is MeasureFormat.json:
+        typer.echo(report.render_json({"path": str(path), **profile.model_dump(exclude_none=True)}))
+        return
+    from costmodel.measure.tables import calibration_table
+
+    _render([calibration_table(profile, str(path))], fmt, f"calibrated {device.value}")

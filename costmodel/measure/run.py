@@ -1,0 +1,377 @@
+"""Run one phase of a spec's reference model and set each count beside its formula.
+
+``measure(spec, phase, ...)`` builds ``reference.Transformer`` from the spec, runs the phase
+once under the counters, and compares with ``costmodel.analyze`` for the same shape:
+
+  params      sum of numel over the module's parameters            exact
+  matmul      FlopCounterMode over the phase                       exact
+  kv_cache    bytes of the cache tensors held after the pass       exact
+  bytes       ByteCounter over the phase vs the unfused formula    convention gaps (docs)
+  time        median of repeated runs vs the roofline time         on a real device
+
+The phase runs as ``costmodel.phases`` defines it: prefill is a forward over B x S tokens with
+logits at every position, writing the cache; decode is one token per sequence with C - 1
+tokens already cached (the cache is created directly, at its final size); train is forward,
+loss (cross-entropy, z-loss, dropout as the spec says) and backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from costmodel import model as formulas
+from costmodel.analysis import Analysis, analyze
+from costmodel.hardware import Hardware, roofline
+from costmodel.measure import MeasureError
+from costmodel.measure.counters import Counts, MetaShapes
+from costmodel.measure.reference import KVCache, Transformer, build
+from costmodel.spec import LayerKind, Spec, spec_from_dict
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DEVICES = ("meta", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One quantity: what the formulas say, what the run did."""
+
+    quantity: str
+    formula: float
+    measured: float
+    exact: bool  # a count that must be equal (--check); otherwise a convention gap or a time
+    unit: str  # "count", "FLOP", "B", "FLOP/B", "s"
+
+    @property
+    def error(self) -> float:
+        """(measured - formula) / formula; 0 when both are 0."""
+        if self.formula == 0:
+            return 0.0 if self.measured == 0 else float("inf")
+        return (self.measured - self.formula) / self.formula
+
+    @property
+    def agrees(self) -> bool:
+        return not self.exact or self.formula == self.measured
+
+
+@dataclass(frozen=True)
+class ComponentCounts:
+    """Formula and measured counts of one component (a module of the reference model)."""
+
+    path: str
+    params: tuple[int, int]
+    flops_matmul: tuple[int, int]
+    bytes: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    analysis: Analysis  # the formulas, for the same spec (after --layers) and shape
+    device: str
+    layers: int | None
+    comparisons: tuple[Comparison, ...]
+    components: tuple[ComponentCounts, ...]
+    hardware: str | None = None
+    roofline: dict[str, Any] | None = None
+    times_s: tuple[float, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        """Every exact count equals its formula."""
+        return all(c.agrees for c in self.comparisons)
+
+    def get(self, quantity: str) -> Comparison:
+        return next(c for c in self.comparisons if c.quantity == quantity)
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.analysis
+        return {
+            "spec": a.spec.name, "phase": a.phase, "batch": a.batch, "seq": a.seq,
+            "enc_seq": a.enc_seq, "dtype": a.dtype, "device": self.device, "layers": self.layers,
+            "shape": dict(a.shape), "ok": self.ok,
+            "quantities": {c.quantity: {"formula": c.formula, "measured": c.measured,
+                                        "error": c.error if c.formula else None, "exact": c.exact,
+                                        "agrees": c.agrees, "unit": c.unit}
+                           for c in self.comparisons},
+            "hardware": self.hardware, "roofline": self.roofline, "times_s": list(self.times_s),
+            "components": [{"path": r.path, **{q: {"formula": getattr(r, q)[0], "measured": getattr(r, q)[1]}
+                                               for q in ("params", "flops_matmul", "bytes")}}
+                           for r in self.components],
+        }
+
+
+# --- the spec, cut to fit -----------------------------------------------------------------------
+
+
+def keep_layers(spec: Spec, n: int) -> Spec:
+    """The spec with only its first `n` layers (per stack): a big model's block, timed on a
+    small machine. A pattern cut short keeps the kinds those layers have."""
+    if n < 1:
+        raise MeasureError(f"layers: must be at least 1 (got {n})")
+    data = spec.model_dump(exclude_unset=True)
+    if spec.is_encoder_decoder:
+        data["n_encoder_layers"] = min(n, spec.n_encoder_layers)
+        data["n_decoder_layers"] = min(n, spec.n_decoder_layers)
+    else:
+        data["n_layers"] = min(n, spec.n_layers)
+        kinds = spec.layer_kinds()[:n]
+        data["layer_pattern"] = list(spec.layer_pattern[: len(kinds)])
+        if LayerKind.global_ not in kinds:
+            data.pop("global_nope", None)
+        if LayerKind.local not in kinds:
+            data.pop("window", None)
+    return spec_from_dict(data, spec.name)
+
+
+# --- running a phase ------------------------------------------------------------------------
+
+
+def phase_runner(model: Transformer, phase: str, shape: dict[str, int]) -> Callable[[], KVCache | None]:
+    """A function that runs the phase once and returns the KV cache it leaves (None in train).
+
+    Inputs and the cache are made here, outside what is counted and timed.
+    """
+    spec, device = model.spec, model.embedding.tokens.weight.device
+    B, S, C, S_e, C_e = (shape[k] for k in ("B", "S", "C", "S_e", "C_e"))
+    real = device.type != "meta"
+    generator = torch.Generator(device="cpu").manual_seed(0)
+
+    def ids(n: int) -> torch.Tensor:
+        return torch.randint(0, spec.vocab_size, (B, n), generator=generator).to(device)
+
+    tokens = ids(S)
+    enc_tokens = ids(S_e) if spec.is_encoder_decoder and S_e > 0 else None
+
+    if phase == "train":
+        targets = ids(S)
+        model.train()
+
+        def step() -> None:
+            model.zero_grad(set_to_none=True)
+            model.loss(model(tokens, enc_tokens), targets).backward()
+        return step
+
+    model.eval()
+    # Decode: C - 1 tokens (and the C_e encoder tokens) are already cached.
+    cache = model.new_cache(B, C, C_e, random=real and phase == "decode")
+
+    def forward() -> KVCache:
+        with torch.no_grad():
+            model(tokens, enc_tokens, cache, start=C - S)
+        return cache
+    return forward
+
+
+def time_runs(run: Callable[[], Any], device: torch.device, repeats: int, warmup: int) -> list[float]:
+    """Seconds per run, `repeats` times after `warmup` untimed runs (CUDA events on a GPU)."""
+    for _ in range(warmup):
+        run()
+    times = []
+    cuda = device.type == "cuda"
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            run()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+@contextlib.contextmanager
+def out_of_memory(device: torch.device) -> Iterator[None]:
+    """A model or a pass too big for the device ends in one line, not a traceback."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, RuntimeError) as e:
+        if isinstance(e, torch.OutOfMemoryError) or "alloc" in str(e):
+            raise MeasureError(
+                f"device: out of memory on {device}; keep fewer layers (--layers N), or lower "
+                "--batch or --seq (the meta device counts any size)"
+            ) from None
+        raise
+
+
+def check_device(device: str) -> torch.device:
+    kind = device.split(":")[0]
+    if kind not in DEVICES:
+        raise MeasureError(f"device: unknown device {device!r}; expected one of {', '.join(DEVICES)}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise MeasureError(f"device: CUDA is not available here (torch {torch.__version__})")
+    return torch.device(device)
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def measure(
+    spec: Spec,
+    phase: str = "prefill",
+    batch: int = 1,
+    seq: int | None = None,
+    enc_seq: int | None = None,
+    dtype: str = "bf16",
+    device: str = "meta",
+    layers: int | None = None,
+    hardware: Hardware | None = None,
+    repeats: int | None = None,
+    warmup: int | None = None,
+    count_bytes: bool = True,
+    model: Transformer | None = None,
+) -> Measurement:
+    """Run `phase` of `spec` on `device` and compare its counts (and, off the meta device, its
+    time against `hardware`'s roofline) with the formulas.
+
+    `layers` keeps the first N layers of each stack (the formulas use the same cut spec).
+    On the meta device nothing is allocated: any size, counts only. `count_bytes=False` skips
+    the byte counter (the slowest part) when only the exact counts are wanted. `model`, built
+    by ``reference.build`` from the same spec, dtype and device, saves building it again.
+    """
+    if layers is not None:
+        spec = keep_layers(spec, layers)
+    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
+    if dtype not in TORCH_DTYPES:
+        raise MeasureError(f"dtype: {dtype} cannot be measured; use one of {', '.join(TORCH_DTYPES)}")
+    dev = check_device(device)
+    with out_of_memory(dev):
+        if model is None:
+            model = build(spec, str(dev), TORCH_DTYPES[dtype])
+        run = phase_runner(model, phase, a.shape)
+        with MetaShapes() if dev.type == "meta" else contextlib.nullcontext(), Counts(count_bytes) as counts:
+            cache = run()
+    total = a.total()
+    params = sum(p.numel() for p in model.parameters())
+    kv = cache.nbytes if cache is not None else 0
+    comparisons = [
+        Comparison("params", total.params, params, True, "count"),
+        Comparison("flops_matmul", total.flops_matmul, counts.total_flops, True, "FLOP"),
+        Comparison("kv_cache", total.kv_cache, kv, True, "B"),
+    ]
+    if count_bytes:
+        comparisons.append(Comparison("bytes_unfused", total.bytes_unfused, counts.total_bytes, False, "B"))
+        comparisons.append(Comparison(
+            "intensity", total.flops_matmul / total.bytes_unfused,
+            counts.total_flops / counts.total_bytes if counts.total_bytes else 0.0, False, "FLOP/B"))
+    times: list[float] = []
+    line = None
+    if dev.type != "meta":
+        cuda = dev.type == "cuda"
+        with out_of_memory(dev):
+            times = time_runs(run, dev, repeats or (10 if cuda else 3), 2 if warmup is None else warmup)
+        measured = statistics.median(times)
+        if hardware is not None:
+            unfused = roofline(total.flops, total.bytes_unfused, hardware, dtype)
+            fused = roofline(total.flops, total.bytes_fused, hardware, dtype)
+            line = {"compute_s": unfused.compute_s, "memory_s": unfused.memory_s,
+                    "memory_fused_s": fused.memory_s, "time_s": unfused.time_s,
+                    "time_fused_s": fused.time_s, "bound": unfused.bound, "ridge": unfused.ridge}
+            comparisons.append(Comparison("time", unfused.time_s, measured, False, "s"))
+        else:
+            comparisons.append(Comparison("time", 0.0, measured, False, "s"))
+    return Measurement(
+        analysis=a, device=str(dev), layers=layers, comparisons=tuple(comparisons),
+        components=tuple(join(a, model, counts, count_bytes)),
+        hardware=hardware.name if hardware is not None and times else None,
+        roofline=line, times_s=tuple(times),
+    )
+
+
+# --- joining counts to components ---------------------------------------------------------
+
+
+def component_namer(spec: Spec) -> Callable[[str], str]:
+    """module name -> component path: ``decoder.layers.3.attention.q`` is
+    ``layers[local]/attention/q`` (decoder-only, local/global pattern) or
+    ``decoder/layers/attention/q`` (encoder-decoder); other list indices drop out."""
+    grouped = {stack for (stack, kind) in formulas.layer_groups(spec) if kind is not None}
+    kinds = spec.layer_kinds()
+
+    def name(module: str) -> str:
+        parts = module.split(".") if module else []
+        if not spec.is_encoder_decoder and parts[:1] == ["decoder"]:
+            parts = parts[1:]
+        out: list[str] = []
+        for part in parts:
+            if part.isdigit():
+                if out and out[-1] == "layers" and (out[:-1] or ["layers"])[-1] in grouped:
+                    out[-1] = f"layers[{kinds[int(part)].value}]"
+                continue
+            out.append(part)
+        return "/".join(out)
+    return name
+
+
+def _tracked(name: str) -> str:
+    """A ModuleTracker name ('Global', 'Transformer', 'Transformer.decoder...') -> module name."""
+    return name.partition(".")[2] if "." in name else ""
+
+
+def join(a: Analysis, model: Transformer, counts: Counts, with_bytes: bool) -> list[ComponentCounts]:
+    """Formula rows and measured counts summed onto the deepest paths both sides know.
+
+    A formula leaf with no module of its own (``attention/scores``) and an op outside any
+    named sub-module both roll up to their nearest common ancestor (``attention``).
+    """
+    path_of = component_namer(a.spec)
+    measured: dict[str, list[int]] = {}
+
+    def add(path: str, i: int, value: int) -> None:
+        measured.setdefault(path, [0, 0, 0])[i] += value
+
+    for name, p in model.named_parameters():
+        add(path_of(name.rpartition(".")[0]), 0, p.numel())
+    for name, flops in counts.flops_by_module().items():
+        add(path_of(_tracked(name)), 1, flops)
+    for name, nbytes in counts.bytes_by_module().items():
+        add(path_of(_tracked(name)), 2, nbytes)
+    formula = {r.path: (r.params, r.flops_matmul, r.bytes_unfused) for r in a.rows}
+
+    shared = _prefixes(formula) & _prefixes(measured)
+
+    def key(path: str) -> str:
+        return next(p for p in _prefixes_of(path) if p in shared)
+
+    sums: dict[str, list[int]] = {}
+    for side, table in ((0, formula), (1, measured)):
+        for path, values in table.items():
+            row = sums.setdefault(key(path), [0] * 6)
+            for i, v in enumerate(values):
+                row[2 * i + side] += v
+    rows = []
+    for path in sorted(sums, key=_order(formula)):
+        r = sums[path]
+        if not with_bytes:
+            r[4] = r[5] = 0
+        rows.append(ComponentCounts(path or "(model)", (r[0], r[1]), (r[2], r[3]), (r[4], r[5])))
+    return rows
+
+
+def _prefixes_of(path: str) -> list[str]:
+    """'a/b/c' -> ['a/b/c', 'a/b', 'a', ''], deepest first."""
+    parts = path.split("/") if path else []
+    return ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def _prefixes(paths) -> set[str]:
+    return {p for path in paths for p in _prefixes_of(path)}
+
+
+def _order(formula: dict[str, Any]) -> Callable[[str], tuple[int, str]]:
+    """Components in the order the formula tree lists them."""
+    first = {}
+    for i, path in enumerate(formula):
+        for p in _prefixes_of(path):
+            first.setdefault(p, i)
+    return lambda p: (first.get(p, len(first)), p)
