@@ -61,7 +61,15 @@ def specs(draw) -> dict:
         "qk_norm": draw(st.sampled_from(["none", "head", "full"])),
         "z_loss": draw(st.sampled_from([0.0, 1e-4])),
         "dropout": draw(st.sampled_from([0.0, 0.1])),
+        "head_scale": draw(st.booleans()),
     }
+    for site in ("embedding_dropout", "attention_dropout", "ffn_dropout", "final_dropout"):
+        if draw(st.booleans()):
+            data[site] = draw(st.sampled_from([0.0, 0.2]))
+    if draw(st.booleans()):
+        data["logit_scale"] = 0.25
+    if position == "learned" and draw(st.booleans()):
+        data["position_offset"] = 2  # OPT
     if block == "parallel":
         data["shared_norm"] = draw(st.booleans())
     if position == "rope" and head_dim % 4 == 0:

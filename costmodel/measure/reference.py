@@ -264,6 +264,7 @@ class Attention(SubBlock):
         self.score_bias = score_bias
         self.softcap = spec.attn_softcap
         self.scale = 1 / math.sqrt(d_h)
+        self.attention_dropout = spec.attention_dropout_rate
         self.slot: int | None = None  # where its K/V live in a KVCache (decoder layers)
 
     def function(self, x: Tensor, step: Step) -> Tensor:
@@ -302,7 +303,7 @@ class Attention(SubBlock):
         if self.causal and not self.cross:
             mask = step.once(("mask", self.window), lambda: self.mask(step.positions, key_positions))
             scores = scores.masked_fill(mask, float("-inf"))
-        probs = drop(F.softmax(scores, dim=-1), self.dropout, self.training)
+        probs = drop(F.softmax(scores, dim=-1), self.attention_dropout, self.training)
         out = probs.view(B, self.kv_heads, -1, span) @ v
         return self.out(out.view(B, self.heads, S, self.head_dim).transpose(1, 2).reshape(B, S, -1))
 
@@ -370,11 +371,11 @@ class FeedForward(SubBlock):
         self.up = nn.Linear(d, f, bias=bias)
         self.down = nn.Linear(f, d, bias=bias)
         self.act = ACTIVATIONS[spec.activation]
+        self.hidden_dropout = spec.ffn_dropout  # T5 drops out the hidden activations too
 
     def function(self, x: Tensor, step: Step) -> Tensor:
-        if self.gate is None:
-            return self.down(self.act(self.up(x)))
-        return self.down(self.act(self.gate(x)) * self.up(x))
+        hidden = self.act(self.up(x)) if self.gate is None else self.act(self.gate(x)) * self.up(x)
+        return self.down(drop(hidden, self.hidden_dropout, self.training))
 
 
 # --- layers and stacks ------------------------------------------------------------------------
@@ -434,6 +435,7 @@ class Stack(nn.Module):
         elif biased and spec.position is Position.alibi:
             self.position_bias = ALiBi(spec)
         self.final_norm = Norm(spec, spec.d_model) if spec.final_norm else None
+        self.final_dropout = spec.final_dropout  # T5
 
     def forward(self, x: Tensor, step: Step) -> Tensor:
         if self.position_bias is not None:
@@ -441,7 +443,8 @@ class Stack(nn.Module):
             step = replace(step, bias=self.position_bias(step.positions, keys).to(x.dtype))
         for layer in self.layers:
             x = layer(x, step)
-        return self.final_norm(x) if self.final_norm is not None else x
+        x = self.final_norm(x) if self.final_norm is not None else x
+        return drop(x, self.final_dropout, self.training)
 
 
 class Embedding(nn.Module):
@@ -453,11 +456,12 @@ class Embedding(nn.Module):
         self.tokens = nn.Embedding(spec.vocab_size, spec.d_model)
         self.positions = None
         if spec.position is Position.learned:
-            tables = (nn.Embedding(spec.max_seq_len, spec.d_model) for _ in range(stacks))
+            # OPT reserves position_offset rows past the trained context
+            tables = (nn.Embedding(spec.position_rows, spec.d_model) for _ in range(stacks))
             self.positions = nn.ModuleList(tables)
         self.sinusoidal = spec.position is Position.sinusoidal
         self.scale = math.sqrt(spec.d_model) if spec.embedding_scale else None
-        self.dropout = spec.dropout
+        self.dropout = spec.embedding_dropout_rate
 
     def forward(self, ids: Tensor, positions: Tensor, stack: int) -> Tensor:
         x = self.tokens(ids)
@@ -539,7 +543,11 @@ class Transformer(nn.Module):
         positions = torch.arange(start, start + S, device=tokens.device)
         x = self.embedding(tokens, positions, stack=-1)
         x = self.decoder(x, Step(positions, context=start + S, cache=cache, memory=memory))
+        if self.spec.head_scale:  # T5 with a tied head (Mesh TensorFlow): x * d^-1/2 first
+            x = x * self.spec.d_model ** -0.5
         logits = self.lm_head(x, self.embedding.tokens.weight)
+        if self.spec.logit_scale is not None:  # Cohere
+            logits = logits * self.spec.logit_scale
         if self.spec.final_softcap is not None:  # Gemma 2: cap * tanh(logits / cap)
             cap = self.spec.final_softcap
             logits = cap * torch.tanh(logits / cap)
