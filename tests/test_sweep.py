@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -64,16 +63,21 @@ def test_kv_cache_sweep_by_hand():
     assert sw.series[0].values[:, 0].tolist() == [2 * 524_288 * 1024, 4 * 2**30]
 
 
-def test_ten_thousand_points_well_under_a_second():
-    """100 x 100 (seq, batch) points of three variants in two phases: 60,000 values."""
+def test_ten_thousand_points_are_vectorised(monkeypatch):
+    """100 x 100 (seq, batch) points of three variants in two phases: 60,000 values from one
+    lambdified expression per variant and phase, not from 60,000 calls of analyze (the speed
+    itself is measured by bench/sweep_speed.py, not asserted here)."""
+    import costmodel.sweep as sweep_module
+
+    calls = []
+    real = sweep_module.analyze
+    monkeypatch.setattr(sweep_module, "analyze", lambda *a, **kw: calls.append(a) or real(*a, **kw))
     spec = catalog.load("llama-3-8b")
     axes = [Axis("seq", np.unique(np.rint(np.geomspace(512, 131072, 100)).astype(np.int64))),
             Axis("batch", np.arange(1, 101, dtype=np.int64))]
-    start = time.perf_counter()
     sw = sweep(spec, "time", axes, H100)
-    elapsed = time.perf_counter() - start
     assert sw.points == 6 * 100 * 100
-    assert elapsed < 1.0, f"{elapsed:.2f} s, including the symbolic trees and lambdify"
+    assert len(calls) <= 6  # at most one exact cross-check per variant and phase
 
 
 def test_learned_positions_bound_the_sweep():
