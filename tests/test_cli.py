@@ -113,3 +113,21 @@ def test_bad_requests_one_line_exit_2(args, message) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["analyze", "llama-2-7b", "--hardware", "h100-sxm"], "bound"),
+    (["attention", "llama-3-8b", "--batch", "16", "--seq", "8192"], "MQA k=1"),
+    (["compare", "llama-2-7b", "mistral-7b", "gemma-2-9b"], "varies"),
+    (["elements", "llama-2-7b"], "MQA"),
+])
+def test_tour_commands(args, expect) -> None:
+    """The tour's one-line examples of the other commands run and say what they promise."""
+    assert expect in run(*args).stdout
+
+
+def test_tour_measure_check() -> None:
+    pytest.importorskip("torch", reason="costmodel measure needs the [measure] extra (torch)")
+    result = runner.invoke(app, ["measure", "llama-2-7b", "--check"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("equal") >= 9  # params, matmul FLOPs, KV cache in three phases
