@@ -17,9 +17,7 @@ All costs are for one forward pass of the phase's shape; ``phases`` turns them i
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Union
-
-from costmodel import symbols as sym
+from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
     import sympy
@@ -99,9 +97,6 @@ class Cost:
         """The cost of n identical instances (n layers of one kind)."""
         return Cost(*(getattr(self, q) * n for q in _QUANTITIES), train_only=self.train_only)
 
-    def training(self) -> Cost:
-        return Cost(*(getattr(self, q) for q in _QUANTITIES), train_only=True)
-
 
 _QUANTITIES = tuple(f.name for f in fields(Cost) if f.name != "train_only")
 
@@ -130,21 +125,6 @@ class Dims:
     n_buckets: Num
     p: Num
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
-
-    @property
-    def symbolic(self) -> bool:
-        return not isinstance(self.d, int)
-
-    def mapping(self) -> dict[Any, Any]:
-        """symbol -> value, for substituting these values into a symbolic expression."""
-        out = {getattr(sym, n): getattr(self, n) for n in _ALPHABET}
-        for (stack, kind), count in self.layers.items():
-            out[sym.layer_count(stack, kind)] = count
-        return out
-
-
-_ALPHABET = ("B", "S", "C", "S_e", "C_e", "d", "h", "k", "d_h", "f", "V", "w", "r", "n_pos",
-             "n_buckets", "p")
 
 
 # --- primitives -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import reduce
 
 from costmodel import symbols as sym
@@ -56,8 +56,7 @@ def numeric_dims(spec: Spec, shape: dict[str, int], p: int) -> Dims:
     )
 
 
-_SIZES = ("B", "S", "C", "S_e", "C_e", "d", "h", "k", "d_h", "f", "V", "w", "r", "n_pos",
-          "n_buckets", "p")
+_SIZES = tuple(f.name for f in fields(Dims) if f.name != "layers")
 
 
 def spec_values(spec: Spec) -> dict:

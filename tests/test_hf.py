@@ -162,7 +162,7 @@ def test_t5_dropout_at_every_site():
     dry = hf.spec_from_hf({**base, "dropout_rate": 0.0}, "t5")
     wet = hf.spec_from_hf({**base, "dropout_rate": 0.1}, "t5")
     assert (wet.dropout, wet.ffn_dropout, wet.final_dropout) == (0.1, 0.1, 0.1)
-    B, S, d, f, h = 1, 4, 8, 12, 2
+    B, S, d, f = 1, 4, 8, 12
     a = analyze(wet, "train", B, S, enc_seq=S)
     assert a.total("encoder/final_dropout").flops_other == 3 * 2 * B * S * d
     # FFN: the output (S*d) and the hidden activations (S*f)
