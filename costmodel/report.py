@@ -36,17 +36,18 @@ class Table:
 
 def describe(spec: Spec) -> str:
     """One line naming every design choice of a spec."""
+    from costmodel.compare import heads, position  # the names `compare` gives each choice
+
     k, h = spec.n_kv_heads, spec.n_heads
-    heads = "MHA" if k == h else "MQA" if k == 1 else f"GQA {h // k}:1"
     if spec.is_encoder_decoder:
         layers = f"encoder {spec.n_encoder_layers} + decoder {spec.n_decoder_layers} layers"
     else:
         layers = f"{spec.n_layers} layers"
     parts = [
-        spec.architecture.value, layers, f"d={spec.d_model}", f"h={h}", f"k={k} ({heads})",
+        spec.architecture.value, layers, f"d={spec.d_model}", f"h={h}", f"k={k} ({heads(spec)})",
         f"d_h={spec.head_dim}", f"f={spec.d_ff}", f"V={spec.vocab_size}",
         f"{spec.norm.value} {spec.norm_position.value}", spec.activation.value,
-        spec.position.value + (f" ({spec.rotary_fraction:g} of d_h)" if spec.rotary_fraction != 1 else ""),
+        position(spec),
         spec.block.value, "tied" if spec.tied_embeddings else "untied",
     ]
     if spec.window:
