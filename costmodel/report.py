@@ -35,33 +35,10 @@ class Table:
 
 
 def describe(spec: Spec) -> str:
-    """One line naming every design choice of a spec."""
-    from costmodel.compare import heads, position  # the names `compare` gives each choice
+    """One line naming every design choice of a spec, each in its element's words."""
+    from costmodel.components import ELEMENTS
 
-    k, h = spec.n_kv_heads, spec.n_heads
-    if spec.is_encoder_decoder:
-        layers = f"encoder {spec.n_encoder_layers} + decoder {spec.n_decoder_layers} layers"
-    else:
-        layers = f"{spec.n_layers} layers"
-    parts = [
-        spec.architecture.value, layers, f"d={spec.d_model}", f"h={h}", f"k={k} ({heads(spec)})",
-        f"d_h={spec.head_dim}", f"f={spec.d_ff}", f"V={spec.vocab_size}",
-        f"{spec.norm.value} {spec.norm_position.value}", spec.activation.value,
-        position(spec),
-        spec.block.value, "tied" if spec.tied_embeddings else "untied",
-    ]
-    if spec.window:
-        pattern = ":".join(kind.value for kind in spec.layer_pattern)
-        parts.append(f"window {spec.window} [{pattern}]" + (" global NoPE" if spec.global_nope else ""))
-    if spec.qk_norm.value != "none":
-        parts.append(f"qk-norm ({spec.qk_norm.value})")
-    if spec.attn_softcap:
-        parts.append(f"attn softcap {spec.attn_softcap:g}")
-    if spec.final_softcap:
-        parts.append(f"final softcap {spec.final_softcap:g}")
-    if spec.z_loss:
-        parts.append(f"z-loss {spec.z_loss:g}")
-    return " · ".join(parts)
+    return " · ".join(part for e in ELEMENTS if (part := e.describe(spec)) is not None)
 
 
 def rich_header(spec: Spec, *extra: str) -> str:
