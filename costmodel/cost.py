@@ -64,7 +64,7 @@ class Cost:
     matmul         matmul FLOPs, dense convention (masked scores counted in full)
     matmul_eff     matmul FLOPs a kernel that skips masked scores would execute
     other          non-matmul FLOPs
-    bytes          unfused memory traffic
+    bytes_unfused  unfused memory traffic (the phase's ``bytes_unfused``)
     weights_read   fused bound: bytes of weights read once
     kv_read        fused bound: bytes of cached K/V read
     kv_write       fused bound: bytes of K/V written into the cache
@@ -78,7 +78,7 @@ class Cost:
     matmul: Num = 0
     matmul_eff: Num = 0
     other: Num = 0
-    bytes: Num = 0
+    bytes_unfused: Num = 0
     weights_read: Num = 0
     kv_read: Num = 0
     kv_write: Num = 0
@@ -149,11 +149,11 @@ def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
         matmul=2 * tokens * d_in * d_out,
         matmul_eff=2 * tokens * d_in * d_out,
         other=tokens * d_out if bias else 0,
-        bytes=p * (tokens * d_in + tokens * d_out) + read,
+        bytes_unfused=p * (tokens * d_in + tokens * d_out) + read,
         weights_read=read,
     )
 
 
 def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_bytes: Num = 0) -> Cost:
     """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`)."""
-    return Cost(other=flops_per * elements, bytes=p * elements * (inputs + 1) + extra_bytes)
+    return Cost(other=flops_per * elements, bytes_unfused=p * elements * (inputs + 1) + extra_bytes)
