@@ -96,7 +96,10 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         t = self.total()
-        nonzero = lambda attr: {r.path: getattr(r, attr) for r in self.rows if getattr(r, attr)}  # noqa: E731
+
+        def nonzero(attr: str) -> dict[str, int]:
+            return {r.path: getattr(r, attr) for r in self.rows if getattr(r, attr)}
+
         return {
             "spec": self.spec.name,
             "phase": self.phase,

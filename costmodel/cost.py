@@ -88,14 +88,12 @@ class Cost:
     train_only: bool = False
 
     def __add__(self, o: Cost) -> Cost:
-        return Cost(
-            *(getattr(self, n) + getattr(o, n) for n in _QUANTITIES),
-            train_only=self.train_only and o.train_only,
-        )
+        sums = {n: getattr(self, n) + getattr(o, n) for n in _QUANTITIES}
+        return Cost(**sums, train_only=self.train_only and o.train_only)
 
     def times(self, n: Num) -> Cost:
         """The cost of n identical instances (n layers of one kind)."""
-        return Cost(*(getattr(self, q) * n for q in _QUANTITIES), train_only=self.train_only)
+        return Cost(**{q: getattr(self, q) * n for q in _QUANTITIES}, train_only=self.train_only)
 
 
 _QUANTITIES = tuple(f.name for f in fields(Cost) if f.name != "train_only")
@@ -122,7 +120,8 @@ class Dims:
 
     def __getattr__(self, name: str) -> Num:
         try:
-            return self.__dict__["sizes"][name]  # type: ignore[no-any-return]
+            sizes: dict[str, Num] = self.__dict__["sizes"]
+            return sizes[name]
         except KeyError:
             raise AttributeError(f"Dims has no size {name!r}") from None
 
