@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, compare_report, conventions, metrics, report
-from costmodel.analysis import AnalysisError, analyze, count_params, default_seq, formula
+from costmodel import catalog, compare_report, conventions, report, symbols
+from costmodel.analysis import AnalysisError, ContextWarning, analyze, count_params, default_seq, formula
 from costmodel.conventions import ConventionName
 from costmodel.hardware import load_hardware
 from costmodel.spec import Spec, SpecError, load_spec
@@ -73,12 +74,31 @@ HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=HARDWARE_
 
 @contextmanager
 def _user_errors() -> Iterator[None]:
-    """Bad input ends in one line on stderr and exit code 2, never a traceback."""
+    """Bad input ends in one line per problem on stderr and exit code 2, never a traceback;
+    warnings (RoPE past its trained context) are one line each, said once."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ContextWarning)
+        try:
+            yield
+        except (SpecError, AnalysisError) as e:
+            for line in str(e).splitlines() or [""]:
+                typer.echo(f"error: {line}", err=True)
+            raise typer.Exit(2) from None
+        finally:
+            for text in dict.fromkeys(str(w.message) for w in caught if w.category is ContextWarning):
+                typer.echo(f"warning: {text}", err=True)
+
+
+def last_resort(run: Callable[[], object]) -> None:
+    """Anything that escapes the commands is a bug of ours: one line saying so, exit code 3."""
     try:
-        yield
-    except (SpecError, AnalysisError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+        run()
+    except Exception as e:  # noqa: BLE001 - the edge of the program
+        text = " ".join(str(e).split())
+        text = text if len(text) <= 200 else text[:200] + "..."
+        sys.stderr.write(f"error: internal error, a bug in costmodel ({type(e).__name__}: {text}); "
+                         "please report it with the command that caused it (README, \"Reporting a bug\")\n")
+        sys.exit(3)
 
 
 @app.command("analyze")
@@ -91,23 +111,21 @@ def analyze_cmd(
     dtype: DtypeOpt = Dtype.bf16,
     hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
-    convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
+    convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
     the roofline time of each phase and whether it is compute- or memory-bound."""
     with _user_errors():
         s = catalog.load(spec)
         hw = load_hardware(hardware) if hardware else None
-        if hw:
-            hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
         phases = [phase.value] if phase else [p.value for p in PhaseName]
-        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq) for p in phases]
+        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw)
+                    for p in phases]
         papers = conventions.selected([c.value for c in convention or []])
         train_seq = seq if seq is not None else default_seq(s, "train")
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
     if fmt is Format.json:
-        dicts = [a.to_dict() | ({"roofline": metrics.roofline_json(a.total(), hw, a.dtype)} if hw else {})
-                 for a in analyses]
+        dicts = [a.to_dict() for a in analyses]  # with the roofline when hw is given
         data = dicts[0] if phase else {"spec": s.name, "phases": {a.phase: d for a, d in zip(analyses, dicts)}}
         if paper_rows:
             data["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}
@@ -135,7 +153,7 @@ def render_tables(tables: list[report.Table], fmt: Format, spec: Spec | None = N
 @app.command("formula")
 def formula_cmd(
     spec: SpecArg,
-    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", help="What to express.")] = Quantity.flops,
+    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", metavar="QUANTITY", help="What to express: params, flops, flops_matmul, flops_matmul_effective, flops_other, bytes, bytes_fused or kv_cache.")] = Quantity.flops,
     phase: Annotated[PhaseName, typer.Option("--phase", "-p", help="The phase: fixes S or C.")] = PhaseName.prefill,
     component: Annotated[str, typer.Option("--component", "-c", help="A component path or prefix (layers/attention, lm_head). Default: the whole model.")] = "",
     symbolic: Annotated[bool, typer.Option("--symbolic", help="Keep the spec's sizes as symbols (d, h, k, L, ...).")] = False,
@@ -146,7 +164,8 @@ def formula_cmd(
         "incremental MQA.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """The sympy expression behind a number, over the symbols of DESIGN.md."""
+    """The sympy expression behind a number, over the symbols of docs/reference.md (with
+    --symbolic, a legend of them on stderr)."""
     import sympy
 
     with _user_errors():
@@ -167,14 +186,18 @@ def formula_cmd(
         else:
             render_tables([report_attention.shazeer_table(s.name, results)], fmt)
         return
+    names = symbols.legend(str(x) for x in expr.free_symbols)
     if fmt is Format.json:
         typer.echo(report.render_json({
             "spec": s.name, "quantity": quantity.value, "phase": phase.value, "component": component or "total",
-            "symbolic": symbolic, "formula": str(expr), "latex": sympy.latex(expr)}))
-    elif latex:
-        typer.echo(sympy.latex(expr))
-    else:
-        typer.echo(str(expr))
+            "symbolic": symbolic, "formula": str(expr), "latex": sympy.latex(expr)}
+            | ({"symbols": names} if symbolic else {})))
+        return
+    typer.echo(sympy.latex(expr) if latex else str(expr))
+    if symbolic:  # the legend on stderr: stdout stays the expression alone, for pipes
+        width = max(map(len, names), default=0)
+        for name, text in names.items():
+            typer.echo(f"  {name:<{width}}  {text}", err=True)
 
 
 @app.command("list")
@@ -214,7 +237,7 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
 
 
 def main() -> None:  # pragma: no cover - the console script
-    app()
+    last_resort(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -247,4 +247,5 @@ def render_csv(analyses: Sequence[Analysis]) -> str:
 
 
 def render_json(data: Any) -> str:
-    return json.dumps(data, indent=2)
+    """JSON as RFC 8259 has it: an Infinity or NaN is a bug to report, never output."""
+    return json.dumps(data, indent=2, allow_nan=False)

@@ -77,3 +77,21 @@ def layer_count(stack: str, group: str | None) -> sympy.Symbol:
     if group is not None:
         parts.append(group)
     return sympy.Symbol("_".join(parts), **_SIZE)
+
+
+def meaning(name: str) -> str:
+    """What a symbol of a formula stands for (docs/reference.md, "Symbols")."""
+    if name in ALPHABET:
+        return ALPHABET[name][1]
+    if name == "L" or name.startswith("L_"):
+        parts = name.split("_")[1:]
+        stack = {"enc": "encoder ", "dec": "decoder "}.get(parts[0], "") if parts else ""
+        kind = next((p for p in parts if p in ("local", "global")), None)
+        return f"{stack}layers" + (f" of kind {kind}" if kind else "")
+    return "a symbol of the formula"
+
+
+def legend(names: Any) -> dict[str, str]:
+    """name -> meaning for the symbols of one expression, in a stable order."""
+    order = list(ALPHABET)
+    return {n: meaning(n) for n in sorted(set(names), key=lambda n: (order.index(n) if n in order else len(order), n))}

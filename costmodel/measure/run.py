@@ -143,6 +143,8 @@ def phase_runner(model: Transformer, phase: str, shape: dict[str, int]) -> Calla
     generator = torch.Generator(device="cpu").manual_seed(0)
 
     def ids(n: int) -> torch.Tensor:
+        if not real:  # meta tensors have a shape and no data: nothing allocated on the host
+            return torch.empty((B, n), dtype=torch.long, device=device)
         return torch.randint(0, spec.vocab_size, (B, n), generator=generator).to(device)
 
     tokens = ids(S)
