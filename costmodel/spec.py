@@ -453,7 +453,8 @@ def _merge_union_branches(problems: list[Any]) -> list[Any]:
     by_field: dict[tuple[Any, ...], Any] = {}
     for p in problems:
         loc = tuple(p["loc"])
-        while loc and isinstance(loc[-1], str) and (loc[-1] in _TYPE_TAGS or not loc[-1].isidentifier()):
+        while len(loc) > 1 and isinstance(loc[-1], str) and (
+                loc[-1] in _TYPE_TAGS or "[" in loc[-1] or loc[-1].startswith(("constrained-", "function-"))):
             loc = loc[:-1]
         p = {**p, "loc": loc}
         seen = by_field.get(loc)

@@ -344,9 +344,7 @@ def test_help_is_readable_at_80_columns() -> None:
     """No option's metavar is broken across lines (the choices are in the help text)."""
     for command in ("analyze", "formula", "sweep", "compare", "elements", "calibrate", "measure",
                     "attention", "ablate", "import-hf", "list", "hardware"):
-        env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT), "TERM": "dumb"}
-        out = subprocess.run([sys.executable, "-c", "from costmodel.cli import main; main()", command, "--help"],
-                             capture_output=True, text=True, env=env, timeout=60).stdout
+        out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"}).stdout
         assert out, command
         for line in out.splitlines():
             assert len(line) <= 80, (command, line)
