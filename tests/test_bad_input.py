@@ -380,3 +380,9 @@ def test_memory_limit_is_respected_by_a_bad_file(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 2 and "expands past" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_measure_seq_past_a_c_long() -> None:
+    pytest.importorskip("torch", reason="measuring needs the [measure] extra (torch)")
+    err = fails("measure", "llama-2-7b", "-p", "prefill", "--seq", "99999999999999999999", "--layers", "1")
+    assert "past 2^63 elements" in err

@@ -244,6 +244,11 @@ def measure(
     if layers is not None:
         spec = keep_layers(spec, layers)
     a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
+    # torch sizes are C longs: the largest tensor (B x C x h x d_h scores' sides) must fit one.
+    elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim, spec.vocab_size)
+    if elements >= 2**63:
+        raise MeasureError(f"seq: batch {a.shape['B']} x context {max(a.shape['C'], a.shape['C_e'])} makes "
+                           "tensors past 2^63 elements, more than torch can index (even on meta)")
     if dtype not in TORCH_DTYPES:
         raise MeasureError(f"dtype: {dtype} cannot be measured; use one of {', '.join(TORCH_DTYPES)}")
     dev = check_device(device)
