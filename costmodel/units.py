@@ -22,7 +22,7 @@ def _sci(x: float) -> str:
         return f"{'-' * (x < 0)}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
 
 
-def _div(value: float, scale: int) -> float:
+def _div(value: float, scale: float) -> float:
     try:
         return value / scale
     except OverflowError:  # an exact int count past 1.8e308
