@@ -99,6 +99,7 @@ class Analysis:
         nonzero = lambda attr: {r.path: getattr(r, attr) for r in self.rows if getattr(r, attr)}  # noqa: E731
         return {
             "spec": self.spec.name,
+            **({"ignored_fields": list(self.spec.ignored_fields)} if self.spec.ignored_fields else {}),
             "phase": self.phase,
             "batch": self.batch,
             "seq": self.seq,

@@ -168,6 +168,7 @@ class Spec(BaseModel):
     description: str | None = None
     source: str | dict[str, str] | None = None  # where the numbers come from
     published: Published | None = None
+    ignored_fields: tuple[str, ...] = ()  # Hugging Face config fields skipped on import (costmodel.hf)
 
     architecture: Architecture = Architecture.decoder
     d_model: PositiveInt

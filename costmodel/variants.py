@@ -104,7 +104,7 @@ def variant(spec: Spec, changes: Mapping[str, Any], name: str | None = None) -> 
 
 def changed_fields(before: Spec, after: Spec) -> list[tuple[str, Any, Any]]:
     """(field, before, after) for every architectural field that differs, derived ones too."""
-    skip = {"name", "published", "source", "description"}
+    skip = {"name", "published", "source", "description", "ignored_fields"}
     a, b = before.model_dump(), after.model_dump()
     out = []
     for key in a:

@@ -18,7 +18,7 @@ import pytest
 from costmodel import catalog, hf
 from costmodel.analysis import count_params
 from costmodel.spec import LayerKind
-from tests.hf_configs import CONFIGS, SMALL
+from tests.hf_configs import CLASS_SIZES, CONFIGS, SMALL
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip(
@@ -72,6 +72,24 @@ def test_every_supported_model_type_is_checked():
     assert set(CONFIGS) == set(hf.SUPPORTED)
 
 
+_POST_PROCESSED = {("qwen2", "sliding_window"), ("qwen3", "sliding_window")}
+
+
+@pytest.mark.parametrize("model_type", sorted(CLASS_SIZES))
+def test_class_sizes_are_the_configuration_classes_defaults(model_type):
+    """Config 0 of each type states the sizes as the class's defaults: each default, and each
+    field a family requires (no default taken), checked against transformers' configuration class."""
+    family = hf.FAMILIES[model_type]
+    assert set(CLASS_SIZES[model_type]) == set(family.required)
+    cfg = transformers.AutoConfig.for_model(model_type)
+    for key, value in CLASS_SIZES[model_type].items():
+        assert getattr(cfg, key) == value, key
+    for key, value in family.defaults.items():
+        # None: derived (num_key_value_heads = heads, ...); Qwen's class nulls an unused sliding_window.
+        if value is not None and hasattr(cfg, key) and (model_type, key) not in _POST_PROCESSED:
+            assert getattr(cfg, key) == value, key
+
+
 @pytest.mark.parametrize("model_type,i,fields", CASES, ids=[f"{mt}-{i}" for mt, i, _ in CASES])
 def test_imported_count_equals_transformers(model_type, i, fields):
     """Imported config: our parameter count equals transformers' count exactly (config 0: all defaults)."""
@@ -100,7 +118,7 @@ def test_rotary_widths_match_transformers():
 def test_t5_head_scale_follows_transformers():
     """T5's decoder output is scaled before a tied head, and only then (scale_decoder_outputs)."""
     for tied in (True, False):
-        config = {"model_type": "t5", "dropout_rate": 0.0, "tie_word_embeddings": tied}
+        config = {"model_type": "t5", **CLASS_SIZES["t5"], "dropout_rate": 0.0, "tie_word_embeddings": tied}
         cfg, _ = build(config)
         assert hf.spec_from_hf(config).head_scale is cfg.scale_decoder_outputs is tied
 
