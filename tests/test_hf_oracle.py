@@ -16,9 +16,9 @@ import copy
 import pytest
 
 from costmodel import catalog, hf
-from costmodel.analysis import count_params
+from costmodel.analysis import analyze, count_params
 from costmodel.spec import LayerKind
-from tests.hf_configs import CLASS_SIZES, CONFIGS, SMALL
+from tests.hf_configs import CLASS_SIZES, CONFIGS, RELEASED, SMALL
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip(
@@ -135,3 +135,45 @@ def test_bundled_spec_count_equals_transformers(name):
     assert hf_params(export.config) == ours
     if spec.published and spec.published.exact:
         assert spec.published.exact == ours
+
+
+# --- FLOPs and KV cache, for the model types added with issue 11 ----------------------------------
+
+NEW_TYPES = ("gpt_bigcode", "starcoder2", "phi", "stablelm")
+B, S = 2, 16
+
+
+def hf_flops_and_kv(config: dict) -> tuple[int, int]:
+    """Matmul FLOPs of one forward pass over B x S tokens (eager attention: the dense S x S scores,
+    our convention) and the elements the returned KV cache holds, from transformers on meta."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    kwargs = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures", "_name_or_path")}
+    cfg = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
+    cfg._attn_implementation = "eager"
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    ids = torch.zeros(B, S, dtype=torch.long, device="meta")
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        out = model(input_ids=ids, use_cache=True)
+    kv = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
+    return counter.get_total_flops(), kv
+
+
+NEW_CASES = [(mt, i, cfg) for mt in NEW_TYPES for i, cfg in enumerate(CONFIGS[mt])]
+NEW_CASES += [(c["model_type"], name, c) for name, c in RELEASED.items()]
+
+
+@pytest.mark.parametrize("model_type,i,fields", NEW_CASES, ids=[f"{mt}-{i}" for mt, i, _ in NEW_CASES])
+def test_new_types_flops_and_kv_equal_transformers(model_type, i, fields):
+    """Prefill FLOPs (matmul) and the KV cache after it equal transformers' exactly, and so do the
+    parameters (released configs included: phi-2, StarCoder, StarCoder2-3B, Stable LM 2 1.6B)."""
+    config = {"model_type": model_type, **fields}
+    spec = hf.spec_from_hf(config, f"<{model_type}-{i}>")
+    assert count_params(spec) == hf_params(config)
+    flops, kv = hf_flops_and_kv(config)
+    a = analyze(spec, "prefill", B, S, "bf16")
+    assert a.total().flops_matmul == flops
+    assert a.total().kv_cache == kv * a.bytes_per_element
+

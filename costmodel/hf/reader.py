@@ -50,7 +50,8 @@ COMMON_IGNORED: dict[str, str] = {
                      "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens"),
                     "generation settings of a request, not of the architecture"),
     **dict.fromkeys(("initializer_range", "initializer_factor", "init_std"), "initialisation only"),
-    **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"), "a constant inside the norm"),
+    **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"),
+                    "a constant inside the norm"),
     **dict.fromkeys(("rope_theta", "rope_scaling", "rope_parameters", "rotary_emb_base", "rope_local_base_freq",
                      "original_max_position_embeddings"),
                     "RoPE base and scaling change the angles, not the work (partial_rotary_factor inside is read)"),
@@ -60,6 +61,16 @@ COMMON_IGNORED: dict[str, str] = {
     "relative_attention_max_distance": "the range of the T5 buckets, not their number",
     "is_decoder": "set by the model class itself",
     "gradient_checkpointing": "a legacy training switch transformers no longer reads from a config",
+    # Written by other tools or by the model authors' own code; transformers reads none of them.
+    "is_llama_config": "a marker of Hugging Face's conversion scripts (SmolLM2), read by no model class",
+    "rope_interleaved": "the layout of RoPE's rotated pairs (SmolLM2's nanotron export): the same work",
+    "transformers.js_config": "settings of transformers.js, a JavaScript runtime",
+    **dict.fromkeys(("n_special", "predict_special_tokens"),
+                    "keys of OpenAI's GPT code (GPT-2 medium) transformers does not read"),
+    **dict.fromkeys(("full_attn_mod", "interpolate_factor"),
+                    "keys of Microsoft's own Phi-4-mini code that transformers' Phi3 does not read"),
+    "_sliding_window_pattern": "written by transformers 5 beside layer_types, which is what it reads back",
+    "_attn_implementation_internal": "attention kernel (see attn_implementation)",
 }
 _OLD_GPT2_KEYS = {
     "n_ctx": "an old alias transformers does not read (n_positions sizes the table)",

@@ -16,7 +16,8 @@ from costmodel.hf.reader import (
 )
 from costmodel.spec import Block, Norm, NormPosition, Position, Spec
 
-def _gpt_sizes(c: Config, out: dict[str, Any], width: str, layers: str, heads: str, ffn: str,
+
+def gpt_sizes(c: Config, out: dict[str, Any], width: str, layers: str, heads: str, ffn: str,
                positions: str, null_ffn_is_4d: bool = True) -> None:
     """The sizes of the GPT-style types: head_dim is always width / heads; a null FFN width is 4d
     where the class says so (GPT-2's n_inner, Falcon's ffn_hidden_size), else an error."""
@@ -29,7 +30,7 @@ def _gpt_sizes(c: Config, out: dict[str, Any], width: str, layers: str, heads: s
 
 
 def _gpt2(c: Config, out: dict[str, Any]) -> None:
-    _gpt_sizes(c, out, "n_embd", "n_layer", "n_head", "n_inner", "n_positions")
+    gpt_sizes(c, out, "n_embd", "n_layer", "n_head", "n_inner", "n_positions")
     out["norm"], out["position"] = Norm.layernorm.value, Position.learned.value
     out["activation"] = read_activation(c, "activation_function", gated=False).value
     out["bias"] = {"qkv": True, "attn_out": True, "ffn": True}  # every Conv1D has a bias
@@ -41,7 +42,7 @@ def _gpt2(c: Config, out: dict[str, Any]) -> None:
 
 
 def _gptj(c: Config, out: dict[str, Any]) -> None:
-    _gpt_sizes(c, out, "n_embd", "n_layer", "n_head", "n_inner", "n_positions")
+    gpt_sizes(c, out, "n_embd", "n_layer", "n_head", "n_inner", "n_positions")
     out["norm"], out["position"] = Norm.layernorm.value, Position.rope.value
     out["activation"] = read_activation(c, "activation_function", gated=False).value
     out["block"], out["shared_norm"] = Block.parallel.value, True  # ln_1 feeds both branches
@@ -54,7 +55,7 @@ def _gptj(c: Config, out: dict[str, Any]) -> None:
 
 
 def _gpt_neox(c: Config, out: dict[str, Any]) -> None:
-    _gpt_sizes(c, out, "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    gpt_sizes(c, out, "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                "max_position_embeddings", null_ffn_is_4d=False)
     out["norm"], out["position"] = Norm.layernorm.value, Position.rope.value
     out["activation"] = read_activation(c, "hidden_act", gated=False).value
@@ -70,7 +71,7 @@ def _gpt_neox(c: Config, out: dict[str, Any]) -> None:
 
 
 def _opt(c: Config, out: dict[str, Any]) -> None:
-    _gpt_sizes(c, out, "hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim",
+    gpt_sizes(c, out, "hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim",
                "max_position_embeddings", null_ffn_is_4d=False)
     out["position_offset"] = 2  # OPTLearnedPositionalEmbedding keeps 2 rows past the context
     out["norm"], out["position"] = Norm.layernorm.value, Position.learned.value
@@ -98,7 +99,7 @@ def _opt(c: Config, out: dict[str, Any]) -> None:
 
 def _falcon(c: Config, out: dict[str, Any]) -> None:
     # Old falcon configs name the width n_embed.
-    _gpt_sizes(c, out, "n_embed" if c.has("n_embed") else "hidden_size", "num_hidden_layers",
+    gpt_sizes(c, out, "n_embed" if c.has("n_embed") else "hidden_size", "num_hidden_layers",
                "num_attention_heads", "ffn_hidden_size", "max_position_embeddings")
     c.read.add("hidden_size")
     h = out["n_heads"]
