@@ -4,6 +4,7 @@ import-hf's YAML, config.json accepted wherever a spec is, and import(export(spe
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -327,3 +328,210 @@ def test_readme_examples(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert result.stderr == ("error: mixtral/config.json: model_type: mixtral is a mixture-of-experts model; "
                              "mixture-of-experts is out of scope for now\n")
+
+
+# --- bad input: one clear line, exit 2, never a traceback (issue 10) ------------------------------
+
+
+def fails(args: list[str], *needles: str) -> str:
+    """The command exits 2 with one stderr line holding every needle (and no traceback)."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_non_utf8_config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"model_type": "llama", "name": "\xff"}')
+    fails(["analyze", str(path)], f"{path}: not UTF-8 text (byte 33")
+
+
+def test_deep_nesting(tmp_path):
+    for depth in (500, 100_000):  # parsed, then refused; too deep even for the parser
+        path = write(tmp_path, {})
+        path.write_text('{"model_type": "llama", "x": ' + "[" * depth + "]" * depth + "}")
+        fails(["import-hf", str(path)], f"{path}: nested more than 32 levels deep")
+
+
+@pytest.mark.parametrize("text", ['{"model_type": "llama", "vocab_size": NaN}',
+                                  '{"model_type": "llama", "vocab_size": Infinity}',
+                                  '{"model_type": "llama", "vocab_size": ' + "9" * 5000 + "}"])
+def test_numbers_json_cannot_hold(tmp_path, text):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    fails(["analyze", str(path)], f"{path}: ")
+
+
+def test_partial_rotary_factor_of_the_wrong_type(tmp_path):
+    fails(["analyze", str(write(tmp_path, cfg("phi3", partial_rotary_factor=[0.5])))],
+          "partial_rotary_factor: should be a number in (0, 1] (got [0.5])")
+    beside = cfg("phi3", partial_rotary_factor="0.5", rope_parameters={"partial_rotary_factor": 0.5})
+    fails(["analyze", str(write(tmp_path, beside))], 'partial_rotary_factor: should be a number in (0, 1] (got "0.5")')
+    disagree = cfg("phi3", partial_rotary_factor=0.25, rope_parameters={"partial_rotary_factor": 0.5})
+    fails(["analyze", str(write(tmp_path, disagree))], "partial_rotary_factor, rope_parameters.partial_rotary_factor: "
+                                                        "disagree (0.25, 0.5)")
+
+
+def test_layer_types_not_a_list(tmp_path):
+    for use_window in (False, True):
+        config = cfg("qwen2", layer_types=True, use_sliding_window=use_window)
+        fails(["analyze", str(write(tmp_path, config))], "layer_types: should be a list (got true)")
+
+
+@pytest.mark.parametrize("model_type,field", [("gpt_neox", "intermediate_size"), ("opt", "ffn_dim")])
+def test_null_ffn_width_is_not_4d(tmp_path, model_type, field):
+    """GPT-NeoX and OPT have no 4d default (GPT-2's n_inner and Falcon's ffn_hidden_size do)."""
+    fails(["analyze", str(write(tmp_path, cfg(model_type, **{field: None})))],
+          f"{field}: should be a positive integer (got null)")
+    gpt2 = hf.spec_from_hf(cfg("gpt2", n_inner=None))
+    assert gpt2.d_ff == 4 * gpt2.d_model
+
+
+def test_a_missing_size_is_named(tmp_path):
+    config = {k: v for k, v in cfg("llama").items() if k != "intermediate_size"}
+    fails(["analyze", str(write(tmp_path, config))], "intermediate_size: required for model_type llama")
+    for model_type, fields in CLASS_SIZES.items():  # every size of every type, never a default
+        for key in fields:
+            config = {k: v for k, v in cfg(model_type).items() if k != key}
+            with pytest.raises(hf.SpecError, match=f"{key}: required for model_type {model_type}"):
+                hf.spec_from_hf(config)
+
+
+def test_zero_experts_is_a_dense_model(tmp_path):
+    spec = hf.spec_from_hf(cfg("llama", num_experts=0, num_local_experts=None))
+    assert count_params(spec) == count_params(hf.spec_from_hf(cfg("llama")))
+    assert set(spec.ignored_fields) == {"num_experts", "num_local_experts"}
+    fails(["analyze", str(write(tmp_path, cfg("llama", num_experts=8)))],
+          "num_experts: 8: a mixture-of-experts llama is not supported")
+
+
+class Counted:
+    """An element that counts the comparisons made between elements."""
+
+    calls = 0
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        Counted.calls += 1
+        return self.value == other.value
+
+    def __ne__(self, other):
+        return not self == other
+
+
+def test_layer_types_period_is_linear():
+    """The shortest repeating pattern in O(n) comparisons (the quadratic search took 17.7 s for
+    20k layers); a 20,000-layer gemma2 config imports with its true period."""
+    from costmodel.hf.reader import _period
+
+    n = 20_000
+    items = [Counted(i % 7 == 6) for i in range(n)]
+    Counted.calls = 0
+    assert _period(items) == 7
+    assert Counted.calls <= 3 * n
+    assert _period([Counted(i == n - 1) for i in range(n)]) == n  # no shorter period
+    types = ["sliding_attention", "full_attention", "full_attention"] * 6_666 + ["sliding_attention", "full_attention"]
+    spec = hf.spec_from_hf(cfg("gemma2", num_hidden_layers=n, layer_types=types))
+    assert spec.layer_pattern == (L, G, G)
+
+
+def test_import_hf_output_a_folder_or_missing(tmp_path):
+    config = str(write(tmp_path, cfg("llama")))
+    fails(["import-hf", config, "-o", str(tmp_path)], f"error: {tmp_path}: -o: cannot write: Is a directory")
+    missing = tmp_path / "no" / "such" / "spec.yaml"
+    fails(["import-hf", config, "-o", str(missing)], f"error: {missing}: -o: cannot write: No such file or directory")
+
+
+def test_read_limits(tmp_path):
+    big = tmp_path / "config.json"
+    big.write_text('{"model_type": "llama", "pad": "' + "x" * (10 * 2**20) + '"}')
+    fails(["analyze", str(big)], f"{big}: larger than 10 MiB")
+    fails(["import-hf", "/dev/zero"], "/dev/zero: not a regular file")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # a reader would block forever: refused before it is opened
+    fails(["analyze", str(fifo)], f"{fifo}: not a regular file")
+
+
+def test_every_problem_at_once(tmp_path):
+    config = cfg("gpt2", n_embd="768", activation_function="silu", quantization_config={"bits": 4},
+                 scale_attn_by_inverse_layer_idx=True, architectures=["GPT2ForTokenClassification"])
+    line = fails(["analyze", str(write(tmp_path, config))])
+    for problem in ('n_embd: should be a positive integer (got "768")', "architectures: GPT2ForTokenClassification",
+                    "quantization_config: quantised weights"):
+        assert problem in line
+    config = cfg("llama", attention_bias="yes", mlp_bias=1, tie_word_embeddings="no", attention_dropout=2)
+    line = fails(["analyze", str(write(tmp_path, config))])
+    assert line.count("; ") == 3  # attention_bias, mlp_bias, tie_word_embeddings, attention_dropout
+
+
+# --- unknown fields, model folders, multimodal wrappers (issue 11) ---------------------------------
+
+
+def test_unknown_fields_warn_and_are_listed(tmp_path):
+    path = write(tmp_path, cfg("llama", use_flux_capacitor=True, my_note="x", is_llama_config=True))
+    result = runner.invoke(app, ["analyze", str(path), "-p", "prefill", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    warnings = result.stderr.strip().splitlines()
+    assert [w.split(": ")[2] for w in warnings] == ["use_flux_capacitor", "my_note"]  # not is_llama_config
+    assert all(w.startswith(f"warning: {path}: ") for w in warnings)
+    assert json.loads(result.stdout)["ignored_fields"] == ["use_flux_capacitor", "my_note"]
+    plain = runner.invoke(app, ["analyze", str(write(tmp_path, cfg("llama"), "plain.json")), "-p", "prefill", "-f", "json"])
+    assert "ignored_fields" not in json.loads(plain.stdout) and plain.stderr == ""
+    out = tmp_path / "spec.yaml"
+    result = runner.invoke(app, ["import-hf", str(path), "-o", str(out)])
+    assert result.exit_code == 0 and load_spec(out).ignored_fields == ("use_flux_capacitor", "my_note")
+
+
+def test_metadata_fields_of_released_configs_pass_silently(tmp_path):
+    """Fields transformers itself or the authors' tools write (issue 11's list) change no cost."""
+    quiet = {"llama": dict(is_llama_config=True, rope_interleaved=False, **{"transformers.js_config": {}}),
+             "gpt2": dict(n_special=0, predict_special_tokens=True),
+             "phi3": dict(full_attn_mod=1, interpolate_factor=1),
+             "gemma3_text": dict(_sliding_window_pattern=6),
+             "t5": dict(scale_decoder_outputs=True)}
+    for model_type, fields in quiet.items():
+        result = runner.invoke(app, ["analyze", str(write(tmp_path, cfg(model_type, **fields))), "-p", "prefill"])
+        assert result.exit_code == 0 and result.stderr == "", (model_type, result.output)
+    fails(["analyze", str(write(tmp_path, cfg("t5", scale_decoder_outputs=False)))],
+          "scale_decoder_outputs: differs from tie_word_embeddings")
+
+
+def test_a_model_folder(tmp_path):
+    folder = tmp_path / "opt-125m"
+    folder.mkdir()
+    write(folder, OPT_125M)
+    result = runner.invoke(app, ["analyze", str(folder), "-p", "prefill", "-f", "json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["params"]["total"] == 125_239_296
+    result = runner.invoke(app, ["import-hf", str(folder)])
+    assert result.exit_code == 0 and "ffn_dropout" not in result.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fails(["analyze", str(empty)], f"{empty}: a folder without a config.json")
+
+
+LLAVA = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"], "image_token_index": 32000,
+         "projector_hidden_act": "gelu", "vision_feature_layer": -2, "vision_config": {"model_type": "clip_vision_model"},
+         "text_config": {"model_type": "llama", **CLASS_SIZES["llama"], "vocab_size": 32064}}
+
+
+def test_multimodal_wrappers_read_their_text_decoder(tmp_path):
+    path = write(tmp_path, LLAVA)
+    result = runner.invoke(app, ["analyze", str(path), "-p", "prefill", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"warning: {path}: llava is multimodal: only its text decoder (text_config) is counted, not the vision "
+        "tower nor the projector"]
+    text = hf.spec_from_hf({**LLAVA["text_config"]})
+    assert json.loads(result.stdout)["params"]["total"] == count_params(text)
+    # A text_config without a model_type is the wrapper's default text model.
+    bare = {**LLAVA, "text_config": {k: v for k, v in LLAVA["text_config"].items() if k != "model_type"}}
+    assert count_params(hf.spec_from_hf(bare)) == count_params(text)
+    fails(["analyze", str(write(tmp_path, {**LLAVA, "text_config": {**LLAVA["text_config"], "vocab_size": None}}))],
+          f"{path}: text_config: vocab_size: should be a positive integer (got null)")
+    fails(["analyze", str(write(tmp_path, {"model_type": "mistral3"}))], "text_config: mistral3 is multimodal")

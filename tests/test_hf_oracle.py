@@ -177,3 +177,31 @@ def test_new_types_flops_and_kv_equal_transformers(model_type, i, fields):
     assert a.total().flops_matmul == flops
     assert a.total().kv_cache == kv * a.bytes_per_element
 
+
+
+# --- multimodal wrappers: the text decoder, as transformers builds it inside the wrapper ----------
+
+WRAPPED = {
+    "llava": {"text_config": {"model_type": "llama", **SMALL, "num_key_value_heads": 2}},
+    "mistral3": {"text_config": {"model_type": "mistral", **SMALL, "num_key_value_heads": 2, "sliding_window": None}},
+    "gemma3": {"text_config": {"model_type": "gemma3_text", **SMALL, "num_key_value_heads": 2, "head_dim": 16,
+                               "sliding_window": 16}},
+}
+
+
+WRAPPED_CASES = [(mt, fields) for mt, fields in WRAPPED.items()] + [
+    ("llava", {"text_config": {**WRAPPED["llava"]["text_config"], "tie_word_embeddings": True}}),
+    ("mistral3", {**WRAPPED["mistral3"], "tie_word_embeddings": False}),
+]
+
+
+@pytest.mark.parametrize("model_type,fields", WRAPPED_CASES, ids=[f"{mt}-{i}" for i, (mt, _) in enumerate(WRAPPED_CASES)])
+def test_multimodal_text_decoder_count_equals_transformers(model_type, fields):
+    """Ours (the text decoder) equals the wrapper's language model plus its LM head, every tensor
+    once (tied as the wrapper's tie_word_embeddings, or llava's text_config, says)."""
+    config = {"model_type": model_type, **fields}
+    cfg = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(fields))
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(cfg)
+    text = {id(p): p.numel() for m in (model.model.language_model, model.lm_head) for p in m.parameters()}
+    assert count_params(hf.spec_from_hf(config)) == sum(text.values())

@@ -18,11 +18,13 @@ from costmodel.spec import Spec, SpecError, spec_from_dict
 MAX_CONFIG_BYTES = 10 * 2**20
 MAX_DEPTH = 32  # real configs nest 3 or 4 levels (rope_parameters, text_config)
 
-# Multimodal wrappers whose text decoder is an ordinary language model: model_type -> the type of
-# its text_config when the config leaves it out (the wrapper class's default in transformers).
-MULTIMODAL: dict[str, str] = {
-    "llava": "llama", "llava_next": "llama", "llava_onevision": "qwen2", "mistral3": "mistral",
-    "gemma3": "gemma3_text", "llama4": "llama4_text", "paligemma": "gemma", "qwen2_vl": "qwen2",
+# Multimodal wrappers whose text decoder is an ordinary language model: model_type -> (the type
+# of its text_config when the config names none, the wrapper class's tie_word_embeddings default,
+# whether a tied text_config ties the head too). transformers 5 ties the head as the wrapper's
+# tie_word_embeddings says (LlavaConfig also takes a true from text_config, for old checkpoints).
+MULTIMODAL: dict[str, tuple[str, bool, bool]] = {
+    "llava": ("llama", False, True), "llava_next": ("llama", False, True), "mistral3": ("mistral", True, False),
+    "gemma3": ("gemma3_text", True, False), "llama4": ("llama4_text", False, False),
 }
 
 
@@ -59,10 +61,13 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
             _check_architectures(data["architectures"], origin, "text_config's language model")
         warnings.append(f"warning: {origin}: {model_type} is multimodal: only its text decoder (text_config) is "
                         "counted, not the vision tower nor the projector")
-        inner = {"model_type": MULTIMODAL[model_type], **text}
+        text_type, tie_default, text_ties = MULTIMODAL[model_type]
+        inner = {"model_type": text_type, **text}
         inner.setdefault("_name_or_path", data.get("_name_or_path"))
-        if "tie_word_embeddings" not in text and "tie_word_embeddings" in data:
-            inner["tie_word_embeddings"] = data["tie_word_embeddings"]
+        tied = data.get("tie_word_embeddings", tie_default)
+        if text_ties and text.get("tie_word_embeddings") is True:
+            tied = True
+        inner["tie_word_embeddings"] = tied
         got = spec_fields_from_hf(inner, f"{origin}: text_config", name)
         return Imported(got.fields, got.model_type, got.ignored_fields, (*warnings, *got.warnings))
     if not isinstance(model_type, str):
