@@ -535,3 +535,19 @@ def test_multimodal_wrappers_read_their_text_decoder(tmp_path):
     fails(["analyze", str(write(tmp_path, {**LLAVA, "text_config": {**LLAVA["text_config"], "vocab_size": None}}))],
           f"{path}: text_config: vocab_size: should be a positive integer (got null)")
     fails(["analyze", str(write(tmp_path, {"model_type": "mistral3"}))], "text_config: mistral3 is multimodal")
+
+
+EXPORT_TYPES = {  # docs/hf.md's export table
+    **dict.fromkeys(("gpt2-small", "gpt2-xl", "gpt3-125m", "gpt3-1.3b", "gpt3-175b"), "gpt2"), "gpt-j-6b": "gptj",
+    **dict.fromkeys(("llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-405b"), "llama"),
+    "mistral-7b": "mistral", "gemma-2-9b": "gemma2", "gemma-3-27b": "gemma3_text", "qwen2-7b": "qwen2",
+    "olmo-2-7b": "olmo2", "falcon-7b": "falcon", "command-r7b": "cohere2", "palm-540b": "cohere",
+    "t5-11b": "t5", "t5-v1.1-xxl": "t5",
+}
+
+
+def test_export_picks_the_documented_model_type():
+    """Export keeps the first family whose config reproduces the spec; for the bundled specs that
+    is the type docs/hf.md names (a new family must not take a spec another already builds)."""
+    got = {n: hf.export_hf(catalog.load(n)).model_type for n in catalog.bundled_names() if n not in NO_HF_CLASS}
+    assert got == EXPORT_TYPES

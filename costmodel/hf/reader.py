@@ -3,6 +3,7 @@ and the helpers the families share (heads, activations, rotary fraction, layer p
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 from collections.abc import Mapping
@@ -108,20 +109,20 @@ class Config:
         self.read: set[str] = set()
         self.problems: list[str] = []
 
-    def error(self, field: str, problem: str) -> SpecError:
+    def error(self, field: builtins.str, problem: builtins.str) -> SpecError:
         return SpecError(f"{self.origin}: {field}: {problem}")
 
-    def bad(self, key: str, problem: str) -> Any:
+    def bad(self, key: builtins.str, problem: builtins.str) -> Any:
         """Record a problem with this field; go on with its class default, or stop."""
         self.problems.append(f"{key}: {problem}")
         if key in self.defaults:
             return self.defaults[key]
         raise Abort
 
-    def has(self, key: str) -> bool:
+    def has(self, key: builtins.str) -> bool:
         return key in self.data
 
-    def get(self, key: str) -> Any:
+    def get(self, key: builtins.str) -> Any:
         self.read.add(key)
         if key in self.data:
             return self.data[key]
@@ -129,7 +130,7 @@ class Config:
             return self.defaults[key]
         return self.bad(key, f"required for model_type {self.model_type} (no default is taken for a size)")
 
-    def int(self, key: str, positive: bool = True) -> int | None:
+    def int(self, key: builtins.str, positive: builtins.bool = True) -> builtins.int | None:
         v = self.get(key)
         if v is None:
             return None
@@ -137,20 +138,20 @@ class Config:
             v = self.bad(key, f"should be a {'positive' if positive else 'non-negative'} integer (got {show(v)})")
         return v
 
-    def req_int(self, key: str) -> int:
+    def req_int(self, key: builtins.str) -> builtins.int:
         v = self.int(key)
         if v is None:
             self.problems.append(f"{key}: should be a positive integer (got null)")
             raise Abort
         return v
 
-    def bool(self, key: str) -> bool:
+    def bool(self, key: builtins.str) -> builtins.bool:
         v = self.get(key)
         if not isinstance(v, bool):
             v = self.bad(key, f"should be true or false (got {show(v)})")
         return bool(v)
 
-    def float(self, key: str) -> float | None:
+    def float(self, key: builtins.str) -> builtins.float | None:
         v = self.get(key)
         if v is None:
             return None
@@ -165,25 +166,25 @@ class Config:
             return self.bad(key, f"should be a finite number (got {show(v)})")
         return f
 
-    def rate(self, key: str) -> float:
+    def rate(self, key: builtins.str) -> builtins.float:
         v = self.float(key)
         if v is not None and not 0 <= v < 1:
             v = self.bad(key, f"should be a rate in [0, 1) (got {show(v)})")
         return 0.0 if v is None else v
 
-    def str(self, key: str) -> str:
+    def str(self, key: builtins.str) -> builtins.str:
         v = self.get(key)
         if not isinstance(v, str):
             v = self.bad(key, f"should be a string (got {show(v)})")
         return str(v)
 
-    def list(self, key: str) -> list[Any] | None:
+    def list(self, key: builtins.str) -> builtins.list[Any] | None:
         v = self.get(key)
         if v is not None and not isinstance(v, list):
             v = self.bad(key, f"should be a list (got {show(v)})")
         return v
 
-    def require(self, key: str, expected: Any, why: str) -> None:
+    def require(self, key: builtins.str, expected: Any, why: builtins.str) -> None:
         """A field whose other values this tool cannot express."""
         v = self.get(key)
         if v != expected:

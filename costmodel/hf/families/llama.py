@@ -125,6 +125,8 @@ def _qwen(c: Config, out: dict[str, Any]) -> None:
             raise c.error("layer_types", "sliding layers, but use_sliding_window is false (no window)")
         return
     first = c.int("max_window_layers", positive=False)
+    if first is None:
+        raise c.error("max_window_layers", "should be a non-negative integer with use_sliding_window (got null)")
     _windows(c, out, lambda n: ["sliding_attention" if i >= first else "full_attention" for i in range(n)])
 
 

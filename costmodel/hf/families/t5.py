@@ -36,9 +36,10 @@ def _t5(c: Config, out: dict[str, Any]) -> None:
     gated = len(parts) == 2
     names = {("relu", False): "relu", ("gelu", False): "gelu", ("relu", True): "reglu",
              ("gelu", True): "geglu", ("silu", True): "swiglu"}
-    if (act, gated) not in names:
+    key = (act or "", gated)
+    if key not in names:
         raise c.error("feed_forward_proj", f"{show(proj)} is not supported (relu, gelu, gated-relu, gated-gelu, gated-silu)")
-    out["activation"] = names[(act, gated)]
+    out["activation"] = names[key]
     out["bias"] = False
     # transformers 4 ties the LM head to the shared embedding only with tie_word_embeddings, and
     # then scales the decoder output by d_model^-1/2 first (Mesh TensorFlow's T5 does the same).
@@ -55,8 +56,7 @@ def _t5(c: Config, out: dict[str, Any]) -> None:
     rate = c.rate("dropout_rate")
     if rate:
         out.update(dropout=rate, ffn_dropout=rate, final_dropout=rate)
-    for key in ("dense_act_fn", "is_gated_act"):  # derived from feed_forward_proj by T5Config
-        c.read.add(key)
+    c.read.update(("dense_act_fn", "is_gated_act"))  # derived from feed_forward_proj by T5Config
 
 
 
