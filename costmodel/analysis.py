@@ -111,6 +111,7 @@ class Analysis:
 
         return {
             "spec": self.spec.name,
+            **({"ignored_fields": list(self.spec.ignored_fields)} if self.spec.ignored_fields else {}),
             "phase": self.phase,
             "batch": self.batch,
             "seq": self.seq,
