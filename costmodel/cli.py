@@ -106,7 +106,10 @@ def analyze_cmd(
         train_seq = seq if seq is not None else default_seq(s, "train")
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
     if fmt is Format.json:
-        dicts = [a.to_dict() | ({"roofline": metrics.roofline_json(a.total(), hw, a.dtype)} if hw else {})
+        from costmodel.timing import predict
+
+        dicts = [a.to_dict() | ({"roofline": metrics.roofline_json(a.total(), hw, a.dtype),
+                                 "time": predict(a, hw).to_dict()} if hw else {})
                  for a in analyses]
         data = dicts[0] if phase else {"spec": s.name, "phases": {a.phase: d for a, d in zip(analyses, dicts)}}
         if paper_rows:
@@ -225,3 +228,4 @@ from costmodel import cli_compare  # noqa: E402,F401
 from costmodel import cli_hf  # noqa: E402,F401
 from costmodel import cli_attention  # noqa: E402,F401
 from costmodel import cli_measure  # noqa: E402,F401
+from costmodel import cli_inference  # noqa: E402,F401

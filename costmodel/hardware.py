@@ -19,6 +19,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from costmodel.efficiency import Efficiency
 from costmodel.spec import SpecError
 
 Positive = Annotated[float, Field(gt=0)]
@@ -37,6 +38,11 @@ class Hardware(BaseModel):
     source: str | dict[str, str]
     measured: bool = False  # written by `costmodel calibrate`
     date: str | None = None
+    efficiency: Efficiency | None = None  # per-operator tables for costmodel.timing
+
+    def tables_for(self, dtype: str) -> bool:
+        """Whether the time model has this profile's efficiency tables for `dtype`."""
+        return self.efficiency is not None and dtype in self.efficiency.matmul
 
     def peak(self, dtype: str) -> float:
         try:

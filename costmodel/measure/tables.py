@@ -21,7 +21,8 @@ LABELS = {
     "kv_cache": "KV cache bytes",
     "bytes_unfused": "bytes (unfused)",
     "intensity": "matmul FLOP/B (unfused)",
-    "time": "time (roofline vs median)",
+    "time": "time (predicted vs median)",
+    "time_roofline": "time (roofline vs median)",
 }
 
 
@@ -53,6 +54,8 @@ def measurement_table(m: Measurement) -> Table:
     notes = [f"{a.spec.name}{layers} on {m.device} in {a.dtype}: {shape}"]
     if m.roofline is not None:
         r = m.roofline
+        if r.get("note"):
+            notes.append(r["note"])
         notes.append(
             f"roofline on {m.hardware}: compute {units.seconds(r['compute_s'])}, memory "
             f"{units.seconds(r['memory_s'])} unfused / {units.seconds(r['memory_fused_s'])} fused: "
