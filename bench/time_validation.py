@@ -171,7 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     min_run = args.min_run or (0.05 if args.tiny else 0.5)
     rounds = []
     for _ in range(args.rounds):
-        rounds.append([run_case(c, args.device, dtype, hw, min_run) for c in cases])
+        results = []
+        for c in cases:
+            results.append(run_case(c, args.device, dtype, hw, min_run))
+            r = results[-1]
+            print(f"round {len(rounds) + 1}: {c}: measured {r['median']:.4g} s, predicted {r['predicted']:.4g} s",
+                  file=sys.stderr, flush=True)
+        rounds.append(results)
         loads.append(f"after round {len(rounds)} {load_average()}")
     text = table(args.device, dtype, hw, rounds, loads, calibration_s)
     print(text)

@@ -25,9 +25,18 @@ if TYPE_CHECKING:
 Num = Union[int, "sympy.Expr"]
 
 
+def _array(x: object) -> bool:
+    """A numpy array (costmodel.timing_grid evaluates the tree over many shapes at once)."""
+    return hasattr(x, "__array_ufunc__")
+
+
 def smin(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
+    if _array(a) or _array(b):
+        import numpy
+
+        return numpy.minimum(a, b)
     import sympy  # already loaded: an argument is symbolic
 
     return sympy.Min(a, b)
@@ -36,6 +45,10 @@ def smin(a: Num, b: Num) -> Num:
 def smax(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
+    if _array(a) or _array(b):
+        import numpy
+
+        return numpy.maximum(a, b)
     import sympy
 
     return sympy.Max(a, b)
@@ -48,6 +61,8 @@ def half(x: Num) -> Num:
         if rem:
             raise ArithmeticError(f"half of an odd count {x}")
         return q
+    if _array(x):
+        return x // 2
     return x / 2
 
 

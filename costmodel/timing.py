@@ -112,9 +112,9 @@ def no_tables_note(hw: Hardware, dtype: str) -> str:
             "(run `costmodel calibrate` on the device for calibrated times)")
 
 
-def layer_count(a: Analysis, path: str) -> int:
-    """Layers a component spans: its group's count (``layers[local]/ffn/up``: L_local), else 1."""
-    groups = model.layer_groups(a.spec)
+def layer_count(groups: dict, path: str) -> int:
+    """Layers a component spans: its group's count (``layers[local]/ffn/up``: L_local), else 1.
+    `groups` is ``model.layer_groups(spec)``."""
     parts = path.split("/")
     for i, part in enumerate(parts[:-1]):
         name, _, kind = part.partition("[")
@@ -147,12 +147,13 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     eff = hw.efficiency
     costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element))
     rows = []
+    groups = model.layer_groups(a.spec)
     for row in a.rows:
         if row.flops == 0 and row.bytes_unfused == 0:
             continue
         cost = costs[row.path]
         leaf = row.path.rsplit("/", 1)[-1]
-        layers = layer_count(a, row.path)
+        layers = layer_count(groups, row.path)
         lower = max(row.flops / peak, row.bytes_unfused / bw)
         if not calibrated or eff is None:
             rows.append(ComponentTime(row.path, "matmul" if cost.gemms else "memory", layers,

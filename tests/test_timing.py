@@ -164,3 +164,28 @@ def test_the_decode_shapes_are_skinny() -> None:
     assert costs["layers/attention/scores"].gemms == ((4 * 32 * 32, 1, 128, 101),)
     assert costs["layers/attention/av"].gemms == ((4 * 32 * 32, 1, 101, 128),)
     assert costs["lm_head"].gemms == ((1, 4, 4096, 32000),)
+
+
+# --- the grid (sweeps) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "t5-11b", "gemma-2-9b", "mistral-7b"])
+@pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
+def test_the_grid_gives_the_point_by_point_times(name, phase) -> None:
+    np = pytest.importorskip("numpy")
+    from costmodel.timing_grid import predict_grid
+
+    corners = {(m, n, k): 0.05 * (1 + i) for i, (m, n, k) in enumerate(
+        (m, n, k) for m in (1, 4) for n in (64, 256) for k in (64, 256))}
+    e = Efficiency(source="test", floor_s=2e-5, matmul={"bf16": table(corners)},
+                   memory=MemoryTable(bytes=[1e3, 1e6, 1e9], efficiency=[0.05, 0.5, 0.8]))
+    hw = Hardware(name="t", peak_flops={"bf16": 1e14}, memory_bandwidth=1e12, memory_bytes=1e11,
+                  source="test", efficiency=e)
+    spec = catalog.load(name)
+    seq, batch = np.array([[5], [300], [5000]]), np.array([[1, 3, 17]])
+    for kernels in (Kernels(), Kernels(flash_attention=True, fused=True)):
+        grid = predict_grid(spec, phase, batch, seq, hw, "bf16", kernels)
+        for i in range(3):
+            for j in range(3):
+                a = analyze(spec, phase, batch=int(batch[0, j]), seq=int(seq[i, 0]))
+                assert grid[i, j] == pytest.approx(predict(a, hw, kernels).time_s, rel=1e-12)
