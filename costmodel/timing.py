@@ -15,6 +15,10 @@ al. 2024), each component of a phase is timed on its own:
   moves its unfused bytes (from the analysis, so a change of dtype or byte convention reaches
   the time) at bandwidth x e_mem(bytes per op); its FLOPs are not timed: they are a few per
   element, below any device's ridge point;
+- a training step writes every weight's gradient: a matmul's is the output of its dB product;
+  any other weight (embedding tables, norm gains, biases) gets a dense gradient, zero-filled and
+  then written (torch's ``embedding_dense_backward`` scatters into a V x d table of zeros):
+  2 x params x p more bytes on that component;
 - every op takes at least the floor (launch and dispatch): a component of n ops takes at least
   n x floor_s; n is the number of layers it spans (x 3 in a training step: forward, and the
   backward's two ops).
@@ -175,9 +179,10 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
             rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0))
             continue
         ops = layers * (3 if training else 1)
-        per_op = row.bytes_unfused / ops
-        t = max(ops * eff.floor_s, row.bytes_unfused / (bw * eff.memory(per_op)) if per_op else 0.0)
-        rows.append(ComponentTime(row.path, "memory", ops, row.flops, row.bytes_unfused, t, lower,
+        moved = row.bytes_unfused + (gradient_bytes(row.params, a.bytes_per_element) if training else 0)
+        per_op = moved / ops
+        t = max(ops * eff.floor_s, moved / (bw * eff.memory(per_op)) if per_op else 0.0)
+        rows.append(ComponentTime(row.path, "memory", ops, row.flops, moved, t, lower,
                                   lower / t if t else 1.0))
     return Prediction(
         hardware=hw.name, dtype=dtype, phase=a.phase, kernels=kernels, calibrated=calibrated,
@@ -185,6 +190,11 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
         note=None if calibrated else no_tables_note(hw, dtype),
         floor_s=eff.floor_s if eff is not None else 0.0,
     )
+
+
+def gradient_bytes(params, p: int):
+    """A non-matmul weight's gradient in a training step: zero-filled, then written."""
+    return 2 * params * p
 
 
 def _in_attention(path: str) -> bool:

@@ -19,7 +19,8 @@ from costmodel.hardware import Hardware
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.timing import FLASH_LEAVES, UNFUSIBLE, Kernels, _in_attention, backward_gemms, layer_count
+from costmodel.timing import (FLASH_LEAVES, UNFUSIBLE, Kernels, _in_attention, backward_gemms, gradient_bytes,
+                              layer_count)
 
 
 def _position(grid: list[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -107,6 +108,8 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
             continue
         ops = layers * (3 if ph.training else 1)
         busy = (nbytes + np.asarray(q["flops_matmul"] + q["flops_other"], dtype=float)) > 0
+        if ph.training:
+            nbytes = nbytes + gradient_bytes(q["params"], p)
         t = np.where(nbytes > 0, nbytes / (bw * memory_eff(eff.memory, nbytes / ops)), 0.0)
         total += np.where(busy, np.maximum(t, ops * floor), 0.0)
     return total

@@ -80,13 +80,14 @@ def test_a_malformed_table_is_rejected() -> None:
 @pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
 def test_phase_time_is_matmul_flops_at_their_rate_plus_other_bytes_at_theirs(phase) -> None:
     """Flat tables: every matmul at 0.5 x 1 TFLOP/s, every other op at 0.25 x 100 GB/s, no floor.
-    The phase is the sum: matmul FLOPs / 5e11 + bytes of the non-matmul components / 2.5e10."""
+    The phase is the sum: matmul FLOPs / 5e11 + bytes of the non-matmul components / 2.5e10; a
+    training step also zero-fills and writes the gradient of each non-matmul weight (2 x 4 B)."""
     spec = parse_spec(TINY)
     a = analyze(spec, phase, batch=2, seq=16, dtype="fp32")
     p = predict(a, flat(0.5, 0.25))
     assert p.calibrated and p.note is None
     matmul = a.total().flops_matmul
-    other = sum(r.bytes_unfused for r in a.rows if r.flops_matmul == 0)
+    other = sum(r.bytes_unfused + (8 * r.params if phase == "train" else 0) for r in a.rows if r.flops_matmul == 0)
     assert p.time_s == pytest.approx(matmul / 5e11 + other / 2.5e10)
     assert p.roofline_s == pytest.approx(max(a.total().flops / 1e12, a.total().bytes_unfused / 1e11))
 

@@ -35,10 +35,10 @@ DEFAULT_MATMUL = {"cuda": 8192, "cpu": 1024}  # n of the n x n matmul
 DEFAULT_COPY_MIB = {"cuda": 2048, "cpu": 256}  # buffer copied to measure bandwidth
 #: The grids of the efficiency tables (M, N, K of the matmuls; bytes of the memory op).
 GRID = {
-    "cpu": {"M": [1, 4, 16, 64, 256, 1024], "N": [64, 256, 1024, 4096], "K": [64, 256, 1024, 4096],
+    "cpu": {"M": [1, 4, 16, 64, 256, 1024], "N": [64, 256, 1024, 4096], "K": [16, 64, 256, 1024, 4096],
             "bytes": [2**i for i in range(12, 29, 2)], "run_s": 0.1},
     "cuda": {"M": [1, 4, 16, 64, 256, 1024, 4096], "N": [64, 256, 1024, 4096, 16384],
-             "K": [64, 256, 1024, 4096, 16384], "bytes": [2**i for i in range(12, 31, 2)], "run_s": 0.02},
+             "K": [16, 64, 256, 1024, 4096, 16384], "bytes": [2**i for i in range(12, 31, 2)], "run_s": 0.02},
 }
 #: A grid point runs enough products that one batched matmul has about this many M*N*K.
 AMORTISE_MNK = {"cpu": 2**22, "cuda": 2**30}
@@ -47,33 +47,38 @@ AMORTISE_MNK = {"cpu": 2**22, "cuda": 2**30}
 def timed(run, device: torch.device, min_run_s: float) -> float:
     """Median seconds per call, from ``Timer.blocked_autorange`` (CUDA-synchronised; all the
     process's CPU threads, not the Timer's default of one)."""
+    return statistics.median(block_times(run, device, min_run_s))
+
+
+def block_times(run, device: torch.device, min_run_s: float) -> list[float]:
+    """Seconds per call of each block of ``Timer.blocked_autorange``."""
     from torch.utils.benchmark import Timer
 
     run()  # warm-up: allocation, kernel selection
     if device.type == "cuda":
         torch.cuda.synchronize()
     timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_s).median
+    return list(timer.blocked_autorange(min_run_time=min_run_s).times)
 
 
 def matmul_table(device: torch.device, dtype: str, peak: float, grid: dict) -> MatmulTable:
     """Efficiency of (M x K) @ (K x N) over the grid, as a fraction of `peak`."""
     kind = device.type
     t_dtype = TORCH_DTYPES[dtype]
-    table = []
-    for M in grid["M"]:
-        rows = []
-        for N in grid["N"]:
-            cells = []
-            for K in grid["K"]:
-                b = max(1, min(256, AMORTISE_MNK[kind] // (M * N * K)))
-                a = torch.randn(b, M, K, device=device).to(t_dtype)
-                # weights stored (N, K), as nn.Linear stores them: x @ W^T
-                w = torch.randn(b, N, K, device=device).to(t_dtype).transpose(1, 2)
-                seconds = timed(lambda a=a, w=w: torch.bmm(a, w), device, grid["run_s"])
-                cells.append(round(2 * b * M * N * K / seconds / peak, 5))
-            rows.append(cells)
-        table.append(rows)
+    points = [(M, N, K) for M in grid["M"] for N in grid["N"] for K in grid["K"]]
+    # Two passes in opposite orders, the median of both passes' blocks: a burst of load on a
+    # shared machine then hits one half of a point's samples, not a whole row of the grid.
+    times: dict[tuple[int, int, int], list[float]] = {p: [] for p in points}
+    for order in (points, points[::-1]):
+        for M, N, K in order:
+            b = max(1, min(256, AMORTISE_MNK[kind] // (M * N * K)))
+            a = torch.randn(b, M, K, device=device).to(t_dtype)
+            # weights stored (N, K), as nn.Linear stores them: x @ W^T
+            w = torch.randn(b, N, K, device=device).to(t_dtype).transpose(1, 2)
+            per_call = block_times(lambda a=a, w=w: torch.bmm(a, w), device, grid["run_s"] / 2)
+            times[(M, N, K)].extend(t / b for t in per_call)
+    table = [[[round(2 * M * N * K / statistics.median(times[(M, N, K)]) / peak, 5) for K in grid["K"]]
+              for N in grid["N"]] for M in grid["M"]]
     return MatmulTable(M=grid["M"], N=grid["N"], K=grid["K"], efficiency=table)
 
 
