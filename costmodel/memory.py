@@ -431,14 +431,17 @@ def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logit
                probabilities of one layer at once (2 x B*h*S*C)
     ffn        + the hidden activations (B*S*f, three tensors for a GLU: gate, up, product;
                two otherwise)
-    lm_head    + the logits (B*S*V, or B*V when only the last position's are computed)
+    lm_head    + the logits (B*S*V, or B*V when only the last position's are computed), one
+               more copy for a logit scale (Cohere) and two more for a final soft-cap (Gemma 2:
+               z / cap and tanh of it are live with the logits)
     """
     B, S, C = shape["B"], shape["S"], shape["C"]
     h, k, d_h, d, f, V = spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.d_model, spec.d_ff, spec.vocab_size
     stream = 2 * p * B * S * d
     scores = 0 if flash else 2 * p * B * h * S * C
+    copies = 1 + (spec.logit_scale is not None) + 2 * (spec.final_softcap is not None)
     return {
         "peak at attention": stream + p * B * (h + 2 * k) * S * d_h + scores,
         "peak at ffn": stream + (3 if spec.activation.gated else 2) * p * B * S * f,
-        "peak at lm_head": stream + p * B * (1 if last_logits else S) * V,
+        "peak at lm_head": stream + copies * p * B * (1 if last_logits else S) * V,
     }

@@ -76,11 +76,13 @@ def saved_for_backward(model: Transformer, run: Callable[[], Any]) -> Saved:
 class LiveBytes(TorchDispatchMode):
     """Live bytes of the storages ops create, and their high-water mark."""
 
-    def __init__(self) -> None:
+    def __init__(self, exclude: set[int] | None = None) -> None:
+        """`exclude`: storages live before the pass (weights, cache, inputs), never counted."""
         super().__init__()
         self.live = 0
         self.peak = 0
         self._tracked: set[int] = set()
+        self._exclude = exclude or set()
 
     def _release(self, key: int, n: int) -> None:
         self._tracked.discard(key)
@@ -92,8 +94,8 @@ class LiveBytes(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 storage = t.untyped_storage()
                 k = storage._cdata
-                if k in self._tracked:
-                    continue  # a view, or an op writing in place
+                if k in self._tracked or k in self._exclude:
+                    continue  # a view, an op writing in place, or what the pass was given
                 n = storage.nbytes()
                 self._tracked.add(k)
                 self.live += n
@@ -111,3 +113,25 @@ def training_saved(spec: Spec, batch: int, seq: int, recompute: bool = False,
     ids = [torch.zeros(batch, seq, dtype=torch.long, device="meta") for _ in range(3)]
     enc = ids[2] if spec.is_encoder_decoder else None
     return saved_for_backward(model, lambda: model.loss(model(ids[0], enc), ids[1]))
+
+
+def inference_live_peak(spec: Spec, phase: str, batch: int, seq: int, enc_seq: int | None = None) -> int:
+    """High-water mark of the activations live in one prefill or decode pass of the reference
+    model on the meta device (weights, KV cache and token ids excluded), in bf16."""
+    from costmodel.analysis import analyze
+    from costmodel.measure.run import phase_runner
+
+    model = build(spec, "meta", torch.bfloat16)
+    shape = analyze(spec, phase, batch=batch, seq=seq, enc_seq=enc_seq).shape
+    run = phase_runner(model, phase, dict(shape))
+    before = {_key(p) for p in model.parameters()} | {_key(b) for b in model.buffers()}
+    cache = run.__closure__  # the runner's cache and ids are made before the pass: exclude them
+    for cell in cache or ():
+        value = cell.cell_contents
+        if isinstance(value, torch.Tensor):
+            before.add(_key(value))
+        elif hasattr(value, "buffers") and isinstance(getattr(value, "buffers"), list):
+            before |= {_key(t) for pair in value.buffers for t in pair}
+    with LiveBytes(before) as live:
+        run()
+    return live.peak
