@@ -105,6 +105,13 @@ def analyze_cmd(
         papers = conventions.selected([c.value for c in convention or []])
         train_seq = seq if seq is not None else default_seq(s, "train")
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
+        if hw:  # a shape that cannot fit gets one line on stderr
+            from costmodel.memory import fit_warning
+
+            for a in analyses:
+                warning = fit_warning(s, a.phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes)
+                if warning:
+                    typer.echo(warning, err=True)
     if fmt is Format.json:
         dicts = [a.to_dict() | ({"roofline": metrics.roofline_json(a.total(), hw, a.dtype)} if hw else {})
                  for a in analyses]
@@ -225,3 +232,4 @@ from costmodel import cli_compare  # noqa: E402,F401
 from costmodel import cli_hf  # noqa: E402,F401
 from costmodel import cli_attention  # noqa: E402,F401
 from costmodel import cli_measure  # noqa: E402,F401
+from costmodel import cli_memory  # noqa: E402,F401

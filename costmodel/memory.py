@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel import model
-from costmodel.analysis import AnalysisError, analyze, default_seq
+from costmodel.analysis import AnalysisError, analyze
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
 from costmodel.spec import Position, Spec
@@ -445,3 +445,77 @@ def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logit
         "peak at ffn": stream + (3 if spec.activation.gated else 2) * p * B * S * f,
         "peak at lm_head": stream + copies * p * B * (1 if last_logits else S) * V,
     }
+
+
+# --- conventions and fitting ---------------------------------------------------------------------
+
+
+def korthikanti(s: Num, b: Num, h: Num, a: Num, t: Num = 1, sequence_parallel: bool = False,
+                recompute: str = "none") -> Num:
+    """Activation bytes per layer of Korthikanti et al. 2022 ("Reducing Activation Recomputation
+    in Large Transformer Models"), Table 2: a GPT layer (LayerNorm, a 4h GeLU MLP, dropout with
+    1-byte masks, 16-bit activations) of s tokens, micro-batch b, hidden h, a heads, tensor
+    parallel t.
+
+        no parallelism                   sbh(34 + 5as/h)
+        tensor parallel                  sbh(10 + 24/t + 5as/(ht))
+        tensor + sequence parallel       sbh/t (34 + 5as/h)
+        tensor parallel, selective       sbh(10 + 24/t)
+        tensor + sequence, selective     34 sbh/t
+        full recompute                   2sbh
+    It leaves out the LayerNorm statistics (fp32 mean and 1/std per row), the loss and the
+    embeddings; our exact count follows the spec's own elements and shows theirs beside it.
+    """
+    if recompute == "full":
+        return 2 * s * b * h
+    scores = 0 if recompute == "selective" else 5 * a * s / h
+    if sequence_parallel:
+        return s * b * h * (34 + scores) / t
+    return s * b * h * (10 + 24 / t + scores / t) if t != 1 else s * b * h * (34 + scores)
+
+
+def fit(spec: Spec, phase: str, memory_bytes: float, over: str = "batch", batch: int = 1,
+        seq: int | None = None, enc_seq: int | None = None, run: Run | None = None,
+        parallel: Parallel | None = None, limit: int = 1 << 24) -> tuple[int, Memory | None]:
+    """The largest batch (`over="batch"`) or sequence length (`over="seq"`) whose peak fits in
+    `memory_bytes`, the other held at the value given, with the memory at that point (None and
+    0 when not even 1 fits). Memory grows with either, so a doubling then bisection finds it;
+    a sequence is capped at a learned position table's length."""
+    if over not in ("batch", "seq"):
+        raise MemoryConfigError(f"over: fit over batch or seq (got {over!r})")
+    if over == "seq" and spec.position is Position.learned:
+        limit = min(limit, spec.max_seq_len - (1 if phase == "decode" else 0))
+
+    def at(n: int) -> Memory:
+        if over == "batch":
+            return memory(spec, phase, n, seq, enc_seq, run, parallel)
+        return memory(spec, phase, batch, n, enc_seq, run, parallel)
+
+    first = at(1)
+    if not first.fits(memory_bytes):
+        return 0, None
+    lo, hi = 1, 2
+    while hi <= limit and at(hi).fits(memory_bytes):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:  # lo fits, hi does not (or is past the limit)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if at(mid).fits(memory_bytes) else (lo, mid)
+    return lo, at(lo)
+
+
+def fit_warning(spec: Spec, phase: str, batch: int, seq: int | None, enc_seq: int | None, dtype: str,
+                device: str, memory_bytes: float) -> str | None:
+    """One line when the shape does not fit on the device (None when it does), naming the
+    shortfall. Training is counted with the default recipe (AdamW, bf16-mixed, no recompute, one
+    device); inference with weights, KV cache and activations at `dtype`."""
+    from costmodel.units import decimal_bytes, nbytes
+
+    run = Run() if PHASES[phase].training else Run(dtype=dtype, weights_dtype=dtype)
+    m = memory(spec, phase, batch, seq, enc_seq, run)
+    if m.fits(memory_bytes):
+        return None
+    what = "AdamW bf16-mixed training" if phase == "train" else phase
+    return (f"warning: {what} at B={batch}, seq={m.seq} needs {nbytes(m.peak)} per device, "
+            f"{nbytes(m.peak - memory_bytes)} more than {device}'s {decimal_bytes(memory_bytes)} "
+            f"(see `costmodel memory`)")
