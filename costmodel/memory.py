@@ -295,15 +295,16 @@ def _training(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int,
     rec = PRECISIONS[run.precision]
     params = sum(int(c.params) for c in costs.values())
     factored = sum(int(c.factored) for c in costs.values())
-    items = [Item("weights", path, par.shard(int(c.params) * (rec.weights + rec.extra), 3))
-             for path, c in costs.items() if c.params]
-    items += [Item("gradients", path, par.shard(int(c.params) * rec.gradients, 2))
-              for path, c in costs.items() if c.params]
-    width = rec.states
-    items.append(Item("optimizer", f"{run.optimizer} states",
-                      par.shard(optimizer_bytes(run.optimizer, params, factored, width), 1)))
+    states = model_states(params, factored, run, par)
+    items: list[Item] = []
+    for category, stage, width in (("weights", 3, rec.weights + rec.extra), ("gradients", 2, rec.gradients)):
+        if par.zero >= stage:  # one flat buffer, partitioned evenly (ZeRO, FSDP)
+            items.append(Item(category, f"all parameters, ZeRO-{par.zero} shard of {par.dp}", states[category]))
+        else:
+            items += [Item(category, path, int(c.params) * width) for path, c in costs.items() if c.params]
+    items.append(Item("optimizer", f"{run.optimizer} states", states["optimizer"] - states["master"]))
     if rec.master:
-        items.append(Item("optimizer", "master weights (fp32)", par.shard(params * rec.master, 1)))
+        items.append(Item("optimizer", "master weights (fp32)", states["master"]))
     acts = activations(spec, costs, shape, p, run)
     items += [Item("activations", path, n) for path, n in acts.items() if n]
     notes = [f"precision {rec.name}: {rec.note}"]
@@ -311,6 +312,21 @@ def _training(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int,
         notes.append("selective recompute: the attention core (scores, softmax, dropout, AV) is "
                      "recomputed in backward (Korthikanti et al. 2022); Q, K, V are kept")
     return items, sum(acts.values()), notes
+
+
+def model_states(params: int, factored: int, run: Run, par: Parallel) -> dict[str, int]:
+    """Weights, gradients and optimizer states (master weights included, also given alone) of
+    `params` parameters on one rank: ZeRO's (2 + 2 + K) x Psi for AdamW bf16-mixed (K = 12),
+    each term divided by N_d from its stage on (Rajbhandari et al. 2020, section 5.1)."""
+    rec = PRECISIONS[run.precision]
+    states = optimizer_bytes(run.optimizer, params, factored, rec.states)
+    master = par.shard(params * rec.master, 1)
+    return {
+        "weights": par.shard(params * (rec.weights + rec.extra), 3),
+        "gradients": par.shard(params * rec.gradients, 2),
+        "optimizer": par.shard(states, 1) + master,
+        "master": master,
+    }
 
 
 def is_layer(path: str) -> bool:
