@@ -120,7 +120,7 @@ def memory_cmd(
     if m.phase == "train" and not s.is_encoder_decoder:
         ours = sum(i.bytes for i in m.items if i.category == "activations" and is_layer(i.path))
         r = run.recompute if not run.flash else "selective"
-        theirs = (ours, int(s.n_layers * korthikanti(m.shape["S"], m.batch, s.d_model, s.n_heads, recompute=r)))
+        theirs = (ours, int(s.decoder_layers * korthikanti(m.shape["S"], m.batch, s.d_model, s.n_heads, recompute=r)))
     render_tables(report_memory.memory_tables(m, hw, theirs), fmt, s)
 
 
@@ -157,9 +157,9 @@ def fit_cmd(
         results = []
         for ph in phases:
             training = ph == "train"
-            run, par = _config(ph, *(v if training else None for v in (optimizer, precision, zero)),
-                               dp, recompute if training else None, flash, weights_dtype, kv_dtype, dtype,
-                               group_size, mask_bytes, last_logits)
+            run, par = _config(ph, optimizer if training else None, precision if training else None,
+                               zero if training else None, dp, recompute if training else None, flash,
+                               weights_dtype, kv_dtype, dtype, group_size, mask_bytes, last_logits)
             n, m = fit(s, ph, hw.memory_bytes, over, batch, seq, enc_seq, run, par)
             results.append((ph, n, m))
     if fmt is Format.json:
@@ -175,4 +175,4 @@ def fit_cmd(
         for ph, n, m in results:
             typer.echo(f"{s.name},{ph},{n},{m.peak if m else ''}")
         return
-    render_tables([report_memory.fit_table(results, over, hw)], fmt, s)
+    render_tables([report_memory.fit_table(results, over, hw, s.max_seq_len)], fmt, s)

@@ -434,9 +434,11 @@ def _inference(spec: Spec, phase: str, costs: dict[str, Cost], shape: dict[str, 
     kv_p = DTYPE_BYTES[run.kv_dtype or run.dtype]
     items.append(Item("kv_cache", "kv_cache", kv_cache * kv_p // p))
     live = live_peak(spec, shape, p, run.flash, run.last_logits and phase == "prefill")
-    items += [Item("activations", name, n) for name, n in live.items()]
-    notes = ["activations: the largest live set of the pass (the peak of the three sites below)"]
-    return items, max(live.values()), notes
+    site = max(live, key=lambda k: live[k])
+    items.append(Item("activations", f"live at the {site} peak", live[site]))
+    others = ", ".join(f"{k} {n:,}" for k, n in live.items() if k != site)
+    notes = [f"activations: the largest live set of one pass, at the {site}; the other sites: {others}"]
+    return items, live[site], notes
 
 
 def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logits: bool) -> dict[str, int]:
@@ -457,9 +459,9 @@ def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logit
     scores = 0 if flash else 2 * p * B * h * S * C
     copies = 1 + (spec.logit_scale is not None) + 2 * (spec.final_softcap is not None)
     return {
-        "peak at attention": stream + p * B * (h + 2 * k) * S * d_h + scores,
-        "peak at ffn": stream + (3 if spec.activation.gated else 2) * p * B * S * f,
-        "peak at lm_head": stream + copies * p * B * (1 if last_logits else S) * V,
+        "attention": stream + p * B * (h + 2 * k) * S * d_h + scores,
+        "ffn": stream + (3 if spec.activation.gated else 2) * p * B * S * f,
+        "lm_head": stream + copies * p * B * (1 if last_logits else S) * V,
     }
 
 
@@ -496,10 +498,10 @@ def fit(spec: Spec, phase: str, memory_bytes: float, over: str = "batch", batch:
     """The largest batch (`over="batch"`) or sequence length (`over="seq"`) whose peak fits in
     `memory_bytes`, the other held at the value given, with the memory at that point (None and
     0 when not even 1 fits). Memory grows with either, so a doubling then bisection finds it;
-    a sequence is capped at a learned position table's length."""
+    a sequence is capped at the spec's max_seq_len (less the new token in decode)."""
     if over not in ("batch", "seq"):
         raise MemoryConfigError(f"over: fit over batch or seq (got {over!r})")
-    if over == "seq" and spec.position is Position.learned:
+    if over == "seq":  # no longer than the model's context
         limit = min(limit, spec.max_seq_len - (1 if phase == "decode" else 0))
 
     def at(n: int) -> Memory:

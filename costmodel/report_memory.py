@@ -13,9 +13,9 @@ from costmodel.report import Table
 
 def memory_tables(m: Memory, hw: Hardware | None, korthikanti: tuple[int, int] | None) -> list[Table]:
     """The totals by category (and whether they fit), then the breakdown by component."""
-    rows = [(c, f"{m.total(c):,}", units.nbytes(m.total(c))) for c in CATEGORIES if m.total(c) or c != "kv_cache"]
-    if m.phase != "train":
-        rows.append(("activations (peak, live)", f"{m.peak_activations:,}", units.nbytes(m.peak_activations)))
+    shown = ("weights", "gradients", "optimizer", "activations") if m.phase == "train" else (
+        "weights", "kv_cache", "activations")
+    rows = [(c, f"{m.total(c):,}", units.nbytes(m.total(c))) for c in shown]
     rows.append(("peak", f"{m.peak:,}", units.nbytes(m.peak)))
     notes = list(m.notes)
     if hw is not None:
@@ -45,8 +45,9 @@ def memory_csv(m: Memory) -> str:
     return buf.getvalue()
 
 
-def fit_table(results: list[tuple[str, int, Memory | None]], over: str, hw: Hardware) -> Table:
+def fit_table(results: list[tuple[str, int, Memory | None]], over: str, hw: Hardware, cap: int) -> Table:
     rows = [(phase, f"{n:,}" if n else "none fits", f"{m.peak:,}" if m else "",
              units.nbytes(m.peak) if m else "") for phase, n, m in results]
+    notes = (f"seq is capped at the spec's max_seq_len ({cap:,})",) if over == "seq" else ()
     return Table(f"Largest {over} that fits on {hw.name} ({units.decimal_bytes(hw.memory_bytes)})",
-                 ("phase", f"max {over}", "peak bytes", ""), rows)
+                 ("phase", f"max {over}", "peak bytes", ""), rows, notes=notes)

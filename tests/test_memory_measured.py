@@ -17,7 +17,6 @@ from hypothesis import strategies as st  # noqa: E402
 
 from costmodel import catalog  # noqa: E402
 from costmodel.measure.memory import LiveBytes, training_saved  # noqa: E402
-from costmodel.measure.reference import build  # noqa: E402
 from costmodel.measure.run import keep_layers  # noqa: E402
 from costmodel.memory import Run, memory  # noqa: E402
 from costmodel.spec import spec_from_dict  # noqa: E402
