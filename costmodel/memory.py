@@ -38,7 +38,7 @@ from costmodel import model
 from costmodel.analysis import AnalysisError, analyze
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
-from costmodel.spec import Position, Spec
+from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
 FP32 = 4

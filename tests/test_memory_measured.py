@@ -78,3 +78,16 @@ def test_live_bytes_tracker_frees() -> None:
         assert live.live == 200
         del b
     assert live.peak == 400 and live.live == 0
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b", "gpt2-small", "gemma-2-9b", "t5-v1.1-xxl", "command-r7b"])
+def test_inference_peak_gap(name: str) -> None:
+    """The live-peak formula against the reference's high-water mark on the meta device: inside
+    the gaps docs/memory.md states per spec (-25% .. +10%)."""
+    from costmodel.measure.memory import inference_live_peak
+
+    spec = keep_layers(catalog.load(name), 2)
+    for phase, seq in (("prefill", 64), ("decode", 63)):
+        measured = inference_live_peak(spec, phase, 2, seq)
+        formula = memory(spec, phase, 2, seq).peak_activations
+        assert -0.25 <= (formula - measured) / measured <= 0.10, (name, phase, formula, measured)

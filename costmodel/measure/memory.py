@@ -14,6 +14,7 @@ high-water mark of live tensors.
 
 from __future__ import annotations
 
+import gc
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,14 +125,8 @@ def inference_live_peak(spec: Spec, phase: str, batch: int, seq: int, enc_seq: i
     model = build(spec, "meta", torch.bfloat16)
     shape = analyze(spec, phase, batch=batch, seq=seq, enc_seq=enc_seq).shape
     run = phase_runner(model, phase, dict(shape))
-    before = {_key(p) for p in model.parameters()} | {_key(b) for b in model.buffers()}
-    cache = run.__closure__  # the runner's cache and ids are made before the pass: exclude them
-    for cell in cache or ():
-        value = cell.cell_contents
-        if isinstance(value, torch.Tensor):
-            before.add(_key(value))
-        elif hasattr(value, "buffers") and isinstance(getattr(value, "buffers"), list):
-            before |= {_key(t) for pair in value.buffers for t in pair}
+    # everything live before the pass (weights, the cache the runner made, the ids) is excluded
+    before = {_key(t) for t in gc.get_objects() if isinstance(t, torch.Tensor)}
     with LiveBytes(before) as live:
         run()
     return live.peak
