@@ -15,6 +15,7 @@ high-water mark of live tensors.
 from __future__ import annotations
 
 import gc
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -126,7 +127,9 @@ def inference_live_peak(spec: Spec, phase: str, batch: int, seq: int, enc_seq: i
     shape = analyze(spec, phase, batch=batch, seq=seq, enc_seq=enc_seq).shape
     run = phase_runner(model, phase, dict(shape))
     # everything live before the pass (weights, the cache the runner made, the ids) is excluded
-    before = {_key(t) for t in gc.get_objects() if isinstance(t, torch.Tensor)}
+    with warnings.catch_warnings():  # isinstance() on every object trips deprecation shims
+        warnings.simplefilter("ignore")
+        before = {_key(t) for t in gc.get_objects() if isinstance(t, torch.Tensor)}
     with LiveBytes(before) as live:
         run()
     return live.peak
