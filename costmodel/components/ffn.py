@@ -37,8 +37,10 @@ def ffn(spec: Spec, dims: Dims, tokens: Num) -> list[tuple[str, Cost]]:
     # Kept for backward: the activation its input (GeLU, SiLU) or its output (ReLU); the gate's
     # product both factors; down its input, which for a plain ReLU with no hidden dropout is
     # the ReLU's output, already kept.
-    act = elementwise(hidden, ACTIVATION_FLOPS[spec.activation], p, saves=1)
     gated = spec.activation.gated
+    # ReGLU: the ReLU's output is the product's first factor, kept once (by the product)
+    act = elementwise(hidden, ACTIVATION_FLOPS[spec.activation], p,
+                      saves=0 if spec.activation is Activation.reglu else 1)
     relu_output = spec.activation is Activation.relu and spec.ffn_dropout == 0
     out = []
     if gated:
