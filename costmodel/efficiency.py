@@ -9,6 +9,11 @@ them on the local device, a datasheet profile may give published ones. Three tab
   on a grid of B;
 - floor_s: the least time any op takes (launch and dispatch overhead).
 
+A matmul table may instead be by the FLOPs of one product (``FlopsTable``: 2MKN), the form
+Calculon (Isaev et al. 2023) publishes; a size table (``FlopsTable``, ``MemoryTable``) may be a
+step function (``interpolation: step``: the efficiency of the largest grid point <= the size,
+Calculon's convention) instead of interpolated.
+
 Between grid points the lookup interpolates log(efficiency) linearly in log(size) (multilinear
 in log M, log N, log K); outside the grid it holds the nearest edge value. The tables are
 measured or published, never fitted to the runs they are checked against (docs/measure.md).
@@ -20,7 +25,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -79,6 +84,42 @@ class MatmulTable(BaseModel):
         return math.exp(total)
 
 
+Interpolation = Literal["log", "step"]
+
+
+def _lookup(grid: Sequence[float], efficiency: Sequence[float], x: float, interpolation: Interpolation) -> float:
+    """One size table at x: log-log interpolation, or the step of the largest grid point <= x
+    (the first value below the grid)."""
+    if interpolation == "step":
+        return efficiency[max(bisect_right(grid, x) - 1, 0)]
+    i, t = _position(grid, x)
+    if t == 0:
+        return efficiency[i]
+    a, b = efficiency[i], efficiency[i + 1]
+    return math.exp((1 - t) * math.log(a) + t * math.log(b))
+
+
+class FlopsTable(BaseModel):
+    """efficiency[i]: the fraction of peak FLOP/s that one product of flops[i] = 2MKN FLOPs reaches
+    (Calculon's ``gflops_efficiency``, by the size of the op rather than its shape)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    flops: list[float]
+    efficiency: list[Fraction]
+    interpolation: Interpolation = "log"
+
+    @model_validator(mode="after")
+    def _shape(self) -> FlopsTable:
+        _increasing("flops", self.flops)
+        if len(self.efficiency) != len(self.flops):
+            raise ValueError(f"efficiency: must have {len(self.flops)} values, one per size")
+        return self
+
+    def __call__(self, M: float, N: float, K: float) -> float:
+        return _lookup(self.flops, self.efficiency, 2 * M * N * K, self.interpolation)
+
+
 class MemoryTable(BaseModel):
     """efficiency[i]: the fraction of the profile's bandwidth an op moving bytes[i] reaches."""
 
@@ -86,6 +127,7 @@ class MemoryTable(BaseModel):
 
     bytes: list[float]
     efficiency: list[Fraction]
+    interpolation: Interpolation = "log"
 
     @model_validator(mode="after")
     def _shape(self) -> MemoryTable:
@@ -95,11 +137,7 @@ class MemoryTable(BaseModel):
         return self
 
     def __call__(self, nbytes: float) -> float:
-        i, t = _position(self.bytes, nbytes)
-        if t == 0:
-            return self.efficiency[i]
-        a, b = self.efficiency[i], self.efficiency[i + 1]
-        return math.exp((1 - t) * math.log(a) + t * math.log(b))
+        return _lookup(self.bytes, self.efficiency, nbytes, self.interpolation)
 
 
 class Efficiency(BaseModel):
@@ -109,5 +147,5 @@ class Efficiency(BaseModel):
 
     source: str
     floor_s: Annotated[float, Field(ge=0)]  # the least time an op takes
-    matmul: dict[str, MatmulTable]  # dtype -> table
+    matmul: dict[str, MatmulTable | FlopsTable]  # dtype -> table
     memory: MemoryTable

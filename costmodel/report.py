@@ -141,8 +141,15 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
         ]
         notes.append(device_note(hw, a0.dtype))
         notes.append(predictions[0].note or "predicted time: each component at the efficiency its shape "
-                     "reaches on the device (costmodel.timing; components run one after another)")
+                     "reaches on the device (costmodel.timing; components run one after another), "
+                     f"calibrated by {hw.name}'s efficiency tables ({tables_summary(hw)})")
     return Table("Phases", ("quantity", *(a.phase for a in analyses)), rows, notes)
+
+
+def tables_summary(hw: Hardware) -> str:
+    """The first sentence of the profile's efficiency source: where its tables come from."""
+    source = hw.efficiency.source if hw.efficiency is not None else ""
+    return source.split(". ", 1)[0].rstrip(".")
 
 
 def device_note(hw: Hardware, dtype: str) -> str:

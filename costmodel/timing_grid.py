@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from costmodel import model
-from costmodel.efficiency import MatmulTable, MemoryTable
+from costmodel.efficiency import FlopsTable, MatmulTable, MemoryTable
 from costmodel.hardware import Hardware
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
@@ -35,7 +35,17 @@ def _position(grid: list[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return i, t
 
 
-def matmul_eff(table: MatmulTable, M, N, K) -> np.ndarray:
+def size_eff(grid: list[float], efficiency: list[float], interpolation: str, x) -> np.ndarray:
+    """Vectorised ``efficiency._lookup``: one size table at every x."""
+    if interpolation == "step":
+        i = np.maximum(np.searchsorted(np.asarray(grid, dtype=float), x, side="right") - 1, 0)
+        return np.asarray(efficiency, dtype=float)[i]
+    return np.exp(np.interp(np.log(np.maximum(x, 1e-300)), np.log(grid), np.log(efficiency)))
+
+
+def matmul_eff(table: MatmulTable | FlopsTable, M, N, K) -> np.ndarray:
+    if isinstance(table, FlopsTable):
+        return size_eff(table.flops, table.efficiency, table.interpolation, 2.0 * np.asarray(M, dtype=float) * N * K)
     if np.ndim(N) == 0 and np.ndim(K) == 0:
         # A weight's N and K are fixed: collapse the table to a curve over the M grid (the
         # interpolation is multilinear, so doing N, K first gives the same values), then 1-D.
@@ -57,7 +67,7 @@ def matmul_eff(table: MatmulTable, M, N, K) -> np.ndarray:
 
 
 def memory_eff(table: MemoryTable, nbytes) -> np.ndarray:
-    return np.exp(np.interp(np.log(np.maximum(nbytes, 1e-300)), np.log(table.bytes), np.log(table.efficiency)))
+    return size_eff(table.bytes, table.efficiency, table.interpolation, nbytes)
 
 
 def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware, dtype: str = "bf16",

@@ -132,11 +132,12 @@ def test_fused_kernels_leave_only_matmuls_lookups_cache_writes_and_loss() -> Non
 
 
 def test_a_profile_without_tables_falls_back_to_the_roofline_and_says_so() -> None:
-    a = analyze(catalog.load("llama-2-7b"), "decode", batch=1, seq=100)
+    # the datasheet profiles carry tables for bf16/fp16 only (docs/measure.md): fp32 falls back
+    a = analyze(catalog.load("llama-2-7b"), "decode", batch=1, seq=100, dtype="fp32")
     hw = load_hardware("h100-sxm")
     p = predict(a, hw)
     assert not p.calibrated
-    assert p.time_s == p.roofline_s == max(a.total().flops / hw.peak("bf16"), a.total().bytes_unfused / hw.memory_bandwidth)
+    assert p.time_s == p.roofline_s == max(a.total().flops / hw.peak("fp32"), a.total().bytes_unfused / hw.memory_bandwidth)
     assert "no efficiency tables" in p.note and "\n" not in p.note
 
 
@@ -167,6 +168,62 @@ def test_the_decode_shapes_are_skinny() -> None:
     assert costs["lm_head"].gemms == ((1, 4, 4096, 32000),)
 
 
+# --- the datasheet tables (Calculon's published A100/H100 tables) -------------------------------
+
+DATASHEET = ["a100-80gb", "h100-sxm", "h200", "b200", "l4", "rtx-4090"]
+
+
+@pytest.mark.parametrize("name", DATASHEET)
+def test_every_datasheet_profile_carries_sourced_tables_for_bf16_and_fp16(name) -> None:
+    hw = load_hardware(name)
+    assert hw.tables_for("bf16") and hw.tables_for("fp16") and not hw.tables_for("fp32")
+    assert "Calculon" in hw.efficiency.source and "floor_s" in hw.efficiency.source
+    if name not in ("a100-80gb", "h100-sxm"):
+        assert "Borrowed from" in hw.efficiency.source
+
+
+def test_a100_step_tables_by_op_size() -> None:
+    """Calculon: >= 128 GFLOP 0.95, >= 16 0.9, >= 1 0.6, below 0.1; >= 100 MB 0.9, >= 10 MB 0.75,
+    >= 1 MB 0.6, below 0.3 (MB = 1e6 bytes)."""
+    e = load_hardware("a100-80gb").efficiency
+    mm = e.matmul["bf16"]
+    assert mm(8192, 8192, 8192) == 0.95  # 2 * 8192^3 = 1.1e12 FLOP
+    assert mm(4096, 4096, 512) == 0.9  # 17.2 GFLOP
+    assert mm(4096, 4096, 256) == 0.6  # 8.6 GFLOP
+    assert mm(1024, 1024, 512) == 0.6  # 1.07 GFLOP
+    assert mm(1, 4096, 4096) == 0.1  # a decode GEMV: 33.6 MFLOP
+    assert (e.memory(2e8), e.memory(1e8), e.memory(99e6), e.memory(1e6), e.memory(999_999)) == (0.9, 0.9, 0.75, 0.6, 0.3)
+    assert e.floor_s == 3.25e-6
+
+
+def test_a100_bf16_big_gemm_time_is_095_of_peak() -> None:
+    hw = load_hardware("a100-80gb")
+    flops = 2 * 8192**3
+    t = flops / (312e12 * 0.95)  # hand: 3.709 ms
+    from costmodel.timing import gemm_time
+
+    assert gemm_time(1, 8192, 8192, 8192, hw.peak("bf16"), hw.efficiency.matmul["bf16"]) == pytest.approx(t, rel=1e-12)
+    assert t == pytest.approx(3.709e-3, rel=1e-3)
+
+
+def test_flops_table_interpolates_in_log_flops() -> None:
+    from costmodel.efficiency import FlopsTable
+
+    t = FlopsTable(flops=[1e6, 1e9], efficiency=[0.1, 0.4])
+    assert t(1, 1000, 500) == 0.1  # 1e6 FLOPs
+    assert t(1, 1000, 500_000) == pytest.approx(0.4)
+    assert t(1, 1000, 10**7.5 / 2000) == pytest.approx(0.2)  # halfway in log FLOPs: 0.1 * 4^0.5
+    with pytest.raises(ValueError):
+        FlopsTable(flops=[1e9, 1e6], efficiency=[0.1, 0.4])
+
+
+def test_analyze_on_a_datasheet_profile_is_calibrated() -> None:
+    a = analyze(catalog.load("llama-3-8b"), "prefill", batch=1, seq=2048)
+    p = predict(a, load_hardware("a100-80gb"))
+    assert p.calibrated and p.note is None
+    assert p.time_s > p.roofline_s  # efficiencies below 1
+
+
 # --- the grid (sweeps) ----------------------------------------------------------------------------
 
 
@@ -190,3 +247,34 @@ def test_the_grid_gives_the_point_by_point_times(name, phase) -> None:
             for j in range(3):
                 a = analyze(spec, phase, batch=int(batch[0, j]), seq=int(seq[i, 0]))
                 assert grid[i, j] == pytest.approx(predict(a, hw, kernels).time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
+def test_the_grid_gives_the_point_by_point_times_on_a_datasheet_profile(phase) -> None:
+    np = pytest.importorskip("numpy")
+    from costmodel.timing_grid import predict_grid
+
+    hw, spec = load_hardware("h100-sxm"), catalog.load("llama-3-8b")
+    seq, batch = np.array([[5], [300], [5000]]), np.array([[1, 3, 17]])
+    grid = predict_grid(spec, phase, batch, seq, hw, "bf16")
+    for i in range(3):
+        for j in range(3):
+            a = analyze(spec, phase, batch=int(batch[0, j]), seq=int(seq[i, 0]))
+            assert grid[i, j] == pytest.approx(predict(a, hw).time_s, rel=1e-12)
+
+
+def test_analyze_cli_says_a_datasheet_profile_is_calibrated_by_its_tables() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from costmodel.cli import app
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "a100-80gb"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "calibrated by a100-80gb's efficiency tables (Datasheet default: Calculon's published A100 tables)" in text
+    assert "no efficiency tables" not in text and "(unfused roofline: no tables)" not in text
+    js = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "a100-80gb", "--format", "json"])
+    assert json.loads(js.stdout)["phases"]["prefill"]["time"]["calibrated"] is True
