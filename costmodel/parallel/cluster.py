@@ -4,7 +4,9 @@ A profile is a YAML file beside the hardware ones: bundled in specs/clusters/, u
 ``$COSTMODEL_CLUSTER_DIR`` (default ``~/.config/costmodel/clusters``), found by name or path.
 Each link gives its line rate per GPU per direction, the share of it NCCL reaches as bus
 bandwidth (nccl-tests' busbw, the figure its ring formulas are written against), and a latency
-per ring step; every number carries its source.
+per ring step for each of NCCL's protocols: Simple (full bandwidth, large messages) and LL (a flag
+with every 8 bytes: lower latency, a quarter of the bandwidth for all-reduce and a third for the
+rest, as NCCL's tuner assumes); every number carries its source.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class Link(BaseModel):
     efficiency: Annotated[float, Field(gt=0, le=1)]  # NCCL bus bandwidth / line rate (ring)
     # NVLink SHARP (NVLS) reduces inside the switch: its all-reduce bus bandwidth may pass the line rate.
     all_reduce_efficiency: Annotated[float, Field(gt=0, le=2)] | None = None
-    latency: NonNegative  # seconds per ring step
+    latency: NonNegative  # seconds per ring step, Simple protocol (large messages)
+    ll_latency: NonNegative | None = None  # seconds per ring step, LL protocol (small messages)
     source: str
 
     @property
@@ -58,7 +61,8 @@ class Cluster(BaseModel):
     gpus_per_node: Annotated[StrictInt, Field(gt=0)]  # the NVLink domain
     intra_node: Link
     inter_node: Link
-    collective_latency: NonNegative = 0.0  # seconds per collective call (launch, synchronisation)
+    collective_latency: NonNegative = 0.0  # seconds per ring collective, Simple protocol
+    ll_collective_latency: NonNegative | None = None  # the same, LL protocol
     source: str | dict[str, str]
 
     @cached_property

@@ -11,7 +11,7 @@ Collective Communication Operations in MPICH"), for n ranks and a buffer of S by
 
 time = collective latency + steps * per-step latency + bytes per device / bus bandwidth, which is
 the form of NCCL's own tuning model (src/graph/tuning.cc: base latency + steps * hardware
-latency, bandwidth as nccl-tests' "busbw"). A group whose ranks all sit in one node uses NVLink;
+latency, bandwidth as nccl-tests' "busbw"), for its Simple and LL protocols, the faster taken. A group whose ranks all sit in one node uses NVLink;
 one that spans nodes is limited by min(NVLink, k * network), k being its ranks per node (k rings
 cross the network through k NICs at once), and a ring step crossing nodes pays the network's
 latency. All-to-all cannot aggregate NICs (each pair exchanges directly): its network share moves
@@ -85,7 +85,8 @@ def _steps_and_volume(kind: str, n: int, size: float) -> tuple[int, float]:
 
 
 def collective(cluster: Cluster, kind: str, group: str, ranks: int, size: float, stride: int = 1) -> Collective:
-    """The time of one `kind` over `ranks` devices `stride` apart, on a buffer of `size` bytes.
+    """The time of one `kind` over `ranks` devices `stride` apart, on a buffer of `size` bytes:
+    the faster of NCCL's Simple and LL protocols, as its tuner picks.
 
     For p2p, `ranks` is 2 and `stride` the distance between the two devices."""
     if ranks <= 1 or size <= 0:
@@ -93,19 +94,26 @@ def collective(cluster: Cluster, kind: str, group: str, ranks: int, size: float,
     steps, sent = _steps_and_volume(kind, ranks, size)
     where = span(cluster, ranks, stride)
     nvl, net = cluster.intra_node, cluster.inter_node
+    link = "inter_node" if where.crosses_nodes else "intra_node"
     if not where.crosses_nodes:
         bw = nvl.all_reduce_bus_bandwidth if kind == "all_reduce" else nvl.bus_bandwidth
-        latency = cluster.collective_latency + steps * nvl.latency
-        return Collective(kind, group, ranks, size, sent, steps, latency, sent / bw, "intra_node")
-    # A ring of `ranks` with `per_node` in each node crosses the network once per node.
-    crossing = 1 / where.per_node
-    latency = cluster.collective_latency + steps * (crossing * net.latency + (1 - crossing) * nvl.latency)
-    if kind == "all_to_all":
+        inter_steps = 0
+    elif kind == "all_to_all":
         remote = (ranks - where.per_node) / ranks * size  # to devices in other nodes
-        local = sent - remote
-        seconds = max(remote / net.bus_bandwidth, local / nvl.bus_bandwidth)
+        bw = sent / max(remote / net.bus_bandwidth, (sent - remote) / nvl.bus_bandwidth)
+        inter_steps = where.nodes - 1
     elif kind == "p2p":
-        seconds = sent / net.bus_bandwidth
+        bw, inter_steps = net.bus_bandwidth, 1
     else:
-        seconds = sent / min(nvl.bus_bandwidth, where.per_node * net.bus_bandwidth)
-    return Collective(kind, group, ranks, size, sent, steps, latency, seconds, "inter_node")
+        bw = min(nvl.bus_bandwidth, where.per_node * net.bus_bandwidth)
+        # NCCL's tuner: a ring crosses the network once per node on each of its passes.
+        inter_steps = (2 if kind == "all_reduce" else 1) * (where.nodes - 1)
+    intra_steps = steps - inter_steps
+    simple = (cluster.collective_latency + intra_steps * nvl.latency + inter_steps * net.latency, sent / bw)
+    best = simple
+    if cluster.ll_collective_latency is not None and nvl.ll_latency is not None and net.ll_latency is not None:
+        share = 1 / 4 if (kind == "all_reduce" or where.crosses_nodes) else 1 / 3
+        ll = (cluster.ll_collective_latency + intra_steps * nvl.ll_latency + inter_steps * net.ll_latency,
+              sent / (bw * share))
+        best = min(simple, ll, key=sum)
+    return Collective(kind, group, ranks, size, sent, steps, best[0], best[1], link)

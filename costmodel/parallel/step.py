@@ -237,8 +237,20 @@ class StepModel:
         self.hw.peak(dtype)
         self.act_bytes = DTYPE_BYTES[dtype]
         self._micro: dict[tuple, MicroBatch] = {}
+        self._calls: dict[tuple, Collective] = {}
         self._full = analyze(spec, "train", batch=1, seq=seq, dtype=dtype)
+        self._flops_per_sequence = float(self._full.total().flops)
+        self._recompute_per_sequence = {rc: self._recompute_flops(rc) for rc in Recompute}
         self.period = len(spec.layer_pattern)
+        self.experts = experts(spec)
+
+    def collective(self, kind: str, group: str, ranks: int, size: float, stride: int = 1) -> Collective:
+        """``collectives.collective`` on this cluster, remembered: layouts share most calls."""
+        key = (kind, group, ranks, size, stride)
+        call = self._calls.get(key)
+        if call is None:
+            call = self._calls[key] = collective(self.cluster, kind, group, ranks, size, stride)
+        return call
 
     # --- one micro-batch on one GPU -------------------------------------------------------------
 
@@ -292,9 +304,12 @@ class StepModel:
 
     # --- the step ------------------------------------------------------------------------------
 
-    def step(self, layout: Layout) -> Step:
-        check(layout, self.spec, seq=self.seq)
-        spec, cl, lo, ov = self.spec, self.cluster, layout, self.overlap
+    def step(self, layout: Layout, checked: bool = False) -> Step:
+        """The step of `layout` (checked first, unless the caller has)."""
+        if not checked:
+            check(layout, self.spec, seq=self.seq)
+        spec, lo, ov = self.spec, layout, self.overlap
+        call = self.collective
         t, p, v, m, cp = lo.tp, lo.pp, lo.interleave, lo.micro_batches, lo.cp
         sp, rc = lo.sequence_parallel, lo.recompute
         s_local = self.seq // cp
@@ -310,9 +325,9 @@ class StepModel:
         # full recompute runs the forward's two again.
         n_tp = 4 + (2 if rc is Recompute.full else 0)
         if sp:
-            tp_calls = [collective(cl, "all_gather", "tp", t, x), collective(cl, "reduce_scatter", "tp", t, x)]
+            tp_calls = [call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)]
         else:
-            tp_calls = [collective(cl, "all_reduce", "tp", t, x)]
+            tp_calls = [call("all_reduce", "tp", t, x)]
         tp_s = n_tp * sum(c.time_s for c in tp_calls)
         tp_exposed = max(0.0, tp_s - mb.layer_matmul_s) if ov.tp else tp_s
 
@@ -320,19 +335,19 @@ class StepModel:
         # and their gradients backward.
         k_local = max(1, spec.n_kv_heads // t)
         kv = 2 * lo.micro_batch * s_local * k_local * spec.head_dim * self.act_bytes
-        cp_call = collective(cl, "p2p", "cp", 2 if cp > 1 else 1, kv, stride=t)
+        cp_call = call("p2p", "cp", 2 if cp > 1 else 1, kv, stride=t)
         n_cp = 3 * (cp - 1)
         cp_s = n_cp * cp_call.time_s
         cp_exposed = max(0.0, cp_s - mb.layer_core_s) if ov.cp else cp_s
 
         # Expert parallel: dispatch and combine all-to-all forward, and again backward, of the
         # top_k copies of each token this rank routes (Lepikhin et al. 2020).
-        moe = experts(spec)
+        moe = self.experts
         ep_s = ep_exposed = 0.0
         ep_call = None
         if moe and lo.ep > 1:
             tokens_out = moe[1] * x / (t if sp else 1)
-            ep_call = collective(cl, "all_to_all", "ep", lo.ep, tokens_out, stride=t * cp)
+            ep_call = call("all_to_all", "ep", lo.ep, tokens_out, stride=t * cp)
             ep_s = 4 * ep_call.time_s
             ep_exposed = max(0.0, ep_s - sum(mb.layer_s.values())) if ov.ep else ep_s
 
@@ -340,9 +355,9 @@ class StepModel:
         t_layer = compute_layer + tp_exposed + cp_exposed + ep_exposed
         # The vocabulary-parallel embedding all-reduces its output; the head all-reduces the
         # gradient of its input (all-gather and reduce-scatter under SP).
-        emb_call = collective(cl, "reduce_scatter" if sp else "all_reduce", "tp", t, x)
-        head_calls = [collective(cl, "all_gather", "tp", t, x), collective(cl, "reduce_scatter", "tp", t, x)] if sp \
-            else [collective(cl, "all_reduce", "tp", t, x)]
+        emb_call = call("reduce_scatter" if sp else "all_reduce", "tp", t, x)
+        head_calls = [call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)] if sp \
+            else [call("all_reduce", "tp", t, x)]
         first_extra = mb.first_s + emb_call.time_s
         last_extra = mb.last_s + sum(c.time_s for c in head_calls)
         if p == 1:
@@ -356,7 +371,7 @@ class StepModel:
 
         # Pipeline sends: each device sends its activations forward and gradients back, per chunk
         # per micro-batch, split over the TP ranks (Narayanan et al.'s scatter/gather).
-        pp_call = collective(cl, "p2p", "pp", 2 if p > 1 else 1, x / t, stride=t * cp * lo.dp)
+        pp_call = call("p2p", "pp", 2 if p > 1 else 1, x / t, stride=t * cp * lo.dp)
         n_pp = 2 * v * m if p > 1 else 0
         pp_exposed = 0.0 if ov.pp else n_pp * pp_call.time_s
 
@@ -370,16 +385,16 @@ class StepModel:
         per_step: list[Collective] = []
         per_micro: list[Collective] = []
         if lo.zero == 0:
-            per_step.append(collective(cl, "all_reduce", "dp", n_dp, grads, dp_stride))
+            per_step.append(call("all_reduce", "dp", n_dp, grads, dp_stride))
         elif lo.zero == 1:
-            per_step += [collective(cl, "reduce_scatter", "dp", n_dp, grads, dp_stride),
-                         collective(cl, "all_gather", "dp", n_dp, weights, dp_stride)]
+            per_step += [call("reduce_scatter", "dp", n_dp, grads, dp_stride),
+                         call("all_gather", "dp", n_dp, weights, dp_stride)]
         elif lo.zero == 2:
-            per_micro.append(collective(cl, "reduce_scatter", "dp", n_dp, grads, dp_stride))
-            per_step.append(collective(cl, "all_gather", "dp", n_dp, weights, dp_stride))
+            per_micro.append(call("reduce_scatter", "dp", n_dp, grads, dp_stride))
+            per_step.append(call("all_gather", "dp", n_dp, weights, dp_stride))
         else:
-            per_micro += [collective(cl, "all_gather", "dp", n_dp, weights, dp_stride)] * 2
-            per_micro.append(collective(cl, "reduce_scatter", "dp", n_dp, grads, dp_stride))
+            per_micro += [call("all_gather", "dp", n_dp, weights, dp_stride)] * 2
+            per_micro.append(call("reduce_scatter", "dp", n_dp, grads, dp_stride))
         dp_step_s = sum(c.time_s for c in per_step)
         dp_micro_s = sum(c.time_s for c in per_micro)
         backward = t_max * 2 / 3
@@ -390,7 +405,7 @@ class StepModel:
         # Tied embeddings on different stages: the first and last stage sum their gradients.
         tie_s = 0.0
         if p > 1 and spec.tied_embeddings:
-            tie = collective(cl, "all_reduce", "pp", 2, mb.embedding_table * self.recipe.grad_bytes,
+            tie = call("all_reduce", "pp", 2, mb.embedding_table * self.recipe.grad_bytes,
                              stride=t * cp * lo.dp * (p - 1))
             tie_s = tie.time_s
             calls.append((tie, 1, tie_s))
@@ -445,7 +460,25 @@ class StepModel:
             for c in per_micro:
                 calls.append((c, m, dp_exposed * m * c.time_s / total_dp if total_dp else 0))
 
-        # --- memory on the first and the last stage --------------------------------------------
+        mem_first, mem_last = self.memory(lo, mb)
+        full = self._flops_per_sequence * lo.global_batch
+        rec_full = self._recompute_per_sequence[rc] * lo.global_batch
+        if ov.tp or ov.dp or ov.pp or ov.ep:
+            notes.append("overlap: " + ", ".join(k for k, on in ov.to_dict().items() if on))
+        return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, step_time, breakdown, compute,
+                    tuple(calls), mem_first, mem_last, full, full + rec_full, tuple(notes))
+
+    def memory(self, layout: Layout, mb: MicroBatch | None = None) -> tuple[Memory, Memory]:
+        """What a GPU of the first and of the last pipeline stage holds (Korthikanti et al. 2022,
+        section 4.2.3: the first stage keeps p micro-batches in flight in 1F1B, times
+        1 + (p - 1)/(p v) when interleaved; the last keeps one)."""
+        spec, lo = self.spec, layout
+        t, p, v, m, cp = lo.tp, lo.pp, lo.interleave, lo.micro_batches, lo.cp
+        sp, rc = lo.sequence_parallel, lo.recompute
+        s_local = self.seq // cp
+        mb = mb or self.micro(t, lo.micro_batch, cp, sp, rc)
+        per_stage = (spec.n_layers or 0) // p
+        n_dp = lo.dp * cp
         act_layer = device.activation_bytes_per_layer(spec, lo.micro_batch, s_local, t, sp, rc)
         in_flight = min(m, p)
         interleave = 1 + (p - 1) / (p * v) if v > 1 else 1.0
@@ -470,12 +503,7 @@ class StepModel:
         # The last stage holds fewer micro-batches in flight: one, in 1F1B.
         mem_last = memory(last_params, "last", act_layer * per_stage * (1 if p > 1 else in_flight))
 
-        full = self._full.total().flops * lo.global_batch
-        rec_full = self._recompute_flops(rc) * lo.global_batch
-        if ov.tp or ov.dp or ov.pp or ov.ep:
-            notes.append("overlap: " + ", ".join(k for k, on in ov.to_dict().items() if on))
-        return Step(spec, cl, lo, self.seq, self.dtype, ov, self.recipe, step_time, breakdown, compute,
-                    tuple(calls), mem_first, mem_last, full, full + rec_full, tuple(notes))
+        return mem_first, mem_last
 
     def _recompute_flops(self, rc: Recompute) -> float:
         """FLOPs recomputed per sequence (whole model): a forward of the layers (full), or of the
