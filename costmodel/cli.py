@@ -225,3 +225,4 @@ from costmodel import cli_compare  # noqa: E402,F401
 from costmodel import cli_hf  # noqa: E402,F401
 from costmodel import cli_attention  # noqa: E402,F401
 from costmodel import cli_measure  # noqa: E402,F401
+from costmodel import cli_train  # noqa: E402,F401
