@@ -74,6 +74,6 @@ def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None,
         if max(first.total, last.total) > model.hw.memory_bytes:
             dropped += 1
             continue
-        ranked.append(model.step(layout, checked=True))
+        ranked.append(model.step(layout, checked=True, memory=(first, last)))
     ranked.sort(key=lambda s: s.step_time_s)
     return Plan(tuple(ranked[:top] if top else ranked), considered, dropped)

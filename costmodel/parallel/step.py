@@ -132,9 +132,10 @@ class Memory:
         return self.weights + self.gradients + self.optimizer + self.activations + self.recompute_working_set
 
     def to_dict(self) -> dict[str, Any]:
-        return {"weights": int(self.weights), "gradients": int(self.gradients), "optimizer": int(self.optimizer),
-                "activations": int(self.activations), "recompute_working_set": int(self.recompute_working_set),
-                "total": int(self.total), "stage": self.stage}
+        """Bytes as whole numbers; the total is the sum of the parts as printed."""
+        parts = {k: round(getattr(self, k)) for k in ("weights", "gradients", "optimizer", "activations",
+                                                      "recompute_working_set")}
+        return parts | {"total": sum(parts.values()), "stage": self.stage}
 
 
 @dataclass(frozen=True)
@@ -304,8 +305,8 @@ class StepModel:
 
     # --- the step ------------------------------------------------------------------------------
 
-    def step(self, layout: Layout, checked: bool = False) -> Step:
-        """The step of `layout` (checked first, unless the caller has)."""
+    def step(self, layout: Layout, checked: bool = False, memory: tuple[Memory, Memory] | None = None) -> Step:
+        """The step of `layout` (checked first, unless the caller has; its `memory` too)."""
         if not checked:
             check(layout, self.spec, seq=self.seq)
         spec, lo, ov = self.spec, layout, self.overlap
@@ -460,7 +461,7 @@ class StepModel:
             for c in per_micro:
                 calls.append((c, m, dp_exposed * m * c.time_s / total_dp if total_dp else 0))
 
-        mem_first, mem_last = self.memory(lo, mb)
+        mem_first, mem_last = memory or self.memory(lo, mb)
         full = self._flops_per_sequence * lo.global_batch
         rec_full = self._recompute_per_sequence[rc] * lo.global_batch
         if ov.tp or ov.dp or ov.pp or ov.ep:

@@ -77,3 +77,33 @@ def compare(m: Measured, cluster: str = "dgx-a100-80gb") -> Comparison:
 
 def compare_all() -> list[Comparison]:
     return [compare(m) for m in PAPER]
+
+
+def markdown(comparisons: list[Comparison]) -> str:
+    """The comparison tables docs/parallel.md shows: `python -m costmodel.parallel.validation`."""
+    out = ["| model | layout | full recompute: paper | ours | error | selective + SP: paper | ours | error |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    errs: list[float] = []
+    for c in comparisons:
+        p, e = c.paper, c.errors()
+        errs += [abs(e["full_s"]), abs(e["selective_sp_s"])]
+        out.append(f"| {p.spec} | TP{p.tp} PP{p.pp} v{p.interleave}, {p.gpus} GPUs, G {p.global_batch}, b {p.micro_batch} "
+                   f"| {p.full_s:.2f} s | {c.full.step_time_s:.2f} s | {100 * e['full_s']:+.1f}% "
+                   f"| {p.selective_sp_s:.2f} s | {c.selective_sp.step_time_s:.2f} s | {100 * e['selective_sp_s']:+.1f}% |")
+    out.append(f"\nTime: mean |error| {100 * sum(errs) / len(errs):.1f}%, worst {100 * max(errs):.1f}%.\n")
+    out += ["| model | params + optimizer: paper | ours | error | activations: paper | ours | error "
+            "| SP + selective: paper | ours | error |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    acts: list[float] = []
+    for c in comparisons:
+        p, e = c.paper, c.errors()
+        acts += [abs(e["activations"]), abs(e["activations_sp_selective"])]
+        out.append(f"| {p.spec} | {p.params_optimizer_gib:.2f} | {c.layers_params_optimizer_bytes / GiB:.2f} "
+                   f"| {100 * e['params_optimizer']:+.2f}% | {p.activations_gib:.2f} | {c.none.memory.activations / GiB:.2f} "
+                   f"| {100 * e['activations']:+.2f}% | {p.activations_sp_selective_gib:.2f} "
+                   f"| {c.selective_sp.memory.activations / GiB:.2f} | {100 * e['activations_sp_selective']:+.2f}% |")
+    out.append(f"\nActivations: mean |error| {100 * sum(acts) / len(acts):.2f}%, worst {100 * max(acts):.2f}% (GiB per GPU, first stage).")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(markdown(compare_all()))
