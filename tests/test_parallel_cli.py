@@ -136,3 +136,14 @@ def test_a_user_cluster_profile(tmp_path, monkeypatch):
 
 def load_cluster_text(name: str) -> str:
     return cluster_paths()[name].read_text()
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["train", "megatron-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64", "--tp", "8", "--pp", "8",
+      "--global-batch", "64", "--recompute", "full"], "recompute"),
+    (["plan", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "4"], "Best layouts"),
+    (["serve", "llama-3.1-405b", "--cluster", "dgx-h200", "--tp", "8", "--batch", "1,8,64"], "TPOT"),
+])
+def test_readme_tour(args, expect):
+    """The README tour's parallel examples run and say what they promise."""
+    assert expect in run(*args).stdout

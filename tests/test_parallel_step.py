@@ -58,7 +58,8 @@ def test_model_flops_are_narayanans_formula(m22):
 def test_tensor_parallel_collectives_per_step(m22):
     """22B on TP 8, one micro-batch of 4: 4 all-reduces per layer (2 forward, 2 backward) x 48,
     plus the embedding's and the head's: 194, each of b*s*h fp16 = 4*2048*6144*2 bytes;
-    full recompute adds the forward's 2 per layer: 290; SP turns each into RS + AG."""
+    full recompute adds the forward's 2 per layer: 290; SP turns each into RS + AG, and Megatron
+    gathers the two column-parallel inputs again in the backward (overlapped with dgrad)."""
     x = 4 * 2048 * 6144 * 2
     st = m22.step(Layout(4, 4, tp=8))
     ar = st.by_collective()["tp/all_reduce"]
@@ -67,7 +68,8 @@ def test_tensor_parallel_collectives_per_step(m22):
     assert m22.step(Layout(4, 4, tp=8, recompute=Recompute.full)).by_collective()["tp/all_reduce"]["calls"] == 290
     sp = m22.step(Layout(4, 4, tp=8, sequence_parallel=True, recompute=Recompute.selective)).by_collective()
     assert sp["tp/reduce_scatter"]["calls"] == 4 * 48 + 2  # the embedding's output, the head's input gradient
-    assert sp["tp/all_gather"]["calls"] == 4 * 48 + 1  # the head's input
+    # the head's input, and the backward's re-gather of the two column-parallel inputs per layer
+    assert sp["tp/all_gather"]["calls"] == 4 * 48 + 1 + 2 * 48
 
 
 def test_pipeline_bubble_shrinks_with_interleaving():

@@ -331,6 +331,14 @@ class StepModel:
             tp_calls = [call("all_reduce", "tp", t, x)]
         tp_s = n_tp * sum(c.time_s for c in tp_calls)
         tp_exposed = max(0.0, tp_s - mb.layer_matmul_s) if ov.tp else tp_s
+        # Megatron-LM does not keep the all-gathered input of a sequence-parallel column-parallel
+        # linear: it gathers it again in the backward, asynchronously, behind the input-gradient
+        # GEMMs (a third of the layer's matmul time) (tensor_parallel/layers.py,
+        # LinearWithGradAccumulationAndAsyncCommunication).
+        regather = call("all_gather", "tp", t, x) if sp else None
+        regather_s = 2 * regather.time_s if regather else 0.0
+        regather_exposed = max(0.0, regather_s - mb.layer_matmul_s / 3)
+        tp_exposed += regather_exposed
 
         # Context parallel (ring attention): cp - 1 passes of the local K and V forward, of K, V
         # and their gradients backward.
@@ -443,8 +451,11 @@ class StepModel:
         }
         step_time = sum(breakdown.values())
 
+        plain = tp_exposed - regather_exposed
         for c in tp_calls:
-            calls.append((c, m * layers_on_slow * n_tp, m * layers_on_slow * n_tp * c.time_s * (tp_exposed / tp_s if tp_s else 0)))
+            calls.append((c, m * layers_on_slow * n_tp, m * layers_on_slow * n_tp * c.time_s * (plain / tp_s if tp_s else 0)))
+        if regather is not None:
+            calls.append((regather, m * layers_on_slow * 2, m * layers_on_slow * regather_exposed))
         calls.append((emb_call, m, m * emb_call.time_s))
         for c in head_calls:
             calls.append((c, m, m * c.time_s))
