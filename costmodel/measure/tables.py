@@ -10,22 +10,20 @@ from typing import TYPE_CHECKING
 
 from costmodel import units
 from costmodel.hardware import Hardware
+from costmodel.phases import LABELS as QUANTITY_LABELS
 from costmodel.report import Table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from costmodel.measure.run import Comparison, Measurement
+    from costmodel.measure.run import FormulaCheck, Measurement
 
 LABELS = {
-    "params": "parameters",
-    "flops_matmul": "matmul FLOPs",
-    "kv_cache": "KV cache bytes",
-    "bytes_unfused": "bytes (unfused)",
+    **{q: QUANTITY_LABELS[q] for q in ("params", "flops_matmul", "kv_cache", "bytes_unfused")},
     "intensity": "matmul FLOP/B (unfused)",
     "time": "time (roofline vs median)",
 }
 
 
-def _value(c: Comparison, x: float) -> str:
+def _value(c: FormulaCheck, x: float) -> str:
     if c.unit == "s":
         return units.seconds(x) if x else "-"
     if c.exact:
@@ -35,7 +33,7 @@ def _value(c: Comparison, x: float) -> str:
     return f"{x:.3g}"
 
 
-def _verdict(c: Comparison) -> str:
+def _verdict(c: FormulaCheck) -> str:
     if c.exact:
         return "equal" if c.agrees else "DIFFERS"
     return "" if c.formula == 0 else "gap" if c.unit == "B" else ""

@@ -81,11 +81,10 @@ class Layout:
 def experts(spec: Spec) -> tuple[int, int] | None:
     """(routed experts E, top_k) of a mixture-of-experts spec, None for a dense one. Reads the
     ``ffn: {kind: moe}`` union of SCHEMA.md where the spec has it."""
-    if "ffn" not in type(spec).model_fields:  # a spec without the union (and fast: no __getattr__)
-        return None
-    ffn = spec.ffn  # type: ignore[attr-defined]
-    if getattr(ffn, "kind", None) == "moe":
-        return int(ffn.n_experts), int(ffn.top_k)
+    ffn = spec.ffn
+    kind: str = ffn.kind  # the MoE kind's fields are read by name: the union may not hold it yet
+    if kind == "moe":
+        return int(getattr(ffn, "n_experts")), int(getattr(ffn, "top_k"))
     return None
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
 from costmodel.parallel.step import Step, StepModel
@@ -61,7 +62,7 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
                                     yield Layout(global_batch, b, tp, pp, dp, cp, 1, v, sp, rc, z)
 
 
-def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None, **space) -> Plan:
+def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None, **space: Any) -> Plan:
     ranked: list[Step] = []
     considered = dropped = 0
     for layout in layouts(model, gpus, global_batch, **space):

@@ -55,12 +55,17 @@ def shard_spec(spec: Spec, tp: int, layers: int | None = None) -> Spec:
     """One tensor-parallel rank's slice of `spec` as a spec (Shoeybi et al. 2019): column-parallel
     Q, K, V and FFN-up, row-parallel output and FFN-down, a vocabulary-parallel embedding and head.
     Key/value heads fewer than t are replicated, one per rank. `layers` sets n_layers (the
-    formulas then count that many layers)."""
-    k = spec.n_kv_heads
+    formulas then count that many layers). Every FFN width of the spec's kind splits over t."""
+    attention = spec.attention
+    if hasattr(attention, "n_kv_heads"):
+        k = attention.n_kv_heads
+        attention = attention.model_copy(update={"n_kv_heads": k // tp if k >= tp else 1})
+    widths = {f: getattr(spec.ffn, f) // tp for f in ("d_ff", "d_ff_expert", "d_ff_shared")
+              if getattr(spec.ffn, f, None)}
     update: dict[str, Any] = dict(
         n_heads=spec.n_heads // tp,
-        n_kv_heads=k // tp if k >= tp else 1,
-        d_ff=spec.d_ff // tp,
+        attention=attention,
+        ffn=spec.ffn.model_copy(update=widths),
         vocab_size=-(-spec.vocab_size // tp),
     )
     if layers is not None:
@@ -237,8 +242,8 @@ class StepModel:
         self.hw = cluster.hardware
         self.hw.peak(dtype)
         self.act_bytes = DTYPE_BYTES[dtype]
-        self._micro: dict[tuple, MicroBatch] = {}
-        self._calls: dict[tuple, Collective] = {}
+        self._micro: dict[tuple[int, int, int, bool, Recompute], MicroBatch] = {}
+        self._calls: dict[tuple[str, str, int, float, int], Collective] = {}
         self._full = analyze(spec, "train", batch=1, seq=seq, dtype=dtype)
         self._flops_per_sequence = float(self._full.total().flops)
         self._recompute_per_sequence = {rc: self._recompute_flops(rc) for rc in Recompute}

@@ -70,7 +70,7 @@ def compare(m: Measured, cluster: str = "dgx-a100-80gb") -> Comparison:
 
     none = model.step(layout(False, Recompute.none))
     mb = model.micro(m.tp, m.micro_batch, 1, False, Recompute.none)
-    layers = model.spec.n_layers // m.pp * mb.layer_params * model.recipe.state_bytes
+    layers = (model.spec.n_layers or 0) // m.pp * mb.layer_params * model.recipe.state_bytes
     return Comparison(m, model.step(layout(False, Recompute.full)), model.step(layout(True, Recompute.selective)),
                       none, layers)
 

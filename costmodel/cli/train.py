@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, report, report_parallel, units
-from costmodel.cli import Format, FormatOpt, SpecArg, _user_errors, app, render_tables
+from costmodel.cli.app import Format, FormatOpt, SpecArg, _user_errors, app, emit
 from costmodel.parallel import device
 from costmodel.parallel.cluster import cluster_paths, load_cluster
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
@@ -100,12 +100,9 @@ def train_cmd(
         check(layout, s, gpus, _seq(s, seq))
         model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap))
         step = model.step(layout)
-    if fmt is Format.json:
-        typer.echo(report.render_json(step.to_dict(tokens)))
-        return
-    tables = [report_parallel.summary_table(step, tokens), report_parallel.breakdown_table(step),
-              report_parallel.collectives_table(step), report_parallel.memory_table(step)]
-    render_tables(tables, Format.markdown if fmt is Format.markdown else Format.table, s)
+    emit(fmt, lambda: [report_parallel.summary_table(step, tokens), report_parallel.breakdown_table(step),
+                       report_parallel.collectives_table(step), report_parallel.memory_table(step)],
+         lambda: step.to_dict(tokens), s)
 
 
 @app.command("plan")
@@ -134,18 +131,14 @@ def plan_cmd(
         start = time.perf_counter()
         result = plan(model, gpus, global_batch, cps=tuple(cp or (1,)), max_micro_batch=max_micro_batch)
         elapsed = time.perf_counter() - start
-    if fmt is Format.json:
-        typer.echo(report.render_json({
-            "spec": s.name, "cluster": cl.name, "gpus": gpus, "global_batch": global_batch, "seq": model.seq,
-            "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
-            "seconds": elapsed, "layouts": [st.to_dict() for st in result.ranked[:top]]}))
-        return
-    if not result.ranked:
+    if fmt is not Format.json and not result.ranked:
         typer.echo(f"no layout of {s.name} fits on {gpus} GPUs of {cl.name} "
                    f"({result.considered} valid layouts, all over {units.decimal_bytes(cl.hardware.memory_bytes)})")
         raise typer.Exit(1)
-    render_tables([report_parallel.plan_table(result, top, elapsed)],
-                  Format.markdown if fmt is Format.markdown else Format.table, s)
+    emit(fmt, lambda: [report_parallel.plan_table(result, top, elapsed)], lambda: {
+        "spec": s.name, "cluster": cl.name, "gpus": gpus, "global_batch": global_batch, "seq": model.seq,
+        "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
+        "seconds": elapsed, "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)
 
 
 @app.command("serve")
@@ -169,10 +162,8 @@ def serve_cmd(
         except ValueError:
             raise LayoutError(f"--batch: {batch!r} is not a list of integers such as 1,8,64") from None
         results = [decode(s, cl, tp, b, context, ep, dtype.value) for b in batches]
-    if fmt is Format.json:
-        typer.echo(report.render_json({"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}))
-        return
-    render_tables([report_parallel.decode_table(results)], Format.markdown if fmt is Format.markdown else Format.table, s)
+    emit(fmt, lambda: [report_parallel.decode_table(results)],
+         lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
 
 
 @app.command("clusters")
@@ -180,13 +171,10 @@ def clusters_cmd(fmt: FormatOpt = Format.table) -> None:
     """The cluster profiles: bundled ones and those in the user folder."""
     with _user_errors():
         found = [load_cluster(str(p)) for p in cluster_paths().values()]
-    if fmt is Format.json:
-        typer.echo(report.render_json([c.model_dump() for c in found]))
-        return
     rows = [(c.name, c.device, str(c.gpus_per_node), units.bandwidth(c.intra_node.bandwidth),
              units.bandwidth(c.intra_node.bus_bandwidth), units.bandwidth(c.inter_node.bandwidth),
              units.bandwidth(c.inter_node.bus_bandwidth)) for c in found]
     table = report.Table("Clusters", ("cluster", "device", "GPUs/node", "NVLink", "busbw", "network/GPU", "busbw"),
                          rows, ("per GPU per direction; busbw: what NCCL reaches (nccl-tests), sources in each profile",),
                          numeric_from=2)
-    render_tables([table], Format.markdown if fmt is Format.markdown else Format.table)
+    emit(fmt, [table], lambda: [c.model_dump() for c in found], "Cluster profiles")
