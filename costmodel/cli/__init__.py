@@ -40,6 +40,8 @@ COMMANDS = (
     "costmodel.cli.hf",  # import-hf
     "costmodel.cli.attention",  # attention, sweep, hardware
     "costmodel.cli.measure",  # measure, calibrate
+    "costmodel.cli.inference",  # inference
+    "costmodel.cli.memory",  # memory, fit
     "costmodel.cli.train",  # train, plan, serve, clusters
 )
 for _module in COMMANDS:

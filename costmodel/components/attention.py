@@ -21,7 +21,7 @@ from typing import Any
 from costmodel.components import position, stability
 from costmodel.components.element import Alternative, Choose, Element, Symbol
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num, elementwise, half, linear, smax, smin, triangle
+from costmodel.cost import Cost, Dims, Num, elementwise, gemm, half, linear, smax, smin, triangle
 from costmodel.spec import LayerKind, QKNorm, Spec
 from costmodel.symbols import MASK_BYTES
 
@@ -102,10 +102,13 @@ def attention(
     dense = 2 * B * h * shape.q_len * shape.span * d_h
     effective = 2 * B * h * shape.pairs * d_h
 
+    # For backward: q keeps the sub-block's input, which k and v share (cross-attention's
+    # k, v input is the encoder output, kept once for every layer: ``costmodel.memory``).
+    q_heads, kv_heads = p * q_tokens * h * d_h, p * B * shape.span * k * d_h
     out: list[tuple[str, Cost]] = [
         ("q", linear(q_tokens, dims.d, h * d_h, spec.bias.qkv, p)),
-        ("k", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p)),
-        ("v", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p)),
+        ("k", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p, saves_input=False)),
+        ("v", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p, saves_input=False)),
     ]
     if spec.qk_norm is not QKNorm.none:
         per_head = spec.qk_norm is QKNorm.head
@@ -123,10 +126,13 @@ def attention(
             kv_write=kv_row * shape.written,
             kv_cache=kv_row * shape.cached,
         )))
+    rows = (h // k) * shape.q_len  # GQA: the g = h/k query heads of a K/V head, stacked
     out.append(("scores", Cost(
         matmul=dense,
         matmul_eff=effective,
         bytes_unfused=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
+        gemms=(gemm(B * k, rows, d_h, shape.span),),
+        saved=q_heads + kv_heads,  # Q and K
     )))
     out.append(("scale", elementwise(scores, SCALE_FLOPS, p)))
     if score_bias:
@@ -137,11 +143,14 @@ def attention(
         out.append(("mask", elementwise(scores, MASK_FLOPS, p, extra_bytes=MASK_BYTES * mask)))
     if spec.attn_softcap is not None:
         out.append(("softcap", stability.softcap(dims, scores)))
-    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p)))
+    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p, saves=1)))  # its output
+    dropped = spec.attention_dropout_rate > 0  # AV then keeps the dropped-out probabilities
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,
         bytes_unfused=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
+        gemms=(gemm(B * k, rows, shape.span, d_h),),
+        saved=kv_heads + (p * scores if dropped else 0),  # V (and the probabilities)
     )))
     out.append(("out", linear(q_tokens, h * d_h, dims.d, spec.bias.attn_out, p)))
     return out
