@@ -34,7 +34,8 @@ def summary_table(s: Step, tokens: float | None = None) -> Table:
         rows.append((f"{units.count(tokens)} tokens", f"{t / 86400:.3g} days, {t * lo.gpus / 3600:,.0f} GPU-hours"))
     notes = [f"{s.dtype}, {s.recipe.name}; MFU and HFU after Chowdhery et al. 2022 (exact model FLOPs; HFU adds "
              "the recomputed forward)",
-             "overlapped: " + (", ".join(k for k, on in s.overlap.to_dict().items() if on) or "nothing")]
+             "overlapped: " + (", ".join(k for k, on in s.overlap.to_dict().items() if on) or "nothing"),
+             *(n for n in s.notes if not n.startswith("overlap"))]
     return Table("Training step", ("", "value"), rows, notes, numeric_from=2)
 
 
@@ -99,5 +100,7 @@ def decode_table(ds: Sequence[Decode]) -> Table:
     return Table(
         f"Decode on TP{d0.tp}" + (f" x EP{d0.ep}" if d0.ep > 1 else "") + f" ({d0.cluster.name})",
         ("batch", "context", "compute", "comm", "TPOT", "tokens/s", "sent/GPU/step", "memory/GPU", "fits"),
-        rows, ("TPOT = compute of one rank's shard + its all-reduces (and expert all-to-alls), nothing overlapped",),
+        rows, ("TPOT = compute of one rank's shard + its all-reduces (and expert all-to-alls), nothing overlapped",
+               *([] if d0.cluster.hardware.tables_for(d0.dtype) else
+                 [f"{d0.cluster.hardware.name} has no efficiency tables for {d0.dtype}: compute is the roofline lower bound"])),
         numeric_from=0)

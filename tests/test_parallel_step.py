@@ -145,9 +145,18 @@ def test_expert_parallel_all_to_all(monkeypatch):
 
 def test_memory_per_gpu_of_the_first_stage():
     """175B, TP 8, PP 8, v 3, 64 micro-batches: the first stage keeps 12 layers x 8 micro-batches
-    x (1 + 7/24) of Korthikanti's sbh(34 + 5as/h)/t with SP = 2048*12288*(34 + 80)/8 bytes per layer."""
+    x (1 + 7/24) (Korthikanti et al. 2022, section 4.2.3). Per layer, the memory model's exact
+    count is Korthikanti's sbh(34 + 5as/h) plus the two LayerNorms' fp32 mean and rstd, 16sb;
+    with SP all of it over t; without, sbh(10 + 24/t + 5as/(ht)) + 16sb."""
     model = StepModel(catalog.load("megatron-175b"), A100, seq=2048, dtype="fp16")
     st = model.step(Layout(64, 1, tp=8, pp=8, interleave=3, sequence_parallel=True))
-    per_layer = 2048 * 12288 * (34 + 5 * 96 * 2048 / 12288) / 8
-    assert st.memory.activations == pytest.approx(12 * 8 * (1 + 7 / 24) * per_layer)
-    assert st.memory_last.activations == pytest.approx(12 * per_layer)
+    s, h = 2048, 12288
+    per_layer = (s * h * (34 + 5 * 96 * s / h) + 16 * s) / 8
+    acts = model._activations(8, 1, s, True, Recompute.none)
+    assert acts.per_layer == pytest.approx(per_layer, rel=1e-12)
+    assert model._activations(8, 1, s, False, Recompute.none).per_layer == pytest.approx(
+        s * h * (10 + 24 / 8 + 5 * 96 * s / (h * 8)) + 16 * s, rel=1e-12)
+    assert acts.shared == s * s  # the causal mask, one byte per (query, key), once per GPU
+    first = (12 * (1 + 7 / 24) * per_layer + acts.first) * 8 + acts.shared
+    assert st.memory.activations == pytest.approx(first)
+    assert st.memory_last.activations == pytest.approx(12 * per_layer + acts.last + acts.shared)

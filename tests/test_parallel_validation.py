@@ -24,10 +24,11 @@ def test_the_four_models_and_their_layouts(comparisons):
 
 
 def test_activation_memory_matches_figure_1(comparisons):
-    """The first stage's activations: no recompute or SP, and SP + selective recompute."""
+    """The first stage's layers' activations, no recompute or SP and SP + selective recompute, from
+    the memory model's exact count: Korthikanti's plus the LayerNorms' statistics (16sb a layer)."""
     for c in comparisons:
         e = c.errors()
-        assert abs(e["activations"]) < 0.001, c.paper.spec
+        assert 0 <= e["activations"] < 0.001, c.paper.spec
         assert abs(e["activations_sp_selective"]) < 0.001, c.paper.spec
 
 
@@ -40,8 +41,8 @@ def test_parameters_and_optimizer_match_figure_1(comparisons):
 def test_step_times_against_table_5(comparisons):
     errors = [abs(c.errors()[k]) for c in comparisons for k in ("full_s", "selective_sp_s")]
     assert len(errors) == 2 * len(PAPER)
-    assert sum(errors) / len(errors) < 0.15
-    assert max(errors) < 0.20
+    assert sum(errors) / len(errors) < 0.10  # achieved: 8.8%
+    assert max(errors) < 0.16  # achieved: 14.5% (175B, selective + SP)
 
 
 def test_full_recompute_is_slower_than_selective_with_sp(comparisons):

@@ -244,6 +244,7 @@ class StepModel:
         self.act_bytes = DTYPE_BYTES[dtype]
         self._micro: dict[tuple[int, int, int, bool, Recompute], MicroBatch] = {}
         self._calls: dict[tuple[str, str, int, float, int], Collective] = {}
+        self._acts: dict[tuple[int, int, int, bool, Recompute], device.Activations] = {}
         self._full = analyze(spec, "train", batch=1, seq=seq, dtype=dtype)
         self._flops_per_sequence = float(self._full.total().flops)
         self._recompute_per_sequence = {rc: self._recompute_flops(rc) for rc in Recompute}
@@ -480,6 +481,9 @@ class StepModel:
         mem_first, mem_last = memory or self.memory(lo, mb)
         full = self._flops_per_sequence * lo.global_batch
         rec_full = self._recompute_per_sequence[rc] * lo.global_batch
+        if not device.calibrated(self.hw, self.dtype):
+            notes.append(f"{self.hw.name} has no efficiency tables for {self.dtype}: compute times are the roofline "
+                         "lower bound")
         if ov.tp or ov.dp or ov.pp or ov.ep:
             notes.append("overlap: " + ", ".join(k for k, on in ov.to_dict().items() if on))
         return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, step_time, breakdown, compute,
@@ -496,13 +500,14 @@ class StepModel:
         mb = mb or self.micro(t, lo.micro_batch, cp, sp, rc)
         per_stage = (spec.n_layers or 0) // p
         n_dp = lo.dp * cp
-        act_layer = device.activation_bytes_per_layer(spec, lo.micro_batch, s_local, t, sp, rc)
+        acts = self._activations(t, lo.micro_batch, s_local, sp, rc)
         in_flight = min(m, p)
         interleave = 1 + (p - 1) / (p * v) if v > 1 else 1.0
-        acts = act_layer * per_stage * in_flight * interleave
+        # The first stage: its layers for every micro-batch in flight, and the embedding's.
+        first_acts = (acts.per_layer * per_stage * interleave + acts.first) * in_flight + acts.shared
         working = 0.0
-        if rc is Recompute.full:
-            working = device.activation_bytes_per_layer(spec, lo.micro_batch, s_local, t, sp, Recompute.none)
+        if rc is Recompute.full:  # the layer being recomputed holds what it would without recompute
+            working = self._activations(t, lo.micro_batch, s_local, sp, Recompute.none).per_layer
 
         def memory(stage_params: float, stage: str, activations: float) -> Memory:
             r = self.recipe
@@ -516,11 +521,22 @@ class StepModel:
         first_params = per_stage * mb.layer_params + mb.first_params + (mb.last_params if p == 1 else 0)
         last_params = per_stage * mb.layer_params + mb.last_params + (
             mb.embedding_table if p > 1 and spec.tied_embeddings else 0)
-        mem_first = memory(first_params, "first", acts)
-        # The last stage holds fewer micro-batches in flight: one, in 1F1B.
-        mem_last = memory(last_params, "last", act_layer * per_stage * (1 if p > 1 else in_flight))
+        if p == 1:
+            first_acts += acts.last * in_flight
+        mem_first = memory(first_params, "first", first_acts)
+        # The last stage holds one micro-batch in flight in 1F1B: its layers, the head and the loss.
+        last_acts = (acts.per_layer * per_stage + acts.last + acts.first * (p == 1)) * (1 if p > 1 else in_flight) \
+            + acts.shared
+        mem_last = memory(last_params, "last", last_acts)
 
         return mem_first, mem_last
+
+    def _activations(self, tp: int, b: int, s: int, sp: bool, rc: Recompute) -> device.Activations:
+        key = (tp, b, s, sp, rc)
+        acts = self._acts.get(key)
+        if acts is None:
+            acts = self._acts[key] = device.activations(self.spec, b, s, tp, sp, rc)
+        return acts
 
     def _recompute_flops(self, rc: Recompute) -> float:
         """FLOPs recomputed per sequence (whole model): a forward of the layers (full), or of the
