@@ -43,9 +43,9 @@ ClusterOpt = Annotated[str, typer.Option("--cluster", help="A cluster profile: d
                                          "gb200-nvl72, or a YAML file (see `costmodel clusters`).")]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in all (N = TP x PP x DP x CP).")]
 TrainSeqOpt = Annotated[Optional[int], typer.Option("--seq", "-s", min=1, help="Tokens per sequence. Default: 2048, or max_seq_len if shorter.")]
-TrainDtypeOpt = Annotated[TrainDtype, typer.Option("--dtype", help="Compute dtype of the matmuls.")]
-RecipeOpt = Annotated[RecipeName, typer.Option("--recipe", help="megatron: fp16/bf16 weights, fp32 gradients, fp32 master + Adam (18 B/param); zero: bf16 gradients (16 B/param).")]
-OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option("--overlap", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, dp, or none. Default: cp only, as Megatron-LM in Korthikanti et al. 2022.")]
+TrainDtypeOpt = Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Compute dtype of the matmuls: bf16, fp16, fp8.")]
+RecipeOpt = Annotated[RecipeName, typer.Option("--recipe", metavar="RECIPE", help="megatron: fp16/bf16 weights, fp32 gradients, fp32 master + Adam (18 B/param); zero: bf16 gradients (16 B/param).")]
+OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option("--overlap", metavar="KIND", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, dp, or none. Default: cp only, as Megatron-LM in Korthikanti et al. 2022.")]
 
 
 def _overlap(names: list[OverlapName] | None) -> Overlap:
@@ -72,7 +72,7 @@ def train_cmd(
     cp: Annotated[int, typer.Option("--cp", help="Context-parallel size (ring attention).")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size (mixture-of-experts specs), within DP x CP.")] = 1,
     interleave: Annotated[int, typer.Option("--interleave", "-v", help="Model chunks per pipeline device (interleaved 1F1B).")] = 1,
-    recompute: Annotated[Recompute, typer.Option("--recompute", help="Activation recomputation.")] = Recompute.none,
+    recompute: Annotated[Recompute, typer.Option("--recompute", metavar="MODE", help="Activation recomputation: none, selective (the attention core), full.")] = Recompute.none,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", "--sp", help="Split norms, dropout and residuals along the sequence over the TP ranks.")] = False,
     zero: Annotated[int, typer.Option("--zero", help="ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3 (FSDP).")] = 0,
     tokens: Annotated[Optional[float], typer.Option("--tokens", help="Training tokens D: prints the time and GPU-hours to train on them (e.g. 3e11).")] = None,
@@ -149,7 +149,7 @@ def serve_cmd(
     ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size (mixture-of-experts specs).")] = 1,
     batch: Annotated[str, typer.Option("--batch", "-b", help="Sequences decoding together; a list such as 1,8,64.")] = "1",
     context: Annotated[int, typer.Option("--context", "-c", help="Tokens already cached per sequence.")] = 2048,
-    dtype: Annotated[TrainDtype, typer.Option("--dtype", help="Weights, activations and KV cache dtype.")] = TrainDtype.bf16,
+    dtype: Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")] = TrainDtype.bf16,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Decode at scale: per-token communication, time per output token (TPOT) and memory per GPU
