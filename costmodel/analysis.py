@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from costmodel import model
+from costmodel.components.mla import Convention
 from costmodel.cost import Cost
 from costmodel.phases import PHASES, QUANTITIES, Phase
 from costmodel.spec import Position, Spec
@@ -160,8 +161,12 @@ def analyze(
     seq: int | None = None,
     dtype: str = "bf16",
     enc_seq: int | None = None,
+    mla: str = "naive",
 ) -> Analysis:
     """Evaluate every component of `spec` in one phase.
+
+    `mla` is the convention latent attention runs in (``components.mla``): ``naive``, as
+    transformers executes it, or ``absorbed``, as DeepSeek's inference kernels do.
 
     `seq` is the prompt length for prefill and train, and the number of cached tokens for
     decode (which then attends to seq + 1). `enc_seq` is the encoder input length of an
@@ -179,6 +184,8 @@ def analyze(
     for name, value in (("batch", batch), ("seq", seq), ("enc_seq", enc_seq)):
         if value is not None and value < 1:
             raise AnalysisError(f"{name}: must be at least 1 (got {value})")
+    if mla not in Convention.__members__:
+        raise AnalysisError(f"mla: unknown convention {mla!r}; expected one of {', '.join(Convention.__members__)}")
     ph = PHASES[phase]
     shape = ph.shape(batch, seq, enc_seq or 0)
     if spec.position is Position.learned:
@@ -189,7 +196,8 @@ def analyze(
                 f"learned positions of {spec.name}"
             )
     dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype])
-    rows = tuple(_row(path, ph, cost) for path, cost in model.components(spec, dims).items())
+    costs = model.components(spec, dims, Convention(mla))
+    rows = tuple(_row(path, ph, cost) for path, cost in costs.items())
     return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows)
 
 
@@ -216,12 +224,12 @@ FORMULA_QUANTITIES = {
 }
 
 
-def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
+def symbolic_tree(spec: Spec, phase: str, mla: str = "naive") -> dict[str, dict[str, sympy.Expr]]:
     """path -> quantity -> sympy expression in this phase, over the symbols of DESIGN.md."""
     import sympy
 
     ph = PHASES[phase]
-    costs = model.components(spec, model.symbolic_dims(spec))
+    costs = model.components(spec, model.symbolic_dims(spec), Convention(mla))
     tree = {}
     for path, cost in costs.items():
         quantities = ph.quantities(cost)
@@ -230,7 +238,8 @@ def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
 
 
 def formula(
-    spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = False
+    spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = False,
+    mla: str = "naive",
 ) -> sympy.Expr:
     """The expression for `quantity` summed over `component` (a path prefix; all by default).
 
@@ -245,7 +254,7 @@ def formula(
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
     import sympy
 
-    expr = sympy.expand(select(symbolic_tree(spec, phase), quantity, component, spec.name))
+    expr = sympy.expand(select(symbolic_tree(spec, phase, mla), quantity, component, spec.name))
     if not symbolic:
         return sympy.expand(expr.xreplace(model.spec_values(spec)))
     # Read per layer: the terms of each layer group gathered under its count (L, L_local, ...).

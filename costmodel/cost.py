@@ -41,6 +41,15 @@ def smax(a: Num, b: Num) -> Num:
     return sympy.Max(a, b)
 
 
+def floor_div(a: Num, b: Num) -> Num:
+    """floor(a / b) for sizes: exact integer division, or sympy's floor of a symbol."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    import sympy
+
+    return sympy.floor(a / b)
+
+
 def half(x: Num) -> Num:
     """x / 2 for a quantity known to be even (a count of pairs)."""
     if isinstance(x, int):
@@ -124,6 +133,12 @@ class Dims:
     n_pos: Num
     n_buckets: Num
     p: Num
+    c: Num = 0
+    r_q: Num = 0
+    r_kv: Num = 0
+    d_n: Num = 0
+    d_r: Num = 0
+    d_v: Num = 0
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
 
 

@@ -22,6 +22,7 @@ from costmodel.components import attention as attn
 from costmodel.components import embedding, position, stability
 from costmodel.components.ffn import ffn
 from costmodel.components.loss import cross_entropy, dropout
+from costmodel.components.mla import Convention, latent_attention
 from costmodel.components.norm import norm
 from costmodel.cost import Cost, Dims, Num, elementwise
 from costmodel.spec import Block, LayerKind, NormPosition, Position, Spec
@@ -51,9 +52,19 @@ def numeric_dims(spec: Spec, shape: dict[str, int], p: int) -> Dims:
         **shape,
         d=spec.d_model, h=spec.n_heads, k=spec.n_kv_heads, d_h=spec.head_dim, f=spec.d_ff,
         V=spec.vocab_size, w=spec.window or 0, r=spec.rotary_dims, n_pos=spec.position_rows,
-        n_buckets=spec.relative_buckets, p=p,
+        n_buckets=spec.relative_buckets, p=p, c=spec.attention_chunk or 0,
+        **latent_values(spec),
         layers=layer_groups(spec),
     )
+
+
+def latent_values(spec: Spec) -> dict[str, int]:
+    """r_q, r_kv, d_n, d_r, d_v of a latent-attention spec (none for MHA/GQA/MQA)."""
+    m = spec.attention
+    if m is None:
+        return {}
+    values = dict(r_kv=m.kv_lora_rank, d_n=m.qk_nope_head_dim, d_r=m.qk_rope_head_dim, d_v=m.v_head_dim)
+    return values | ({} if m.q_lora_rank is None else {"r_q": m.q_lora_rank})
 
 
 _SIZES = tuple(f.name for f in fields(Dims) if f.name != "layers")
@@ -68,6 +79,10 @@ def spec_values(spec: Spec) -> dict:
     )}
     if spec.window is not None:
         values[sym.w] = spec.window
+    if spec.attention_chunk is not None:
+        values[sym.c] = spec.attention_chunk
+    for name, v in latent_values(spec).items():
+        values[getattr(sym, name)] = v
     for key, count in layer_groups(spec).items():
         values[sym.layer_count(*key)] = count
     return values
@@ -83,8 +98,11 @@ def layer_groups(spec: Spec) -> dict[tuple[str, str | None], int]:
     return {("layers", kind.value): n for kind, n in counts.items()}
 
 
-def components(spec: Spec, dims: Dims) -> dict[str, Cost]:
-    """The component tree of one forward pass (plus the training-only leaves, flagged)."""
+def components(spec: Spec, dims: Dims, mla: Convention = Convention.naive) -> dict[str, Cost]:
+    """The component tree of one forward pass (plus the training-only leaves, flagged).
+
+    `mla` is how latent attention runs (``components.mla``); other specs ignore it.
+    """
     B, S, S_e = dims.B, dims.S, dims.S_e
     out: dict[str, Cost] = {}
     # Encoder and decoder of an encoder-decoder share one embedding table (T5, Vaswani et al.).
@@ -97,7 +115,7 @@ def components(spec: Spec, dims: Dims) -> dict[str, Cost]:
     if spec.embedding_dropout_rate > 0:
         out["embedding/dropout"] = _sum(dropout(dims, B * n * dims.d) for n, _ in stacks)
     for _, stack in stacks:
-        out.update(_stack(spec, dims, stack))
+        out.update(_stack(spec, dims, stack, mla))
     if spec.head_scale:
         out["head_scale"] = embedding.head_scale(dims, B * S)
     out["lm_head"] = embedding.lm_head(spec, dims, B * S)
@@ -111,7 +129,7 @@ def components(spec: Spec, dims: Dims) -> dict[str, Cost]:
     return out
 
 
-def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
+def _stack(spec: Spec, dims: Dims, stack: str, mla: Convention) -> dict[str, Cost]:
     prefix = "" if stack == "layers" else f"{stack}/"
     q_len = dims.S_e if stack == "encoder" else dims.S
     out: dict[str, Cost] = {}
@@ -123,7 +141,7 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
             out[f"{prefix}position_bias"] = position.score_bias(spec, dims, q_len, spans[-1])
     for kind, count in groups:
         group = f"{prefix}layers" + (f"[{kind}]" if kind else "")
-        for name, cost in _layer(spec, dims, layers[kind], q_len):
+        for name, cost in _layer(spec, dims, layers[kind], q_len, mla):
             out[f"{group}/{name}"] = cost.times(count)
     if spec.final_norm:
         out[f"{prefix}final_norm"] = norm(spec, dims, dims.B * q_len, dims.d)
@@ -139,8 +157,13 @@ def _sub_blocks(spec: Spec, dims: Dims, stack: str, kind: str | None) -> list[Su
     else:  # a stack of one kind: the spec's only kind, or global in an encoder-decoder
         layer_kind = spec.layer_pattern[0] if stack == "layers" else LayerKind.global_
     local = layer_kind is LayerKind.local
-    shape = attn.bidirectional(dims) if stack == "encoder" else attn.causal(dims, window=local)
-    positions = spec.position.per_layer and not (spec.global_nope and not local)
+    if stack == "encoder":
+        shape = attn.bidirectional(dims)
+    elif layer_kind is LayerKind.chunked:
+        shape = attn.chunked(dims)
+    else:
+        shape = attn.causal(dims, window=local)
+    positions = spec.position.per_layer and not (spec.global_nope and layer_kind is LayerKind.global_)
     subs = [SubBlock(
         "attention", shape,
         rope=positions and spec.position is Position.rope,
@@ -151,7 +174,9 @@ def _sub_blocks(spec: Spec, dims: Dims, stack: str, kind: str | None) -> list[Su
     return subs
 
 
-def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tuple[str, Cost]]:
+def _layer(
+    spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, mla: Convention
+) -> list[tuple[str, Cost]]:
     """One layer: its sub-blocks with norms, dropout and residual adds where the spec puts them.
 
     pre            x + F(norm(x))                  (GPT-2, LLaMA)
@@ -165,7 +190,13 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
     pos = spec.norm_position
     pre = pos in (NormPosition.pre, NormPosition.sandwich)
     on_output = pos in (NormPosition.sandwich, NormPosition.post_sublayer)
-    branches = [(s.name, attn.attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
+
+    def attention(s: SubBlock) -> list[tuple[str, Cost]]:
+        if spec.attention is not None:
+            return latent_attention(spec, dims, s.shape, s.rope, s.score_bias, mla)
+        return attn.attention(spec, dims, s.shape, s.rope, s.score_bias)
+
+    branches = [(s.name, attention(s), s) for s in subs]
     branches.append(("ffn", ffn(spec, dims, T), None))
 
     def the_norm() -> Cost:

@@ -30,6 +30,9 @@ from pydantic import (
 )
 
 
+from costmodel.components.mla import MLA
+
+
 class SpecError(ValueError):
     """A spec that cannot be used: the message is one line naming file, field and problem."""
 
@@ -92,6 +95,7 @@ class QKNorm(str, Enum):
 class LayerKind(str, Enum):
     local = "local"  # sliding-window attention over the last `window` tokens
     global_ = "global"  # full (causal) attention
+    chunked = "chunked"  # chunked local attention within chunks of `attention_chunk` (Llama 4)
 
 
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
@@ -211,8 +215,12 @@ class Spec(BaseModel):
     final_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # on each stack's final-norm output
 
     window: PositiveInt | None = None  # sliding-window length w of local layers
+    attention_chunk: PositiveInt | None = None  # chunk c of chunked layers (Llama 4: 8192)
     layer_pattern: tuple[LayerKind, ...]  # repeated over the layers; default all local or global
     global_nope: StrictBool = False  # global layers carry no positions (NoPE)
+    attention_sinks: StrictBool = False  # one learned softmax logit per head per layer (gpt-oss)
+    # Multi-head latent attention (DeepSeek-V2) in place of MHA/GQA/MQA; None: n_kv_heads heads.
+    attention: MLA | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -298,6 +306,26 @@ class Spec(BaseModel):
             raise ValueError("window: required, since layer_pattern has local layers")
         if self.window is not None and LayerKind.local not in kinds:
             raise ValueError("layer_pattern: a window is given but no layer is local")
+        if LayerKind.chunked in kinds and self.attention_chunk is None:
+            raise ValueError("attention_chunk: required, since layer_pattern has chunked layers")
+        if self.attention_chunk is not None and LayerKind.chunked not in kinds:
+            raise ValueError("layer_pattern: an attention_chunk is given but no layer is chunked")
+        if self.attention_chunk is not None and enc_dec:
+            raise ValueError("attention_chunk: chunked attention is supported for decoder-only models")
+        if self.attention is not None:
+            if enc_dec:
+                raise ValueError("attention: latent attention is supported for decoder-only models")
+            if self.position is not Position.rope:
+                raise ValueError(
+                    f"attention: latent attention carries positions in its decoupled RoPE "
+                    f"dimensions; position must be rope (got {self.position.value})"
+                )
+            if self.rotary_fraction != 1.0:
+                raise ValueError("rotary_fraction: latent attention rotates qk_rope_head_dim, all of it")
+            if self.qk_norm is not QKNorm.none:
+                raise ValueError("qk_norm: latent attention normalises its latents, not q and k")
+            if self.n_kv_heads != self.n_heads:
+                raise ValueError("n_kv_heads: latent attention has no key/value heads to share")
         if self.global_nope:
             if LayerKind.global_ not in kinds:
                 raise ValueError("global_nope: layer_pattern has no global layer")

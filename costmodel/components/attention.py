@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from costmodel.components import position, stability
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num, elementwise, half, linear, smax, smin, triangle
+from costmodel.cost import Cost, Dims, Num, elementwise, floor_div, half, linear, runs, smax, smin, triangle
 from costmodel.spec import QKNorm, Spec
 from costmodel.symbols import MASK_BYTES
 
@@ -74,6 +74,27 @@ def causal(dims: Dims, window: bool) -> Shape:
     return Shape(S, S, smin(C, w + S - 1), pairs, cached=smin(C, w), written=smin(S, w), masked=True)
 
 
+def chunked(dims: Dims) -> Shape:
+    """Chunked local attention (Llama 4, Meta 2025): the context is cut into chunks of c tokens
+    and a query sees the keys of its own chunk up to itself, so query j (1-based) sees
+    ((j - 1) mod c) + 1 keys, where a window would see min(j, w). Summed over queries 1..n,
+        F(n) = floor(n/c) * T(c) + T(n - c*floor(n/c)),
+    the S queries at C-S+1 .. C allow F(C) - F(C-S) pairs: prefill C(C+1)/2 while C <= c, then
+    about C*c/2 (a window of the same size allows about C*w). The keys live in a rolling buffer of
+    min(C, c) slots, as transformers keeps them (cache_utils: "sliding and chunked are the same
+    in how they should behave, only the mask differs"); a decode step's dense scores span it,
+    masking the slots of the previous chunk; a prompt spans its own S keys.
+    """
+    S, C, c = dims.S, dims.C, dims.c
+
+    def before(n: Num) -> Num:  # F(n): pairs of the first n queries
+        chunks = floor_div(n, c)
+        return chunks * triangle(c) + triangle(n - c * chunks)
+
+    pairs = before(C) - before(C - S)
+    return Shape(S, S, smin(C, c + S - 1), pairs, cached=smin(C, c), written=smin(S, c), masked=True)
+
+
 def bidirectional(dims: Dims) -> Shape:
     """Encoder self-attention of the S_e tokens of this pass over themselves; nothing is cached
     (the encoder runs once). The span is S_e, not C_e: they are equal whenever the encoder
@@ -87,6 +108,39 @@ def cross(dims: Dims) -> Shape:
     0 in decode) and cached for every later step."""
     return Shape(dims.S, dims.S_e, dims.C_e, dims.S * dims.C_e, cached=dims.C_e, written=dims.S_e,
                  masked=False)
+
+
+def probabilities(spec: Spec, dims: Dims, shape: Shape, score_bias: bool) -> list[tuple[str, Cost]]:
+    """Scores to probabilities: scale, position bias, mask, soft-cap, softmax (and its sinks).
+
+    Every kind of attention (multi-head, latent) runs these over its B x h x S x span scores.
+    """
+    p = dims.p
+    scores = dims.B * dims.h * shape.q_len * shape.span
+    out = [("scale", elementwise(scores, SCALE_FLOPS, p))]
+    if score_bias:
+        bias = dims.h * shape.q_len * shape.span
+        out.append(("position_bias", elementwise(scores, BIAS_FLOPS, p, extra_bytes=p * bias)))
+    if shape.masked:
+        mask = shape.q_len * shape.span
+        out.append(("mask", elementwise(scores, MASK_FLOPS, p, extra_bytes=MASK_BYTES * mask)))
+    if spec.attn_softcap is not None:
+        out.append(("softcap", stability.softcap(dims, scores)))
+    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p)))
+    if spec.attention_sinks:
+        out.append(("sinks", sinks(dims, dims.B * dims.h * shape.q_len)))
+    return out
+
+
+def sinks(dims: Dims, rows: Num) -> Cost:
+    """Attention sinks as gpt-oss has them (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card";
+    after Xiao et al. 2024, "Efficient Streaming Language Models with Attention Sinks"): one
+    learned logit per head joins every row of scores as one column more in the softmax, and is
+    dropped after it, so a head can put weight on no token. h parameters per layer; the softmax
+    does its SOFTMAX_FLOPS over `rows` more elements, reading the logits and writing the column.
+    """
+    read = dims.p * dims.h * runs(rows)
+    return Cost(params=dims.h, other=SOFTMAX_FLOPS * rows, bytes=2 * dims.p * rows + read, weights_read=read)
 
 
 def attention(
@@ -126,16 +180,7 @@ def attention(
         matmul_eff=effective,
         bytes=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
     )))
-    out.append(("scale", elementwise(scores, SCALE_FLOPS, p)))
-    if score_bias:
-        bias = dims.h * shape.q_len * shape.span
-        out.append(("position_bias", elementwise(scores, BIAS_FLOPS, p, extra_bytes=p * bias)))
-    if shape.masked:
-        mask = shape.q_len * shape.span
-        out.append(("mask", elementwise(scores, MASK_FLOPS, p, extra_bytes=MASK_BYTES * mask)))
-    if spec.attn_softcap is not None:
-        out.append(("softcap", stability.softcap(dims, scores)))
-    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p)))
+    out.extend(probabilities(spec, dims, shape, score_bias))
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,

@@ -31,6 +31,7 @@ from costmodel.analysis import Analysis, analyze
 from costmodel.hardware import Hardware, roofline
 from costmodel.measure import MeasureError
 from costmodel.measure.counters import Counts, MetaShapes
+from costmodel.measure.latent import set_convention
 from costmodel.measure.reference import KVCache, Transformer, build
 from costmodel.spec import LayerKind, Spec, spec_from_dict
 
@@ -126,6 +127,8 @@ def keep_layers(spec: Spec, n: int) -> Spec:
             data.pop("global_nope", None)
         if LayerKind.local not in kinds:
             data.pop("window", None)
+        if LayerKind.chunked not in kinds:
+            data.pop("attention_chunk", None)
     return spec_from_dict(data, spec.name)
 
 
@@ -230,6 +233,7 @@ def measure(
     warmup: int | None = None,
     count_bytes: bool = True,
     model: Transformer | None = None,
+    mla: str = "naive",
 ) -> Measurement:
     """Run `phase` of `spec` on `device` and compare its counts (and, off the meta device, its
     time against `hardware`'s roofline) with the formulas.
@@ -238,16 +242,18 @@ def measure(
     On the meta device nothing is allocated: any size, counts only. `count_bytes=False` skips
     the byte counter (the slowest part) when only the exact counts are wanted. `model`, built
     by ``reference.build`` from the same spec, dtype and device, saves building it again.
+    `mla` is the convention latent attention runs in, in the formulas and the model alike.
     """
     if layers is not None:
         spec = keep_layers(spec, layers)
-    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
+    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=mla)
     if dtype not in TORCH_DTYPES:
         raise MeasureError(f"dtype: {dtype} cannot be measured; use one of {', '.join(TORCH_DTYPES)}")
     dev = check_device(device)
     with out_of_memory(dev):
         if model is None:
             model = build(spec, str(dev), TORCH_DTYPES[dtype])
+        set_convention(model, mla)
         run = phase_runner(model, phase, a.shape)
         with MetaShapes() if dev.type == "meta" else contextlib.nullcontext(), Counts(count_bytes) as counts:
             cache = run()
