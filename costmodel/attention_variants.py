@@ -25,7 +25,7 @@ from costmodel.hardware import Hardware, Roofline
 from costmodel.metrics import Fit, attention_total, fit, roofline_dict, roofline_of
 from costmodel.compare import heads, pattern
 from costmodel.spec import LayerKind, Position, Spec
-from costmodel.variants import variant
+from costmodel.variants import gqa_kv_heads, variant
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,27 @@ def default_kv_heads(spec: Spec) -> list[int]:
     return list(dict.fromkeys((spec.n_heads, spec.n_kv_heads, 1)))
 
 
+def standard_attention(spec: Spec) -> Spec:
+    """A latent-attention spec with multi-head attention in its place: h heads of d_n =
+    qk_nope_head_dim, the d_h of DeepSeek-V2's comparison (section 2.1, Table 1: MHA caches
+    2*h*d_h elements a token a layer, MLA d_c + d_h^R = 4.5 d_h)."""
+    if spec.attention is None:
+        return spec
+    return variant(spec, {"attention": None, "head_dim": spec.attention.qk_nope_head_dim})
+
+
 def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[Variant]:
-    """One variant per k (default: h, the spec's own k, 1); the spec itself keeps its k."""
+    """One variant per k (default: h, the spec's own k, 1); the spec itself keeps its k.
+
+    A latent-attention spec comes first, as itself, then the k variants of its multi-head
+    counterpart (``standard_attention``): MLA beside MHA, GQA and MQA of the same heads.
+    """
+    if spec.attention is not None:
+        mla = Variant(heads(spec), spec, own=True)
+        h = spec.n_heads
+        gqa = gqa_kv_heads(h)
+        rest = kv_head_variants(standard_attention(spec), kv_heads or [h, *([gqa] if gqa else []), 1])
+        return [mla] + [Variant(v.label, v.spec, own=False) for v in rest]
     out = []
     for k in dict.fromkeys(kv_heads or default_kv_heads(spec)):
         s = spec if k == spec.n_kv_heads else with_kv_heads(spec, k)
@@ -92,7 +111,7 @@ class HeadsRow:
     """One key/value-head variant in one phase."""
 
     variant: str
-    kv_heads: int
+    kv_heads: int | None  # None: latent attention, whose cache is not per head
     own: bool  # the spec's own k
     phase: str
     shape: dict[str, int]
@@ -114,7 +133,7 @@ class HeadsRow:
         }
 
 
-def heads_row(label: str, k: int, own: bool, a: Analysis, hw: Hardware) -> HeadsRow:
+def heads_row(label: str, k: int | None, own: bool, a: Analysis, hw: Hardware) -> HeadsRow:
     att = attention_total(a)
     t = a.total()
     f = fit(a, hw)
@@ -131,7 +150,8 @@ def compare_kv_heads(
     for v in kv_head_variants(spec, kv_heads):
         for phase in INFERENCE:
             a = analyze(v.spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
-            rows.append(heads_row(v.label, v.spec.n_kv_heads, v.own, a, hw))
+            k = None if v.spec.attention is not None else v.spec.n_kv_heads
+            rows.append(heads_row(v.label, k, v.own, a, hw))
     return rows
 
 

@@ -68,6 +68,8 @@ def by_year(specs: Sequence[Spec]) -> list[Spec]:
 
 
 def heads(spec: Spec) -> str:
+    if spec.attention is not None:
+        return f"MLA {spec.attention.cache_width}/token"  # latent + rotary key cached per layer
     h, k = spec.n_heads, spec.n_kv_heads
     return "MHA" if k == h else "MQA" if k == 1 else f"GQA {h // k}:1"
 

@@ -265,3 +265,20 @@ def test_absorbed_computes_what_naive_computes(seq, q_lora, window, chunk, sinks
     for t in (naive_step, absorbed_full, absorbed_step):
         assert torch.allclose(naive_full, t, atol=1e-9, rtol=1e-9)
 
+
+# --- the attention command: MLA beside MHA, GQA and MQA --------------------------------------
+
+
+def test_attention_rows_put_mla_beside_mha_gqa_mqa() -> None:
+    """KV per token over 61 layers in bf16: MLA 576 elements (70,272 B); the multi-head counterpart
+    with h = 128 heads of d_n = 128 (DeepSeek-V2, Table 1): MHA 2*128*128, GQA k=8 2*8*128, MQA 2*128."""
+    from costmodel.attention_variants import compare_kv_heads
+    from costmodel.hardware import load_hardware
+
+    rows = {(r.variant, r.phase): r for r in compare_kv_heads(v3(), load_hardware("h100-sxm"), seq=4096)}
+    per_token = {v: r.kv_per_token for (v, phase), r in rows.items() if phase == "decode"}
+    assert per_token == {"MLA 576/token": 576 * 2 * 61, "MHA k=128": 2 * 128 * 128 * 2 * 61,
+                         "GQA k=8": 2 * 8 * 128 * 2 * 61, "MQA k=1": 2 * 128 * 2 * 61}
+    mla = rows["MLA 576/token", "decode"]
+    assert mla.own and mla.kv_heads is None and not rows["MHA k=128", "decode"].own
+    assert rows["MHA k=128", "decode"].kv_per_token / mla.kv_per_token == 2 * 128 * 128 / 576  # 56.9x
