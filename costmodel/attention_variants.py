@@ -23,7 +23,8 @@ from typing import Any
 from costmodel.analysis import Analysis, AnalysisError, Row, analyze
 from costmodel.hardware import Hardware, Roofline
 from costmodel.metrics import Fit, attention_total, fit, roofline_dict, roofline_of
-from costmodel.compare import heads, pattern
+from costmodel.components.attention import heads, heads_kind, pattern
+from costmodel.phases import DECODE
 from costmodel.spec import LayerKind, Position, Spec
 from costmodel.variants import gqa_kv_heads, variant
 
@@ -48,9 +49,10 @@ def standard_attention(spec: Spec) -> Spec:
     """A latent-attention spec with multi-head attention in its place: h heads of d_n =
     qk_nope_head_dim, the d_h of DeepSeek-V2's comparison (section 2.1, Table 1: MHA caches
     2*h*d_h elements a token a layer, MLA d_c + d_h^R = 4.5 d_h)."""
-    if spec.attention is None:
+    if spec.mla is None:
         return spec
-    return variant(spec, {"attention": None, "head_dim": spec.attention.qk_nope_head_dim})
+    return variant(spec, {"attention": {"kind": "mha", "n_kv_heads": spec.n_heads,
+                                        "head_dim": spec.mla.qk_nope_head_dim}})
 
 
 def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[Variant]:
@@ -59,7 +61,7 @@ def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[
     A latent-attention spec comes first, as itself, then the k variants of its multi-head
     counterpart (``standard_attention``): MLA beside MHA, GQA and MQA of the same heads.
     """
-    if spec.attention is not None:
+    if spec.mla is not None:
         mla = Variant(heads(spec), spec, own=True)
         h = spec.n_heads
         gqa = gqa_kv_heads(h)
@@ -68,7 +70,7 @@ def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[
     out = []
     for k in dict.fromkeys(kv_heads or default_kv_heads(spec)):
         s = spec if k == spec.n_kv_heads else with_kv_heads(spec, k)
-        out.append(Variant(f"{heads(s).split()[0]} k={k}", s, own=k == spec.n_kv_heads))
+        out.append(Variant(f"{heads_kind(s.n_heads, k)} k={k}", s, own=k == spec.n_kv_heads))
     return out
 
 
@@ -150,7 +152,7 @@ def compare_kv_heads(
     for v in kv_head_variants(spec, kv_heads):
         for phase in INFERENCE:
             a = analyze(v.spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
-            k = None if v.spec.attention is not None else v.spec.n_kv_heads
+            k = None if v.spec.mla is not None else v.spec.n_kv_heads
             rows.append(heads_row(v.label, k, v.own, a, hw))
     return rows
 
@@ -190,13 +192,13 @@ def compare_windows(
 ) -> list[WindowRow]:
     """Full attention, all-local with window w, and the spec's pattern, as the context grows."""
     contexts = sorted(set(contexts or default_contexts(spec)))
-    if contexts[0] < 2:  # a decode step attends to the cached tokens and itself
-        raise AnalysisError(f"contexts: must be at least 2 (got {contexts[0]})")
+    if DECODE.seq_for(contexts[0]) < 1:  # a decode step attends to the cached tokens and itself
+        raise AnalysisError(f"contexts: must be at least {DECODE.context(1)} (got {contexts[0]})")
     rows = []
     for v in window_variants(spec, window):
         for c in contexts:
             pre = analyze(v.spec, "prefill", batch=batch, seq=c, dtype=dtype)
-            dec = analyze(v.spec, "decode", batch=batch, seq=c - 1, dtype=dtype)
+            dec = analyze(v.spec, "decode", batch=batch, seq=DECODE.seq_for(c), dtype=dtype)
             att = attention_total(dec)
             rows.append(WindowRow(v.label, v.own, c, dec.total().kv_cache, attention_total(pre), att,
                                   roofline_of(att, hw, dtype)))

@@ -73,7 +73,7 @@ class Cost:
     matmul         matmul FLOPs, dense convention (masked scores counted in full)
     matmul_eff     matmul FLOPs a kernel that skips masked scores would execute
     other          non-matmul FLOPs
-    bytes          unfused memory traffic
+    bytes_unfused  unfused memory traffic (the phase's ``bytes_unfused``)
     weights_read   fused bound: bytes of weights read once
     kv_read        fused bound: bytes of cached K/V read
     kv_write       fused bound: bytes of K/V written into the cache
@@ -87,7 +87,7 @@ class Cost:
     matmul: Num = 0
     matmul_eff: Num = 0
     other: Num = 0
-    bytes: Num = 0
+    bytes_unfused: Num = 0
     weights_read: Num = 0
     kv_read: Num = 0
     kv_write: Num = 0
@@ -97,14 +97,12 @@ class Cost:
     train_only: bool = False
 
     def __add__(self, o: Cost) -> Cost:
-        return Cost(
-            *(getattr(self, n) + getattr(o, n) for n in _QUANTITIES),
-            train_only=self.train_only and o.train_only,
-        )
+        sums = {n: getattr(self, n) + getattr(o, n) for n in _QUANTITIES}
+        return Cost(**sums, train_only=self.train_only and o.train_only)
 
     def times(self, n: Num) -> Cost:
         """The cost of n identical instances (n layers of one kind)."""
-        return Cost(*(getattr(self, q) * n for q in _QUANTITIES), train_only=self.train_only)
+        return Cost(**{q: getattr(self, q) * n for q in _QUANTITIES}, train_only=self.train_only)
 
 
 _QUANTITIES = tuple(f.name for f in fields(Cost) if f.name != "train_only")
@@ -114,7 +112,10 @@ _QUANTITIES = tuple(f.name for f in fields(Cost) if f.name != "train_only")
 class Dims:
     """Values for the alphabet of ``symbols``: all symbols, or all integers.
 
-    Layer counts are looked up by (stack, kind), see ``symbols.layer_count``.
+    The pass's shape (B, S, C, S_e, C_e) and p are fields; the model sizes (d, h, k, d_h, f, V,
+    ...) are the symbols the elements declare (``components.size_symbols``), held in ``sizes``
+    and read as attributes: ``dims.d``. Layer counts are looked up by (stack, kind), see
+    ``symbols.layer_count``.
     """
 
     B: Num
@@ -122,24 +123,17 @@ class Dims:
     C: Num
     S_e: Num
     C_e: Num
-    d: Num
-    h: Num
-    k: Num
-    d_h: Num
-    f: Num
-    V: Num
-    w: Num
-    r: Num
-    n_pos: Num
-    n_buckets: Num
     p: Num
-    c: Num = 0
-    r_q: Num = 0
-    r_kv: Num = 0
-    d_n: Num = 0
-    d_r: Num = 0
-    d_v: Num = 0
+    sizes: dict[str, Num] = field(default_factory=dict)
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
+    mla: str = "naive"  # how latent attention runs: "naive" or "absorbed" (components.mla)
+
+    def __getattr__(self, name: str) -> Num:
+        try:
+            sizes: dict[str, Num] = self.__dict__["sizes"]
+            return sizes[name]
+        except KeyError:
+            raise AttributeError(f"Dims has no size {name!r}") from None
 
 
 # --- primitives -------------------------------------------------------------------------
@@ -164,11 +158,11 @@ def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
         matmul=2 * tokens * d_in * d_out,
         matmul_eff=2 * tokens * d_in * d_out,
         other=tokens * d_out if bias else 0,
-        bytes=p * (tokens * d_in + tokens * d_out) + read,
+        bytes_unfused=p * (tokens * d_in + tokens * d_out) + read,
         weights_read=read,
     )
 
 
 def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_bytes: Num = 0) -> Cost:
     """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`)."""
-    return Cost(other=flops_per * elements, bytes=p * elements * (inputs + 1) + extra_bytes)
+    return Cost(other=flops_per * elements, bytes_unfused=p * elements * (inputs + 1) + extra_bytes)

@@ -13,21 +13,22 @@ Layer costs are per layer times the layer-count symbol (``L``, ``L_local``, ``L_
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import reduce
+from typing import Any
 
 from costmodel import symbols as sym
+from costmodel.components import ATTENTION_KINDS, FFN_KINDS, size_symbols
 from costmodel.components import attention as attn
 from costmodel.components import embedding, position, stability
-from costmodel.components.ffn import ffn
+from costmodel.components.block import RESIDUAL_FLOPS, residual
 from costmodel.components.loss import cross_entropy, dropout
-from costmodel.components.mla import Convention, latent_attention
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num, elementwise
+from costmodel.cost import Cost, Dims, Num
 from costmodel.spec import Block, LayerKind, NormPosition, Position, Spec
 
-RESIDUAL_FLOPS = 1  # one add per element per branch joining the residual stream
+__all__ = ["RESIDUAL_FLOPS", "components", "layer_groups", "numeric_dims", "spec_values", "symbolic_dims"]
 
 
 @dataclass(frozen=True)
@@ -40,49 +41,29 @@ class SubBlock:
     score_bias: bool
 
 
-def symbolic_dims(spec: Spec) -> Dims:
+def symbolic_dims(spec: Spec, mla: str = "naive") -> Dims:
     """Every size a symbol: the formulas as a reader of the papers writes them."""
-    dims = {n: getattr(sym, n) for n in _SIZES}
-    return Dims(**dims, layers={key: sym.layer_count(*key) for key in layer_groups(spec)})
-
-
-def numeric_dims(spec: Spec, shape: dict[str, int], p: int) -> Dims:
-    """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p."""
     return Dims(
-        **shape,
-        d=spec.d_model, h=spec.n_heads, k=spec.n_kv_heads, d_h=spec.head_dim, f=spec.d_ff,
-        V=spec.vocab_size, w=spec.window or 0, r=spec.rotary_dims, n_pos=spec.position_rows,
-        n_buckets=spec.relative_buckets, p=p, c=spec.attention_chunk or 0,
-        **latent_values(spec),
-        layers=layer_groups(spec),
+        B=sym.B, S=sym.S, C=sym.C, S_e=sym.S_e, C_e=sym.C_e, p=sym.p,
+        sizes={n: getattr(sym, n) for n in size_symbols()},
+        layers={key: sym.layer_count(*key) for key in layer_groups(spec)},
+        mla=mla,
     )
 
 
-def latent_values(spec: Spec) -> dict[str, int]:
-    """r_q, r_kv, d_n, d_r, d_v of a latent-attention spec (none for MHA/GQA/MQA)."""
-    m = spec.attention
-    if m is None:
-        return {}
-    values = dict(r_kv=m.kv_lora_rank, d_n=m.qk_nope_head_dim, d_r=m.qk_rope_head_dim, d_v=m.v_head_dim)
-    return values | ({} if m.q_lora_rank is None else {"r_q": m.q_lora_rank})
+def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive") -> Dims:
+    """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p.
+
+    A size the spec has none of (no sliding window: w) is 0; no formula of the spec reads it.
+    `mla` is the convention latent attention runs in (``components.mla.Convention``).
+    """
+    sizes: dict[str, Num] = {n: s.value(spec) or 0 for n, s in size_symbols().items()}
+    return Dims(**shape, p=p, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla)
 
 
-_SIZES = tuple(f.name for f in fields(Dims) if f.name != "layers")
-
-
-def spec_values(spec: Spec) -> dict:
+def spec_values(spec: Spec) -> dict[Any, int]:
     """symbol -> the spec's value, for every model-size symbol (phase symbols left free)."""
-    values = {getattr(sym, n): v for n, v in (
-        ("d", spec.d_model), ("h", spec.n_heads), ("k", spec.n_kv_heads), ("d_h", spec.head_dim),
-        ("f", spec.d_ff), ("V", spec.vocab_size), ("r", spec.rotary_dims),
-        ("n_pos", spec.position_rows), ("n_buckets", spec.relative_buckets),
-    )}
-    if spec.window is not None:
-        values[sym.w] = spec.window
-    if spec.attention_chunk is not None:
-        values[sym.c] = spec.attention_chunk
-    for name, v in latent_values(spec).items():
-        values[getattr(sym, name)] = v
+    values = {getattr(sym, n): v for n, s in size_symbols().items() if (v := s.value(spec)) is not None}
     for key, count in layer_groups(spec).items():
         values[sym.layer_count(*key)] = count
     return values
@@ -91,18 +72,16 @@ def spec_values(spec: Spec) -> dict:
 def layer_groups(spec: Spec) -> dict[tuple[str, str | None], int]:
     """(stack, kind) -> number of layers. Kind is None when a stack has one kind of layer."""
     if spec.is_encoder_decoder:
+        assert spec.n_encoder_layers is not None and spec.n_decoder_layers is not None
         return {("encoder", None): spec.n_encoder_layers, ("decoder", None): spec.n_decoder_layers}
     counts = spec.kind_counts()
     if len(counts) == 1:
-        return {("layers", None): spec.n_layers}  # type: ignore[dict-item]
+        return {("layers", None): spec.decoder_layers}
     return {("layers", kind.value): n for kind, n in counts.items()}
 
 
-def components(spec: Spec, dims: Dims, mla: Convention = Convention.naive) -> dict[str, Cost]:
-    """The component tree of one forward pass (plus the training-only leaves, flagged).
-
-    `mla` is how latent attention runs (``components.mla``); other specs ignore it.
-    """
+def components(spec: Spec, dims: Dims) -> dict[str, Cost]:
+    """The component tree of one forward pass (plus the training-only leaves, flagged)."""
     B, S, S_e = dims.B, dims.S, dims.S_e
     out: dict[str, Cost] = {}
     # Encoder and decoder of an encoder-decoder share one embedding table (T5, Vaswani et al.).
@@ -115,7 +94,7 @@ def components(spec: Spec, dims: Dims, mla: Convention = Convention.naive) -> di
     if spec.embedding_dropout_rate > 0:
         out["embedding/dropout"] = _sum(dropout(dims, B * n * dims.d) for n, _ in stacks)
     for _, stack in stacks:
-        out.update(_stack(spec, dims, stack, mla))
+        out.update(_stack(spec, dims, stack))
     if spec.head_scale:
         out["head_scale"] = embedding.head_scale(dims, B * S)
     out["lm_head"] = embedding.lm_head(spec, dims, B * S)
@@ -129,7 +108,7 @@ def components(spec: Spec, dims: Dims, mla: Convention = Convention.naive) -> di
     return out
 
 
-def _stack(spec: Spec, dims: Dims, stack: str, mla: Convention) -> dict[str, Cost]:
+def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
     prefix = "" if stack == "layers" else f"{stack}/"
     q_len = dims.S_e if stack == "encoder" else dims.S
     out: dict[str, Cost] = {}
@@ -141,7 +120,7 @@ def _stack(spec: Spec, dims: Dims, stack: str, mla: Convention) -> dict[str, Cos
             out[f"{prefix}position_bias"] = position.score_bias(spec, dims, q_len, spans[-1])
     for kind, count in groups:
         group = f"{prefix}layers" + (f"[{kind}]" if kind else "")
-        for name, cost in _layer(spec, dims, layers[kind], q_len, mla):
+        for name, cost in _layer(spec, dims, layers[kind], q_len):
             out[f"{group}/{name}"] = cost.times(count)
     if spec.final_norm:
         out[f"{prefix}final_norm"] = norm(spec, dims, dims.B * q_len, dims.d)
@@ -174,9 +153,7 @@ def _sub_blocks(spec: Spec, dims: Dims, stack: str, kind: str | None) -> list[Su
     return subs
 
 
-def _layer(
-    spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, mla: Convention
-) -> list[tuple[str, Cost]]:
+def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tuple[str, Cost]]:
     """One layer: its sub-blocks with norms, dropout and residual adds where the spec puts them.
 
     pre            x + F(norm(x))                  (GPT-2, LLaMA)
@@ -190,19 +167,16 @@ def _layer(
     pos = spec.norm_position
     pre = pos in (NormPosition.pre, NormPosition.sandwich)
     on_output = pos in (NormPosition.sandwich, NormPosition.post_sublayer)
-
-    def attention(s: SubBlock) -> list[tuple[str, Cost]]:
-        if spec.attention is not None:
-            return latent_attention(spec, dims, s.shape, s.rope, s.score_bias, mla)
-        return attn.attention(spec, dims, s.shape, s.rope, s.score_bias)
-
-    branches = [(s.name, attention(s), s) for s in subs]
-    branches.append(("ffn", ffn(spec, dims, T), None))
+    attention = ATTENTION_KINDS[spec.attention.kind]
+    branches: list[tuple[str, list[tuple[str, Cost]], SubBlock | None]] = [
+        (s.name, attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
+    branches.append(("ffn", FFN_KINDS[spec.ffn.kind](spec, dims, T), None))
 
     def the_norm() -> Cost:
         return norm(spec, dims, T, dims.d)
 
-    def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None, own_norm: bool):
+    def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None,
+               own_norm: bool) -> Iterator[tuple[str, Cost]]:
         if own_norm:
             yield f"{name}/norm", the_norm()
         for leaf, cost in leaves:
@@ -216,7 +190,7 @@ def _layer(
         drop_hidden = sub is None and spec.ffn_dropout > 0
         if drop_out or drop_probs or drop_hidden:
             output = T * dims.d if drop_out else 0
-            probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if drop_probs else 0
+            probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if sub is not None and drop_probs else 0
             hidden = T * dims.f if drop_hidden else 0
             yield f"{name}/dropout", dropout(dims, output + probs + hidden)
 
@@ -228,13 +202,13 @@ def _layer(
         for name, leaves, sub in branches:
             out.extend(branch(name, leaves, sub, own_norm=pre and not shared))
         n = len(branches)
-        out.append(("residual", elementwise(T * dims.d, n * RESIDUAL_FLOPS, dims.p, inputs=n + 1)))
+        out.append(("residual", residual(dims, T, n)))
         if pos is NormPosition.post:
             out.append(("norm", the_norm()))
         return out
     for name, leaves, sub in branches:
         out.extend(branch(name, leaves, sub, own_norm=pre))
-        out.append((f"{name}/residual", elementwise(T * dims.d, RESIDUAL_FLOPS, dims.p, inputs=2)))
+        out.append((f"{name}/residual", residual(dims, T, 1)))
         if pos is NormPosition.post:
             out.append((f"{name}/norm", the_norm()))
     return out

@@ -15,7 +15,7 @@ import difflib
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
@@ -28,9 +28,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-
-from costmodel.components.mla import MLA
 
 
 class SpecError(ValueError):
@@ -145,6 +142,71 @@ class Published(BaseModel):
         return parse_count(self.params)[1]
 
 
+# --- kinds: the variants of an element, each a typed sub-model tagged by `kind` ---------------
+# A new kind is one sub-model here, added to its union, plus its cost module registered in
+# costmodel.components (docs/architecture.md, "Adding a kind").
+
+
+class DenseFFN(BaseModel):
+    """The FFN of every layer: two matrices around an activation, or three for a GLU."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["dense"] = "dense"
+    activation: Activation
+    d_ff: PositiveInt
+
+
+class MHA(BaseModel):
+    """Multi-head attention with k key/value heads: MHA (k = h), GQA, MQA (k = 1)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["mha"] = "mha"
+    n_kv_heads: PositiveInt  # default: n_heads (MHA)
+    head_dim: PositiveInt  # default: d_model / n_heads
+
+
+class MLA(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2, 2024), in DeepSeek's config names; the cost is
+    ``components.mla``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["mla"] = "mla"
+    q_lora_rank: PositiveInt | None = None  # r_q; null: queries projected directly from d_model
+    kv_lora_rank: PositiveInt  # r_kv
+    qk_nope_head_dim: PositiveInt  # d_n
+    qk_rope_head_dim: PositiveInt  # d_r
+    v_head_dim: PositiveInt  # d_v
+
+    @field_validator("qk_rope_head_dim")
+    @classmethod
+    def _even(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError("must be even: RoPE rotates pairs of dimensions")
+        return v
+
+    @property
+    def cache_width(self) -> int:
+        """Elements cached per token per layer: the latent and the shared rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+FFN = Annotated[Union[DenseFFN], Field(discriminator="kind")]
+Attention = Annotated[Union[MHA, MLA], Field(discriminator="kind")]
+
+#: Old flat fields, still accepted (and written by bundled specs): shorthand -> its union field.
+#: They apply to the default kind of that union (dense, mha).
+SHORTHANDS: dict[str, str] = {
+    "activation": "ffn", "d_ff": "ffn", "n_kv_heads": "attention", "head_dim": "attention",
+}
+_DEFAULT_KIND = {"ffn": "dense", "attention": "mha"}
+
+#: Fields that describe a spec but change no cost: never an architectural change.
+METADATA: tuple[str, ...] = ("name", "family", "year", "description", "source", "published")
+
+
 _COUNT = re.compile(r"^\s*(\d+(?:\.(\d+))?)\s*([KMBT]?)\s*$")
 _SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
@@ -179,15 +241,13 @@ class Spec(BaseModel):
     n_encoder_layers: PositiveInt | None = None  # encoder-decoder
     n_decoder_layers: PositiveInt | None = None
     n_heads: PositiveInt
-    n_kv_heads: PositiveInt  # default: n_heads (MHA)
-    head_dim: PositiveInt  # default: d_model / n_heads
-    d_ff: PositiveInt
+    attention: Attention  # shorthand: n_kv_heads, head_dim (kind mha)
+    ffn: FFN  # shorthand: activation, d_ff (kind dense)
     vocab_size: PositiveInt
     max_seq_len: PositiveInt
 
     norm: Norm
     norm_position: NormPosition = NormPosition.pre
-    activation: Activation
     block: Block = Block.serial
     shared_norm: StrictBool = True  # parallel block: one norm feeds attention and FFN
     bias: Bias = Bias()
@@ -219,8 +279,6 @@ class Spec(BaseModel):
     layer_pattern: tuple[LayerKind, ...]  # repeated over the layers; default all local or global
     global_nope: StrictBool = False  # global layers carry no positions (NoPE)
     attention_sinks: StrictBool = False  # one learned softmax logit per head per layer (gpt-oss)
-    # Multi-head latent attention (DeepSeek-V2) in place of MHA/GQA/MQA; None: n_kv_heads heads.
-    attention: MLA | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -229,16 +287,25 @@ class Spec(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        for union, kind in _DEFAULT_KIND.items():
+            flat = {k: data.pop(k) for k in [k for k, u in SHORTHANDS.items() if u == union] if k in data}
+            if flat and union in data:
+                raise ValueError(f"{next(iter(flat))}: give {union} or its shorthand fields, not both")
+            if union not in data:
+                data[union] = {"kind": kind, **flat}
+        att = data["attention"]
         heads, width = data.get("n_heads"), data.get("d_model")
-        if "n_kv_heads" not in data and heads is not None:
-            data["n_kv_heads"] = heads
-        if "head_dim" not in data and _ints(heads, width) and heads > 0 and width > 0:
-            if width % heads:
-                raise ValueError(
-                    f"head_dim: required, since d_model ({width}) is not divisible by "
-                    f"n_heads ({heads})"
-                )
-            data["head_dim"] = width // heads
+        if isinstance(att, dict) and att.get("kind", "mha") == "mha":
+            att = data["attention"] = dict(att)
+            if "n_kv_heads" not in att and heads is not None:
+                att["n_kv_heads"] = heads
+            if "head_dim" not in att and _ints(heads, width) and heads > 0 and width > 0:
+                if width % heads:
+                    raise ValueError(
+                        f"head_dim: required, since d_model ({width}) is not divisible by "
+                        f"n_heads ({heads})"
+                    )
+                att["head_dim"] = width // heads
         if "layer_pattern" not in data:
             data["layer_pattern"] = ["local" if data.get("window") is not None else "global"]
         return data
@@ -282,7 +349,7 @@ class Spec(BaseModel):
                 f"n_kv_heads: n_heads ({self.n_heads}) must be a multiple of "
                 f"n_kv_heads ({self.n_kv_heads})"
             )
-        if self.position is Position.rope:
+        if self.position is Position.rope and not isinstance(self.attention, MLA):
             rotary = self.rotary_fraction * self.head_dim
             if rotary != int(rotary) or int(rotary) % 2:
                 raise ValueError(
@@ -312,7 +379,7 @@ class Spec(BaseModel):
             raise ValueError("layer_pattern: an attention_chunk is given but no layer is chunked")
         if self.attention_chunk is not None and enc_dec:
             raise ValueError("attention_chunk: chunked attention is supported for decoder-only models")
-        if self.attention is not None:
+        if isinstance(self.attention, MLA):
             if enc_dec:
                 raise ValueError("attention: latent attention is supported for decoder-only models")
             if self.position is not Position.rope:
@@ -324,8 +391,6 @@ class Spec(BaseModel):
                 raise ValueError("rotary_fraction: latent attention rotates qk_rope_head_dim, all of it")
             if self.qk_norm is not QKNorm.none:
                 raise ValueError("qk_norm: latent attention normalises its latents, not q and k")
-            if self.n_kv_heads != self.n_heads:
-                raise ValueError("n_kv_heads: latent attention has no key/value heads to share")
         if self.global_nope:
             if LayerKind.global_ not in kinds:
                 raise ValueError("global_nope: layer_pattern has no global layer")
@@ -342,6 +407,35 @@ class Spec(BaseModel):
         return self
 
     # Derived views: computed from the fields, never stored twice.
+
+    # The old flat names, read-only (SCHEMA.md, "Compatibility properties").
+    @property
+    def d_ff(self) -> int:
+        return self.ffn.d_ff
+
+    @property
+    def activation(self) -> Activation:
+        return self.ffn.activation
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Latent attention: h, the heads its latent expands into (transformers'
+        num_key_value_heads); its cache is not per head (``MLA.cache_width``)."""
+        if isinstance(self.attention, MLA):
+            return self.n_heads
+        return self.attention.n_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        """Latent attention: the query/key width of a head, qk_nope_head_dim + qk_rope_head_dim."""
+        if isinstance(self.attention, MLA):
+            return self.attention.qk_nope_head_dim + self.attention.qk_rope_head_dim
+        return self.attention.head_dim
+
+    @property
+    def mla(self) -> MLA | None:
+        """The latent attention's fields, or None for multi-head attention."""
+        return self.attention if isinstance(self.attention, MLA) else None
 
     @property
     def is_encoder_decoder(self) -> bool:
@@ -370,6 +464,8 @@ class Spec(BaseModel):
 
     @property
     def rotary_dims(self) -> int:
+        if isinstance(self.attention, MLA):
+            return self.attention.qk_rope_head_dim
         return int(self.rotary_fraction * self.head_dim)
 
     @property
@@ -385,6 +481,15 @@ class Spec(BaseModel):
     def kind_counts(self) -> dict[LayerKind, int]:
         kinds = self.layer_kinds()
         return {kind: kinds.count(kind) for kind in LayerKind if kind in kinds}
+
+
+#: Fields in the order a spec file writes them (README, "Spec format"), the unions by their
+#: shorthands where they sit in old files.
+FIELD_ORDER: tuple[str, ...] = tuple(
+    name for f in Spec.model_fields
+    for name in {"attention": ("attention", "n_kv_heads", "head_dim"),
+                 "ffn": ("ffn", "d_ff"), "block": ("activation", "block")}.get(f, (f,))
+)
 
 
 def _ints(*values: Any) -> bool:
@@ -433,6 +538,11 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
     """The first validation problem as `file:line: field: problem`."""
     first = err.errors()[0]
     loc = [str(part) for part in first["loc"] if not isinstance(part, int)]
+    if len(loc) >= 2 and loc[0] in _DEFAULT_KIND:
+        if len(loc) >= 3:
+            del loc[1]  # the union's tag: ffn.dense.d_ff -> ffn.d_ff
+        if loc[0] not in data and loc[-1] in SHORTHANDS:
+            loc = loc[1:]  # the user wrote the shorthand: d_ff
     msg: str = first["msg"]
     kind = first["type"]
     if not loc and msg.startswith("Value error, ") and ": " in msg:
@@ -443,9 +553,12 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
     if kind == "missing":
         msg = "field required"
     elif kind == "extra_forbidden":
-        known = _known_fields(loc)
+        known = _known_fields(loc, data)
         guess = difflib.get_close_matches(loc[-1], known, n=1)
         msg = "unknown field" + (f" (did you mean {guess[0]}?)" if guess else "")
+    elif kind == "union_tag_invalid":
+        field = f"{field}.kind"
+        msg = f"unknown kind {first['ctx']['tag']!r}; expected one of {first['ctx']['expected_tags'].replace(chr(39), '')}"
     elif kind == "enum":
         allowed = first.get("ctx", {}).get("expected", "")
         allowed = allowed.replace("'", "").replace(" or ", ", ")
@@ -460,12 +573,26 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
     return f"{where}: {field}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
 
 
-def _known_fields(loc: list[str]) -> list[str]:
+def _known_fields(loc: list[str], data: dict[str, Any]) -> list[str]:
     model: type[BaseModel] = Spec
     for part in loc[:-1]:
         ann = model.model_fields[part].annotation
-        model = next(a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel))
-    return list(model.model_fields)
+        members = [a for a in _members(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
+        node = data.get(part) if isinstance(data, dict) else None
+        kind = node.get("kind", _DEFAULT_KIND.get(part)) if isinstance(node, dict) else None
+        # a union's member by the kind the user wrote (attention: {kind: mla, ...})
+        model = next((m for m in members if "kind" in m.model_fields and m.model_fields["kind"].default == kind),
+                     members[0])
+        data = node if isinstance(node, dict) else {}
+    return list(model.model_fields) + (list(SHORTHANDS) if model is Spec else [])
+
+
+def _members(ann: Any) -> tuple[Any, ...]:
+    """The types of an annotation: a union's members (through Annotated), or itself."""
+    args = getattr(ann, "__args__", (ann,))
+    if getattr(ann, "__metadata__", None) is not None:  # Annotated[Union[...], Field(...)]
+        return _members(args[0])
+    return args
 
 
 def _key_lines(text: str) -> dict[str, int]:

@@ -155,7 +155,7 @@ def test_tiny_mla_by_hand() -> None:
      "attention.qk_rope_head_dim: must be even: RoPE rotates pairs of dimensions (got 3)"),
     (dict(position="learned"), "attention: latent attention carries positions in its decoupled RoPE dimensions; "
                                "position must be rope (got learned)"),
-    (dict(n_kv_heads=1), "n_kv_heads: latent attention has no key/value heads to share"),
+    (dict(n_kv_heads=1), "n_kv_heads: give attention or its shorthand fields, not both"),
     (dict(attention={**TINY_MLA, "kv_lora": 4}), "attention.kv_lora: unknown field (did you mean kv_lora_rank?)"),
 ])
 def test_bad_latent_specs_are_one_line(changes, message) -> None:

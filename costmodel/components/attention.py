@@ -16,11 +16,13 @@ mask-skipping kernel would compute.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from costmodel.components import position, stability
+from costmodel.components import mla, position, stability
+from costmodel.components.element import Alternative, Choose, Element, Symbol, toggle
 from costmodel.components.norm import norm
 from costmodel.cost import Cost, Dims, Num, elementwise, floor_div, half, linear, runs, smax, smin, triangle
-from costmodel.spec import QKNorm, Spec
+from costmodel.spec import LayerKind, QKNorm, Spec
 from costmodel.symbols import MASK_BYTES
 
 SCALE_FLOPS = 1  # scores * 1/sqrt(d_h)
@@ -140,7 +142,7 @@ def sinks(dims: Dims, rows: Num) -> Cost:
     does its SOFTMAX_FLOPS over `rows` more elements, reading the logits and writing the column.
     """
     read = dims.p * dims.h * runs(rows)
-    return Cost(params=dims.h, other=SOFTMAX_FLOPS * rows, bytes=2 * dims.p * rows + read, weights_read=read)
+    return Cost(params=dims.h, other=SOFTMAX_FLOPS * rows, bytes_unfused=2 * dims.p * rows + read, weights_read=read)
 
 
 def attention(
@@ -170,7 +172,7 @@ def attention(
         out.append(("rope", position.rope(dims, shape.q_len, shape.kv_len)))
     if shape.cached is not None:
         out.append(("kv_cache", Cost(
-            bytes=kv_row * (shape.kv_len + shape.written),  # read the new K, V; store them
+            bytes_unfused=kv_row * (shape.kv_len + shape.written),  # read the new K, V; store them
             kv_read=kv_row * shape.cache_reads,
             kv_write=kv_row * shape.written,
             kv_cache=kv_row * shape.cached,
@@ -178,14 +180,235 @@ def attention(
     out.append(("scores", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
+        bytes_unfused=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
     )))
     out.extend(probabilities(spec, dims, shape, score_bias))
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
+        bytes_unfused=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
     )))
     out.append(("out", linear(q_tokens, h * d_h, dims.d, spec.bias.attn_out, p)))
     return out
 
+
+
+# --- the elements: heads, sliding window, QK-norm ---------------------------------------------
+
+#: GQA's usual number of key/value heads (LLaMA 2 70B, LLaMA 3, Mistral 7B).
+GQA_KV_HEADS = 8
+#: Window of the sliding-window swaps when a spec has none: Gemma 3's local window.
+DEFAULT_WINDOW = 1024
+
+
+def heads_kind(h: int, k: int) -> str:
+    """MHA, GQA or MQA by the number of key/value heads."""
+    return "MHA" if k == h else "MQA" if k == 1 else "GQA"
+
+
+def heads(spec: Spec) -> str:
+    """The attention's kind as compare shows it: "MHA", "GQA 4:1", "MQA", "MLA 576/token"."""
+    if spec.mla is not None:
+        return mla.label(spec.mla)
+    h, k = spec.n_heads, spec.n_kv_heads
+    kind = heads_kind(h, k)
+    return f"GQA {h // k}:1" if kind == "GQA" else kind
+
+
+def gqa_kv_heads(n_heads: int) -> int | None:
+    """Key/value heads for a GQA swap: 8 when it divides h, else the divisor of h (between 1
+    and h) nearest 8, the smaller on a tie; None when h has no such divisor."""
+    divisors = [k for k in range(2, n_heads) if n_heads % k == 0]
+    if not divisors:
+        return None
+    return min(divisors, key=lambda k: (abs(k - GQA_KV_HEADS), k))
+
+
+def _describe_heads(spec: Spec) -> str:
+    if spec.mla is not None:
+        return mla.describe(spec, spec.mla)
+    return f"h={spec.n_heads} · k={spec.n_kv_heads} ({heads(spec)}) · d_h={spec.head_dim}"
+
+
+def _heads_swaps(spec: Spec, window: int) -> list[Alternative]:
+    h, k = spec.n_heads, spec.n_kv_heads
+    if spec.mla is not None:
+        return mla.from_latent(spec, spec.mla, gqa_kv_heads(h))
+    options = {"MHA": h, "GQA": gqa_kv_heads(h), "MQA": 1}
+    out = [(f"{heads_kind(h, k)} k={k} -> {kind} k={kv}", {"n_kv_heads": kv})
+           for kind, kv in options.items() if kv is not None and kv != k and kind != heads_kind(h, k)]
+    latent = mla.to_latent(spec)
+    return out + ([latent] if latent is not None else [])
+
+
+def _sample_heads(choose: Choose, data: dict[str, Any]) -> None:
+    kv = choose([1, 2])
+    data.update(n_heads=kv * choose([1, 2, 3]))
+    if "n_layers" in data and choose(range(4)) == 0:  # a decoder-only spec: latent attention
+        mla.sample(choose, data)
+        return
+    data.update(n_kv_heads=kv, head_dim=choose([2, 4, 8]))
+
+
+def pattern(spec: Spec) -> str:
+    """The layer pattern as runs: "5 local : 1 global", or "all local"."""
+    runs: list[list[Any]] = []
+    for kind in spec.layer_pattern:
+        if runs and runs[-1][1] is kind:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, kind])
+    if len(runs) == 1:
+        return f"all {runs[0][1].value}"
+    return " : ".join(f"{n} {kind.value}" for n, kind in runs)
+
+
+def window(spec: Spec) -> str:
+    """The sliding window as compare shows it: "4096, all local", or "none"."""
+    if spec.window is None:
+        return "none"
+    return f"{spec.window}, {pattern(spec)}" + (", NoPE global" if spec.global_nope else "")
+
+
+def _window_swaps(spec: Spec, window: int) -> list[Alternative]:
+    out: list[Alternative] = []
+    runs = pattern(spec)
+    if spec.window is None:
+        out.append((f"full -> window {window} on every layer", {"window": window, "layer_pattern": ["local"]}))
+        if spec.decoder_layers >= 6:
+            out.append((f"full -> window {window} on 5 of every 6 layers (Gemma 3)",
+                        {"window": window, "layer_pattern": ["local"] * 5 + ["global"]}))
+    else:
+        out.append((f"window {spec.window} on {runs} -> full attention",
+                    {"window": None, "layer_pattern": None, "global_nope": None}))
+        if LayerKind.global_ in spec.layer_pattern:
+            out.append((f"window {spec.window} on {runs} -> on every layer",
+                        {"layer_pattern": ["local"], "global_nope": None}))
+    return out
+
+
+def _sample_window(choose: Choose, data: dict[str, Any]) -> None:
+    layers = data.get("n_layers")  # decoder-only: encoder-decoders have no sliding windows
+    if layers is None or not choose([True, False]):
+        return
+    data["window"] = choose(range(1, 7))
+    pattern = [choose(["local", "global"]) for _ in range(choose(range(1, layers + 1)))]
+    if "local" not in pattern:
+        pattern[0] = "local"
+    data["layer_pattern"] = pattern
+    if "global" in pattern and data.get("position") in ("rope", "t5_relative", "alibi"):
+        data["global_nope"] = choose([True, False])
+
+
+def _sample_qk_norm(choose: Choose, data: dict[str, Any]) -> None:
+    if not mla.is_latent(data):  # latent attention normalises its latents, not q and k
+        data["qk_norm"] = choose(["none", "head", "full"])
+
+
+def _qk_norm_swaps(spec: Spec, window: int) -> list[Alternative]:
+    return [(f"{spec.qk_norm.value} -> {q.value}", {"qk_norm": q.value}) for q in QKNorm if q is not spec.qk_norm]
+
+
+ELEMENTS = (
+    Element(
+        "attention heads", ("n_heads", "attention"),
+        describe=_describe_heads,
+        choices=(("heads h", lambda s: s.n_heads), ("kv heads k", lambda s: s.n_kv_heads),
+                 ("head dim d_h", lambda s: s.head_dim), ("attention", heads)),
+        swaps=_heads_swaps, sample=_sample_heads,
+        symbols={
+            "h": Symbol("query heads", lambda s: s.n_heads),
+            "k": Symbol("key/value heads (k = h: MHA, k = 1: MQA)", lambda s: s.n_kv_heads),
+            "d_h": Symbol("head dimension", lambda s: s.head_dim),
+            **mla.SYMBOLS,
+        },
+    ),
+    Element(
+        "sliding window", ("window", "layer_pattern", "global_nope"),
+        describe=lambda s: None if s.window is None else (
+            f"window {s.window} [{':'.join(kind.value for kind in s.layer_pattern)}]"
+            + (" global NoPE" if s.global_nope else "")),
+        choices=(("window", window),),
+        swaps=_window_swaps, sample=_sample_window,
+        symbols={"w": Symbol("sliding-window length", lambda s: s.window)},
+    ),
+    Element(
+        "QK-norm", ("qk_norm",),
+        describe=lambda s: None if s.qk_norm is QKNorm.none else f"qk-norm ({s.qk_norm.value})",
+        choices=(("qk-norm", lambda s: s.qk_norm.value),),
+        swaps=_qk_norm_swaps, sample=_sample_qk_norm,
+    ),
+)
+
+
+# --- chunked local attention and attention sinks ---------------------------------------------
+
+
+def chunks(spec: Spec) -> str:
+    """Chunked attention as compare shows it: "8192, 3 chunked : 1 global", or "none"."""
+    if spec.attention_chunk is None:
+        return "none"
+    return f"{spec.attention_chunk}, {pattern(spec)}" + (", NoPE global" if spec.global_nope else "")
+
+
+def _describe_chunks(spec: Spec) -> str | None:
+    if spec.attention_chunk is None:
+        return None
+    return (f"chunk {spec.attention_chunk} [{':'.join(kind.value for kind in spec.layer_pattern)}]"
+            + (" global NoPE" if spec.global_nope and spec.window is None else ""))
+
+
+def _chunk_swaps(spec: Spec, window: int) -> list[Alternative]:
+    """Full -> Llama 4's 3 chunked (RoPE) : 1 global (NoPE) layers, with chunks of the window
+    tried; chunks -> full attention, or a sliding window of the chunk's size."""
+    if spec.is_encoder_decoder:
+        return []
+    c = spec.attention_chunk
+    if c is None:
+        if spec.window is not None:
+            return []
+        if spec.decoder_layers >= 4:
+            nope = spec.position.per_layer
+            return [(f"full -> chunks of {window} on 3 of every 4 layers" + (", NoPE global (Llama 4)" if nope else ""),
+                     {"attention_chunk": window, "layer_pattern": ["chunked"] * 3 + ["global"],
+                      **({"global_nope": True} if nope else {})})]
+        return [(f"full -> chunks of {window} on every layer", {"attention_chunk": window, "layer_pattern": ["chunked"]})]
+    kinds = [kind.value for kind in spec.layer_pattern]
+    full = ["global" if kind == "chunked" else kind for kind in kinds]
+    out: list[Alternative] = [(f"chunks of {c} on {pattern(spec)} -> full attention", {
+        "attention_chunk": None, "layer_pattern": None if set(full) == {"global"} else full,
+        **({"global_nope": None} if set(full) == {"global"} else {})})]
+    if spec.window is None:
+        local = ["local" if kind == "chunked" else kind for kind in kinds]
+        out.append((f"chunks of {c} -> sliding window of {c}",
+                    {"attention_chunk": None, "window": c, "layer_pattern": local}))
+    return out
+
+
+def _sample_chunks(choose: Choose, data: dict[str, Any]) -> None:
+    """Turn some layers of a drawn local/global pattern chunked (the window sample draws the
+    pattern): chunks alone, or mixed with windows."""
+    kinds = data.get("layer_pattern")
+    if kinds is None or not choose([True, False]):
+        return
+    data["attention_chunk"] = choose(range(1, 7))
+    kinds = data["layer_pattern"] = [choose([kind, "chunked"]) for kind in kinds]
+    if "chunked" not in kinds:
+        kinds[0] = "chunked"
+    if "local" not in kinds:
+        data.pop("window", None)
+
+
+CHUNKED = Element(
+    "chunked attention", ("attention_chunk",),
+    describe=_describe_chunks, choices=(("chunks", chunks),), swaps=_chunk_swaps, sample=_sample_chunks,
+    symbols={"c": Symbol("attention chunk of chunked local layers (Llama 4)", lambda s: s.attention_chunk)},
+)
+
+SINKS = Element(
+    "attention sinks", ("attention_sinks",),
+    describe=lambda s: "attention sinks" if s.attention_sinks else None,
+    choices=(("attention sinks", lambda s: "yes" if s.attention_sinks else "no"),),
+    swaps=toggle("attention_sinks"),
+    sample=lambda choose, data: data.update(attention_sinks=choose([False, True])),
+)

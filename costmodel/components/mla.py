@@ -33,42 +33,18 @@ token); prefill favours naive (its per-pair cost 2*h*(d_n + d_r + d_v) is the sm
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
-
+from costmodel.components.element import Alternative, Choose, Symbol
+from costmodel.components.norm import norm
 from costmodel.cost import Cost, Dims, linear, runs
+from costmodel.spec import MLA, Spec
 
 if TYPE_CHECKING:
     from costmodel.components.attention import Shape
-    from costmodel.spec import Spec
 
-_Positive = Annotated[StrictInt, Field(gt=0)]
-
-
-class MLA(BaseModel):
-    """The ``attention: {kind: mla, ...}`` fields, in DeepSeek's config names."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["mla"] = "mla"
-    q_lora_rank: _Positive | None = None  # r_q; null: queries projected directly from d_model
-    kv_lora_rank: _Positive  # r_kv
-    qk_nope_head_dim: _Positive  # d_n
-    qk_rope_head_dim: _Positive  # d_r
-    v_head_dim: _Positive  # d_v
-
-    @field_validator("qk_rope_head_dim")
-    @classmethod
-    def _even(cls, v: int) -> int:
-        if v % 2:
-            raise ValueError("must be even: RoPE rotates pairs of dimensions")
-        return v
-
-    @property
-    def cache_width(self) -> int:
-        """Elements cached per token per layer: the latent and the shared rotary key."""
-        return self.kv_lora_rank + self.qk_rope_head_dim
+# components.attention imports this module (MLA is a kind of its "attention heads" element), so
+# what this module uses of attention (probabilities, heads_kind) is imported where it is used.
 
 
 class Convention(str, Enum):
@@ -81,22 +57,20 @@ class Convention(str, Enum):
 ROPE_FLOPS = 3  # as components.position: x*cos + rotate_half(x)*sin per rotated element
 
 
-def latent_attention(
-    spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bias: bool, convention: Convention
-) -> list[tuple[str, Cost]]:
-    """The leaves of one MLA sub-block (norms, dropout and residual are the block's).
-
-    The leaf names are the same in both conventions; kv_b, scores, av (and their bytes) differ.
+def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bias: bool) -> list[tuple[str, Cost]]:
+    """The leaves of one MLA sub-block (norms, dropout and residual are the block's), in the
+    convention ``dims.mla`` names. The leaf names are the same in both; kv_b, scores and av
+    (and their bytes) differ.
     """
     from costmodel.components.attention import probabilities
-    from costmodel.components.norm import norm
 
     B, h, d, p = dims.B, dims.h, dims.d, dims.p
     r_kv, d_n, d_r, d_v = dims.r_kv, dims.d_n, dims.d_r, dims.d_v
     q_tokens, kv_tokens = B * shape.q_len, B * shape.kv_len
     q_width = h * (d_n + d_r)
-    absorbed = convention is Convention.absorbed
-    m: MLA = spec.attention  # type: ignore[assignment]
+    absorbed = Convention(dims.mla) is Convention.absorbed
+    m = spec.attention
+    assert isinstance(m, MLA)
 
     out: list[tuple[str, Cost]] = []
     if m.q_lora_rank is None:
@@ -111,12 +85,12 @@ def latent_attention(
         rotated = q_tokens * h + kv_tokens
         out.append(("rope", Cost(
             other=ROPE_FLOPS * rotated * d_r,
-            bytes=p * (2 * rotated * d_r + 2 * shape.q_len * d_r),  # read, write; cos and sin
+            bytes_unfused=p * (2 * rotated * d_r + 2 * shape.q_len * d_r),  # read, write; cos and sin
         )))
     if shape.cached is not None:
         row = B * (r_kv + d_r) * p  # bytes of one token's latent and rotary key, every sequence
         out.append(("kv_cache", Cost(
-            bytes=row * (shape.kv_len + shape.written),
+            bytes_unfused=row * (shape.kv_len + shape.written),
             kv_read=row * shape.cache_reads,
             kv_write=row * shape.written,
             kv_cache=row * shape.cached,
@@ -131,7 +105,7 @@ def latent_attention(
             params=params,
             matmul=2 * q_tokens * params,
             matmul_eff=2 * q_tokens * params,
-            bytes=p * q_tokens * h * (d_n + 2 * r_kv + d_v) + read,
+            bytes_unfused=p * q_tokens * h * (d_n + 2 * r_kv + d_v) + read,
             weights_read=read,
         )))
         k_width, v_width, k_heads = r_kv + d_r, r_kv, 1  # the latent itself, shared by the heads
@@ -143,13 +117,79 @@ def latent_attention(
     out.append(("scores", Cost(
         matmul=pair * shape.span * k_width,
         matmul_eff=2 * B * h * shape.pairs * k_width,
-        bytes=p * (q_tokens * h * k_width + B * shape.span * k_heads * k_width + scores),
+        bytes_unfused=p * (q_tokens * h * k_width + B * shape.span * k_heads * k_width + scores),
     )))
     out.extend(probabilities(spec, dims, shape, score_bias))
     out.append(("av", Cost(
         matmul=pair * shape.span * v_width,
         matmul_eff=2 * B * h * shape.pairs * v_width,
-        bytes=p * (scores + B * shape.span * k_heads * v_width + q_tokens * h * v_width),
+        bytes_unfused=p * (scores + B * shape.span * k_heads * v_width + q_tokens * h * v_width),
     )))
     out.append(("out", linear(q_tokens, h * d_v, d, spec.bias.attn_out, p)))
     return out
+
+
+# --- the registry: MLA is a kind of the "attention heads" element (components.attention) ------
+
+SYMBOLS = {
+    "r_q": Symbol("query latent rank, q_lora_rank (MLA)", lambda s: s.mla.q_lora_rank if s.mla else None),
+    "r_kv": Symbol("key/value latent rank, kv_lora_rank (MLA)", lambda s: s.mla.kv_lora_rank if s.mla else None),
+    "d_n": Symbol("query/key head width without positions, qk_nope_head_dim (MLA)",
+                  lambda s: s.mla.qk_nope_head_dim if s.mla else None),
+    "d_r": Symbol("decoupled RoPE width per head, qk_rope_head_dim (MLA)",
+                  lambda s: s.mla.qk_rope_head_dim if s.mla else None),
+    "d_v": Symbol("value head width, v_head_dim (MLA)", lambda s: s.mla.v_head_dim if s.mla else None),
+}
+
+
+def label(m: MLA) -> str:
+    """compare's word for the attention: "MLA 576/token" (elements cached per token per layer)."""
+    return f"MLA {m.cache_width}/token"
+
+
+def describe(spec: Spec, m: MLA) -> str:
+    ranks = f"r_q={m.q_lora_rank} " if m.q_lora_rank is not None else ""
+    return (f"h={spec.n_heads} · MLA {ranks}r_kv={m.kv_lora_rank} d_n={m.qk_nope_head_dim} "
+            f"d_r={m.qk_rope_head_dim} d_v={m.v_head_dim} ({m.cache_width}/token)")
+
+
+def to_latent(spec: Spec) -> Alternative | None:
+    """Multi-head attention -> MLA with DeepSeek-V2's ratios (section 2.1.4: d_c = 4 d_h,
+    d_h^R = d_h / 2, d_n = d_v = d_h), queries projected directly; None where MLA cannot
+    stand in (not RoPE, QK-norm, an encoder-decoder, d_h not a multiple of 4)."""
+    d_h = spec.head_dim
+    if (spec.position.value != "rope" or spec.qk_norm.value != "none" or spec.is_encoder_decoder
+            or d_h % 4):
+        return None
+    m = MLA(kv_lora_rank=4 * d_h, qk_nope_head_dim=d_h, qk_rope_head_dim=d_h // 2, v_head_dim=d_h)
+    from costmodel.components.attention import heads
+
+    return (f"{heads(spec)} -> {label(m)} (DeepSeek-V2 ratios: r_kv = 4 d_h, d_r = d_h/2)",
+            {"attention": m.model_dump(exclude_defaults=True) | {"kind": "mla"}, "rotary_fraction": None})
+
+
+def from_latent(spec: Spec, m: MLA, gqa: int | None) -> list[Alternative]:
+    """MLA -> multi-head attention of its h heads of d_n (the baseline of DeepSeek-V2's Table 1),
+    with k = h, a GQA k, or 1 key/value heads."""
+    from costmodel.components.attention import heads_kind
+
+    h = spec.n_heads
+    out = []
+    for k in dict.fromkeys([h, *([gqa] if gqa else []), 1]):
+        out.append((f"{label(m)} -> {heads_kind(h, k)} k={k} of d_h={m.qk_nope_head_dim}",
+                    {"attention": {"kind": "mha", "n_kv_heads": k, "head_dim": m.qk_nope_head_dim}}))
+    return out
+
+
+def sample(choose: Choose, data: dict[str, Any]) -> None:
+    """A small latent attention (the positions and QK-norm samples then keep RoPE and no QK-norm)."""
+    data["attention"] = {
+        "kind": "mla", "q_lora_rank": choose([None, 3, 6]), "kv_lora_rank": choose([2, 4, 6]),
+        "qk_nope_head_dim": choose([2, 4]), "qk_rope_head_dim": choose([2, 4]), "v_head_dim": choose([2, 3]),
+    }
+
+
+def is_latent(data: dict[str, Any]) -> bool:
+    """Whether a spec mapping (as the samples build it) has latent attention."""
+    att = data.get("attention")
+    return isinstance(att, dict) and att.get("kind") == "mla"

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from costmodel.components.mla import MLA, Convention
+from costmodel.components.mla import Convention
 from costmodel.measure.reference import Attention, Norm, Step, SubBlock, rope, rope_angles
-from costmodel.spec import Spec
+from costmodel.spec import MLA, Spec
 
 
 class LatentUp(nn.Module):
@@ -55,7 +55,8 @@ class LatentAttention(Attention):
     def __init__(self, spec: Spec, own_norm: bool, *, window: int | None = None, chunk: int | None = None,
                  causal: bool = True, cross: bool = False, rope: bool = False, score_bias: bool = False):
         SubBlock.__init__(self, spec, own_norm)  # the branch's norms; Attention's projections not
-        m: MLA = spec.attention  # type: ignore[assignment]
+        m = spec.mla
+        assert m is not None
         d, h = spec.d_model, spec.n_heads
         self.scoring(spec, window, chunk, causal, cross, score_bias)
         self.heads, self.rank, self.nope, self.rotary, self.value = (

@@ -438,7 +438,7 @@ class Layer(nn.Module):
         own = not self.parallel or (pre and not spec.shared_norm)
         positions = uses_positions(spec, kind)
         kind_of: type[Attention] = Attention
-        if spec.attention is not None:
+        if spec.mla is not None:
             from costmodel.measure.latent import LatentAttention
 
             kind_of = LatentAttention
