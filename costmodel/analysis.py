@@ -58,6 +58,7 @@ class Analysis:
     dtype: str
     shape: dict[str, int]  # B, S, C, S_e, C_e as the phase binds them
     rows: tuple[Row, ...]
+    mla: str = "naive"  # the convention latent attention ran in (components.mla)
 
     @property
     def bytes_per_element(self) -> int:
@@ -108,6 +109,7 @@ class Analysis:
             "seq": self.seq,
             "enc_seq": self.enc_seq,
             "dtype": self.dtype,
+            **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
             "bytes_per_element": self.bytes_per_element,
             "shape": dict(self.shape),
             "params": {
@@ -201,7 +203,7 @@ def analyze(
     dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype], mla)
     costs = model.components(spec, dims)
     rows = tuple(_row(path, ph, cost) for path, cost in costs.items())
-    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows)
+    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, mla)
 
 
 def count_params(spec: Spec) -> int:

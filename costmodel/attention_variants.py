@@ -11,7 +11,9 @@ on an encoder-decoder) is one ``SpecError`` line, like a bad file. Every number 
   cache, the attention sub-blocks' FLOPs, bytes and intensity, their roofline and the whole
   pass's, and the largest batch that fits (``metrics.fit``);
 - windows: full attention, every layer local, the spec's local/global pattern: KV cache and
-  attention work as the context grows.
+  attention work as the context grows;
+- latent attention (DeepSeek-V2): the naive and absorbed conventions of ``components.mla`` side
+  by side, phase by phase, as the dense and masked counts are.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from costmodel.analysis import Analysis, AnalysisError, Row, analyze
 from costmodel.hardware import Hardware, Roofline
 from costmodel.metrics import Fit, attention_total, fit, roofline_dict, roofline_of
 from costmodel.components.attention import heads, heads_kind, pattern
+from costmodel.components.mla import Convention
 from costmodel.phases import DECODE
 from costmodel.spec import LayerKind, Position, Spec
 from costmodel.variants import gqa_kv_heads, variant
@@ -34,6 +37,7 @@ class Variant:
     label: str  # "MHA k=32", "GQA k=8", "w=4096, all local", ...
     spec: Spec
     own: bool  # the spec's own configuration
+    mla: str = "naive"  # the convention a latent-attention variant runs in (components.mla)
 
 
 def with_kv_heads(spec: Spec, k: int) -> Spec:
@@ -58,15 +62,16 @@ def standard_attention(spec: Spec) -> Spec:
 def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[Variant]:
     """One variant per k (default: h, the spec's own k, 1); the spec itself keeps its k.
 
-    A latent-attention spec comes first, as itself, then the k variants of its multi-head
-    counterpart (``standard_attention``): MLA beside MHA, GQA and MQA of the same heads.
+    A latent-attention spec comes first, as itself in both conventions (naive: what
+    transformers runs; absorbed: what DeepSeek's kernels run), then the k variants of its
+    multi-head counterpart (``standard_attention``): MLA beside MHA, GQA and MQA of its heads.
     """
     if spec.mla is not None:
-        mla = Variant(heads(spec), spec, own=True)
+        latent = [Variant(f"{heads(spec)} {c.value}", spec, own=True, mla=c.value) for c in Convention]
         h = spec.n_heads
         gqa = gqa_kv_heads(h)
         rest = kv_head_variants(standard_attention(spec), kv_heads or [h, *([gqa] if gqa else []), 1])
-        return [mla] + [Variant(v.label, v.spec, own=False) for v in rest]
+        return latent + [Variant(v.label, v.spec, own=False) for v in rest]
     out = []
     for k in dict.fromkeys(kv_heads or default_kv_heads(spec)):
         s = spec if k == spec.n_kv_heads else with_kv_heads(spec, k)
@@ -151,7 +156,7 @@ def compare_kv_heads(
     rows = []
     for v in kv_head_variants(spec, kv_heads):
         for phase in INFERENCE:
-            a = analyze(v.spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
+            a = analyze(v.spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=v.mla)
             k = None if v.spec.mla is not None else v.spec.n_kv_heads
             rows.append(heads_row(v.label, k, v.own, a, hw))
     return rows
@@ -202,4 +207,37 @@ def compare_windows(
             att = attention_total(dec)
             rows.append(WindowRow(v.label, v.own, c, dec.total().kv_cache, attention_total(pre), att,
                                   roofline_of(att, hw, dtype)))
+    return rows
+
+
+@dataclass(frozen=True)
+class LatentRow:
+    """One phase of a latent-attention spec in one convention (components.mla.Convention)."""
+
+    phase: str
+    convention: str
+    shape: dict[str, int]
+    attention: Row  # every attention sub-block, summed over layers
+    total: Row  # the whole pass
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "convention": self.convention, "shape": self.shape,
+                "attention": {**asdict(self.attention), "flops": self.attention.flops},
+                "total": {**asdict(self.total), "flops": self.total.flops}}
+
+
+def compare_latent(
+    spec: Spec, phases: Sequence[str] = ("train", "prefill", "decode"), batch: int = 1,
+    seq: int | None = None, dtype: str = "bf16",
+) -> list[LatentRow]:
+    """Each phase of a latent-attention spec in both conventions: the same weights and cache,
+    different work (naive re-expands every cached latent; absorbed folds W_UK and W_UV into the
+    query and output). Empty for multi-head attention."""
+    if spec.mla is None:
+        return []
+    rows = []
+    for phase in phases:
+        for c in Convention:
+            a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, mla=c.value)
+            rows.append(LatentRow(phase, c.value, dict(a.shape), attention_total(a), a.total()))
     return rows

@@ -277,8 +277,14 @@ def test_attention_rows_put_mla_beside_mha_gqa_mqa() -> None:
 
     rows = {(r.variant, r.phase): r for r in compare_kv_heads(v3(), load_hardware("h100-sxm"), seq=4096)}
     per_token = {v: r.kv_per_token for (v, phase), r in rows.items() if phase == "decode"}
-    assert per_token == {"MLA 576/token": 576 * 2 * 61, "MHA k=128": 2 * 128 * 128 * 2 * 61,
-                         "GQA k=8": 2 * 8 * 128 * 2 * 61, "MQA k=1": 2 * 128 * 2 * 61}
-    mla = rows["MLA 576/token", "decode"]
-    assert mla.own and mla.kv_heads is None and not rows["MHA k=128", "decode"].own
-    assert rows["MHA k=128", "decode"].kv_per_token / mla.kv_per_token == 2 * 128 * 128 / 576  # 56.9x
+    assert per_token == {"MLA 576/token naive": 576 * 2 * 61, "MLA 576/token absorbed": 576 * 2 * 61,
+                         "MHA k=128": 2 * 128 * 128 * 2 * 61, "GQA k=8": 2 * 8 * 128 * 2 * 61,
+                         "MQA k=1": 2 * 128 * 2 * 61}
+    naive, absorbed = rows["MLA 576/token naive", "decode"], rows["MLA 576/token absorbed", "decode"]
+    assert naive.own and absorbed.own and naive.kv_heads is None and not rows["MHA k=128", "decode"].own
+    assert rows["MHA k=128", "decode"].kv_per_token / naive.kv_per_token == 2 * 128 * 128 / 576  # 56.9x
+    # a decode step at 4097 tokens: absorbed skips re-expanding 4097 latents through kv_b
+    # (2 x 4097 x 512 x 128*256 FLOPs a layer) and pays 2 x 128 x (1088 - 320) per cached token more
+    # in scores and AV, and 2 x 512 x 128*256 once for the query and output
+    per_layer = 2 * 4097 * 512 * 128 * 256 - 2 * 128 * 4097 * (1088 - 320) - 2 * 512 * 128 * 256
+    assert naive.attention.flops_matmul - absorbed.attention.flops_matmul == 61 * per_layer
