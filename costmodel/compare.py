@@ -193,7 +193,7 @@ def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str) -> dict[str, 
 
 
 @dataclass(frozen=True)
-class Comparison:
+class SideBySide:
     """Specs side by side (oldest first): design choices, costs, paper conventions."""
 
     specs: tuple[Spec, ...]
@@ -233,7 +233,7 @@ class Comparison:
 def compare(
     specs: Sequence[Spec], batch: int = 1, seq: int | None = None, dtype: str = "bf16",
     conventions: tuple[str, ...] = (),
-) -> Comparison:
+) -> SideBySide:
     """`specs` side by side, oldest first, at one shape: `seq` means what it means for
     ``analyze`` (prompt for train and prefill, cached tokens for decode); by default the
     longest context every model allows. `conventions` names paper conventions to count beside
@@ -255,5 +255,5 @@ def compare(
         if m is not None and conventions:
             for row in compare_conventions(s, shape["train"], conventions):
                 conv.setdefault(row.count.convention, [None] * len(ordered))[i] = row
-    return Comparison(ordered, batch, shape, dtype, tuple(choices(ordered)), rows,
+    return SideBySide(ordered, batch, shape, dtype, tuple(choices(ordered)), rows,
                       {k: tuple(v) for k, v in conv.items()}, tuple(notes))

@@ -20,8 +20,7 @@ from typing import Any
 from costmodel import units
 from costmodel.analysis import Analysis, Row
 from costmodel.conventions import ConventionRow
-from costmodel.hardware import Hardware
-from costmodel.metrics import roofline_of
+from costmodel.hardware import Hardware, roofline_of
 from costmodel.phases import LABELS
 from costmodel.spec import Spec
 

@@ -22,8 +22,7 @@ import sympy
 from costmodel import model
 from costmodel import symbols as sym
 from costmodel.analysis import AnalysisError, analyze, default_seq, select, symbolic_tree
-from costmodel.hardware import Hardware
-from costmodel.metrics import hardware_dict
+from costmodel.hardware import Hardware, hardware_dict
 from costmodel.phases import DECODE, PHASES
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES

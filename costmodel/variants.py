@@ -8,9 +8,14 @@ takes its default again or is re-derived (``n_kv_heads`` = ``n_heads``, ``head_d
 ``d_model / n_heads``, ``layer_pattern`` from ``window``).
 
 - ``ablate``: one spec before and after a set of changes, every quantity in every phase.
-- ``swaps`` and ``rank_elements``: each design element of DESIGN.md swapped in turn for each
-  of its alternatives, ranked by the effect on parameters, training FLOPs, decode bytes per
-  token and KV cache: the numbers behind "which design elements matter most".
+- ``swaps`` and ``rank_elements``: each design element swapped in turn for each of its
+  alternatives (declared by the element itself, ``Element.swaps`` in costmodel/components/),
+  ranked by the effect on parameters, training FLOPs, decode bytes per token and KV cache:
+  the numbers behind "which design elements matter most".
+
+Fields of the FFN and attention unions are changed by their shorthand names too
+(``n_kv_heads=8`` sets ``attention.n_kv_heads``); metadata (``spec.METADATA``) is never an
+architectural change.
 """
 
 from __future__ import annotations

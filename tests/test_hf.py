@@ -254,7 +254,7 @@ def test_every_command_accepts_a_config(tmp_path):
     config = write(tmp_path, OPT_125M)
     result = runner.invoke(app, ["analyze", str(config), "-p", "prefill", "-f", "json"])
     assert result.exit_code == 0
-    assert json.loads(result.stdout)["params"]["total"] == 125_239_296
+    assert json.loads(result.stdout)["phases"]["prefill"]["params"]["total"] == 125_239_296
     result = runner.invoke(app, ["formula", str(config), "-q", "params", "-c", "embedding/positions"])
     assert result.exit_code == 0 and result.stdout.strip() == str(2050 * 768)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, compare_report, conventions, metrics, report
+from costmodel import catalog, compare_report, conventions, report
 from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, analyze, count_params, default_seq, formula
 from costmodel.cli.app import (
     BatchOpt,
@@ -27,7 +27,7 @@ from costmodel.cli.app import (
 )
 from costmodel.components.mla import Convention
 from costmodel.conventions import ConventionName
-from costmodel.hardware import load_hardware
+from costmodel.hardware import load_hardware, roofline_json
 from costmodel.spec import load_spec
 
 #: `formula --quantity`: the library's formula quantities, and their older aliases.
@@ -68,7 +68,7 @@ def analyze_cmd(
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
     def data() -> dict[str, object]:
         out: dict[str, object] = {"spec": s.name, "phases": {
-            a.phase: a.to_dict() | ({"roofline": metrics.roofline_json(a.total(), hw, a.dtype)} if hw else {})
+            a.phase: a.to_dict() | ({"roofline": roofline_json(a.total(), hw, a.dtype)} if hw else {})
             for a in analyses}}
         if paper_rows:
             out["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}

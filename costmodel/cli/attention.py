@@ -73,7 +73,7 @@ def attention_cmd(
     KV cache, attention FLOPs, bytes, intensity, bound, roofline time and the largest batch that fits."""
     from costmodel import report_attention as ra
     from costmodel.attention_variants import compare_kv_heads, compare_windows
-    from costmodel.metrics import hardware_dict
+    from costmodel.hardware import hardware_dict
 
     with _user_errors():
         s = catalog.load(spec)

@@ -57,6 +57,12 @@ def sites(spec: Spec) -> str:
     return ", ".join(f"{site.removesuffix('_dropout')} {r:g}" for site, r in zip(SITES, rates))
 
 
+def _rates(spec: Spec) -> str:
+    """Each site's rate, compactly, for compare's narrow columns: embeddings/attention/FFN/final."""
+    rates = (spec.embedding_dropout_rate, spec.attention_dropout_rate, spec.ffn_dropout, spec.final_dropout)
+    return "/".join(f"{r:g}" for r in rates)
+
+
 def _swaps(spec: Spec, window: int) -> list[Alternative]:
     if spec.dropout:
         return [(f"{spec.dropout:g} -> none", {"dropout": None})]
@@ -79,7 +85,7 @@ def _sample(choose: Choose, data: dict[str, Any]) -> None:
 ELEMENTS = (
     Element(
         "dropout", ("dropout", *SITES), describe=_describe,
-        choices=(("dropout", lambda s: s.dropout), ("dropout sites", sites)),
+        choices=(("dropout", lambda s: s.dropout), ("dropout sites", _rates)),
         swaps=_swaps, sample=_sample,
     ),
 )

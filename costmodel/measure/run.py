@@ -41,7 +41,7 @@ DEVICES = ("meta", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
-class Comparison:
+class FormulaCheck:
     """One quantity: what the formulas say, what the run did."""
 
     quantity: str
@@ -77,7 +77,7 @@ class Measurement:
     analysis: Analysis  # the formulas, for the same spec (after --layers) and shape
     device: str
     layers: int | None
-    comparisons: tuple[Comparison, ...]
+    comparisons: tuple[FormulaCheck, ...]
     components: tuple[ComponentCounts, ...]
     hardware: str | None = None
     roofline: dict[str, Any] | None = None
@@ -88,7 +88,7 @@ class Measurement:
         """Every exact count equals its formula."""
         return all(c.agrees for c in self.comparisons)
 
-    def get(self, quantity: str) -> Comparison:
+    def get(self, quantity: str) -> FormulaCheck:
         return next(c for c in self.comparisons if c.quantity == quantity)
 
     def to_dict(self) -> dict[str, Any]:
@@ -262,13 +262,13 @@ def measure(
     params = sum(p.numel() for p in model.parameters())
     kv = cache.nbytes if cache is not None else 0
     comparisons = [
-        Comparison("params", total.params, params, True, "count"),
-        Comparison("flops_matmul", total.flops_matmul, counts.total_flops, True, "FLOP"),
-        Comparison("kv_cache", total.kv_cache, kv, True, "B"),
+        FormulaCheck("params", total.params, params, True, "count"),
+        FormulaCheck("flops_matmul", total.flops_matmul, counts.total_flops, True, "FLOP"),
+        FormulaCheck("kv_cache", total.kv_cache, kv, True, "B"),
     ]
     if count_bytes:
-        comparisons.append(Comparison("bytes_unfused", total.bytes_unfused, counts.total_bytes, False, "B"))
-        comparisons.append(Comparison(
+        comparisons.append(FormulaCheck("bytes_unfused", total.bytes_unfused, counts.total_bytes, False, "B"))
+        comparisons.append(FormulaCheck(
             "intensity", total.flops_matmul / total.bytes_unfused,
             counts.total_flops / counts.total_bytes if counts.total_bytes else 0.0, False, "FLOP/B"))
     times: list[float] = []
@@ -284,9 +284,9 @@ def measure(
             line = {"compute_s": unfused.compute_s, "memory_s": unfused.memory_s,
                     "memory_fused_s": fused.memory_s, "time_s": unfused.time_s,
                     "time_fused_s": fused.time_s, "bound": unfused.bound, "ridge": unfused.ridge}
-            comparisons.append(Comparison("time", unfused.time_s, measured, False, "s"))
+            comparisons.append(FormulaCheck("time", unfused.time_s, measured, False, "s"))
         else:
-            comparisons.append(Comparison("time", 0.0, measured, False, "s"))
+            comparisons.append(FormulaCheck("time", 0.0, measured, False, "s"))
     return Measurement(
         analysis=a, device=str(dev), layers=layers, comparisons=tuple(comparisons),
         components=tuple(join(a, model, counts, count_bytes)),

@@ -14,7 +14,7 @@ from costmodel.phases import LABELS as QUANTITY_LABELS
 from costmodel.report import Table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from costmodel.measure.run import Comparison, Measurement
+    from costmodel.measure.run import FormulaCheck, Measurement
 
 LABELS = {
     **{q: QUANTITY_LABELS[q] for q in ("params", "flops_matmul", "kv_cache", "bytes_unfused")},
@@ -23,7 +23,7 @@ LABELS = {
 }
 
 
-def _value(c: Comparison, x: float) -> str:
+def _value(c: FormulaCheck, x: float) -> str:
     if c.unit == "s":
         return units.seconds(x) if x else "-"
     if c.exact:
@@ -33,7 +33,7 @@ def _value(c: Comparison, x: float) -> str:
     return f"{x:.3g}"
 
 
-def _verdict(c: Comparison) -> str:
+def _verdict(c: FormulaCheck) -> str:
     if c.exact:
         return "equal" if c.agrees else "DIFFERS"
     return "" if c.formula == 0 else "gap" if c.unit == "B" else ""
