@@ -288,3 +288,57 @@ def test_attention_rows_put_mla_beside_mha_gqa_mqa() -> None:
     # in scores and AV, and 2 x 512 x 128*256 once for the query and output
     per_layer = 2 * 4097 * 512 * 128 * 256 - 2 * 128 * 4097 * (1088 - 320) - 2 * 512 * 128 * 256
     assert naive.attention.flops_matmul - absorbed.attention.flops_matmul == 61 * per_layer
+
+
+# --- registry: swaps, describe, the CLI ---------------------------------------------------------
+
+
+def test_gqa_to_mla_swap_cuts_the_cache_to_576_of_2048_elements() -> None:
+    """llama-3-8b caches 2*8*128 = 2048 elements a token a layer; MLA with DeepSeek-V2's ratios
+    (r_kv = 4*128, d_r = 128/2) caches 576: the KV cache falls to 576/2048 of itself."""
+    from costmodel import catalog
+    from costmodel.variants import ablate, swaps
+
+    spec = catalog.load("llama-3-8b")
+    swap = next(s for s in swaps(spec) if "MLA" in s.label)
+    assert swap.element == "attention heads" and "MLA 576/token" in swap.label
+    a = ablate(spec, swap.changes)
+    dec = a.analyses["decode"]
+    assert dec[1].total().kv_cache * 2048 == dec[0].total().kv_cache * 576
+    assert a.after.mla is not None and a.after.mla.kv_lora_rank == 512 and a.after.mla.q_lora_rank is None
+    # and back: MLA -> MHA/GQA/MQA of d_n = 128
+    back = [s for s in swaps(a.after) if s.element == "attention heads"]
+    assert [s.label.split(" -> ")[1] for s in back] == ["MHA k=32 of d_h=128", "GQA k=8 of d_h=128",
+                                                        "MQA k=1 of d_h=128"]
+
+
+def test_describe_names_the_latent_sizes() -> None:
+    from costmodel.report import describe
+
+    line = describe(v3())
+    assert "h=128 · MLA r_q=1536 r_kv=512 d_n=128 d_r=64 d_v=128 (576/token)" in line
+    assert "k=" not in line  # no key/value heads to speak of
+
+
+def test_analyze_cli_shows_both_conventions(tmp_path) -> None:
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from costmodel.cli import app
+
+    path = tmp_path / "v3.yaml"
+    path.write_text(yaml.safe_dump(V3_DENSE))
+    runner = CliRunner()
+    out = runner.invoke(app, ["analyze", str(path), "--seq", "4096"])
+    assert out.exit_code == 0, out.output
+    assert "Latent attention: naive and absorbed" in out.output
+    data = json.loads(runner.invoke(app, ["analyze", str(path), "-p", "decode", "--mla", "absorbed",
+                                          "-f", "json"]).output)
+    rows = {r["convention"]: r for r in data["mla_conventions"]}
+    assert data["phases"]["decode"]["mla_convention"] == "absorbed"
+    assert data["phases"]["decode"]["flops"]["matmul"] == rows["absorbed"]["total"]["flops_matmul"]
+    assert rows["naive"]["total"]["kv_cache"] == rows["absorbed"]["total"]["kv_cache"] == 2048 * 70_272
+    bad = runner.invoke(app, ["analyze", str(path), "--mla", "fused"])
+    assert bad.exit_code == 2 and "fused" in bad.output
