@@ -80,29 +80,36 @@ def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[
 
 def full_attention(spec: Spec) -> Spec:
     """Every layer attends to the whole context, with positions on every layer."""
-    if spec.window is None:
+    if spec.window is None and spec.attention_chunk is None:
         return spec
-    return variant(spec, {"window": None, "layer_pattern": None, "global_nope": None})
+    drop_chunks = {"attention_chunk": None} if spec.attention_chunk is not None else {}
+    return variant(spec, {"window": None, **drop_chunks, "layer_pattern": None, "global_nope": None})
 
 
 def window_label(spec: Spec) -> str:
-    """``full``, ``w=4096, all local``, ``w=1024, 5 local : 1 global``."""
-    return "full" if spec.window is None else f"w={spec.window}, {pattern(spec)}"
+    """``full``, ``w=4096, all local``, ``w=1024, 5 local : 1 global``, ``c=8192, 3 chunked : 1 global``."""
+    sizes = [f"{name}={v}" for name, v in (("w", spec.window), ("c", spec.attention_chunk)) if v is not None]
+    return ", ".join([*sizes, pattern(spec)]) if sizes else "full"
 
 
 def window_variants(spec: Spec, window: int | None = None) -> list[Variant]:
-    """Full attention; every layer local with window w (the spec's, or `window`); and the
-    spec's own local/global pattern when it has one (with `window` if given)."""
+    """Full attention; every layer local with window w (the spec's, or `window`); the spec's own
+    local/global pattern when it has one (with `window` if given); and the spec itself when it
+    has chunked layers (Llama 4's chunks, which differ from a window of their size in pairs)."""
     w = window or spec.window
-    out = [Variant("full", full_attention(spec), own=spec.window is None)]
-    if w is None:
-        return out
-    local = variant(spec, {"window": w, "layer_pattern": [LayerKind.local.value], "global_nope": None})
-    out.append(Variant(window_label(local), local,
-                       own=local.window == spec.window and local.layer_pattern == spec.layer_pattern))
+    local_or_chunked = spec.window is not None or spec.attention_chunk is not None
+    out = [Variant("full", full_attention(spec), own=not local_or_chunked)]
+    if w is not None:
+        drop_chunks = {"attention_chunk": None} if spec.attention_chunk is not None else {}
+        local = variant(spec, {"window": w, **drop_chunks, "layer_pattern": [LayerKind.local.value],
+                               "global_nope": None})
+        out.append(Variant(window_label(local), local,
+                           own=local.window == spec.window and local.layer_pattern == spec.layer_pattern))
     if spec.window is not None and LayerKind.global_ in spec.layer_pattern:
         mixed = spec if w == spec.window else variant(spec, {"window": w})
         out.append(Variant(window_label(mixed), mixed, own=w == spec.window))
+    if spec.attention_chunk is not None and not any(v.spec is spec for v in out):
+        out.append(Variant(window_label(spec), spec, own=True))
     return out
 
 

@@ -342,3 +342,26 @@ def test_analyze_cli_shows_both_conventions(tmp_path) -> None:
     assert rows["naive"]["total"]["kv_cache"] == rows["absorbed"]["total"]["kv_cache"] == 2048 * 70_272
     bad = runner.invoke(app, ["analyze", str(path), "--mla", "fused"])
     assert bad.exit_code == 2 and "fused" in bad.output
+
+
+def test_shazeer_asymptotics_of_a_latent_spec_use_its_multi_head_counterpart() -> None:
+    """Shazeer (2019) analyses MHA and MQA: for an MLA spec, the h heads of d_n it stands in for."""
+    from costmodel.asymptotics import shazeer
+
+    assert all(r.flops_match and r.memory_match and r.ratio_match for r in shazeer(tiny_mla()))
+
+
+@pytest.mark.parametrize("mla", ["naive", "absorbed"])
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_projection_bytes_equal_the_reference_model(mla: str, phase: str) -> None:
+    """Each latent projection reads its input and weights and writes its output, byte for byte as
+    the counters see the reference model. (Absorbed prefill's kv_b is the exception: einsum copies
+    the W_UK and W_UV slices of the weight before its batched matmuls.)"""
+    for spec in (tiny_mla(), tiny_mla(attention={"q_lora_rank": None}, bias=True)):
+        m = measure(spec, phase, batch=2, seq=5, dtype="fp32", mla=mla)
+        counts = {c.path: c.bytes for c in m.components}
+        leaves = ["q_a", "q_b"] if spec.mla.q_lora_rank else ["q"]
+        leaves += ["kv_a", "out"] + (["kv_b"] if (mla, phase) != ("absorbed", "prefill") else [])
+        for leaf in leaves:
+            formula, measured = counts[f"layers/attention/{leaf}"]
+            assert formula == measured > 0, (leaf, formula, measured)

@@ -140,3 +140,25 @@ def test_chunk_mask_and_sinks_by_hand() -> None:
     # head 0: e^0 / (4 e^0 + e^0) = 1/5 per key; head 1: 1 / (4 + e^2)
     assert torch.allclose(probs[0, 0, 0], torch.full((4,), 0.2, dtype=torch.float64))
     assert torch.allclose(probs[0, 1, 0], torch.full((4,), 1 / (4 + math.e**2), dtype=torch.float64))
+
+
+# --- the attention command and Shazeer's asymptotics --------------------------------------------
+
+
+def test_window_table_shows_full_attention_beside_the_chunks() -> None:
+    """Llama 4's pattern over 8 layers, 1 K/V head of 4, c = 4: at C = 100 the chunked layers keep
+    4 tokens, the global ones 100; full attention keeps 100 everywhere."""
+    from costmodel.attention_variants import compare_windows, window_variants
+    from costmodel.hardware import load_hardware
+
+    spec = tiny(n_layers=8, layer_pattern=["chunked", "chunked", "chunked", "global"], attention_chunk=4,
+                global_nope=True)
+    labels = [(v.label, v.own) for v in window_variants(spec)]
+    assert labels == [("full", False), ("c=4, 3 chunked : 1 global", True)]
+    rows = {r.variant: r for r in compare_windows(spec, load_hardware("h100-sxm"), contexts=[100])}
+    per_token = 2 * k * d_h * P
+    assert rows["full"].kv_cache == per_token * 8 * 100
+    assert rows["c=4, 3 chunked : 1 global"].kv_cache == per_token * (6 * 4 + 2 * 100)
+    # a window variant of a chunked spec replaces the chunks
+    local = [v for v in window_variants(spec, window=4) if v.label == "w=4, all local"]
+    assert local and local[0].spec.attention_chunk is None

@@ -11,7 +11,10 @@ here, written plainly, with no fused kernel that would hide work from the counte
 - the KV cache is preallocated for the context it will hold (a static cache, as serving
   stacks keep one) and written in place: global layers keep every token, local layers a
   rolling buffer of min(C, w) slots (position p in slot p mod w; Mistral 7B, Jiang et al.
-  2023), cross-attention the C_e encoder outputs, projected once;
+  2023), chunked layers one of min(C, c) slots (Llama 4: a query sees its own chunk, a mask
+  hides the rest), cross-attention the C_e encoder outputs, projected once;
+- attention sinks (gpt-oss) are one more softmax column per head; latent attention
+  (DeepSeek-V2) is ``measure.latent.LatentAttention``, in its naive or absorbed convention;
 - a pass is a prompt (prefill, training: positions 0..S-1) or one new token at position C-1
   with C-1 tokens already cached (decode); a decode of an encoder-decoder does not run the
   encoder, whose K/V sit in the cache.
@@ -536,8 +539,9 @@ class LMHead(nn.Module):
 
 
 class KVCache:
-    """K and V of every decoder attention sub-block, (B, k, tokens, d_h) each, preallocated for
-    the context they hold: C tokens (global), min(C, w) (local), C_e (cross)."""
+    """K and V of every decoder attention sub-block, (B, k, tokens, d_h) each (latent attention:
+    its latent and rotary key, ``cache_shapes``), preallocated for the context they hold: C tokens
+    (global), min(C, w) (local), min(C, c) (chunked), C_e (cross)."""
 
     def __init__(self, buffers: list[tuple[Tensor, Tensor]]):
         self.buffers = buffers
