@@ -162,3 +162,55 @@ def test_window_table_shows_full_attention_beside_the_chunks() -> None:
     # a window variant of a chunked spec replaces the chunks
     local = [v for v in window_variants(spec, window=4) if v.label == "w=4, all local"]
     assert local and local[0].spec.attention_chunk is None
+
+
+# --- transformers' own definitions -----------------------------------------------------------------
+
+
+@given(S=st.integers(1, 20), cached=st.integers(0, 20), c=st.integers(1, 8))
+@settings(max_examples=40, deadline=None)
+def test_chunk_pairs_are_what_transformers_mask_allows(S: int, cached: int, c: int) -> None:
+    """transformers' chunked_causal_mask_function (Llama 4) allows, for the S queries at the end
+    of a C-token context, exactly the pairs of our closed form."""
+    pytest.importorskip("transformers", reason="the oracle needs transformers (the [hf] extra)")
+    from transformers.masking_utils import chunked_causal_mask_function
+
+    C = S + cached
+    allowed = chunked_causal_mask_function(c, torch.zeros(1, dtype=torch.long))
+    zero = torch.tensor(0)
+    q = torch.arange(C - S, C)[:, None]
+    kv = torch.arange(C)[None, :]
+    pairs = int(allowed(zero, zero, q, kv).sum())
+    dims = numeric_dims(chunked(c), dict(B=1, S=S, C=C, S_e=0, C_e=0), 2)
+    assert attn.chunked(dims).pairs == pairs
+
+
+def test_sinks_are_what_gpt_oss_computes() -> None:
+    """gpt-oss's eager attention (sinks concatenated as one softmax column, then dropped) gives the
+    probabilities of our reference Sinks, and GptOssAttention holds h sink logits."""
+    transformers = pytest.importorskip("transformers", reason="the oracle needs transformers (the [hf] extra)")
+    from types import SimpleNamespace
+
+    from transformers.models.gpt_oss import modeling_gpt_oss as gpt_oss
+
+    from costmodel.measure.reference import Sinks
+
+    torch.manual_seed(0)
+    B, heads, S, d = 2, 4, 5, 8
+    q, k, v = (torch.randn(B, heads, S, d, dtype=torch.float64) for _ in range(3))
+    sinks = Sinks(heads).double()
+    with torch.no_grad():
+        sinks.weight.copy_(torch.randn(heads, dtype=torch.float64))
+    module = SimpleNamespace(num_key_value_groups=1, sinks=sinks.weight, training=False)
+    _, theirs = gpt_oss.eager_attention_forward(module, q, k, v, None, scaling=d**-0.5)
+    ours = sinks(q @ k.transpose(-2, -1) * d**-0.5)
+    assert torch.allclose(ours, theirs, atol=1e-12)
+    cfg = transformers.GptOssConfig(hidden_size=16, num_attention_heads=heads, num_key_value_heads=2, head_dim=d,
+                                    num_hidden_layers=1, layer_types=["full_attention"])
+    layer = gpt_oss.GptOssAttention(cfg, 0)
+    assert layer.sinks.numel() == heads
+    spec = tiny(d_model=16, n_heads=heads, n_kv_heads=2, head_dim=d, n_layers=1, attention_sinks=True,
+                bias=True)
+    a = analyze(spec, seq=3)
+    ours_params = sum(a.total(f"layers/attention/{x}").params for x in ("q", "k", "v", "out", "sinks"))
+    assert ours_params == sum(p.numel() for p in layer.parameters())
