@@ -214,3 +214,32 @@ def test_sinks_are_what_gpt_oss_computes() -> None:
     a = analyze(spec, seq=3)
     ours_params = sum(a.total(f"layers/attention/{x}").params for x in ("q", "k", "v", "out", "sinks"))
     assert ours_params == sum(p.numel() for p in layer.parameters())
+
+
+@pytest.mark.parametrize("batch, seq", [(2, 7), (1, 10)])
+def test_llama4_chunked_layers_equal_flop_counter_on_transformers(batch: int, seq: int) -> None:
+    """transformers' Llama 4 text model with every FFN dense (moe_layers []), chunks of 3, every
+    4th layer global and NoPE: parameters, prefill FLOPs and a decode step's FLOPs (the chunked
+    layers' keys a rolling buffer of min(C, c)) equal the formulas exactly."""
+    transformers = pytest.importorskip("transformers", reason="the oracle needs transformers (the [hf] extra)")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.Llama4TextConfig(
+        vocab_size=50, hidden_size=16, intermediate_size=24, intermediate_size_mlp=24, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=4, attention_chunk_size=3, moe_layers=[],
+        no_rope_layers=[1, 1, 1, 0], use_qk_norm=False, tie_word_embeddings=False, max_position_embeddings=64)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.Llama4ForCausalLM(cfg).eval()
+    spec = tiny(d_model=16, d_ff=24, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=4, vocab_size=50,
+                layer_pattern=["chunked"] * 3 + ["global"], attention_chunk=3, global_nope=True)
+    ids = torch.randint(0, 50, (batch, seq + 1))
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as prefill:
+            out = model(ids[:, :seq], use_cache=True)
+        with FlopCounterMode(display=False) as decode:
+            model(ids[:, seq:], cache=out.past_key_values, use_cache=True)
+    assert analyze(spec, seq=seq).total().params == sum(p.numel() for p in model.parameters())
+    assert analyze(spec, "prefill", batch=batch, seq=seq).total().flops_matmul == prefill.get_total_flops()
+    assert analyze(spec, "decode", batch=batch, seq=seq).total().flops_matmul == decode.get_total_flops()
