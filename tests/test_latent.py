@@ -365,3 +365,19 @@ def test_projection_bytes_equal_the_reference_model(mla: str, phase: str) -> Non
         for leaf in leaves:
             formula, measured = counts[f"layers/attention/{leaf}"]
             assert formula == measured > 0, (leaf, formula, measured)
+
+
+def test_sweep_runs_each_convention() -> None:
+    """The sweep's lambdified formulas follow each MLA variant's convention: decode intensity
+    equals analyze's FLOPs over fused bytes, naive and absorbed apart."""
+    pytest.importorskip("numpy")
+    from costmodel.hardware import load_hardware
+    from costmodel.sweep import parse_axis, sweep
+
+    spec = tiny_mla()
+    sw = sweep(spec, "intensity", [parse_axis("seq=4,16")], load_hardware("h100-sxm"), phases=("decode",))
+    series = {s.variant: s.values.ravel().tolist() for s in sw.series}
+    for convention in ("naive", "absorbed"):
+        totals = [analyze(spec, "decode", seq=s, mla=convention).total() for s in (4, 16)]
+        assert series[f"MLA 6/token {convention}"] == pytest.approx([t.flops / t.bytes_fused for t in totals])
+    assert series["MLA 6/token naive"] != series["MLA 6/token absorbed"]
