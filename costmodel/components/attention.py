@@ -397,6 +397,8 @@ def _sample_chunks(choose: Choose, data: dict[str, Any]) -> None:
         kinds[0] = "chunked"
     if "local" not in kinds:
         data.pop("window", None)
+    if "global" not in kinds:
+        data.pop("global_nope", None)
 
 
 CHUNKED = Element(
