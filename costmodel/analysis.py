@@ -7,8 +7,9 @@ the one set of formulas in ``costmodel.components``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from costmodel import model
@@ -21,11 +22,18 @@ from costmodel.symbols import DTYPE_BYTES
 if TYPE_CHECKING:
     import sympy
 
+    from costmodel.hardware import Hardware
+
 DEFAULT_SEQ = 2048  # capped at the spec's max_seq_len
+MAX_COUNT = 10**300  # float64 ends at 1.8e308; ratios and sums of counts need headroom
 
 
 class AnalysisError(ValueError):
     """A request the model cannot answer (a length beyond a learned position table, ...)."""
+
+
+class ContextWarning(UserWarning):
+    """A length the model can compute but was not trained for (RoPE past max_seq_len)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,7 @@ class Analysis:
     dtype: str
     shape: dict[str, int]  # B, S, C, S_e, C_e as the phase binds them
     rows: tuple[Row, ...]
+    hardware: Hardware | None = field(default=None, compare=False)  # for the roofline
     mla: str = "naive"  # the convention latent attention ran in (components.mla)
 
     @property
@@ -136,7 +145,14 @@ class Analysis:
             "arithmetic_intensity": self.arithmetic_intensity,
             "arithmetic_intensity_unfused": self.arithmetic_intensity_unfused,
             "components": [asdict(r) for r in self.rows],
-        }
+        } | ({"roofline": self.roofline} if self.hardware is not None else {})
+
+    @property
+    def roofline(self) -> dict[str, Any] | None:
+        """The device and where this pass sits on its roofline (with ``hardware`` only)."""
+        from costmodel.metrics import roofline_json
+
+        return None if self.hardware is None else roofline_json(self.total(), self.hardware, self.dtype)
 
 
 def sum_rows(rows: Iterable[Row], path: str) -> Row:
@@ -166,6 +182,7 @@ def analyze(
     seq: int | None = None,
     dtype: str = "bf16",
     enc_seq: int | None = None,
+    hardware: Hardware | str | None = None,
     mla: str = "naive",
 ) -> Analysis:
     """Evaluate every component of `spec` in one phase.
@@ -175,7 +192,9 @@ def analyze(
 
     `seq` is the prompt length for prefill and train, and the number of cached tokens for
     decode (which then attends to seq + 1). `enc_seq` is the encoder input length of an
-    encoder-decoder (default: `seq`).
+    encoder-decoder (default: `seq`). With `hardware` (a Hardware, or a profile's name or file
+    as ``--hardware`` takes it), the result carries the roofline (``.roofline``, and in
+    ``to_dict()``). RoPE past max_seq_len warns (ContextWarning); learned positions refuse.
     """
     if phase not in PHASES:
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
@@ -200,10 +219,26 @@ def analyze(
                 f"seq: {phase} attends to {longest} positions, beyond the {spec.max_seq_len} "
                 f"learned positions of {spec.name}"
             )
+    elif spec.position is Position.rope and max(shape["C"], shape["C_e"]) > spec.max_seq_len:
+        warnings.warn(
+            f"seq: attends past the {spec.max_seq_len} positions {spec.name[:60]} was trained on "
+            "(RoPE computes the counts; the model's quality there is another matter)",
+            ContextWarning, stacklevel=2)
+    if isinstance(hardware, str):
+        from costmodel.hardware import load_hardware
+
+        hardware = load_hardware(hardware)
+    if hardware is not None:
+        hardware.peak(dtype)  # a dtype the device lacks is an error before any work
     dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype], mla)
-    costs = model.components(spec, dims)
-    rows = tuple(_row(path, ph, cost) for path, cost in costs.items())
-    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, mla)
+    rows = tuple(_row(path, ph, cost) for path, cost in model.components(spec, dims).items())
+    largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
+                                              "kv_cache")) for r in rows)
+    if largest > MAX_COUNT:
+        # Counts are exact ints at any size, but intensity, time and the sweep are floats.
+        raise AnalysisError(f"{spec.name[:60]}: a count of {len(str(largest))} digits at this shape, past the "
+                            f"{MAX_COUNT:.0e} that floating-point figures (intensity, time) can hold")
+    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, hardware, mla)
 
 
 def count_params(spec: Spec) -> int:
@@ -227,7 +262,7 @@ FORMULA_ALIASES = {"bytes": "bytes_unfused"}
 
 
 def symbolic_tree(spec: Spec, phase: str, mla: str = "naive") -> dict[str, dict[str, sympy.Expr]]:
-    """path -> quantity -> sympy expression in this phase, over the symbols of DESIGN.md."""
+    """path -> quantity -> sympy expression in this phase, over the symbols of docs/reference.md."""
     import sympy
 
     ph = PHASES[phase]

@@ -40,7 +40,7 @@ from costmodel.components.stability import softcaps
 from costmodel.conventions import ConventionRow, compare_conventions
 from costmodel.spec import Spec, SpecError
 
-# Rules of thumb (DESIGN.md, "Shape rules of thumb"; the study note, section 4).
+# Rules of thumb (docs/reference.md, "Shape rules of thumb"; the study note, section 4).
 FF_RATIO = Fraction(4)
 FF_RATIO_GATED = Fraction(8, 3)
 FF_TOLERANCE = 0.25  # relative

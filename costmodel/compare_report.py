@@ -83,7 +83,7 @@ def comparison_tables(c: SideBySide) -> list[Table]:
     same = [ch.label for ch in c.choices if ch.invariant]
     rules = "; ".join(f"{ch.label} {ch.rule}" for ch in c.choices if ch.rule)
     choice_notes = [f"same across all {len(names)}: {', '.join(same) if same else 'nothing'}",
-                    f"{FLAG.strip()}: outside the rule of thumb (../shared/DESIGN.md; the study note, "
+                    f"{FLAG.strip()}: outside the rule of thumb (docs/reference.md, 'Shape rules of thumb'; the study note, "
                     f"section 4): {rules}"]
     tables = [Table("Design choices", ("choice", "across", *names), choice_rows, choice_notes,
                     numeric_from=2)]

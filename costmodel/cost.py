@@ -5,7 +5,7 @@ formula a user reads, and for lambdified sweeps) or plain integers (for numbers,
 fast). The helpers ``smin``, ``smax`` and ``half`` keep both modes exact: they call sympy only
 when an argument is symbolic.
 
-Conventions (../shared/DESIGN.md, "Counting conventions"):
+Conventions (docs/reference.md, "Counting conventions"):
 - a (M x K) @ (K x N) product costs 2*M*K*N FLOPs, as torch's FlopCounterMode counts it;
 - every other op costs a fixed number of FLOPs per output element, stated where it is defined;
 - unfused bytes: an op reads each input and writes each output once, weights included;

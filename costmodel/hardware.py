@@ -11,18 +11,21 @@ compute-bound when its intensity F / M exceeds the ridge point peak / bandwidth.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from costmodel.analysis import Analysis, AnalysisError, Row, sum_rows
-from costmodel.spec import SpecError
+from costmodel.loading import LoadError, load_yaml, read_text, yaml_error
+from costmodel.spec import FiniteFloat, SpecError
 
-Positive = Annotated[float, Field(gt=0)]
+Positive = Annotated[FiniteFloat, Field(gt=0)]  # finite: .inf bandwidth is not a device
 
 
 class Hardware(BaseModel):
@@ -36,7 +39,7 @@ class Hardware(BaseModel):
     memory_bandwidth: Positive  # bytes/s
     memory_bytes: Positive  # device memory, bytes
     source: str | dict[str, str]
-    measured: bool = False  # written by `costmodel calibrate`
+    measured: StrictBool = False  # written by `costmodel calibrate`
     date: str | None = None
 
     def peak(self, dtype: str) -> float:
@@ -96,23 +99,54 @@ def profile_paths() -> dict[str, Path]:
     return found
 
 
+def _key(name: str) -> str:
+    """How names are compared: case, spaces, dashes and underscores do not matter."""
+    return re.sub(r"[\s_-]+", "", name.lower())
+
+
+def find_profile(name: str) -> Path:
+    """The profile file of a name: exact, else the one name equal up to case and dashes
+    (``H100-SXM``, ``h100_sxm``), else the one name it starts (``h100`` -> ``h100-sxm``)."""
+    paths = profile_paths()
+    if name in paths:
+        return paths[name]
+    key = _key(name)
+    same = [n for n in paths if _key(n) == key]
+    if len(same) == 1:
+        return paths[same[0]]
+    prefixed = [n for n in paths if key and _key(n).startswith(key)]
+    if len(prefixed) == 1:
+        return paths[prefixed[0]]
+    shown = name if len(name) <= 60 else name[:57] + "..."
+    guesses = prefixed or difflib.get_close_matches(name.lower(), list(paths), n=3)
+    hint = f"did you mean {' or '.join(guesses)}? " if guesses else ""
+    known = ", ".join(paths) or "none"
+    raise SpecError(f"hardware {shown}: no such file or profile ({hint}known: {known})")
+
+
 def load_hardware(name_or_path: str) -> Hardware:
+    """A profile by file or by name (see ``find_profile``); SpecError, one line per problem."""
     path = Path(name_or_path)
-    if not path.exists():
-        paths = profile_paths()
-        if name_or_path not in paths:
-            known = ", ".join(paths) or "none"
-            raise SpecError(f"hardware {name_or_path}: no such file or profile (known: {known})")
-        path = paths[name_or_path]
     try:
-        data = yaml.safe_load(path.read_text())
-        return Hardware.model_validate(data)
+        is_file = path.exists()
+    except OSError:  # a name too long for the file system
+        is_file = False
+    if not is_file:
+        path = find_profile(name_or_path)
+    try:
+        data, _ = load_yaml(read_text(path, "hardware profile"))
+    except LoadError as e:
+        raise SpecError(yaml_error(e, str(path)) if str(e)[:1].isdigit() else str(e)) from None
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: malformed YAML: {getattr(e, 'problem', e)}") from None
+        raise SpecError(yaml_error(e, str(path))) from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a hardware profile is a YAML mapping, got {type(data).__name__}")
+    try:
+        return Hardware.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "profile"
-        raise SpecError(f"{path}: {field}: {first['msg']}") from None
+        raise SpecError("\n".join(
+            f"{path}: {'.'.join(str(p) for p in err['loc']) or 'profile'}: {err['msg']}"
+            for err in e.errors())) from None
 
 
 def save_hardware(hw: Hardware, path: Path) -> Path:

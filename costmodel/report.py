@@ -283,4 +283,5 @@ def render_tables_csv(tables: Sequence[Table]) -> str:
 
 
 def render_json(data: Any) -> str:
-    return json.dumps(data, indent=2)
+    """JSON as RFC 8259 has it: an Infinity or NaN is a bug to report, never output."""
+    return json.dumps(data, indent=2, allow_nan=False)

@@ -10,7 +10,7 @@ import csv
 import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from costmodel import units
 from costmodel.attention_variants import HeadsRow, LatentRow, WindowRow
@@ -46,6 +46,17 @@ def latent_table(rows: Sequence[LatentRow]) -> Table:
     )
 
 
+def _contexts(rows: Sequence[Any]) -> str:
+    """Each phase's own S and C, as the JSON shapes give them (decode caches seq, C = seq + 1)."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r.phase not in seen:
+            sh = r.shape
+            seen[r.phase] = (f"prefill S = C = {sh['C']:,}" if r.phase == "prefill"
+                             else f"decode {sh['C'] - 1:,} cached, C = {sh['C']:,}")
+    return "; ".join(seen.values())
+
+
 def heads_table(rows: Sequence[HeadsRow], hw: Hardware, dtype: str) -> Table:
     """One row per key/value-head variant and phase."""
     cells = []
@@ -61,8 +72,7 @@ def heads_table(rows: Sequence[HeadsRow], hw: Hardware, dtype: str) -> Table:
         ))
     prefill = next((r for r in rows if r.phase == "prefill"), rows[0])
     notes = [
-        f"B={prefill.shape['B']}, seq={prefill.shape['S']} (prefill: C = seq; decode: seq cached, "
-        "C = seq + 1). Attention = every attention "
+        f"B={prefill.shape['B']}; {_contexts(rows)}. Attention = every attention "
         "sub-block (norm, q/k/v, scores, softmax, AV, out, residual) summed over layers; bytes are the "
         "fused lower bound (weights and KV cache once); time = max(FLOPs / peak, bytes / bandwidth).",
         "KV/token = one sequence's KV cache / C. step = the whole forward pass. max batch = largest B with "

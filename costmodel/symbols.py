@@ -1,4 +1,4 @@
-"""The alphabet every formula is written in (../shared/DESIGN.md, "Symbols"), and byte widths.
+"""The alphabet every formula is written in (docs/reference.md, "Symbols"), and byte widths.
 
 Each symbol is declared once, here, with the assumptions sympy needs to keep expressions
 simple (all sizes are positive integers). Formulas never build symbols from strings.
@@ -84,3 +84,22 @@ def layer_count(stack: str, group: str | None) -> sympy.Symbol:
     if group is not None:
         parts.append(group)
     return sympy.Symbol("_".join(parts), **_SIZE)
+
+
+def meaning(name: str) -> str:
+    """What a symbol of a formula stands for (docs/reference.md, "Symbols")."""
+    known = alphabet()
+    if name in known:
+        return known[name][1]
+    if name == "L" or name.startswith("L_"):
+        parts = name.split("_")[1:]
+        stack = {"enc": "encoder ", "dec": "decoder "}.get(parts[0], "") if parts else ""
+        kind = next((p for p in parts if p in ("local", "global")), None)
+        return f"{stack}layers" + (f" of kind {kind}" if kind else "")
+    return "a symbol of the formula"
+
+
+def legend(names: Any) -> dict[str, str]:
+    """name -> meaning for the symbols of one expression, in a stable order."""
+    order = list(alphabet())
+    return {n: meaning(n) for n in sorted(set(names), key=lambda n: (order.index(n) if n in order else len(order), n))}

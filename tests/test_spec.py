@@ -61,7 +61,8 @@ BAD = {
 
 @pytest.mark.parametrize("case", BAD)
 def test_bad_spec_is_one_line_naming_the_field(case: str) -> None:
-    """parse_spec raises SpecError whose one-line message names the origin and the field."""
+    """parse_spec raises SpecError whose one-line message names the origin and the field (a
+    derived field missing because its source is bad is not a second problem)."""
     text, pattern = BAD[case]
     with pytest.raises(SpecError, match=pattern) as info:
         parse_spec(text, "x.yaml")

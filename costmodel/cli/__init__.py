@@ -26,6 +26,7 @@ from costmodel.cli.app import (
     SpecArg,
     _user_errors,
     app,
+    last_resort,
     emit,
     render_tables,
     user_errors,
@@ -45,11 +46,11 @@ for _module in COMMANDS:
 
 
 def main() -> None:  # pragma: no cover - the console script
-    app()
+    last_resort(app)
 
 
 __all__ = ["COMMANDS", "HARDWARE_HELP", "BatchOpt", "Dtype", "DtypeOpt", "EncSeqOpt", "Format", "FormatOpt",
-           "HardwareOpt", "PhaseName", "SeqOpt", "SpecArg", "_user_errors", "app", "emit", "main",
+           "HardwareOpt", "PhaseName", "SeqOpt", "SpecArg", "_user_errors", "app", "last_resort", "emit", "main",
            "render_tables", "user_errors"]
 
 if __name__ == "__main__":  # pragma: no cover

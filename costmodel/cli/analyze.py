@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, compare_report, conventions, report
+from costmodel import catalog, compare_report, conventions, report, symbols
 from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, analyze, count_params, default_seq, formula
 from costmodel.cli.app import (
     BatchOpt,
@@ -27,7 +27,7 @@ from costmodel.cli.app import (
 )
 from costmodel.components.mla import Convention
 from costmodel.conventions import ConventionName
-from costmodel.hardware import load_hardware, roofline_json
+from costmodel.hardware import load_hardware
 from costmodel.spec import load_spec
 
 #: `formula --quantity`: the library's formula quantities, and their older aliases.
@@ -44,7 +44,7 @@ def analyze_cmd(
     dtype: DtypeOpt = Dtype.bf16,
     hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
-    convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
+    convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
     mla: MlaOpt = Convention.naive,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
@@ -56,8 +56,8 @@ def analyze_cmd(
         if hw:
             hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
         phases = [phase.value] if phase else [p.value for p in PhaseName]
-        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, mla=mla.value)
-                    for p in phases]
+        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw,
+                            mla=mla.value) for p in phases]
         latent = []
         if s.mla is not None:  # both conventions side by side
             from costmodel.attention_variants import compare_latent
@@ -68,8 +68,7 @@ def analyze_cmd(
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
     def data() -> dict[str, object]:
         out: dict[str, object] = {"spec": s.name, "phases": {
-            a.phase: a.to_dict() | ({"roofline": roofline_json(a.total(), hw, a.dtype)} if hw else {})
-            for a in analyses}}
+            a.phase: a.to_dict() for a in analyses}}  # each with its roofline when hw is given
         if paper_rows:
             out["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}
         if latent:
@@ -91,7 +90,7 @@ def analyze_cmd(
 @app.command("formula")
 def formula_cmd(
     spec: SpecArg,
-    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", help="What to express.")] = Quantity.flops,  # type: ignore[attr-defined]
+    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", metavar="QUANTITY", help="What to express: " + ", ".join(FORMULA_QUANTITIES) + ".")] = Quantity.flops,  # type: ignore[attr-defined]
     phase: Annotated[PhaseName, typer.Option("--phase", "-p", help="The phase: fixes S or C.")] = PhaseName.prefill,
     component: Annotated[str, typer.Option("--component", "-c", help="A component path or prefix (layers/attention, lm_head). Default: the whole model.")] = "",
     symbolic: Annotated[bool, typer.Option("--symbolic", help="Keep the spec's sizes as symbols (d, h, k, L, ...).")] = False,
@@ -103,7 +102,8 @@ def formula_cmd(
     fmt: FormatOpt = Format.table,
     mla: MlaOpt = Convention.naive,
 ) -> None:
-    """The sympy expression behind a number, over the symbols of DESIGN.md."""
+    """The sympy expression behind a number, over the symbols of docs/reference.md (with
+    --symbolic, a legend of them on stderr)."""
     import sympy
 
     with _user_errors():
@@ -121,18 +121,23 @@ def formula_cmd(
              {"spec": s.name, "results": [r.to_dict() for r in results]},
              csv=lambda: report_attention.records_csv([r.to_dict() for r in results]))
         return
+    names = symbols.legend(str(x) for x in expr.free_symbols)
     if fmt is Format.json:
         typer.echo(report.render_json({
             "spec": s.name, "quantity": quantity.value, "phase": phase.value, "component": component or "total",
-            "symbolic": symbolic, "formula": str(expr), "latex": sympy.latex(expr)}))
-    elif fmt is Format.csv:
+            "symbolic": symbolic, "formula": str(expr), "latex": sympy.latex(expr)}
+            | ({"symbols": names} if symbolic else {})))
+        return
+    if fmt is Format.csv:
         emit(fmt, [], None, csv=report.records_csv([{"spec": s.name, "quantity": quantity.value,
                                                      "phase": phase.value, "component": component or "total",
                                                      "formula": str(expr)}]))
-    elif latex:
-        typer.echo(sympy.latex(expr))
-    else:
-        typer.echo(str(expr))
+        return
+    typer.echo(sympy.latex(expr) if latex else str(expr))
+    if symbolic:  # the legend on stderr: stdout stays the expression alone, for pipes
+        width = max(map(len, names), default=0)
+        for name, text in names.items():
+            typer.echo(f"  {name:<{width}}  {text}", err=True)
 
 
 @app.command("list")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import Enum
@@ -16,7 +17,7 @@ import typer
 from costmodel.components.mla import Convention
 
 from costmodel import report
-from costmodel.analysis import AnalysisError
+from costmodel.analysis import AnalysisError, ContextWarning
 from costmodel.spec import Spec, SpecError
 
 app = typer.Typer(
@@ -70,12 +71,31 @@ MlaOpt = Annotated[Convention, typer.Option(
 
 @contextmanager
 def _user_errors() -> Iterator[None]:
-    """Bad input ends in one line on stderr and exit code 2, never a traceback."""
+    """Bad input ends in one line per problem on stderr and exit code 2, never a traceback;
+    warnings (RoPE past its trained context) are one line each, said once."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ContextWarning)
+        try:
+            yield
+        except (SpecError, AnalysisError) as e:
+            for line in str(e).splitlines() or [""]:
+                typer.echo(f"error: {line}", err=True)
+            raise typer.Exit(2) from None
+        finally:
+            for text in dict.fromkeys(str(w.message) for w in caught if w.category is ContextWarning):
+                typer.echo(f"warning: {text}", err=True)
+
+
+def last_resort(run: Callable[[], object]) -> None:
+    """Anything that escapes the commands is a bug of ours: one line saying so, exit code 3."""
     try:
-        yield
-    except (SpecError, AnalysisError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+        run()
+    except Exception as e:  # noqa: BLE001 - the edge of the program
+        text = " ".join(str(e).split())
+        text = text if len(text) <= 200 else text[:200] + "..."
+        sys.stderr.write(f"error: internal error, a bug in costmodel ({type(e).__name__}: {text}); "
+                         "please report it with the command that caused it (README, \"Reporting a bug\")\n")
+        sys.exit(3)
 
 
 user_errors = _user_errors

@@ -99,7 +99,7 @@ def sweep_cmd(
         "--quantity", "-q", help="intensity (FLOP/B, fused bytes), kv_cache (bytes) or time (roofline seconds).")
     ] = SweepQuantity.intensity,
     phases: Annotated[Optional[list[PhaseName]], typer.Option(
-        "--phase", "-p", help="Phases to evaluate (repeat). Default: prefill and decode; decode alone for kv_cache.")] = None,
+        "--phase", "-p", metavar="PHASE", help="Phases to evaluate (repeat): train, prefill, decode. Default: prefill and decode; decode alone for kv_cache.")] = None,
     batch: BatchOpt = 1,
     seq: SeqOpt = None,
     hardware: DeviceOpt = DEFAULT_HARDWARE,

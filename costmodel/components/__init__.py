@@ -1,4 +1,4 @@
-"""One module per design element of ../shared/DESIGN.md, each returning symbolic costs.
+"""One module per design element of docs/reference.md, each returning symbolic costs.
 
 Every cost function takes the spec (for its discrete choices: which norm, which activation) and
 a ``Dims`` (for the sizes, symbols or integers) and returns ``Cost`` objects; ``costmodel.model``

@@ -8,7 +8,7 @@ Beltagy et al. 2020, "Longformer"; Mistral 7B), bidirectional encoder self-atten
 cross-attention over the encoder output (Vaswani et al. 2017). Phases only substitute
 S and C (and S_e, C_e), so prefill and decode share every formula below.
 
-Scores and AV follow the dense convention of DESIGN.md: the S x span score matrix is computed
+Scores and AV follow the dense convention of docs/reference.md: the S x span score matrix is computed
 whole, as a plain implementation does; ``matmul_eff`` counts only the (query, key) pairs a
 mask-skipping kernel would compute.
 """

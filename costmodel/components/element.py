@@ -32,7 +32,7 @@ class Symbol:
 
 @dataclass(frozen=True)
 class Element:
-    """One design element of ../shared/DESIGN.md.
+    """One design element of docs/reference.md.
 
     name       as ablate/elements/compare call it
     fields     the Spec fields it owns (top-level names; a sub-model belongs whole)

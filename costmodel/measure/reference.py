@@ -1,7 +1,7 @@
 """A PyTorch transformer built from a ``Spec``: the executable definition of every design element.
 
 Read top to bottom, nanoGPT-style: norms, positions, attention, FFN, the residual wiring of a
-sub-block, a layer, a stack, the model, its KV cache. Every element of ../shared/DESIGN.md is
+sub-block, a layer, a stack, the model, its KV cache. Every element of docs/reference.md is
 here, written plainly, with no fused kernel that would hide work from the counters:
 
 - attention is two matmuls over the whole score matrix (the dense convention): a causal or

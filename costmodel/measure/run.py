@@ -147,6 +147,8 @@ def phase_runner(model: Transformer, phase: str, shape: dict[str, int]) -> Calla
     generator = torch.Generator(device="cpu").manual_seed(0)
 
     def ids(n: int) -> torch.Tensor:
+        if not real:  # meta tensors have a shape and no data: nothing allocated on the host
+            return torch.empty((B, n), dtype=torch.long, device=device)
         return torch.randint(0, spec.vocab_size, (B, n), generator=generator).to(device)
 
     tokens = ids(S)
@@ -248,6 +250,11 @@ def measure(
     if layers is not None:
         spec = keep_layers(spec, layers)
     a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=mla)
+    # torch sizes are C longs: the largest tensor (B x C x h x d_h scores' sides) must fit one.
+    elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim, spec.vocab_size)
+    if elements >= 2**63:
+        raise MeasureError(f"seq: batch {a.shape['B']} x context {max(a.shape['C'], a.shape['C_e'])} makes "
+                           "tensors past 2^63 elements, more than torch can index (even on meta)")
     if dtype not in TORCH_DTYPES:
         raise MeasureError(f"dtype: {dtype} cannot be measured; use one of {', '.join(TORCH_DTYPES)}")
     dev = check_device(device)
