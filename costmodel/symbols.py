@@ -35,12 +35,6 @@ ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
     "S_e": (dict(integer=True, nonnegative=True), "encoder tokens processed in this pass"),
     "C_e": (_SIZE, "encoder tokens cross-attended to"),
     "p": (_SIZE, "bytes per element of weights and activations"),
-    # Multi-head latent attention (DeepSeek-V2): ranks of the low-rank projections, head widths.
-    "r_q": (_SIZE, "query latent rank, q_lora_rank (MLA)"),
-    "r_kv": (_SIZE, "key/value latent rank, kv_lora_rank (MLA)"),
-    "d_n": (_SIZE, "query/key head width without positions, qk_nope_head_dim (MLA)"),
-    "d_r": (_SIZE, "decoupled RoPE width per head, qk_rope_head_dim (MLA)"),
-    "d_v": (_SIZE, "value head width, v_head_dim (MLA)"),
     # Asymptotics (Shazeer 2019): tokens per sequence, the decode steps summed over.
     "n": (_SIZE, "sequence length n of Shazeer (2019)"),
 }
