@@ -313,8 +313,11 @@ ELEMENTS = (
     Element(
         "attention heads", ("n_heads", "attention"),
         describe=_describe_heads,
-        choices=(("heads h", lambda s: s.n_heads), ("kv heads k", lambda s: s.n_kv_heads),
-                 ("head dim d_h", lambda s: s.head_dim), ("attention", heads)),
+        choices=(("heads h", lambda s: s.n_heads),
+                 ("kv heads k", lambda s: s.n_kv_heads if s.mla is None else "latent"),
+                 ("head dim d_h", lambda s: s.head_dim if s.mla is None
+                  else f"{s.mla.qk_nope_head_dim}+{s.mla.qk_rope_head_dim}, v {s.mla.v_head_dim}"),
+                 ("attention", heads)),
         swaps=_heads_swaps, sample=_sample_heads,
         symbols={
             "h": Symbol("query heads", lambda s: s.n_heads),
