@@ -113,6 +113,7 @@ class Analysis:
 
         return {
             "spec": self.spec.name,
+            **({"ignored_fields": list(self.spec.ignored_fields)} if self.spec.ignored_fields else {}),
             "phase": self.phase,
             "batch": self.batch,
             "seq": self.seq,
@@ -145,7 +146,7 @@ class Analysis:
             "arithmetic_intensity": self.arithmetic_intensity,
             "arithmetic_intensity_unfused": self.arithmetic_intensity_unfused,
             "components": [asdict(r) for r in self.rows],
-        } | ({"roofline": self.roofline} if self.hardware is not None else {})
+        } | ({"roofline": self.roofline, "time": self.predicted_time} if self.hardware is not None else {})
 
     @property
     def roofline(self) -> dict[str, Any] | None:
@@ -153,6 +154,14 @@ class Analysis:
         from costmodel.metrics import roofline_json
 
         return None if self.hardware is None else roofline_json(self.total(), self.hardware, self.dtype)
+
+    @property
+    def predicted_time(self) -> dict[str, Any] | None:
+        """The calibrated time model's prediction, per component (``costmodel.timing``; with
+        ``hardware`` only)."""
+        from costmodel.timing import predict
+
+        return None if self.hardware is None else predict(self, self.hardware).to_dict()
 
 
 def sum_rows(rows: Iterable[Row], path: str) -> Row:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import sys
 from pathlib import Path
 
 from costmodel.spec import Spec, SpecError, load_spec
@@ -47,5 +48,11 @@ def resolve(name_or_path: str) -> Path:
 
 
 def load(name_or_path: str) -> Spec:
-    """A spec file, a bundled spec's name, or a Hugging Face config.json (see costmodel.hf)."""
-    return load_spec(name_or_path)
+    """A spec file, a bundled spec's name, or a Hugging Face config.json or model folder (see
+    costmodel.hf; its warnings, one line each, go to stderr)."""
+    path = resolve(name_or_path)
+    if path.suffix == ".json" or path.is_dir():  # a model folder holds its config.json
+        from costmodel import hf
+
+        return hf.load_hf(path, warn=lambda line: print(line, file=sys.stderr))
+    return load_spec(path)

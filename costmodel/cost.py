@@ -25,9 +25,18 @@ if TYPE_CHECKING:
 Num = Union[int, "sympy.Expr"]
 
 
+def _array(x: object) -> bool:
+    """A numpy array (costmodel.timing_grid evaluates the tree over many shapes at once)."""
+    return hasattr(x, "__array_ufunc__")
+
+
 def smin(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
+    if _array(a) or _array(b):
+        import numpy
+
+        return numpy.minimum(a, b)
     import sympy  # already loaded: an argument is symbolic
 
     return sympy.Min(a, b)
@@ -36,6 +45,10 @@ def smin(a: Num, b: Num) -> Num:
 def smax(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
+    if _array(a) or _array(b):
+        import numpy
+
+        return numpy.maximum(a, b)
     import sympy
 
     return sympy.Max(a, b)
@@ -57,6 +70,8 @@ def half(x: Num) -> Num:
         if rem:
             raise ArithmeticError(f"half of an odd count {x}")
         return q
+    if _array(x):
+        return x // 2
     return x / 2
 
 
@@ -81,6 +96,8 @@ class Cost:
     act_out        fused bound: model output written (logits)
     kv_cache       bytes held in the KV cache after the pass
     train_only     exists only in a training step (loss, dropout)
+    gemms          the matmuls behind ``matmul``, as (count, M, K, N): count products of
+                   (M x K) @ (K x N), for the time model (``costmodel.timing``)
     """
 
     params: Num = 0
@@ -95,17 +112,27 @@ class Cost:
     act_out: Num = 0
     kv_cache: Num = 0
     train_only: bool = False
+    gemms: tuple[Gemm, ...] = ()
 
     def __add__(self, o: Cost) -> Cost:
         sums = {n: getattr(self, n) + getattr(o, n) for n in _QUANTITIES}
-        return Cost(**sums, train_only=self.train_only and o.train_only)
+        return Cost(**sums, train_only=self.train_only and o.train_only, gemms=self.gemms + o.gemms)
 
     def times(self, n: Num) -> Cost:
         """The cost of n identical instances (n layers of one kind)."""
-        return Cost(**{q: getattr(self, q) * n for q in _QUANTITIES}, train_only=self.train_only)
+        return Cost(**{q: getattr(self, q) * n for q in _QUANTITIES}, train_only=self.train_only,
+                    gemms=tuple((c * n, m, k, nn) for c, m, k, nn in self.gemms))
 
 
-_QUANTITIES = tuple(f.name for f in fields(Cost) if f.name != "train_only")
+_QUANTITIES = tuple(f.name for f in fields(Cost) if f.name not in ("train_only", "gemms"))
+
+Gemm = tuple[Num, Num, Num, Num]  # (count, M, K, N): count products (M x K) @ (K x N)
+
+
+def gemm(count: Num, M: Num, K: Num, N: Num) -> Gemm:
+    """`count` products of (M x K) @ (K x N), 2*M*K*N FLOPs each (a batched matmul: count =
+    its batch)."""
+    return (count, M, K, N)
 
 
 @dataclass(frozen=True)
@@ -160,6 +187,7 @@ def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
         other=tokens * d_out if bias else 0,
         bytes_unfused=p * (tokens * d_in + tokens * d_out) + read,
         weights_read=read,
+        gemms=(gemm(1, tokens, d_in, d_out),),
     )
 
 

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from costmodel.analysis import Analysis, AnalysisError, Row, sum_rows
+from costmodel.efficiency import Efficiency
 from costmodel.loading import LoadError, load_yaml, read_text, yaml_error
 from costmodel.spec import FiniteFloat, SpecError
 
@@ -41,6 +42,11 @@ class Hardware(BaseModel):
     source: str | dict[str, str]
     measured: StrictBool = False  # written by `costmodel calibrate`
     date: str | None = None
+    efficiency: Efficiency | None = None  # per-operator tables for costmodel.timing
+
+    def tables_for(self, dtype: str) -> bool:
+        """Whether the time model has this profile's efficiency tables for `dtype`."""
+        return self.efficiency is not None and dtype in self.efficiency.matmul
 
     def peak(self, dtype: str) -> float:
         try:

@@ -126,8 +126,13 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
     notes = [f"batch {a0.batch}, {a0.dtype}; seq is the prompt (prefill, train) or the tokens "
              "already cached (decode, which attends to seq + 1)"]
     if hw is not None:
+        from costmodel.timing import predict
+
         lines = [roofline_of(tot(a), hw, a.dtype) for a in analyses]
+        predictions = [predict(a, hw) for a in analyses]
         rows += [
+            ("predicted time" + ("" if predictions[0].calibrated else " (unfused roofline: no tables)"),
+             *(units.seconds(p.time_s) for p in predictions)),
             ("compute time (FLOPs / peak)", *(units.seconds(r.compute_s) for r in lines)),
             ("memory time (fused bytes / bandwidth)", *(units.seconds(r.memory_s) for r in lines)),
             ("roofline time", *(units.seconds(r.time_s) for r in lines)),
@@ -135,6 +140,8 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
             ("bound (intensity vs ridge)", *(r.bound for r in lines)),
         ]
         notes.append(device_note(hw, a0.dtype))
+        notes.append(predictions[0].note or "predicted time: each component at the efficiency its shape "
+                     "reaches on the device (costmodel.timing; components run one after another)")
     return Table("Phases", ("quantity", *(a.phase for a in analyses)), rows, notes)
 
 

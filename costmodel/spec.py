@@ -213,7 +213,7 @@ SHORTHANDS: dict[str, str] = {
 _DEFAULT_KIND = {"ffn": "dense", "attention": "mha"}
 
 #: Fields that describe a spec but change no cost: never an architectural change.
-METADATA: tuple[str, ...] = ("name", "family", "year", "description", "source", "published")
+METADATA: tuple[str, ...] = ("name", "family", "year", "description", "source", "published", "ignored_fields")
 
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.(\d+))?)\s*([KMBT]?)\s*$")
@@ -243,6 +243,7 @@ class Spec(BaseModel):
     description: str | None = None
     source: str | dict[str, str] | None = None  # where the numbers come from
     published: Published | None = None
+    ignored_fields: tuple[str, ...] = ()  # Hugging Face config fields skipped on import (costmodel.hf)
 
     architecture: Architecture = Architecture.decoder
     d_model: PositiveInt
@@ -532,7 +533,7 @@ def load_spec(path: str | Path) -> Spec:
     from costmodel import catalog
 
     path = catalog.resolve(str(path))
-    if path.suffix == ".json":
+    if path.suffix == ".json" or path.is_dir():  # a model folder holds its config.json
         from costmodel import hf
 
         return hf.load_hf(path)

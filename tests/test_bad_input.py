@@ -273,7 +273,7 @@ def test_plot_without_suffix_names_the_file_written(tmp_path: Path) -> None:
 
 def test_load_spec_takes_bundled_names_and_modules_are_attributes() -> None:
     assert costmodel.load_spec("llama-2-7b").name == "llama-2-7b"
-    assert costmodel.hf.load_hf.__module__ == "costmodel.hf"
+    assert costmodel.hf.load_hf.__module__.startswith("costmodel.hf")
     assert costmodel.sweep.parse_axis is parse_axis
     with pytest.raises(AttributeError):
         costmodel.nothing  # noqa: B018

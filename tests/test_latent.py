@@ -381,3 +381,20 @@ def test_sweep_runs_each_convention() -> None:
         totals = [analyze(spec, "decode", seq=s, mla=convention).total() for s in (4, 16)]
         assert series[f"MLA 6/token {convention}"] == pytest.approx([t.flops / t.bytes_fused for t in totals])
     assert series["MLA 6/token naive"] != series["MLA 6/token absorbed"]
+
+
+@pytest.mark.parametrize("mla", ["naive", "absorbed"])
+def test_recorded_gemm_shapes_add_up_to_the_matmul_flops(mla: str) -> None:
+    """The time model's matmul shapes of every latent leaf give exactly its FLOPs; absorbed scores
+    are the h heads' queries stacked against the one latent: B products of (h*S x (r_kv + d_r))."""
+    from costmodel import model
+
+    for spec in (tiny_mla(), tiny_mla(attention={"q_lora_rank": None}), v3(n_layers=2)):
+        for phase in ("prefill", "decode", "train"):
+            a = analyze(spec, phase, batch=3, seq=37, mla=mla)
+            costs = model.components(spec, model.numeric_dims(spec, a.shape, 2, mla))
+            for path, cost in costs.items():
+                assert cost.matmul == sum(2 * c * m * k * n for c, m, k, n in cost.gemms), (phase, path)
+    costs = model.components(v3(), model.numeric_dims(v3(), dict(B=4, S=1, C=101, S_e=0, C_e=0), 2, "absorbed"))
+    assert costs["layers/attention/scores"].gemms == ((4 * 61, 128, 576, 101),)
+    assert costs["layers/attention/kv_b"].gemms == ((4 * 128 * 61, 1, 128, 512), (4 * 128 * 61, 1, 512, 128))

@@ -40,6 +40,7 @@ COMMANDS = (
     "costmodel.cli.hf",  # import-hf
     "costmodel.cli.attention",  # attention, sweep, hardware
     "costmodel.cli.measure",  # measure, calibrate
+    "costmodel.cli.inference",  # inference
 )
 for _module in COMMANDS:
     importlib.import_module(_module)

@@ -69,6 +69,8 @@ def analyze_cmd(
     def data() -> dict[str, object]:
         out: dict[str, object] = {"spec": s.name, "phases": {
             a.phase: a.to_dict() for a in analyses}}  # each with its roofline when hw is given
+        if s.ignored_fields:  # a config's unknown fields, skipped (costmodel.hf)
+            out["ignored_fields"] = list(s.ignored_fields)
         if paper_rows:
             out["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}
         if latent:

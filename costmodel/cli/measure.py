@@ -57,6 +57,10 @@ MatmulOpt = Annotated[Optional[int], typer.Option(
 CopyOpt = Annotated[Optional[int], typer.Option(
     "--copy-mib", min=1, help="MiB copied to measure bandwidth. Default: 2048 (cuda), 256 (cpu).")]
 CalRepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Timed runs per benchmark (median).")]
+TablesOpt = Annotated[bool, typer.Option(
+    "--tables/--no-tables",
+    help="Also measure the time model's efficiency tables (matmul grid, memory op sizes, op floor): "
+         "about 20-60 s on a 2-core CPU, under a minute on a GPU.")]
 NameOpt = Annotated[str, typer.Option(
     "--name", help="Profile name, saved as NAME.yaml in the user profile folder.")]
 
@@ -121,9 +125,11 @@ def calibrate_cmd(
     copy_mib: CopyOpt = None,
     repeats: CalRepeatsOpt = 5,
     name: NameOpt = "local",
+    tables: TablesOpt = True,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Measure the local device's peak matmul FLOP/s and copy bandwidth; save a hardware profile."""
+    """Measure the local device's peak matmul FLOP/s, copy bandwidth and per-operator efficiency
+    tables; save a hardware profile."""
     with _user_errors():
         from costmodel.measure import require_torch
 
@@ -132,7 +138,8 @@ def calibrate_cmd(
 
         chosen = tuple(d.value for d in dtypes) if dtypes else (
             ("fp32", "bf16", "fp16") if device is Device.cuda else ("fp32", "bf16"))
-        profile = calibrate(device.value, chosen, matmul_size, copy_mib, repeats, name)
+        profile = calibrate(device.value, chosen, matmul_size, copy_mib, repeats, name,
+                            tables=None if tables else ())
         path = hardware.save_hardware(profile, hardware.user_dir() / f"{name}.yaml")
     from costmodel.measure.tables import calibration_table
 

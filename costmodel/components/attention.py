@@ -21,7 +21,7 @@ from typing import Any
 from costmodel.components import mla, position, stability
 from costmodel.components.element import Alternative, Choose, Element, Symbol, toggle
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num, elementwise, floor_div, half, linear, runs, smax, smin, triangle
+from costmodel.cost import Cost, Dims, Num, elementwise, floor_div, gemm, half, linear, runs, smax, smin, triangle
 from costmodel.spec import LayerKind, QKNorm, Spec
 from costmodel.symbols import MASK_BYTES
 
@@ -177,16 +177,19 @@ def attention(
             kv_write=kv_row * shape.written,
             kv_cache=kv_row * shape.cached,
         )))
+    rows = (h // k) * shape.q_len  # GQA: the g = h/k query heads of a K/V head, stacked
     out.append(("scores", Cost(
         matmul=dense,
         matmul_eff=effective,
         bytes_unfused=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
+        gemms=(gemm(B * k, rows, d_h, shape.span),),
     )))
     out.extend(probabilities(spec, dims, shape, score_bias))
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,
         bytes_unfused=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
+        gemms=(gemm(B * k, rows, shape.span, d_h),),
     )))
     out.append(("out", linear(q_tokens, h * d_h, dims.d, spec.bias.attn_out, p)))
     return out

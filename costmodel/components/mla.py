@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from costmodel.components.element import Alternative, Choose, Symbol
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, linear, runs
+from costmodel.cost import Cost, Dims, gemm, linear, runs
 from costmodel.spec import MLA, Spec
 
 if TYPE_CHECKING:
@@ -107,23 +107,28 @@ def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bia
             matmul_eff=2 * q_tokens * params,
             bytes_unfused=p * q_tokens * h * (d_n + 2 * r_kv + d_v) + read,
             weights_read=read,
+            gemms=(gemm(B * h, shape.q_len, d_n, r_kv), gemm(B * h, shape.q_len, r_kv, d_v)),
         )))
         k_width, v_width, k_heads = r_kv + d_r, r_kv, 1  # the latent itself, shared by the heads
+        groups, rows = B, h * shape.q_len  # the h heads' queries stacked against the one latent
     else:
         # every key the scores span is re-expanded: the cached ones and this pass's
         out.append(("kv_b", linear(B * shape.span, r_kv, h * (d_n + d_v), False, p)))
         k_width, v_width, k_heads = d_n + d_r, d_v, h
+        groups, rows = B * h, shape.q_len
     scores = B * h * shape.q_len * shape.span
     out.append(("scores", Cost(
         matmul=pair * shape.span * k_width,
         matmul_eff=2 * B * h * shape.pairs * k_width,
         bytes_unfused=p * (q_tokens * h * k_width + B * shape.span * k_heads * k_width + scores),
+        gemms=(gemm(groups, rows, k_width, shape.span),),
     )))
     out.extend(probabilities(spec, dims, shape, score_bias))
     out.append(("av", Cost(
         matmul=pair * shape.span * v_width,
         matmul_eff=2 * B * h * shape.pairs * v_width,
         bytes_unfused=p * (scores + B * shape.span * k_heads * v_width + q_tokens * h * v_width),
+        gemms=(gemm(groups, rows, shape.span, v_width),),
     )))
     out.append(("out", linear(q_tokens, h * d_v, d, spec.bias.attn_out, p)))
     return out

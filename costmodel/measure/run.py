@@ -7,7 +7,8 @@ once under the counters, and compares with ``costmodel.analyze`` for the same sh
   matmul      FlopCounterMode over the phase                       exact
   kv_cache    bytes of the cache tensors held after the pass       exact
   bytes       ByteCounter over the phase vs the unfused formula    convention gaps (docs)
-  time        median of repeated runs vs the roofline time         on a real device
+  time        median of repeated runs vs the calibrated time        on a real device
+              (``costmodel.timing``), the roofline lower bound beside it
 
 The phase runs as ``costmodel.phases`` defines it: prefill is a forward over B x S tokens with
 logits at every position, writing the cache; decode is one token per sequence with C - 1
@@ -34,6 +35,7 @@ from costmodel.measure.counters import Counts, MetaShapes
 from costmodel.measure.latent import set_convention
 from costmodel.measure.reference import KVCache, Transformer, build
 from costmodel.spec import LayerKind, Spec
+from costmodel.timing import predict
 from costmodel.variants import variant
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -288,10 +290,14 @@ def measure(
         if hardware is not None:
             unfused = roofline(total.flops, total.bytes_unfused, hardware, dtype)
             fused = roofline(total.flops, total.bytes_fused, hardware, dtype)
+            predicted = predict(a, hardware)
             line = {"compute_s": unfused.compute_s, "memory_s": unfused.memory_s,
                     "memory_fused_s": fused.memory_s, "time_s": unfused.time_s,
-                    "time_fused_s": fused.time_s, "bound": unfused.bound, "ridge": unfused.ridge}
-            comparisons.append(FormulaCheck("time", unfused.time_s, measured, False, "s"))
+                    "time_fused_s": fused.time_s, "bound": unfused.bound, "ridge": unfused.ridge,
+                    "predicted_s": predicted.time_s, "calibrated": predicted.calibrated,
+                    "note": predicted.note}
+            comparisons.append(FormulaCheck("time", predicted.time_s, measured, False, "s"))
+            comparisons.append(FormulaCheck("time_roofline", unfused.time_s, measured, False, "s"))
         else:
             comparisons.append(FormulaCheck("time", 0.0, measured, False, "s"))
     return Measurement(
