@@ -398,3 +398,27 @@ def test_recorded_gemm_shapes_add_up_to_the_matmul_flops(mla: str) -> None:
     costs = model.components(v3(), model.numeric_dims(v3(), dict(B=4, S=1, C=101, S_e=0, C_e=0), 2, "absorbed"))
     assert costs["layers/attention/scores"].gemms == ((4 * 61, 128, 576, 101),)
     assert costs["layers/attention/kv_b"].gemms == ((4 * 128 * 61, 1, 128, 512), (4 * 128 * 61, 1, 512, 128))
+
+
+# --- Hugging Face configs -----------------------------------------------------------------------
+
+
+def test_deepseek_configs_import_as_latent_attention() -> None:
+    """DeepSeek-V3's released attention sizes import as the MLA kind; a config with sparse layers is
+    refused in one line naming first_k_dense_replace (the MoE FFN reads those)."""
+    from costmodel import hf
+
+    v3_config = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+                 "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
+                 "vocab_size": 129280, "max_position_embeddings": 163840, "q_lora_rank": 1536,
+                 "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                 "first_k_dense_replace": 61, "num_nextn_predict_layers": 1, "rope_interleave": True}
+    spec = hf.spec_from_hf(v3_config)
+    assert spec.mla == spec_from_dict(V3_DENSE).mla
+    assert analyze(spec, "decode", seq=1).total().params == analyze(v3(), "decode", seq=1).total().params
+    with pytest.raises(SpecError, match=r"first_k_dense_replace: 3 of 61 layers dense; the others are "
+                                        r"mixture-of-experts layers"):
+        hf.spec_from_hf({**v3_config, "first_k_dense_replace": 3, "n_routed_experts": 256})
+    with pytest.raises(SpecError, match=r"num_key_value_heads: 8: latent attention expands its latent into all "
+                                        r"128 heads"):
+        hf.spec_from_hf({**v3_config, "num_key_value_heads": 8})
