@@ -95,6 +95,14 @@ class Cost:
     act_in         fused bound: model input read (token ids)
     act_out        fused bound: model output written (logits)
     kv_cache       bytes held in the KV cache after the pass
+    saved          training: bytes of the tensors its ops keep for backward, each storage once
+                   (a tensor several ops keep is counted by the first; ``costmodel.memory``)
+    mask_elements  training: elements of the dropout masks it keeps (bytes per element are the
+                   kernel's: 1 for a fused bool mask, the activation width for a composite one)
+    matrices       parameters that are weight matrices of linear layers (what weight-only
+                   quantisation quantises)
+    factored       elements of a factored second moment (Adafactor, Shazeer & Stern 2018): rows
+                   + columns of every matrix, every element of a vector
     train_only     exists only in a training step (loss, dropout)
     gemms          the matmuls behind ``matmul``, as (count, M, K, N): count products of
                    (M x K) @ (K x N), for the time model (``costmodel.timing``)
@@ -111,6 +119,10 @@ class Cost:
     act_in: Num = 0
     act_out: Num = 0
     kv_cache: Num = 0
+    saved: Num = 0
+    mask_elements: Num = 0
+    matrices: Num = 0
+    factored: Num = 0
     train_only: bool = False
     gemms: tuple[Gemm, ...] = ()
 
@@ -176,8 +188,11 @@ def runs(tokens: Num) -> Num:
     return smin(tokens, 1)
 
 
-def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
-    """y = x W (+ b) over `tokens` rows: 2*tokens*d_in*d_out FLOPs; the bias add is elementwise."""
+def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num, saves_input: bool = True) -> Cost:
+    """y = x W (+ b) over `tokens` rows: 2*tokens*d_in*d_out FLOPs; the bias add is elementwise.
+
+    For backward it keeps its input x (dW = x^T dy); `saves_input` is False for a linear whose
+    input another already keeps (k and v beside q, up beside gate)."""
     params = d_in * d_out + (d_out if bias else 0)
     read = p * params * runs(tokens)
     return Cost(
@@ -188,9 +203,15 @@ def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
         bytes_unfused=p * (tokens * d_in + tokens * d_out) + read,
         weights_read=read,
         gemms=(gemm(1, tokens, d_in, d_out),),
+        saved=p * tokens * d_in if saves_input else 0,
+        matrices=d_in * d_out,
+        factored=d_in + d_out + (d_out if bias else 0),
     )
 
 
-def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_bytes: Num = 0) -> Cost:
-    """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`)."""
-    return Cost(other=flops_per * elements, bytes_unfused=p * elements * (inputs + 1) + extra_bytes)
+def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_bytes: Num = 0,
+                saves: int = 0) -> Cost:
+    """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`);
+    `saves` tensors of that size are kept for backward (softmax and tanh keep their output)."""
+    return Cost(other=flops_per * elements, bytes_unfused=p * elements * (inputs + 1) + extra_bytes,
+                saved=p * elements * saves)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any
 
@@ -26,7 +26,7 @@ from costmodel.components.block import RESIDUAL_FLOPS, residual
 from costmodel.components.loss import cross_entropy, dropout
 from costmodel.components.norm import norm
 from costmodel.cost import Cost, Dims, Num
-from costmodel.spec import Block, LayerKind, NormPosition, Position, Spec
+from costmodel.spec import Block, LayerKind, Norm, NormPosition, Position, Spec
 
 __all__ = ["RESIDUAL_FLOPS", "components", "layer_groups", "numeric_dims", "spec_values", "symbolic_dims"]
 
@@ -175,11 +175,17 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
     def the_norm() -> Cost:
         return norm(spec, dims, T, dims.d)
 
-    def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None,
-               own_norm: bool) -> Iterator[tuple[str, Cost]]:
+    def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None, own_norm: bool,
+               kept: bool = False) -> Iterator[tuple[str, Cost]]:
+        # `kept`: a later branch of a parallel block reads the tensor the first branch already
+        # keeps for backward; its first reader (a LayerNorm, or the first linear) keeps no copy.
         if own_norm:
-            yield f"{name}/norm", the_norm()
-        for leaf, cost in leaves:
+            n = the_norm()
+            yield f"{name}/norm", replace(n, saved=n.saved - dims.p * T * dims.d) if kept and (
+                spec.norm is Norm.layernorm) else n
+        for i, (leaf, cost) in enumerate(leaves):
+            if kept and not own_norm and i == 0:
+                cost = replace(cost, saved=cost.saved - dims.p * T * dims.d)
             yield f"{name}/{leaf}", cost
         if on_output:
             yield f"{name}/post_norm", the_norm()
@@ -199,8 +205,8 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
         shared = pre and spec.shared_norm
         if shared:
             out.append(("norm", the_norm()))
-        for name, leaves, sub in branches:
-            out.extend(branch(name, leaves, sub, own_norm=pre and not shared))
+        for i, (name, leaves, sub) in enumerate(branches):
+            out.extend(branch(name, leaves, sub, own_norm=pre and not shared, kept=i > 0))
         n = len(branches)
         out.append(("residual", residual(dims, T, n)))
         if pos is NormPosition.post:

@@ -210,8 +210,8 @@ def test_check_fails_when_a_formula_is_wrong(monkeypatch) -> None:
     """--check exits 1 when the formulas and the run disagree (here: a planted FFN bug)."""
     from costmodel.components import ffn
 
-    def wrong_linear(tokens, d_in, d_out, bias, p):
-        cost = ffn_linear(tokens, d_in, d_out, bias, p)
+    def wrong_linear(tokens, d_in, d_out, bias, p, **kwargs):
+        cost = ffn_linear(tokens, d_in, d_out, bias, p, **kwargs)
         return type(cost)(**{**cost.__dict__, "matmul": 2 * cost.matmul})
 
     ffn_linear = ffn.linear

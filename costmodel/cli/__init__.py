@@ -41,6 +41,7 @@ COMMANDS = (
     "costmodel.cli.attention",  # attention, sweep, hardware
     "costmodel.cli.measure",  # measure, calibrate
     "costmodel.cli.inference",  # inference
+    "costmodel.cli.memory",  # memory, fit
 )
 for _module in COMMANDS:
     importlib.import_module(_module)

@@ -66,6 +66,13 @@ def analyze_cmd(
         papers = conventions.selected([c.value for c in convention or []])
         train_seq = seq if seq is not None else default_seq(s, "train")
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
+        if hw:  # a shape that cannot fit gets one line on stderr
+            from costmodel.memory import fit_warning
+
+            for a in analyses:
+                warning = fit_warning(s, a.phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes)
+                if warning:
+                    typer.echo(warning, err=True)
     def data() -> dict[str, object]:
         out: dict[str, object] = {"spec": s.name, "phases": {
             a.phase: a.to_dict() for a in analyses}}  # each with its roofline when hw is given

@@ -81,6 +81,12 @@ def attention_cmd(
         hw.peak(dtype.value)
         heads = compare_kv_heads(s, hw, batch, seq, dtype.value, _ints(kv_heads, "--kv-heads"), enc_seq)
         windows = compare_windows(s, hw, batch, _ints(contexts, "--contexts"), dtype.value, window)
+        from costmodel.memory import fit_warning
+
+        for phase in ("prefill", "decode"):  # the spec's own attention at this shape
+            warning = fit_warning(s, phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes)
+            if warning:
+                typer.echo(warning, err=True)
     emit(fmt, lambda: [ra.heads_table(heads, hw, dtype.value), ra.windows_table(windows, hw, batch)],
          lambda: {"spec": s.name, "hardware": hardware_dict(hw, dtype.value), "batch": batch, "dtype": dtype.value,
                   "kv_heads": [r.to_dict() for r in heads], "windows": [r.to_dict() for r in windows]},

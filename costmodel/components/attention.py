@@ -128,7 +128,7 @@ def probabilities(spec: Spec, dims: Dims, shape: Shape, score_bias: bool) -> lis
         out.append(("mask", elementwise(scores, MASK_FLOPS, p, extra_bytes=MASK_BYTES * mask)))
     if spec.attn_softcap is not None:
         out.append(("softcap", stability.softcap(dims, scores)))
-    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p)))
+    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p, saves=1)))  # its output
     if spec.attention_sinks:
         out.append(("sinks", sinks(dims, dims.B * dims.h * shape.q_len)))
     return out
@@ -156,10 +156,13 @@ def attention(
     dense = 2 * B * h * shape.q_len * shape.span * d_h
     effective = 2 * B * h * shape.pairs * d_h
 
+    # For backward: q keeps the sub-block's input, which k and v share (cross-attention's
+    # k, v input is the encoder output, kept once for every layer: ``costmodel.memory``).
+    q_heads, kv_heads = p * q_tokens * h * d_h, p * B * shape.span * k * d_h
     out: list[tuple[str, Cost]] = [
         ("q", linear(q_tokens, dims.d, h * d_h, spec.bias.qkv, p)),
-        ("k", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p)),
-        ("v", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p)),
+        ("k", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p, saves_input=False)),
+        ("v", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p, saves_input=False)),
     ]
     if spec.qk_norm is not QKNorm.none:
         per_head = spec.qk_norm is QKNorm.head
@@ -183,13 +186,16 @@ def attention(
         matmul_eff=effective,
         bytes_unfused=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
         gemms=(gemm(B * k, rows, d_h, shape.span),),
+        saved=q_heads + kv_heads,  # Q and K
     )))
     out.extend(probabilities(spec, dims, shape, score_bias))
+    dropped = spec.attention_dropout_rate > 0  # AV then keeps the dropped-out probabilities
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,
         bytes_unfused=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
         gemms=(gemm(B * k, rows, shape.span, d_h),),
+        saved=kv_heads + (p * scores if dropped else 0),  # V (and the probabilities)
     )))
     out.append(("out", linear(q_tokens, h * d_h, dims.d, spec.bias.attn_out, p)))
     return out

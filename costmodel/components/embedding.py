@@ -28,10 +28,12 @@ def tokens(spec: Spec, dims: Dims, n_tokens: Num, owns_table: bool = True) -> Co
     scale = rows if spec.embedding_scale else 0
     return Cost(
         params=dims.V * dims.d if owns_table else 0,
+        factored=dims.V + dims.d if owns_table else 0,
         other=scale,
         bytes_unfused=dims.p * (2 * rows + 2 * scale) + ID_BYTES * n_tokens,
         weights_read=dims.p * rows,
         act_in=ID_BYTES * n_tokens,
+        saved=ID_BYTES * n_tokens,  # the ids, for the table's gradient
     )
 
 
@@ -42,6 +44,8 @@ def lm_head(spec: Spec, dims: Dims, n_tokens: Num) -> Cost:
     return replace(
         head,
         params=bias_params if spec.tied_embeddings else head.params,
+        matrices=0 if spec.tied_embeddings else head.matrices,
+        factored=bias_params if spec.tied_embeddings else head.factored,
         act_out=dims.p * n_tokens * dims.V,
     )
 

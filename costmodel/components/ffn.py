@@ -34,14 +34,21 @@ def ffn(spec: Spec, dims: Dims, tokens: Num) -> list[tuple[str, Cost]]:
     """The leaves of one FFN sub-block over `tokens` rows (norms and residual are the block's)."""
     d, f, p, bias = dims.d, dims.f, dims.p, spec.bias.ffn
     hidden = tokens * f
-    act = elementwise(hidden, ACTIVATION_FLOPS[spec.activation], p)
+    # Kept for backward: the activation its input (GeLU, SiLU) or its output (ReLU); the gate's
+    # product both factors; down its input, which for a plain ReLU with no hidden dropout is
+    # the ReLU's output, already kept.
+    gated = spec.activation.gated
+    # ReGLU: the ReLU's output is the product's first factor, kept once (by the product)
+    act = elementwise(hidden, ACTIVATION_FLOPS[spec.activation], p,
+                      saves=0 if spec.activation is Activation.reglu else 1)
+    relu_output = spec.activation is Activation.relu and spec.ffn_dropout == 0
     out = []
-    if spec.activation.gated:
+    if gated:
         out.append(("gate", linear(tokens, d, f, bias, p)))
-        act = act + elementwise(hidden, GATE_FLOPS, p, inputs=2)
-    out.append(("up", linear(tokens, d, f, bias, p)))
+        act = act + elementwise(hidden, GATE_FLOPS, p, inputs=2, saves=2)
+    out.append(("up", linear(tokens, d, f, bias, p, saves_input=not gated)))
     out.append(("act", act))
-    out.append(("down", linear(tokens, f, d, bias, p)))
+    out.append(("down", linear(tokens, f, d, bias, p, saves_input=not relu_output)))
     return out
 
 

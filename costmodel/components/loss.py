@@ -32,6 +32,8 @@ def cross_entropy(dims: Dims, tokens: Num) -> Cost:
         other=LOGSUMEXP_FLOPS * logits,
         bytes_unfused=dims.p * 2 * logits + ID_BYTES * tokens,
         act_in=ID_BYTES * tokens,
+        # kept for backward: the log-probabilities, the targets, the 0-dim total weight
+        saved=dims.p * logits + ID_BYTES * tokens + dims.p,
         train_only=True,
     )
 
@@ -40,6 +42,7 @@ def dropout(dims: Dims, elements: Num) -> Cost:
     return Cost(
         other=DROPOUT_FLOPS * elements,
         bytes_unfused=dims.p * 2 * elements + MASK_BYTES * elements,
+        mask_elements=elements,  # the mask is kept for backward; its output is its consumer's
         train_only=True,
     )
 

@@ -19,6 +19,7 @@ from typing import Any
 from costmodel.components.element import Alternative, Choose, Element, Symbol
 from costmodel.cost import Cost, Dims, Num, runs
 from costmodel.spec import Position, Spec
+from costmodel.symbols import ID_BYTES
 
 ROPE_FLOPS = 3  # x*cos + rotate_half(x)*sin per rotated element
 
@@ -31,9 +32,11 @@ def input_positions(spec: Spec, dims: Dims, tokens: Num, positions: Num) -> Cost
     rows = positions * dims.d
     return Cost(
         params=dims.n_pos * dims.d if learned else 0,
+        factored=dims.n_pos + dims.d if learned else 0,
         other=tokens * dims.d,
         bytes_unfused=dims.p * (2 * tokens * dims.d + rows),
         weights_read=dims.p * rows if learned else 0,
+        saved=ID_BYTES * positions if learned else 0,  # the position ids, for the table's gradient
     )
 
 
@@ -56,8 +59,10 @@ def score_bias(spec: Spec, dims: Dims, q_len: Num, span: Num) -> Cost:
         params = dims.n_buckets * dims.h
         return Cost(
             params=params,
+            factored=dims.n_buckets + dims.h,
             bytes_unfused=dims.p * 2 * elements,  # gather from the table, write the bias
             weights_read=dims.p * params * runs(q_len),
+            saved=ID_BYTES * q_len * span,  # the bucket of every (query, key), for the table
         )
     if spec.position is Position.alibi:
         return Cost(other=elements, bytes_unfused=dims.p * elements)

@@ -24,7 +24,8 @@ LOGSUMEXP_FLOPS = 4
 
 
 def softcap(dims: Dims, elements: Num) -> Cost:
-    return elementwise(elements, SOFTCAP_FLOPS, dims.p)
+    """For backward, tanh keeps its output."""
+    return elementwise(elements, SOFTCAP_FLOPS, dims.p, saves=1)
 
 
 def z_loss(dims: Dims, tokens: Num) -> Cost:
@@ -32,6 +33,7 @@ def z_loss(dims: Dims, tokens: Num) -> Cost:
     return Cost(
         other=LOGSUMEXP_FLOPS * logits + 2 * tokens,
         bytes_unfused=dims.p * (logits + tokens),
+        saved=dims.p * (logits + tokens),  # logsumexp keeps its input and its output
         train_only=True,
     )
 
