@@ -422,3 +422,27 @@ def test_deepseek_configs_import_as_latent_attention() -> None:
     with pytest.raises(SpecError, match=r"num_key_value_heads: 8: latent attention expands its latent into all "
                                         r"128 heads"):
         hf.spec_from_hf({**v3_config, "num_key_value_heads": 8})
+
+
+def test_saved_for_backward_equals_the_reference_model() -> None:
+    """Training activations (naive, the reference's default): the q, k of the scores, V, the
+    softmax output, each projection's input (kv_a shares q's), measured by saved-tensor hooks."""
+    from costmodel.measure.memory import training_saved
+    from costmodel.memory import Run, memory
+
+    for spec in (tiny_mla(), tiny_mla(attention={"q_lora_rank": None}), tiny_mla(attention_sinks=True),
+                 tiny_mla(attention_dropout=0.1)):
+        for recompute in ("none", "full"):
+            measured = training_saved(spec, 2, 7, recompute == "full").total
+            run = Run(recompute=recompute, mask_bytes=2, precision="bf16-mixed")
+            assert memory(spec, "train", batch=2, seq=7, run=run).total("activations") == measured, recompute
+    # absorbed and naive hold the same weights: the same matrices for weight-only quantisation
+    naive, absorbed = (model_costs(v3(n_layers=1), mla) for mla in ("naive", "absorbed"))
+    assert naive["layers/attention/kv_b"].matrices == absorbed["layers/attention/kv_b"].matrices == 512 * 128 * 256
+    assert naive["layers/attention/kv_b"].factored == absorbed["layers/attention/kv_b"].factored
+
+
+def model_costs(spec, mla: str):
+    from costmodel import model
+
+    return model.components(spec, model.numeric_dims(spec, dict(B=1, S=4, C=4, S_e=0, C_e=0), 2, mla))

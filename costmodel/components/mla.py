@@ -79,7 +79,8 @@ def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bia
         out.append(("q_a", linear(q_tokens, d, dims.r_q, spec.bias.qkv, p)))
         out.append(("q_norm", norm(spec, dims, q_tokens, dims.r_q)))
         out.append(("q_b", linear(q_tokens, dims.r_q, q_width, False, p)))
-    out.append(("kv_a", linear(kv_tokens, d, r_kv + d_r, spec.bias.qkv, p)))
+    # kv_a reads the sub-block's input, which q (or q_a) keeps for backward already
+    out.append(("kv_a", linear(kv_tokens, d, r_kv + d_r, spec.bias.qkv, p, saves_input=False)))
     out.append(("kv_norm", norm(spec, dims, kv_tokens, r_kv)))
     if rope:  # the d_r rotary features of h query heads and of the one shared key
         rotated = q_tokens * h + kv_tokens
@@ -108,6 +109,9 @@ def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bia
             bytes_unfused=p * q_tokens * h * (d_n + 2 * r_kv + d_v) + read,
             weights_read=read,
             gemms=(gemm(B * h, shape.q_len, d_n, r_kv), gemm(B * h, shape.q_len, r_kv, d_v)),
+            saved=p * q_tokens * h * (d_n + r_kv),  # its two inputs: q_nope, AV's latent output
+            matrices=params,
+            factored=r_kv + h * (d_n + d_v),  # one r_kv x h(d_n + d_v) matrix, as naive's linear
         )))
         k_width, v_width, k_heads = r_kv + d_r, r_kv, 1  # the latent itself, shared by the heads
         groups, rows = B, h * shape.q_len  # the h heads' queries stacked against the one latent
@@ -122,13 +126,17 @@ def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bia
         matmul_eff=2 * B * h * shape.pairs * k_width,
         bytes_unfused=p * (q_tokens * h * k_width + B * shape.span * k_heads * k_width + scores),
         gemms=(gemm(groups, rows, k_width, shape.span),),
+        saved=p * (q_tokens * h * k_width + B * shape.span * k_heads * k_width),  # Q and K
     )))
     out.extend(probabilities(spec, dims, shape, score_bias))
+    dropped = spec.attention_dropout_rate > 0  # AV then keeps the dropped-out probabilities
     out.append(("av", Cost(
         matmul=pair * shape.span * v_width,
         matmul_eff=2 * B * h * shape.pairs * v_width,
         bytes_unfused=p * (scores + B * shape.span * k_heads * v_width + q_tokens * h * v_width),
         gemms=(gemm(groups, rows, shape.span, v_width),),
+        # V (absorbed: the latent, which the scores keep already), and dropped-out probabilities
+        saved=(0 if absorbed else p * B * shape.span * h * d_v) + (p * scores if dropped else 0),
     )))
     out.append(("out", linear(q_tokens, h * d_v, d, spec.bias.attn_out, p)))
     return out

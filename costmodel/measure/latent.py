@@ -87,7 +87,9 @@ class LatentAttention(Attention):
         q = self.q(x) if not self.lora else self.q_b(self.q_norm(self.q_a(x)))
         q_nope, q_rot = q.view(B, S, h, -1).transpose(1, 2).split([self.nope, self.rotary], dim=-1)
         latent, k_rot = self.kv_a(x).split([self.rank, self.rotary], dim=-1)
-        latent = self.kv_norm(latent).view(B, 1, S, self.rank)
+        # a copy: a norm that keeps its input (LayerNorm) then keeps the latent, not the whole
+        # kv_a output its split is a view of (contiguous() would return a one-token view as is)
+        latent = self.kv_norm(latent.clone()).view(B, 1, S, self.rank)
         k_rot = k_rot.reshape(B, 1, S, self.rotary)
         if self.rope_dims:
             cos, sin = step.once(("rope", self.rope_dims),
@@ -101,7 +103,7 @@ class LatentAttention(Attention):
             k = torch.cat((k_nope, k_rot.expand(B, h, span, self.rotary)), dim=-1)
             scores = torch.cat((q_nope, q_rot), dim=-1) @ k.transpose(-2, -1)
             probs = self.probabilities(scores * self.scale, step, key_positions)
-            out = probs @ v
+            out = probs @ v.clone()  # V itself for backward (the view would keep all of kv)
         else:
             # the h heads' queries are h*S rows against the one latent (MQA-like)
             q_latent = self.kv_b(q_nope, "k").reshape(B, 1, h * S, self.rank)
