@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from costmodel import model
+from costmodel.components.mla import Convention
 from costmodel.cost import Cost
 from costmodel.phases import PHASES, QUANTITIES, Phase
 from costmodel.spec import Position, Spec
@@ -66,6 +67,7 @@ class Analysis:
     shape: dict[str, int]  # B, S, C, S_e, C_e as the phase binds them
     rows: tuple[Row, ...]
     hardware: Hardware | None = field(default=None, compare=False)  # for the roofline
+    mla: str = "naive"  # the convention latent attention ran in (components.mla)
 
     @property
     def bytes_per_element(self) -> int:
@@ -117,6 +119,7 @@ class Analysis:
             "seq": self.seq,
             "enc_seq": self.enc_seq,
             "dtype": self.dtype,
+            **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
             "bytes_per_element": self.bytes_per_element,
             "shape": dict(self.shape),
             "params": {
@@ -189,8 +192,12 @@ def analyze(
     dtype: str = "bf16",
     enc_seq: int | None = None,
     hardware: Hardware | str | None = None,
+    mla: str = "naive",
 ) -> Analysis:
     """Evaluate every component of `spec` in one phase.
+
+    `mla` is the convention latent attention runs in (``components.mla``): ``naive``, as
+    transformers executes it, or ``absorbed``, as DeepSeek's inference kernels do.
 
     `seq` is the prompt length for prefill and train, and the number of cached tokens for
     decode (which then attends to seq + 1). `enc_seq` is the encoder input length of an
@@ -210,6 +217,8 @@ def analyze(
     for name, value in (("batch", batch), ("seq", seq), ("enc_seq", enc_seq)):
         if value is not None and value < 1:
             raise AnalysisError(f"{name}: must be at least 1 (got {value})")
+    if mla not in Convention.__members__:
+        raise AnalysisError(f"mla: unknown convention {mla!r}; expected one of {', '.join(Convention.__members__)}")
     ph = PHASES[phase]
     shape = ph.shape(batch, seq, enc_seq or 0)
     if spec.position is Position.learned:
@@ -230,7 +239,7 @@ def analyze(
         hardware = load_hardware(hardware)
     if hardware is not None:
         hardware.peak(dtype)  # a dtype the device lacks is an error before any work
-    dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype])
+    dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype], mla)
     rows = tuple(_row(path, ph, cost) for path, cost in model.components(spec, dims).items())
     largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
                                               "kv_cache")) for r in rows)
@@ -238,7 +247,7 @@ def analyze(
         # Counts are exact ints at any size, but intensity, time and the sweep are floats.
         raise AnalysisError(f"{spec.name[:60]}: a count of {len(str(largest))} digits at this shape, past the "
                             f"{MAX_COUNT:.0e} that floating-point figures (intensity, time) can hold")
-    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, hardware)
+    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, hardware, mla)
 
 
 def count_params(spec: Spec) -> int:
@@ -261,12 +270,12 @@ FORMULA_QUANTITIES: dict[str, tuple[str, ...]] = {
 FORMULA_ALIASES = {"bytes": "bytes_unfused"}
 
 
-def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
+def symbolic_tree(spec: Spec, phase: str, mla: str = "naive") -> dict[str, dict[str, sympy.Expr]]:
     """path -> quantity -> sympy expression in this phase, over the symbols of docs/reference.md."""
     import sympy
 
     ph = PHASES[phase]
-    costs = model.components(spec, model.symbolic_dims(spec))
+    costs = model.components(spec, model.symbolic_dims(spec, mla))
     tree = {}
     for path, cost in costs.items():
         quantities = ph.quantities(cost)
@@ -275,7 +284,8 @@ def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
 
 
 def formula(
-    spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = False
+    spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = False,
+    mla: str = "naive",
 ) -> sympy.Expr:
     """The expression for `quantity` summed over `component` (a path prefix; all by default).
 
@@ -291,7 +301,7 @@ def formula(
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
     import sympy
 
-    expr = sympy.expand(select(symbolic_tree(spec, phase), quantity, component, spec.name))
+    expr = sympy.expand(select(symbolic_tree(spec, phase, mla), quantity, component, spec.name))
     if not symbolic:
         return sympy.expand(expr.xreplace(model.spec_values(spec)))
     # Read per layer: the terms of each layer group gathered under its count (L, L_local, ...).

@@ -32,7 +32,7 @@ from costmodel import model
 from costmodel import symbols as sym
 from costmodel.analysis import select, symbolic_tree
 from costmodel.spec import Spec
-from costmodel.attention_variants import full_attention
+from costmodel.attention_variants import full_attention, standard_attention
 
 B, n, d, h = sym.B, sym.n, sym.d, sym.h
 #: What grows, in this order in an exponent vector.
@@ -153,7 +153,7 @@ def attention_prefix(spec: Spec) -> str:
 def layer_expr(spec: Spec, quantity: str, case: Case) -> sympy.Expr:
     """One attention layer of `spec` (full attention) in Shazeer's setting: d_h = d/h, k = h or 1,
     L = 1, p = 1; S = n in a batched pass; an incremental one summed over C = 1..n."""
-    full = full_attention(spec)
+    full = full_attention(standard_attention(spec))  # latent attention: its multi-head counterpart
     expr = select(symbolic_tree(full, case.phase), quantity, attention_prefix(full), full.name)
     d_h = d / h
     setting = {sym.d_h: d_h, sym.k: 1 if case.mqa else h, sym.p: 1, sym.S: n,

@@ -11,7 +11,9 @@ on an encoder-decoder) is one ``SpecError`` line, like a bad file. Every number 
   cache, the attention sub-blocks' FLOPs, bytes and intensity, their roofline and the whole
   pass's, and the largest batch that fits (``hardware.fit``);
 - windows: full attention, every layer local, the spec's local/global pattern: KV cache and
-  attention work as the context grows.
+  attention work as the context grows;
+- latent attention (DeepSeek-V2): the naive and absorbed conventions of ``components.mla`` side
+  by side, phase by phase, as the dense and masked counts are.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any
 
 from costmodel.analysis import Analysis, AnalysisError, Row, analyze
 from costmodel.hardware import Fit, Hardware, Roofline, attention_total, fit, roofline_dict, roofline_of
-from costmodel.components.attention import heads_kind, pattern
+from costmodel.components.attention import heads, heads_kind, pattern
+from costmodel.components.mla import Convention
 from costmodel.phases import DECODE
 from costmodel.spec import LayerKind, Position, Spec
-from costmodel.variants import variant
+from costmodel.variants import gqa_kv_heads, variant
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Variant:
     label: str  # "MHA k=32", "GQA k=8", "w=4096, all local", ...
     spec: Spec
     own: bool  # the spec's own configuration
+    mla: str = "naive"  # the convention a latent-attention variant runs in (components.mla)
 
 
 def with_kv_heads(spec: Spec, k: int) -> Spec:
@@ -44,8 +48,29 @@ def default_kv_heads(spec: Spec) -> list[int]:
     return list(dict.fromkeys((spec.n_heads, spec.n_kv_heads, 1)))
 
 
+def standard_attention(spec: Spec) -> Spec:
+    """A latent-attention spec with multi-head attention in its place: h heads of d_n =
+    qk_nope_head_dim, the d_h of DeepSeek-V2's comparison (section 2.1, Table 1: MHA caches
+    2*h*d_h elements a token a layer, MLA d_c + d_h^R = 4.5 d_h)."""
+    if spec.mla is None:
+        return spec
+    return variant(spec, {"attention": {"kind": "mha", "n_kv_heads": spec.n_heads,
+                                        "head_dim": spec.mla.qk_nope_head_dim}})
+
+
 def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[Variant]:
-    """One variant per k (default: h, the spec's own k, 1); the spec itself keeps its k."""
+    """One variant per k (default: h, the spec's own k, 1); the spec itself keeps its k.
+
+    A latent-attention spec comes first, as itself in both conventions (naive: what
+    transformers runs; absorbed: what DeepSeek's kernels run), then the k variants of its
+    multi-head counterpart (``standard_attention``): MLA beside MHA, GQA and MQA of its heads.
+    """
+    if spec.mla is not None:
+        latent = [Variant(f"{heads(spec)} {c.value}", spec, own=True, mla=c.value) for c in Convention]
+        h = spec.n_heads
+        gqa = gqa_kv_heads(h)
+        rest = kv_head_variants(standard_attention(spec), kv_heads or [h, *([gqa] if gqa else []), 1])
+        return latent + [Variant(v.label, v.spec, own=False) for v in rest]
     out = []
     for k in dict.fromkeys(kv_heads or default_kv_heads(spec)):
         s = spec if k == spec.n_kv_heads else with_kv_heads(spec, k)
@@ -55,29 +80,36 @@ def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[
 
 def full_attention(spec: Spec) -> Spec:
     """Every layer attends to the whole context, with positions on every layer."""
-    if spec.window is None:
+    if spec.window is None and spec.attention_chunk is None:
         return spec
-    return variant(spec, {"window": None, "layer_pattern": None, "global_nope": None})
+    drop_chunks = {"attention_chunk": None} if spec.attention_chunk is not None else {}
+    return variant(spec, {"window": None, **drop_chunks, "layer_pattern": None, "global_nope": None})
 
 
 def window_label(spec: Spec) -> str:
-    """``full``, ``w=4096, all local``, ``w=1024, 5 local : 1 global``."""
-    return "full" if spec.window is None else f"w={spec.window}, {pattern(spec)}"
+    """``full``, ``w=4096, all local``, ``w=1024, 5 local : 1 global``, ``c=8192, 3 chunked : 1 global``."""
+    sizes = [f"{name}={v}" for name, v in (("w", spec.window), ("c", spec.attention_chunk)) if v is not None]
+    return ", ".join([*sizes, pattern(spec)]) if sizes else "full"
 
 
 def window_variants(spec: Spec, window: int | None = None) -> list[Variant]:
-    """Full attention; every layer local with window w (the spec's, or `window`); and the
-    spec's own local/global pattern when it has one (with `window` if given)."""
+    """Full attention; every layer local with window w (the spec's, or `window`); the spec's own
+    local/global pattern when it has one (with `window` if given); and the spec itself when it
+    has chunked layers (Llama 4's chunks, which differ from a window of their size in pairs)."""
     w = window or spec.window
-    out = [Variant("full", full_attention(spec), own=spec.window is None)]
-    if w is None:
-        return out
-    local = variant(spec, {"window": w, "layer_pattern": [LayerKind.local.value], "global_nope": None})
-    out.append(Variant(window_label(local), local,
-                       own=local.window == spec.window and local.layer_pattern == spec.layer_pattern))
+    local_or_chunked = spec.window is not None or spec.attention_chunk is not None
+    out = [Variant("full", full_attention(spec), own=not local_or_chunked)]
+    if w is not None:
+        drop_chunks = {"attention_chunk": None} if spec.attention_chunk is not None else {}
+        local = variant(spec, {"window": w, **drop_chunks, "layer_pattern": [LayerKind.local.value],
+                               "global_nope": None})
+        out.append(Variant(window_label(local), local,
+                           own=local.window == spec.window and local.layer_pattern == spec.layer_pattern))
     if spec.window is not None and LayerKind.global_ in spec.layer_pattern:
         mixed = spec if w == spec.window else variant(spec, {"window": w})
         out.append(Variant(window_label(mixed), mixed, own=w == spec.window))
+    if spec.attention_chunk is not None and not any(v.spec is spec for v in out):
+        out.append(Variant(window_label(spec), spec, own=True))
     return out
 
 
@@ -92,7 +124,7 @@ class HeadsRow:
     """One key/value-head variant in one phase."""
 
     variant: str
-    kv_heads: int
+    kv_heads: int | None  # None: latent attention, whose cache is not per head
     own: bool  # the spec's own k
     phase: str
     shape: dict[str, int]
@@ -114,7 +146,7 @@ class HeadsRow:
         }
 
 
-def heads_row(label: str, k: int, own: bool, a: Analysis, hw: Hardware) -> HeadsRow:
+def heads_row(label: str, k: int | None, own: bool, a: Analysis, hw: Hardware) -> HeadsRow:
     att = attention_total(a)
     t = a.total()
     f = fit(a, hw)
@@ -130,8 +162,9 @@ def compare_kv_heads(
     rows = []
     for v in kv_head_variants(spec, kv_heads):
         for phase in INFERENCE:
-            a = analyze(v.spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
-            rows.append(heads_row(v.label, v.spec.n_kv_heads, v.own, a, hw))
+            a = analyze(v.spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=v.mla)
+            k = None if v.spec.mla is not None else v.spec.n_kv_heads
+            rows.append(heads_row(v.label, k, v.own, a, hw))
     return rows
 
 
@@ -180,4 +213,37 @@ def compare_windows(
             att = attention_total(dec)
             rows.append(WindowRow(v.label, v.own, c, dec.total().kv_cache, attention_total(pre), att,
                                   roofline_of(att, hw, dtype)))
+    return rows
+
+
+@dataclass(frozen=True)
+class LatentRow:
+    """One phase of a latent-attention spec in one convention (components.mla.Convention)."""
+
+    phase: str
+    convention: str
+    shape: dict[str, int]
+    attention: Row  # every attention sub-block, summed over layers
+    total: Row  # the whole pass
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "convention": self.convention, "shape": self.shape,
+                "attention": {**asdict(self.attention), "flops": self.attention.flops},
+                "total": {**asdict(self.total), "flops": self.total.flops}}
+
+
+def compare_latent(
+    spec: Spec, phases: Sequence[str] = ("train", "prefill", "decode"), batch: int = 1,
+    seq: int | None = None, dtype: str = "bf16",
+) -> list[LatentRow]:
+    """Each phase of a latent-attention spec in both conventions: the same weights and cache,
+    different work (naive re-expands every cached latent; absorbed folds W_UK and W_UV into the
+    query and output). Empty for multi-head attention."""
+    if spec.mla is None:
+        return []
+    rows = []
+    for phase in phases:
+        for c in Convention:
+            a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, mla=c.value)
+            rows.append(LatentRow(phase, c.value, dict(a.shape), attention_total(a), a.total()))
     return rows

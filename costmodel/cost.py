@@ -54,6 +54,15 @@ def smax(a: Num, b: Num) -> Num:
     return sympy.Max(a, b)
 
 
+def floor_div(a: Num, b: Num) -> Num:
+    """floor(a / b) for sizes: exact integer division, or sympy's floor of a symbol."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    import sympy
+
+    return sympy.floor(a / b)
+
+
 def half(x: Num) -> Num:
     """x / 2 for a quantity known to be even (a count of pairs)."""
     if isinstance(x, int):
@@ -156,6 +165,7 @@ class Dims:
     p: Num
     sizes: dict[str, Num] = field(default_factory=dict)
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
+    mla: str = "naive"  # how latent attention runs: "naive" or "absorbed" (components.mla)
 
     def __getattr__(self, name: str) -> Num:
         try:

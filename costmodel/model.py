@@ -41,22 +41,24 @@ class SubBlock:
     score_bias: bool
 
 
-def symbolic_dims(spec: Spec) -> Dims:
+def symbolic_dims(spec: Spec, mla: str = "naive") -> Dims:
     """Every size a symbol: the formulas as a reader of the papers writes them."""
     return Dims(
         B=sym.B, S=sym.S, C=sym.C, S_e=sym.S_e, C_e=sym.C_e, p=sym.p,
         sizes={n: getattr(sym, n) for n in size_symbols()},
         layers={key: sym.layer_count(*key) for key in layer_groups(spec)},
+        mla=mla,
     )
 
 
-def numeric_dims(spec: Spec, shape: dict[str, int], p: int) -> Dims:
+def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive") -> Dims:
     """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p.
 
     A size the spec has none of (no sliding window: w) is 0; no formula of the spec reads it.
+    `mla` is the convention latent attention runs in (``components.mla.Convention``).
     """
     sizes: dict[str, Num] = {n: s.value(spec) or 0 for n, s in size_symbols().items()}
-    return Dims(**shape, p=p, sizes=sizes, layers=dict(layer_groups(spec)))
+    return Dims(**shape, p=p, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla)
 
 
 def spec_values(spec: Spec) -> dict[Any, int]:
@@ -134,8 +136,13 @@ def _sub_blocks(spec: Spec, dims: Dims, stack: str, kind: str | None) -> list[Su
     else:  # a stack of one kind: the spec's only kind, or global in an encoder-decoder
         layer_kind = spec.layer_pattern[0] if stack == "layers" else LayerKind.global_
     local = layer_kind is LayerKind.local
-    shape = attn.bidirectional(dims) if stack == "encoder" else attn.causal(dims, window=local)
-    positions = spec.position.per_layer and not (spec.global_nope and not local)
+    if stack == "encoder":
+        shape = attn.bidirectional(dims)
+    elif layer_kind is LayerKind.chunked:
+        shape = attn.chunked(dims)
+    else:
+        shape = attn.causal(dims, window=local)
+    positions = spec.position.per_layer and not (spec.global_nope and layer_kind is LayerKind.global_)
     subs = [SubBlock(
         "attention", shape,
         rope=positions and spec.position is Position.rope,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costmodel import units
-from costmodel.attention_variants import HeadsRow, WindowRow
+from costmodel.attention_variants import HeadsRow, LatentRow, WindowRow
 from costmodel.hardware import Hardware
 from costmodel.report import Table, device_note, records_csv  # noqa: F401 - records_csv re-exported
 
@@ -24,6 +24,26 @@ if TYPE_CHECKING:  # sympy and numpy load only for the commands that use them
 
 def _mark(label: str, own: bool) -> str:
     return f"{label} (spec)" if own else label
+
+
+def latent_table(rows: Sequence[LatentRow]) -> Table:
+    """Latent attention in its two conventions, phase by phase."""
+    cells = [(r.phase, r.convention, units.flops(r.attention.flops_matmul),
+              units.flops(r.attention.flops_matmul_effective), units.nbytes(r.attention.bytes_fused),
+              units.flops(r.total.flops), units.nbytes(r.total.bytes_fused),
+              units.intensity(r.total.flops / r.total.bytes_fused), units.nbytes(r.total.kv_cache))
+             for r in rows]
+    return Table(
+        "Latent attention: naive and absorbed",
+        ("phase", "convention", "attn matmul (dense)", "attn matmul (masked)", "attn bytes",
+         "FLOPs total", "bytes fused", "intensity", "KV cache"),
+        cells,
+        ["naive: the cached latent re-expanded through kv_b into every head's keys and values at "
+         "every pass (what transformers runs); absorbed: W_UK folded into the query and W_UV applied "
+         "after AV, so the scores read the latent itself, 2*h*(2*r_kv + d_r) FLOPs per cached token "
+         "(DeepSeek's inference kernels). Same weights, same cache; bytes are the fused lower bound."],
+        numeric_from=2,
+    )
 
 
 def _contexts(rows: Sequence[Any]) -> str:

@@ -97,6 +97,7 @@ class QKNorm(str, Enum):
 class LayerKind(str, Enum):
     local = "local"  # sliding-window attention over the last `window` tokens
     global_ = "global"  # full (causal) attention
+    chunked = "chunked"  # chunked local attention within chunks of `attention_chunk` (Llama 4)
 
 
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
@@ -175,8 +176,34 @@ class MHA(BaseModel):
     head_dim: PositiveInt  # default: d_model / n_heads
 
 
+class MLA(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2, 2024), in DeepSeek's config names; the cost is
+    ``components.mla``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["mla"] = "mla"
+    q_lora_rank: PositiveInt | None = None  # r_q; null: queries projected directly from d_model
+    kv_lora_rank: PositiveInt  # r_kv
+    qk_nope_head_dim: PositiveInt  # d_n
+    qk_rope_head_dim: PositiveInt  # d_r
+    v_head_dim: PositiveInt  # d_v
+
+    @field_validator("qk_rope_head_dim")
+    @classmethod
+    def _even(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError("must be even: RoPE rotates pairs of dimensions")
+        return v
+
+    @property
+    def cache_width(self) -> int:
+        """Elements cached per token per layer: the latent and the shared rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
 FFN = Annotated[Union[DenseFFN], Field(discriminator="kind")]
-Attention = Annotated[Union[MHA], Field(discriminator="kind")]
+Attention = Annotated[Union[MHA, MLA], Field(discriminator="kind")]
 
 #: Old flat fields, still accepted (and written by bundled specs): shorthand -> its union field.
 #: They apply to the default kind of that union (dense, mha).
@@ -258,8 +285,10 @@ class Spec(BaseModel):
     final_dropout: Rate = 0.0  # on each stack's final-norm output
 
     window: PositiveInt | None = None  # sliding-window length w of local layers
+    attention_chunk: PositiveInt | None = None  # chunk c of chunked layers (Llama 4: 8192)
     layer_pattern: tuple[LayerKind, ...]  # repeated over the layers; default all local or global
     global_nope: StrictBool = False  # global layers carry no positions (NoPE)
+    attention_sinks: StrictBool = False  # one learned softmax logit per head per layer (gpt-oss)
 
     @model_validator(mode="before")
     @classmethod
@@ -330,7 +359,7 @@ class Spec(BaseModel):
                 f"n_kv_heads: n_heads ({self.n_heads}) must be a multiple of "
                 f"n_kv_heads ({self.n_kv_heads})"
             )
-        if self.position is Position.rope:
+        if self.position is Position.rope and not isinstance(self.attention, MLA):
             rotary = _exact(self.rotary_fraction) * self.head_dim
             if rotary.denominator != 1 or rotary.numerator % 2:
                 raise ValueError(
@@ -354,10 +383,28 @@ class Spec(BaseModel):
             raise ValueError("window: required, since layer_pattern has local layers")
         if self.window is not None and LayerKind.local not in kinds:
             raise ValueError("layer_pattern: a window is given but no layer is local")
+        if LayerKind.chunked in kinds and self.attention_chunk is None:
+            raise ValueError("attention_chunk: required, since layer_pattern has chunked layers")
+        if self.attention_chunk is not None and LayerKind.chunked not in kinds:
+            raise ValueError("layer_pattern: an attention_chunk is given but no layer is chunked")
+        if self.attention_chunk is not None and enc_dec:
+            raise ValueError("attention_chunk: chunked attention is supported for decoder-only models")
+        if isinstance(self.attention, MLA):
+            if enc_dec:
+                raise ValueError("attention: latent attention is supported for decoder-only models")
+            if self.position is not Position.rope:
+                raise ValueError(
+                    f"attention: latent attention carries positions in its decoupled RoPE "
+                    f"dimensions; position must be rope (got {self.position.value})"
+                )
+            if self.rotary_fraction != 1.0:
+                raise ValueError("rotary_fraction: latent attention rotates qk_rope_head_dim, all of it")
+            if self.qk_norm is not QKNorm.none:
+                raise ValueError("qk_norm: latent attention normalises its latents, not q and k")
         if self.global_nope:
             if LayerKind.global_ not in kinds:
                 raise ValueError("global_nope: layer_pattern has no global layer")
-            if LayerKind.local not in kinds:
+            if LayerKind.local not in kinds and LayerKind.chunked not in kinds:
                 raise ValueError(
                     "global_nope: every layer is global, so no layer would carry positions; "
                     "write position: none instead"
@@ -387,11 +434,23 @@ class Spec(BaseModel):
 
     @property
     def n_kv_heads(self) -> int:
+        """Latent attention: h, the heads its latent expands into (transformers'
+        num_key_value_heads); its cache is not per head (``MLA.cache_width``)."""
+        if isinstance(self.attention, MLA):
+            return self.n_heads
         return self.attention.n_kv_heads
 
     @property
     def head_dim(self) -> int:
+        """Latent attention: the query/key width of a head, qk_nope_head_dim + qk_rope_head_dim."""
+        if isinstance(self.attention, MLA):
+            return self.attention.qk_nope_head_dim + self.attention.qk_rope_head_dim
         return self.attention.head_dim
+
+    @property
+    def mla(self) -> MLA | None:
+        """The latent attention's fields, or None for multi-head attention."""
+        return self.attention if isinstance(self.attention, MLA) else None
 
     @property
     def is_encoder_decoder(self) -> bool:
@@ -420,7 +479,10 @@ class Spec(BaseModel):
 
     @property
     def rotary_dims(self) -> int:
-        """Exact at any head_dim (float arithmetic loses whole dimensions past 2^53)."""
+        """Exact at any head_dim (float arithmetic loses whole dimensions past 2^53); latent
+        attention rotates its qk_rope_head_dim."""
+        if isinstance(self.attention, MLA):
+            return self.attention.qk_rope_head_dim
         return int(_exact(self.rotary_fraction) * self.head_dim)
 
     @property
@@ -560,7 +622,7 @@ def _one_line(problem: Any, data: dict[str, Any], origin: str, lines: dict[str, 
     if kind == "missing":
         msg = "field required"
     elif kind == "extra_forbidden":
-        known = _known_fields(loc)
+        known = _known_fields(loc, data)
         guess = difflib.get_close_matches(loc[-1], known, n=1)
         msg = "unknown field" + (f" (did you mean {guess[0]}?)" if guess else "")
     elif kind == "union_tag_invalid":
@@ -585,17 +647,30 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 80 else text[:60] + "..."
 
 
-def _known_fields(loc: list[str]) -> list[str]:
+def _known_fields(loc: list[str], data: dict[str, Any]) -> list[str]:
     model: type[BaseModel] = Spec
     for part in loc[:-1]:
         if part not in model.model_fields:
             return list(model.model_fields)
         ann = model.model_fields[part].annotation
-        nested = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not nested:
+        members = [a for a in _members(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not members:
             return list(model.model_fields)
-        model = nested[0]
+        node = data.get(part) if isinstance(data, dict) else None
+        kind = node.get("kind", _DEFAULT_KIND.get(part)) if isinstance(node, dict) else None
+        # a union's member by the kind the user wrote (attention: {kind: mla, ...})
+        model = next((m for m in members if "kind" in m.model_fields and m.model_fields["kind"].default == kind),
+                     members[0])
+        data = node if isinstance(node, dict) else {}
     return list(model.model_fields) + (list(SHORTHANDS) if model is Spec else [])
+
+
+def _members(ann: Any) -> tuple[Any, ...]:
+    """The types of an annotation: a union's members (through Annotated), or itself."""
+    args = getattr(ann, "__args__", (ann,))
+    if getattr(ann, "__metadata__", None) is not None:  # Annotated[Union[...], Field(...)]
+        return _members(args[0])
+    return args
 
 
 def _key_lines(root: yaml.Node | None) -> dict[str, int]:

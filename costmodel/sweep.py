@@ -98,9 +98,9 @@ class Evaluator:
     """FLOPs, fused bytes and KV cache of one spec in one phase, as numpy functions of
     (batch, seq), summed over `component` (a path prefix; the whole model by default)."""
 
-    def __init__(self, spec: Spec, phase: str, dtype: str, component: str = "") -> None:
+    def __init__(self, spec: Spec, phase: str, dtype: str, component: str = "", mla: str = "naive") -> None:
         ph = PHASES[phase]
-        tree = symbolic_tree(spec, phase)
+        tree = symbolic_tree(spec, phase, mla)
         values = {**model.spec_values(spec), sym.p: DTYPE_BYTES[dtype],
                   getattr(sym, ph.seq_symbol): _SEQ + ph.seq_offset, getattr(sym, ph.enc_symbol): _SEQ}
         exprs = [select(tree, q, component, spec.name).xreplace(values) for q in ("flops", "bytes_fused", "kv_cache")]
@@ -191,8 +191,9 @@ def sweep(
             grid = {"seq": given.get("seq", [seq or default_seq(spec, phase)]), "batch": given.get("batch", [batch])}
             # The largest point through the exact path: it checks the request (learned positions,
             # the component) and costs one analysis.
-            analyze(v.spec, phase, batch=int(max(grid["batch"])), seq=int(max(grid["seq"])), dtype=dtype).total(component)
-            evaluators[v.label, phase] = (v, grid, Evaluator(v.spec, phase, dtype, component))
+            analyze(v.spec, phase, batch=int(max(grid["batch"])), seq=int(max(grid["seq"])), dtype=dtype,
+                    mla=v.mla).total(component)
+            evaluators[v.label, phase] = (v, grid, Evaluator(v.spec, phase, dtype, component, v.mla))
     return evaluate(spec.name, quantity, evaluators, hw, dtype, component, tuple(given))
 
 

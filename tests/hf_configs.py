@@ -44,7 +44,18 @@ CLASS_SIZES = {
     "stablelm": dict(vocab_size=50304, intermediate_size=6912, hidden_size=2560, num_hidden_layers=32,
                      num_attention_heads=32, max_position_embeddings=4096),
     "t5": dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8),
+    "deepseek_v2": dict(vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                        num_attention_heads=32, max_position_embeddings=2048, kv_lora_rank=512,
+                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+    "deepseek_v3": dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
+                        num_attention_heads=128, max_position_embeddings=4096, kv_lora_rank=512,
+                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
 }
+
+# Latent attention (DeepSeek-V2/V3) before a dense FFN in every layer: first_k_dense_replace
+# covers the layers (the classes' defaults make the later layers mixture-of-experts ones).
+MLA_SMALL = dict(SMALL, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, head_dim=8,
+                 first_k_dense_replace=SMALL["num_hidden_layers"])
 
 # One or more configs per supported model type, each exercising the fields that change a cost.
 CONFIGS = {
@@ -92,6 +103,12 @@ CONFIGS = {
                     "tie_word_embeddings": False, "residual_dropout": 0.1, "embedding_dropout": 0.05}],
     "phi": [CLASS_SIZES["phi"], {**SMALL, "num_key_value_heads": 2, "partial_rotary_factor": 0.25,
                                  "tie_word_embeddings": True, "resid_pdrop": 0.1}],
+    "deepseek_v2": [{**CLASS_SIZES["deepseek_v2"], "first_k_dense_replace": 32},
+                    {**MLA_SMALL, "q_lora_rank": None, "attention_bias": True, "mlp_bias": True},
+                    {**MLA_SMALL, "q_lora_rank": 24, "tie_word_embeddings": True}],
+    "deepseek_v3": [{**CLASS_SIZES["deepseek_v3"], "first_k_dense_replace": 61},
+                    {**MLA_SMALL, "q_lora_rank": 24, "attention_bias": True, "num_key_value_heads": 4},
+                    {**MLA_SMALL, "q_lora_rank": None, "num_key_value_heads": 4, "rope_interleave": False}],
     "stablelm": [CLASS_SIZES["stablelm"],
                  {**SMALL, "num_key_value_heads": 2, "use_qkv_bias": True, "use_parallel_residual": True,
                   "partial_rotary_factor": 0.5, "tie_word_embeddings": True}],

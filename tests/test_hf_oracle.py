@@ -139,7 +139,7 @@ def test_bundled_spec_count_equals_transformers(name):
 
 # --- FLOPs and KV cache, for the model types added with issue 11 ----------------------------------
 
-NEW_TYPES = ("gpt_bigcode", "starcoder2", "phi", "stablelm")
+NEW_TYPES = ("gpt_bigcode", "starcoder2", "phi", "stablelm", "deepseek_v2", "deepseek_v3")
 B, S = 2, 16
 
 

@@ -136,7 +136,8 @@ def test_shorthand_is_the_dense_ffn_and_mha_attention():
 
 @pytest.mark.parametrize("changes, message", [
     ({"ffn": {"kind": "moe"}, "d_ff": None, "activation": None}, "ffn.kind: unknown kind 'moe'; expected one of dense"),
-    ({"attention": {"kind": "mla"}, "n_kv_heads": None}, "attention.kind: unknown kind 'mla'; expected one of mha"),
+    ({"attention": {"kind": "gqa"}, "n_kv_heads": None}, "attention.kind: unknown kind 'gqa'; expected one of mha, mla"),
+    ({"attention": {"kind": "mla"}, "n_kv_heads": None}, "attention.kv_lora_rank: field required"),
     ({"ffn": {"kind": "dense", "activation": "relu", "d_ff": 4}}, "give ffn or its shorthand fields, not both"),
     ({"d_ff": 0}, "d_ff: input should be greater than 0"),
     ({"ffn": {"kind": "dense", "activation": "relu", "d_ff": 0}, "d_ff": None, "activation": None},

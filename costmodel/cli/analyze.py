@@ -17,6 +17,7 @@ from costmodel.cli.app import (
     Format,
     FormatOpt,
     HardwareOpt,
+    MlaOpt,
     PhaseName,
     SeqOpt,
     SpecArg,
@@ -24,6 +25,7 @@ from costmodel.cli.app import (
     app,
     emit,
 )
+from costmodel.components.mla import Convention
 from costmodel.conventions import ConventionName
 from costmodel.hardware import load_hardware
 from costmodel.spec import load_spec
@@ -43,17 +45,24 @@ def analyze_cmd(
     hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
     convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
+    mla: MlaOpt = Convention.naive,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
-    the roofline time of each phase and whether it is compute- or memory-bound."""
+    the roofline time of each phase and whether it is compute- or memory-bound. A spec with latent
+    attention also shows its naive and absorbed conventions side by side."""
     with _user_errors():
         s = catalog.load(spec)
         hw = load_hardware(hardware) if hardware else None
         if hw:
             hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
         phases = [phase.value] if phase else [p.value for p in PhaseName]
-        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw)
-                    for p in phases]
+        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw,
+                            mla=mla.value) for p in phases]
+        latent = []
+        if s.mla is not None:  # both conventions side by side
+            from costmodel.attention_variants import compare_latent
+
+            latent = compare_latent(s, phases, batch, seq, dtype.value)
         papers = conventions.selected([c.value for c in convention or []])
         train_seq = seq if seq is not None else default_seq(s, "train")
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
@@ -71,6 +80,8 @@ def analyze_cmd(
             out["ignored_fields"] = list(s.ignored_fields)
         if paper_rows:
             out["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}
+        if latent:
+            out["mla_conventions"] = [r.to_dict() for r in latent]
         return out
 
     tables = [report.params_table(analyses[0]), report.phases_table(analyses, hw)]
@@ -78,6 +89,10 @@ def analyze_cmd(
         tables.append(report.components_table(analyses[0]))
     if paper_rows:
         tables.append(compare_report.conventions_table(paper_rows, train_seq))
+    if latent:
+        from costmodel import report_attention
+
+        tables.append(report_attention.latent_table(latent))
     emit(fmt, tables, data, s, csv=lambda: report.render_csv(analyses, hw, paper_rows, train_seq))
 
 
@@ -94,6 +109,7 @@ def formula_cmd(
         "(d_h = d/h) as batch and length grow, beside Shazeer (2019): batched MHA, incremental MHA, "
         "incremental MQA.")] = False,
     fmt: FormatOpt = Format.table,
+    mla: MlaOpt = Convention.naive,
 ) -> None:
     """The sympy expression behind a number, over the symbols of docs/reference.md (with
     --symbolic, a legend of them on stderr)."""
@@ -106,7 +122,7 @@ def formula_cmd(
 
             results = shazeer(s)
         else:
-            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic)
+            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic, mla=mla.value)
     if asymptotic:
         from costmodel import report_attention
 

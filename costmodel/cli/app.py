@@ -14,6 +14,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from costmodel.components.mla import Convention
+
 from costmodel import report
 from costmodel.analysis import AnalysisError, ContextWarning
 from costmodel.spec import Spec, SpecError
@@ -62,6 +64,9 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", metavar="FORMAT", h
 HARDWARE_HELP = ("A device profile: a bundled name (a100-80gb, h100-sxm, h200, b200, l4, rtx-4090), `local` "
                  "once `costmodel calibrate` has measured this machine, or a YAML file. See `costmodel hardware`.")
 HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=HARDWARE_HELP)]
+MlaOpt = Annotated[Convention, typer.Option(
+    "--mla", help="How latent attention (MLA) runs: naive (the cached latent re-expanded every step, "
+    "as transformers does) or absorbed (W_UK and W_UV folded into query and output, as DeepSeek's kernels do).")]
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from costmodel.cli.app import (
     EncSeqOpt,
     Format,
     FormatOpt,
+    MlaOpt,
     PhaseName,
     SeqOpt,
     SpecArg,
@@ -24,6 +25,7 @@ from costmodel.cli.app import (
     app,
     emit,
 )
+from costmodel.components.mla import Convention
 
 
 class Device(str, Enum):
@@ -78,6 +80,7 @@ def measure_cmd(
     by_component: ComponentsOpt = False,
     check: CheckOpt = False,
     fmt: FormatOpt = Format.table,
+    mla: MlaOpt = Convention.naive,
 ) -> None:
     """Build SPEC as a PyTorch model, run a phase, and set each count beside its formula."""
     with _user_errors():
@@ -94,7 +97,7 @@ def measure_cmd(
         phases = [phase.value] if phase else [p.value for p in PhaseName]
         results = [measure(s, p, batch=batch, seq=seq, enc_seq=enc_seq, dtype=dtype.value,
                            device=device.value, layers=layers, hardware=profile, repeats=repeats,
-                           count_bytes=True) for p in phases]
+                           count_bytes=True, mla=mla.value) for p in phases]
     def tables() -> list[report.Table]:
         from costmodel.measure.tables import components_table, measurement_table
 

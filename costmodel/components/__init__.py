@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from costmodel.components import attention, bias, block, embedding, ffn, loss, norm, position, shape, stability
+from costmodel.components import attention, bias, block, embedding, ffn, loss, mla, norm, position, shape, stability
 from costmodel.components.element import Element, Symbol
 from costmodel.cost import Cost, Dims, Num
 
@@ -24,12 +24,14 @@ ELEMENTS: tuple[Element, ...] = (
     *attention.ELEMENTS[:1],  # heads
     *position.ELEMENTS,
     *attention.ELEMENTS[1:2],  # sliding window
+    attention.CHUNKED,
     *norm.ELEMENTS,
     *bias.ELEMENTS,
     *ffn.ELEMENTS,
     *block.ELEMENTS,
     *embedding.ELEMENTS,
     *attention.ELEMENTS[2:],  # QK-norm
+    attention.SINKS,
     *stability.ELEMENTS,
     *loss.ELEMENTS,
     shape.CONTEXT,
@@ -42,7 +44,7 @@ AttentionCost = Callable[..., Leaves]  # (spec, dims, shape, rope, score_bias) -
 #: spec.ffn.kind -> the cost of one FFN sub-block of that kind.
 FFN_KINDS: dict[str, FFNCost] = {"dense": ffn.ffn}
 #: spec.attention.kind -> the cost of one attention sub-block of that kind.
-ATTENTION_KINDS: dict[str, AttentionCost] = {"mha": attention.attention}
+ATTENTION_KINDS: dict[str, AttentionCost] = {"mha": attention.attention, "mla": mla.latent_attention}
 
 
 def element(name: str) -> Element:

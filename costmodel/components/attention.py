@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.components import position, stability
-from costmodel.components.element import Alternative, Choose, Element, Symbol
+from costmodel.components import mla, position, stability
+from costmodel.components.element import Alternative, Choose, Element, Symbol, toggle
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num, elementwise, gemm, half, linear, smax, smin, triangle
+from costmodel.cost import Cost, Dims, Num, elementwise, floor_div, gemm, half, linear, runs, smax, smin, triangle
 from costmodel.spec import LayerKind, QKNorm, Spec
 from costmodel.symbols import MASK_BYTES
 
@@ -76,6 +76,27 @@ def causal(dims: Dims, window: bool) -> Shape:
     return Shape(S, S, smin(C, w + S - 1), pairs, cached=smin(C, w), written=smin(S, w), masked=True)
 
 
+def chunked(dims: Dims) -> Shape:
+    """Chunked local attention (Llama 4, Meta 2025): the context is cut into chunks of c tokens
+    and a query sees the keys of its own chunk up to itself, so query j (1-based) sees
+    ((j - 1) mod c) + 1 keys, where a window would see min(j, w). Summed over queries 1..n,
+        F(n) = floor(n/c) * T(c) + T(n - c*floor(n/c)),
+    the S queries at C-S+1 .. C allow F(C) - F(C-S) pairs: prefill C(C+1)/2 while C <= c, then
+    about C*c/2 (a window of the same size allows about C*w). The keys live in a rolling buffer of
+    min(C, c) slots, as transformers keeps them (cache_utils: "sliding and chunked are the same
+    in how they should behave, only the mask differs"); a decode step's dense scores span it,
+    masking the slots of the previous chunk; a prompt spans its own S keys.
+    """
+    S, C, c = dims.S, dims.C, dims.c
+
+    def before(n: Num) -> Num:  # F(n): pairs of the first n queries
+        chunks = floor_div(n, c)
+        return chunks * triangle(c) + triangle(n - c * chunks)
+
+    pairs = before(C) - before(C - S)
+    return Shape(S, S, smin(C, c + S - 1), pairs, cached=smin(C, c), written=smin(S, c), masked=True)
+
+
 def bidirectional(dims: Dims) -> Shape:
     """Encoder self-attention of the S_e tokens of this pass over themselves; nothing is cached
     (the encoder runs once). The span is S_e, not C_e: they are equal whenever the encoder
@@ -89,6 +110,41 @@ def cross(dims: Dims) -> Shape:
     0 in decode) and cached for every later step."""
     return Shape(dims.S, dims.S_e, dims.C_e, dims.S * dims.C_e, cached=dims.C_e, written=dims.S_e,
                  masked=False)
+
+
+def probabilities(spec: Spec, dims: Dims, shape: Shape, score_bias: bool) -> list[tuple[str, Cost]]:
+    """Scores to probabilities: scale, position bias, mask, soft-cap, softmax (and its sinks).
+
+    Every kind of attention (multi-head, latent) runs these over its B x h x S x span scores.
+    """
+    p = dims.p
+    scores = dims.B * dims.h * shape.q_len * shape.span
+    out = [("scale", elementwise(scores, SCALE_FLOPS, p))]
+    if score_bias:
+        bias = dims.h * shape.q_len * shape.span
+        out.append(("position_bias", elementwise(scores, BIAS_FLOPS, p, extra_bytes=p * bias)))
+    if shape.masked:
+        mask = shape.q_len * shape.span
+        out.append(("mask", elementwise(scores, MASK_FLOPS, p, extra_bytes=MASK_BYTES * mask)))
+    if spec.attn_softcap is not None:
+        out.append(("softcap", stability.softcap(dims, scores)))
+    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p, saves=1)))  # its output
+    if spec.attention_sinks:
+        out.append(("sinks", sinks(dims, dims.B * dims.h * shape.q_len)))
+    return out
+
+
+def sinks(dims: Dims, rows: Num) -> Cost:
+    """Attention sinks as gpt-oss has them (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card";
+    after Xiao et al. 2024, "Efficient Streaming Language Models with Attention Sinks"): one
+    learned logit per head joins every row of scores as one column more in the softmax, and is
+    dropped after it, so a head can put weight on no token. h parameters per layer; the softmax
+    does its SOFTMAX_FLOPS over `rows` more elements, reading the logits and writing the column.
+    """
+    read = dims.p * dims.h * runs(rows)
+    return Cost(params=dims.h, other=SOFTMAX_FLOPS * rows, bytes_unfused=2 * dims.p * rows + read, weights_read=read,
+                saved=dims.p * rows,  # the softmax keeps its output, one column wider
+                factored=dims.h)  # a vector: every element its own second moment
 
 
 def attention(
@@ -134,16 +190,7 @@ def attention(
         gemms=(gemm(B * k, rows, d_h, shape.span),),
         saved=q_heads + kv_heads,  # Q and K
     )))
-    out.append(("scale", elementwise(scores, SCALE_FLOPS, p)))
-    if score_bias:
-        bias = dims.h * shape.q_len * shape.span
-        out.append(("position_bias", elementwise(scores, BIAS_FLOPS, p, extra_bytes=p * bias)))
-    if shape.masked:
-        mask = shape.q_len * shape.span
-        out.append(("mask", elementwise(scores, MASK_FLOPS, p, extra_bytes=MASK_BYTES * mask)))
-    if spec.attn_softcap is not None:
-        out.append(("softcap", stability.softcap(dims, scores)))
-    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p, saves=1)))  # its output
+    out.extend(probabilities(spec, dims, shape, score_bias))
     dropped = spec.attention_dropout_rate > 0  # AV then keeps the dropped-out probabilities
     out.append(("av", Cost(
         matmul=dense,
@@ -171,7 +218,9 @@ def heads_kind(h: int, k: int) -> str:
 
 
 def heads(spec: Spec) -> str:
-    """The attention's kind as compare shows it: "MHA", "GQA 4:1", "MQA"."""
+    """The attention's kind as compare shows it: "MHA", "GQA 4:1", "MQA", "MLA 576/token"."""
+    if spec.mla is not None:
+        return mla.label(spec.mla)
     h, k = spec.n_heads, spec.n_kv_heads
     kind = heads_kind(h, k)
     return f"GQA {h // k}:1" if kind == "GQA" else kind
@@ -186,16 +235,30 @@ def gqa_kv_heads(n_heads: int) -> int | None:
     return min(divisors, key=lambda k: (abs(k - GQA_KV_HEADS), k))
 
 
+def _describe_heads(spec: Spec) -> str:
+    if spec.mla is not None:
+        return mla.describe(spec, spec.mla)
+    return f"h={spec.n_heads} · k={spec.n_kv_heads} ({heads(spec)}) · d_h={spec.head_dim}"
+
+
 def _heads_swaps(spec: Spec, window: int) -> list[Alternative]:
     h, k = spec.n_heads, spec.n_kv_heads
+    if spec.mla is not None:
+        return mla.from_latent(spec, spec.mla, gqa_kv_heads(h))
     options = {"MHA": h, "GQA": gqa_kv_heads(h), "MQA": 1}
-    return [(f"{heads_kind(h, k)} k={k} -> {kind} k={kv}", {"n_kv_heads": kv})
-            for kind, kv in options.items() if kv is not None and kv != k and kind != heads_kind(h, k)]
+    out = [(f"{heads_kind(h, k)} k={k} -> {kind} k={kv}", {"n_kv_heads": kv})
+           for kind, kv in options.items() if kv is not None and kv != k and kind != heads_kind(h, k)]
+    latent = mla.to_latent(spec)
+    return out + ([latent] if latent is not None else [])
 
 
 def _sample_heads(choose: Choose, data: dict[str, Any]) -> None:
     kv = choose([1, 2])
-    data.update(n_heads=kv * choose([1, 2, 3]), n_kv_heads=kv, head_dim=choose([2, 4, 8]))
+    data.update(n_heads=kv * choose([1, 2, 3]))
+    if "n_layers" in data and choose(range(4)) == 0:  # a decoder-only spec: latent attention
+        mla.sample(choose, data)
+        return
+    data.update(n_kv_heads=kv, head_dim=choose([2, 4, 8]))
 
 
 def pattern(spec: Spec) -> str:
@@ -248,6 +311,11 @@ def _sample_window(choose: Choose, data: dict[str, Any]) -> None:
         data["global_nope"] = choose([True, False])
 
 
+def _sample_qk_norm(choose: Choose, data: dict[str, Any]) -> None:
+    if not mla.is_latent(data):  # latent attention normalises its latents, not q and k
+        data["qk_norm"] = choose(["none", "head", "full"])
+
+
 def _qk_norm_swaps(spec: Spec, window: int) -> list[Alternative]:
     return [(f"{spec.qk_norm.value} -> {q.value}", {"qk_norm": q.value}) for q in QKNorm if q is not spec.qk_norm]
 
@@ -255,14 +323,18 @@ def _qk_norm_swaps(spec: Spec, window: int) -> list[Alternative]:
 ELEMENTS = (
     Element(
         "attention heads", ("n_heads", "attention"),
-        describe=lambda s: f"h={s.n_heads} · k={s.n_kv_heads} ({heads(s)}) · d_h={s.head_dim}",
-        choices=(("heads h", lambda s: s.n_heads), ("kv heads k", lambda s: s.n_kv_heads),
-                 ("head dim d_h", lambda s: s.head_dim), ("attention", heads)),
+        describe=_describe_heads,
+        choices=(("heads h", lambda s: s.n_heads),
+                 ("kv heads k", lambda s: s.n_kv_heads if s.mla is None else "latent"),
+                 ("head dim d_h", lambda s: s.head_dim if s.mla is None
+                  else f"{s.mla.qk_nope_head_dim}+{s.mla.qk_rope_head_dim}, v {s.mla.v_head_dim}"),
+                 ("attention", heads)),
         swaps=_heads_swaps, sample=_sample_heads,
         symbols={
             "h": Symbol("query heads", lambda s: s.n_heads),
             "k": Symbol("key/value heads (k = h: MHA, k = 1: MQA)", lambda s: s.n_kv_heads),
             "d_h": Symbol("head dimension", lambda s: s.head_dim),
+            **mla.SYMBOLS,
         },
     ),
     Element(
@@ -278,6 +350,81 @@ ELEMENTS = (
         "QK-norm", ("qk_norm",),
         describe=lambda s: None if s.qk_norm is QKNorm.none else f"qk-norm ({s.qk_norm.value})",
         choices=(("qk-norm", lambda s: s.qk_norm.value),),
-        swaps=_qk_norm_swaps, sample=lambda choose, data: data.update(qk_norm=choose(["none", "head", "full"])),
+        swaps=_qk_norm_swaps, sample=_sample_qk_norm,
     ),
+)
+
+
+# --- chunked local attention and attention sinks ---------------------------------------------
+
+
+def chunks(spec: Spec) -> str:
+    """Chunked attention as compare shows it: "8192, 3 chunked : 1 global", or "none"."""
+    if spec.attention_chunk is None:
+        return "none"
+    return f"{spec.attention_chunk}, {pattern(spec)}" + (", NoPE global" if spec.global_nope else "")
+
+
+def _describe_chunks(spec: Spec) -> str | None:
+    if spec.attention_chunk is None:
+        return None
+    return (f"chunk {spec.attention_chunk} [{':'.join(kind.value for kind in spec.layer_pattern)}]"
+            + (" global NoPE" if spec.global_nope and spec.window is None else ""))
+
+
+def _chunk_swaps(spec: Spec, window: int) -> list[Alternative]:
+    """Full -> Llama 4's 3 chunked (RoPE) : 1 global (NoPE) layers, with chunks of the window
+    tried; chunks -> full attention, or a sliding window of the chunk's size."""
+    if spec.is_encoder_decoder:
+        return []
+    c = spec.attention_chunk
+    if c is None:
+        if spec.window is not None:
+            return []
+        if spec.decoder_layers >= 4:
+            nope = spec.position.per_layer
+            return [(f"full -> chunks of {window} on 3 of every 4 layers" + (", NoPE global (Llama 4)" if nope else ""),
+                     {"attention_chunk": window, "layer_pattern": ["chunked"] * 3 + ["global"],
+                      **({"global_nope": True} if nope else {})})]
+        return [(f"full -> chunks of {window} on every layer", {"attention_chunk": window, "layer_pattern": ["chunked"]})]
+    kinds = [kind.value for kind in spec.layer_pattern]
+    full = ["global" if kind == "chunked" else kind for kind in kinds]
+    out: list[Alternative] = [(f"chunks of {c} on {pattern(spec)} -> full attention", {
+        "attention_chunk": None, "layer_pattern": None if set(full) == {"global"} else full,
+        **({"global_nope": None} if set(full) == {"global"} else {})})]
+    if spec.window is None:
+        local = ["local" if kind == "chunked" else kind for kind in kinds]
+        out.append((f"chunks of {c} -> sliding window of {c}",
+                    {"attention_chunk": None, "window": c, "layer_pattern": local}))
+    return out
+
+
+def _sample_chunks(choose: Choose, data: dict[str, Any]) -> None:
+    """Turn some layers of a drawn local/global pattern chunked (the window sample draws the
+    pattern): chunks alone, or mixed with windows."""
+    kinds = data.get("layer_pattern")
+    if kinds is None or not choose([True, False]):
+        return
+    data["attention_chunk"] = choose(range(1, 7))
+    kinds = data["layer_pattern"] = [choose([kind, "chunked"]) for kind in kinds]
+    if "chunked" not in kinds:
+        kinds[0] = "chunked"
+    if "local" not in kinds:
+        data.pop("window", None)
+    if "global" not in kinds:
+        data.pop("global_nope", None)
+
+
+CHUNKED = Element(
+    "chunked attention", ("attention_chunk",),
+    describe=_describe_chunks, choices=(("chunks", chunks),), swaps=_chunk_swaps, sample=_sample_chunks,
+    symbols={"c": Symbol("attention chunk of chunked local layers (Llama 4)", lambda s: s.attention_chunk)},
+)
+
+SINKS = Element(
+    "attention sinks", ("attention_sinks",),
+    describe=lambda s: "attention sinks" if s.attention_sinks else None,
+    choices=(("attention sinks", lambda s: "yes" if s.attention_sinks else "no"),),
+    swaps=toggle("attention_sinks"),
+    sample=lambda choose, data: data.update(attention_sinks=choose([False, True])),
 )

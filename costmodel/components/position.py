@@ -95,6 +95,10 @@ def _swaps(spec: Spec, window: int) -> list[Alternative]:
 
 
 def _sample(choose: Choose, data: dict[str, Any]) -> None:
+    att = data.get("attention")
+    if isinstance(att, dict) and att.get("kind") == "mla":  # latent attention: decoupled RoPE
+        data["position"] = "rope"
+        return
     position = data["position"] = choose([p.value for p in Position])
     if position == "learned" and choose([True, False]):
         data["position_offset"] = 2  # OPT

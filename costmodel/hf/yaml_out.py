@@ -38,6 +38,8 @@ def to_yaml(fields: dict[str, Any]) -> str:
 
 
 def _yaml_value(v: Any) -> str:
+    if v is None:
+        return "null"  # latent attention's q_lora_rank: queries straight from d_model
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):

@@ -11,7 +11,10 @@ here, written plainly, with no fused kernel that would hide work from the counte
 - the KV cache is preallocated for the context it will hold (a static cache, as serving
   stacks keep one) and written in place: global layers keep every token, local layers a
   rolling buffer of min(C, w) slots (position p in slot p mod w; Mistral 7B, Jiang et al.
-  2023), cross-attention the C_e encoder outputs, projected once;
+  2023), chunked layers one of min(C, c) slots (Llama 4: a query sees its own chunk, a mask
+  hides the rest), cross-attention the C_e encoder outputs, projected once;
+- attention sinks (gpt-oss) are one more softmax column per head; latent attention
+  (DeepSeek-V2) is ``measure.latent.LatentAttention``, in its naive or absorbed convention;
 - a pass is a prompt (prefill, training: positions 0..S-1) or one new token at position C-1
   with C-1 tokens already cached (decode); a decode of an encoder-decoder does not run the
   encoder, whose K/V sit in the cache.
@@ -231,6 +234,20 @@ def drop(x: Tensor, rate: float, training: bool) -> Tensor:
     return F.dropout(x, rate, training=True) if training and rate > 0 else x
 
 
+class Sinks(nn.Module):
+    """Attention sinks as gpt-oss has them (OpenAI 2025): one learned logit per head, one column
+    more in the softmax, dropped after it (so a row may give its keys less than all weight)."""
+
+    def __init__(self, heads: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(heads))
+
+    def forward(self, scores: Tensor) -> Tensor:
+        B, h, S, _ = scores.shape
+        sink = self.weight.to(scores.dtype).view(1, h, 1, 1).expand(B, h, S, 1)
+        return F.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
+
+
 class Attention(SubBlock):
     """Multi-head attention (Vaswani et al. 2017) with k K/V heads: MHA, GQA or MQA.
 
@@ -241,11 +258,14 @@ class Attention(SubBlock):
     cap * tanh(s / cap)), masked, and softmaxed.
     """
 
-    def __init__(self, spec: Spec, own_norm: bool, *, window: int | None = None, causal: bool = True,
-                 cross: bool = False, rope: bool = False, score_bias: bool = False):
+    def __init__(self, spec: Spec, own_norm: bool, *, window: int | None = None, chunk: int | None = None,
+                 causal: bool = True, cross: bool = False, rope: bool = False, score_bias: bool = False):
         super().__init__(spec, own_norm)
         d, h, k, d_h, bias = spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.bias.qkv
         self.heads, self.kv_heads, self.head_dim = h, k, d_h
+        self.scoring(spec, window, chunk, causal, cross, score_bias)
+        self.rope_dims = spec.rotary_dims if rope else 0
+        self.scale = 1 / math.sqrt(d_h)
         self.q = nn.Linear(d, h * d_h, bias=bias)
         self.k = nn.Linear(d, k * d_h, bias=bias)
         self.v = nn.Linear(d, k * d_h, bias=bias)
@@ -257,15 +277,28 @@ class Attention(SubBlock):
             self.q_norm, self.k_norm = Norm(spec, d_h), Norm(spec, d_h)
         elif spec.qk_norm is QKNorm.full:
             self.q_norm, self.k_norm = Norm(spec, h * d_h), Norm(spec, k * d_h)
+
+    def scoring(self, spec: Spec, window: int | None, chunk: int | None, causal: bool, cross: bool,
+                score_bias: bool) -> None:
+        """What turns scores into probabilities, and which keys a query sees."""
         self.window = window
+        self.chunk = chunk  # chunked local attention (Llama 4): keys of the query's own chunk
         self.causal = causal
         self.cross = cross
-        self.rope_dims = spec.rotary_dims if rope else 0
         self.score_bias = score_bias
         self.softcap = spec.attn_softcap
-        self.scale = 1 / math.sqrt(d_h)
+        self.sinks = Sinks(spec.n_heads) if spec.attention_sinks else None
         self.attention_dropout = spec.attention_dropout_rate
         self.slot: int | None = None  # where its K/V live in a KVCache (decoder layers)
+
+    @property
+    def ring(self) -> int | None:
+        """Slots of a rolling cache buffer: the window, or the chunk (None: one per position)."""
+        return self.window or self.chunk
+
+    def cache_shapes(self, batch: int, tokens: int) -> list[tuple[int, ...]]:
+        """The two cache tensors of this sub-block for `tokens` cached tokens: K and V."""
+        return [(batch, self.kv_heads, tokens, self.head_dim)] * 2
 
     def function(self, x: Tensor, step: Step) -> Tensor:
         B, S, _ = x.shape
@@ -291,21 +324,26 @@ class Attention(SubBlock):
         # K/V head are stacked as g*S rows of one matmul against that head.
         span = k.shape[2]
         scores = q.reshape(B, self.kv_heads, -1, self.head_dim) @ k.transpose(-2, -1)
-        scores = scores.view(B, self.heads, S, span) * self.scale
+        probs = self.probabilities(scores.view(B, self.heads, S, span) * self.scale, step, key_positions)
+        out = probs.view(B, self.kv_heads, -1, span) @ v
+        return self.out(out.view(B, self.heads, S, self.head_dim).transpose(1, 2).reshape(B, S, -1))
+
+    def probabilities(self, scores: Tensor, step: Step, key_positions: Tensor | None) -> Tensor:
+        """Scaled scores -> probabilities: position bias, soft-cap, mask, softmax (with sinks)."""
         if self.score_bias:
             bias = step.bias
             if key_positions is not None and key_positions.shape[0] < step.context:
                 # a rolling buffer's keys, in slot order
-                bias = step.once(("bias", self.window), lambda: bias[..., key_positions])
+                bias = step.once(("bias", self.ring), lambda: bias[..., key_positions])
             scores = scores + bias
         if self.softcap is not None:
             scores = self.softcap * torch.tanh(scores / self.softcap)
         if self.causal and not self.cross:
-            mask = step.once(("mask", self.window), lambda: self.mask(step.positions, key_positions))
+            key = ("mask", self.window, self.chunk)
+            mask = step.once(key, lambda: self.mask(step.positions, key_positions))
             scores = scores.masked_fill(mask, float("-inf"))
-        probs = drop(F.softmax(scores, dim=-1), self.attention_dropout, self.training)
-        out = probs.view(B, self.kv_heads, -1, span) @ v
-        return self.out(out.view(B, self.heads, S, self.head_dim).transpose(1, 2).reshape(B, S, -1))
+        probs = F.softmax(scores, dim=-1) if self.sinks is None else self.sinks(scores)
+        return drop(probs, self.attention_dropout, self.training)
 
     def split(self, t: Tensor, heads: int) -> Tensor:
         """(B, T, heads*d_h) -> (B, heads, T, d_h)."""
@@ -318,6 +356,8 @@ class Attention(SubBlock):
         hidden = behind < 0
         if self.window is not None:
             hidden = hidden | (behind >= self.window)
+        if self.chunk is not None:
+            hidden = hidden | (queries[:, None] // self.chunk != keys[None, :] // self.chunk)
         return hidden
 
     def keys(self, k: Tensor | None, v: Tensor | None, step: Step) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -335,20 +375,22 @@ class Attention(SubBlock):
             return k, v, step.positions
         k_cache, v_cache = cache
         C, S = step.context, step.positions.shape[0]
-        if self.window is None:  # one slot per position
+        ring = self.ring
+        if ring is None:  # one slot per position
             k_cache[:, :, C - S:C] = k
             v_cache[:, :, C - S:C] = v
             return k_cache[:, :, :C], v_cache[:, :, :C], torch.arange(C, device=k.device)
-        # Rolling buffer: position p lives in slot p mod w; it keeps the last min(C, w) tokens.
+        # Rolling buffer: position p lives in slot p mod w (or c); it keeps the last min(C, w)
+        # tokens. A chunked layer keeps its keys as a window does: only the mask differs.
         slots = k_cache.shape[2]
         kept = min(S, slots)
-        where = step.positions[-kept:] % self.window
+        where = step.positions[-kept:] % ring
         k_cache.index_copy_(2, where, k[:, :, -kept:])
         v_cache.index_copy_(2, where, v[:, :, -kept:])
         if step.prompt:  # a prompt attends to its own keys under the band mask
             return k, v, step.positions
         slot = torch.arange(slots, device=k.device)
-        return k_cache, v_cache, C - 1 - (C - 1 - slot) % self.window
+        return k_cache, v_cache, C - 1 - (C - 1 - slot) % ring
 
 
 ACTIVATIONS = {
@@ -398,8 +440,14 @@ class Layer(nn.Module):
         shared = self.parallel and pre and spec.shared_norm
         own = not self.parallel or (pre and not spec.shared_norm)
         positions = uses_positions(spec, kind)
-        self.attention = Attention(
-            spec, own, window=spec.window if kind is LayerKind.local else None, causal=causal,
+        kind_of: type[Attention] = Attention
+        if spec.mla is not None:
+            from costmodel.measure.latent import LatentAttention
+
+            kind_of = LatentAttention
+        self.attention = kind_of(
+            spec, own, window=spec.window if kind is LayerKind.local else None,
+            chunk=spec.attention_chunk if kind is LayerKind.chunked else None, causal=causal,
             rope=positions and spec.position is Position.rope,
             score_bias=positions and spec.position in (Position.t5_relative, Position.alibi),
         )
@@ -507,8 +555,9 @@ class LMHead(nn.Module):
 
 
 class KVCache:
-    """K and V of every decoder attention sub-block, (B, k, tokens, d_h) each, preallocated for
-    the context they hold: C tokens (global), min(C, w) (local), C_e (cross)."""
+    """K and V of every decoder attention sub-block, (B, k, tokens, d_h) each (latent attention:
+    its latent and rotary key, ``cache_shapes``), preallocated for the context they hold: C tokens
+    (global), min(C, w) (local), min(C, c) (chunked), C_e (cross)."""
 
     def __init__(self, buffers: list[tuple[Tensor, Tensor]]):
         self.buffers = buffers
@@ -589,9 +638,9 @@ class Transformer(nn.Module):
         weight = self.embedding.tokens.weight
         buffers = []
         for m in self.cached:
-            tokens = enc_context if m.cross else min(context, m.window) if m.window else context
-            shape = (batch, m.kv_heads, tokens, m.head_dim)
-            pair = [torch.empty(shape, device=weight.device, dtype=weight.dtype) for _ in range(2)]
+            tokens = enc_context if m.cross else min(context, m.ring) if m.ring else context
+            pair = [torch.empty(shape, device=weight.device, dtype=weight.dtype)
+                    for shape in m.cache_shapes(batch, tokens)]
             if random:
                 for t in pair:
                     t.normal_()

@@ -32,6 +32,7 @@ from costmodel.analysis import Analysis, analyze
 from costmodel.hardware import Hardware, roofline
 from costmodel.measure import MeasureError
 from costmodel.measure.counters import Counts, MetaShapes
+from costmodel.measure.latent import set_convention
 from costmodel.measure.reference import KVCache, Transformer, build
 from costmodel.spec import LayerKind, Spec
 from costmodel.timing import predict
@@ -129,6 +130,8 @@ def keep_layers(spec: Spec, n: int) -> Spec:
             changes["global_nope"] = None
         if LayerKind.local not in kinds:
             changes["window"] = None
+        if LayerKind.chunked not in kinds:
+            changes["attention_chunk"] = None
     return variant(spec, changes, name=spec.name)
 
 
@@ -235,6 +238,7 @@ def measure(
     warmup: int | None = None,
     count_bytes: bool = True,
     model: Transformer | None = None,
+    mla: str = "naive",
 ) -> Measurement:
     """Run `phase` of `spec` on `device` and compare its counts (and, off the meta device, its
     time against `hardware`'s roofline) with the formulas.
@@ -243,10 +247,11 @@ def measure(
     On the meta device nothing is allocated: any size, counts only. `count_bytes=False` skips
     the byte counter (the slowest part) when only the exact counts are wanted. `model`, built
     by ``reference.build`` from the same spec, dtype and device, saves building it again.
+    `mla` is the convention latent attention runs in, in the formulas and the model alike.
     """
     if layers is not None:
         spec = keep_layers(spec, layers)
-    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
+    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=mla)
     # torch sizes are C longs: the largest tensor (B x C x h x d_h scores' sides) must fit one.
     elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim, spec.vocab_size)
     if elements >= 2**63:
@@ -258,6 +263,7 @@ def measure(
     with out_of_memory(dev):
         if model is None:
             model = build(spec, str(dev), TORCH_DTYPES[dtype])
+        set_convention(model, mla)
         run = phase_runner(model, phase, a.shape)
         with MetaShapes() if dev.type == "meta" else contextlib.nullcontext(), Counts(count_bytes) as counts:
             cache = run()
