@@ -276,3 +276,46 @@ def test_round_robin_routing() -> None:
         loads = [len(tokens) for tokens, _ in groups]
         assert max(loads) - min(loads) <= 1
         assert sum(1 for n in loads if n) == min(E, T * K)
+
+
+# --- the bundled MoE specs ----------------------------------------------------------------------
+
+
+def _pending_specs():
+    import pathlib
+
+    import yaml
+
+    folder = pathlib.Path(__file__).resolve().parent.parent / "specs" / "pending"
+    return {p.stem: yaml.safe_load(p.read_text()) for p in sorted(folder.glob("*.yaml"))}
+
+
+PENDING = _pending_specs()
+
+
+def test_every_model_of_the_issue_has_a_spec() -> None:
+    assert set(PENDING) == {
+        "mixtral-8x7b", "deepseek-v3", "deepseek-v2-lite", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
+        "gpt-oss-120b", "olmoe-1b-7b", "llama-4-scout", "llama-4-maverick", "kimi-k2",
+    }
+
+
+@pytest.mark.parametrize("name", PENDING)
+def test_published_active_params(name: str) -> None:
+    """The transformers count (published.exact) less the experts a token skips gives the
+    published active count, in the convention its publisher uses, within its rounding."""
+    from costmodel.spec import parse_count
+
+    data = PENDING[name]
+    cfg = MoE(**data["ffn"])
+    cfg.check_layers(data["n_layers"])
+    pub = data["published"]
+    n_sparse = cfg.sparse_layers(data["n_layers"]).count(True)
+    embedding = data["vocab_size"] * data["d_model"]
+    convention = moe.ActiveConvention(pub["active_convention"])
+    active = moe.active_params(pub["exact"], embedding, cfg, data["d_model"], n_sparse, convention)
+    value, half_unit = parse_count(pub["active"])
+    allowed = pub["active_tolerance"] * value if "active_tolerance" in pub else half_unit
+    assert abs(active - value) <= allowed, f"{name}: {active:,} vs {pub['active']}"
+    other = next(c for c in moe.ActiveConvention if c is not convention)
+    assert moe.active_params(pub["exact"], embedding, cfg, data["d_model"], n_sparse, other) != active
