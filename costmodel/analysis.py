@@ -7,8 +7,9 @@ the one set of formulas in ``costmodel.components``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from costmodel import model
@@ -20,11 +21,18 @@ from costmodel.symbols import DTYPE_BYTES
 if TYPE_CHECKING:
     import sympy
 
+    from costmodel.hardware import Hardware
+
 DEFAULT_SEQ = 2048  # capped at the spec's max_seq_len
+MAX_COUNT = 10**300  # float64 ends at 1.8e308; ratios and sums of counts need headroom
 
 
 class AnalysisError(ValueError):
     """A request the model cannot answer (a length beyond a learned position table, ...)."""
+
+
+class ContextWarning(UserWarning):
+    """A length the model can compute but was not trained for (RoPE past max_seq_len)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,7 @@ class Analysis:
     dtype: str
     shape: dict[str, int]  # B, S, C, S_e, C_e as the phase binds them
     rows: tuple[Row, ...]
+    hardware: Hardware | None = field(default=None, compare=False)  # for the roofline
 
     @property
     def bytes_per_element(self) -> int:
@@ -96,9 +105,13 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         t = self.total()
-        nonzero = lambda attr: {r.path: getattr(r, attr) for r in self.rows if getattr(r, attr)}  # noqa: E731
+
+        def nonzero(attr: str) -> dict[str, int]:
+            return {r.path: getattr(r, attr) for r in self.rows if getattr(r, attr)}
+
         return {
             "spec": self.spec.name,
+            **({"ignored_fields": list(self.spec.ignored_fields)} if self.spec.ignored_fields else {}),
             "phase": self.phase,
             "batch": self.batch,
             "seq": self.seq,
@@ -130,7 +143,22 @@ class Analysis:
             "arithmetic_intensity": self.arithmetic_intensity,
             "arithmetic_intensity_unfused": self.arithmetic_intensity_unfused,
             "components": [asdict(r) for r in self.rows],
-        }
+        } | ({"roofline": self.roofline, "time": self.predicted_time} if self.hardware is not None else {})
+
+    @property
+    def roofline(self) -> dict[str, Any] | None:
+        """The device and where this pass sits on its roofline (with ``hardware`` only)."""
+        from costmodel.metrics import roofline_json
+
+        return None if self.hardware is None else roofline_json(self.total(), self.hardware, self.dtype)
+
+    @property
+    def predicted_time(self) -> dict[str, Any] | None:
+        """The calibrated time model's prediction, per component (``costmodel.timing``; with
+        ``hardware`` only)."""
+        from costmodel.timing import predict
+
+        return None if self.hardware is None else predict(self, self.hardware).to_dict()
 
 
 def sum_rows(rows: Iterable[Row], path: str) -> Row:
@@ -150,7 +178,7 @@ def default_seq(spec: Spec, phase: str = "prefill") -> int:
     """2048 tokens of context, or max_seq_len if shorter, in every phase: decode caches one
     token fewer and adds the new one, so its context is the same as prefill's."""
     context = min(DEFAULT_SEQ, spec.max_seq_len)
-    return max(1, context - 1) if phase == "decode" else context
+    return max(1, PHASES[phase].seq_for(context)) if phase in PHASES else context
 
 
 def analyze(
@@ -160,12 +188,15 @@ def analyze(
     seq: int | None = None,
     dtype: str = "bf16",
     enc_seq: int | None = None,
+    hardware: Hardware | str | None = None,
 ) -> Analysis:
     """Evaluate every component of `spec` in one phase.
 
     `seq` is the prompt length for prefill and train, and the number of cached tokens for
     decode (which then attends to seq + 1). `enc_seq` is the encoder input length of an
-    encoder-decoder (default: `seq`).
+    encoder-decoder (default: `seq`). With `hardware` (a Hardware, or a profile's name or file
+    as ``--hardware`` takes it), the result carries the roofline (``.roofline``, and in
+    ``to_dict()``). RoPE past max_seq_len warns (ContextWarning); learned positions refuse.
     """
     if phase not in PHASES:
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
@@ -188,9 +219,26 @@ def analyze(
                 f"seq: {phase} attends to {longest} positions, beyond the {spec.max_seq_len} "
                 f"learned positions of {spec.name}"
             )
+    elif spec.position is Position.rope and max(shape["C"], shape["C_e"]) > spec.max_seq_len:
+        warnings.warn(
+            f"seq: attends past the {spec.max_seq_len} positions {spec.name[:60]} was trained on "
+            "(RoPE computes the counts; the model's quality there is another matter)",
+            ContextWarning, stacklevel=2)
+    if isinstance(hardware, str):
+        from costmodel.hardware import load_hardware
+
+        hardware = load_hardware(hardware)
+    if hardware is not None:
+        hardware.peak(dtype)  # a dtype the device lacks is an error before any work
     dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype])
     rows = tuple(_row(path, ph, cost) for path, cost in model.components(spec, dims).items())
-    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows)
+    largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
+                                              "kv_cache")) for r in rows)
+    if largest > MAX_COUNT:
+        # Counts are exact ints at any size, but intensity, time and the sweep are floats.
+        raise AnalysisError(f"{spec.name[:60]}: a count of {len(str(largest))} digits at this shape, past the "
+                            f"{MAX_COUNT:.0e} that floating-point figures (intensity, time) can hold")
+    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, hardware)
 
 
 def count_params(spec: Spec) -> int:
@@ -204,20 +252,17 @@ def _row(path: str, phase: Phase, cost: Cost) -> Row:
 
 # --- formulas -----------------------------------------------------------------------------
 
-FORMULA_QUANTITIES = {
-    "params": ("params",),
+#: A formula's quantity -> the phase quantities it sums: each one, and flops (matmul + other).
+FORMULA_QUANTITIES: dict[str, tuple[str, ...]] = {
     "flops": ("flops_matmul", "flops_other"),
-    "flops_matmul": ("flops_matmul",),
-    "flops_matmul_effective": ("flops_matmul_effective",),
-    "flops_other": ("flops_other",),
-    "bytes": ("bytes_unfused",),
-    "bytes_fused": ("bytes_fused",),
-    "kv_cache": ("kv_cache",),
+    **{q: (q,) for q in QUANTITIES},
 }
+#: Older names still accepted: `--quantity bytes` is bytes_unfused.
+FORMULA_ALIASES = {"bytes": "bytes_unfused"}
 
 
 def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
-    """path -> quantity -> sympy expression in this phase, over the symbols of DESIGN.md."""
+    """path -> quantity -> sympy expression in this phase, over the symbols of docs/reference.md."""
     import sympy
 
     ph = PHASES[phase]
@@ -237,6 +282,7 @@ def formula(
     With `symbolic`, every size stays a symbol (d, h, k, L, ...); otherwise the spec's sizes
     are substituted and only the phase's free symbols (B, S or C, S_e or C_e, p) remain.
     """
+    quantity = FORMULA_ALIASES.get(quantity, quantity)
     if quantity not in FORMULA_QUANTITIES:
         raise AnalysisError(
             f"quantity: unknown quantity {quantity!r}; expected one of {', '.join(FORMULA_QUANTITIES)}"
@@ -259,6 +305,7 @@ def select(tree: dict[str, dict[str, sympy.Expr]], quantity: str, component: str
     """`quantity` (a key of FORMULA_QUANTITIES) summed over the paths of `tree` under `component`."""
     import sympy
 
+    quantity = FORMULA_ALIASES.get(quantity, quantity)
     chosen = [p for p in tree if _under(p, component)]
     if not chosen:
         groups = sorted({p.rsplit("/", 1)[0] if "layers" in p else p for p in tree})

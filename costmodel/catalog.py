@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import sys
 from pathlib import Path
 
 from costmodel.spec import Spec, SpecError, load_spec
@@ -28,22 +30,29 @@ def bundled_names() -> list[str]:
 def resolve(name_or_path: str) -> Path:
     """A path to a spec file, or the name of a bundled spec (``llama-2-7b``)."""
     path = Path(name_or_path)
-    if path.exists():
-        return path
+    shown = name_or_path if len(name_or_path) <= 120 else name_or_path[:57] + "..." + name_or_path[-60:]
+    try:
+        if path.exists():
+            return path
+    except OSError as e:  # a name longer than the file system allows, ...
+        raise SpecError(f"{shown}: {e.strerror or e}") from None
     looks_like_a_name = "/" not in name_or_path and path.suffix not in (".yaml", ".yml", ".json")
     if looks_like_a_name:  # names may hold dots: llama-3.1-405b
-        bundled = specs_dir() / f"{name_or_path}.yaml"
-        if bundled.exists():
-            return bundled
-        raise SpecError(f"{name_or_path}: no such file, nor a bundled spec (see `costmodel list`)")
-    raise SpecError(f"{name_or_path}: no such file")
+        names = bundled_names()
+        if name_or_path in names:
+            return specs_dir() / f"{name_or_path}.yaml"
+        guess = difflib.get_close_matches(name_or_path.lower(), names, n=1)
+        hint = f"did you mean {guess[0]}? " if guess else ""
+        raise SpecError(f"{shown}: no such file, nor a bundled spec ({hint}see `costmodel list`)")
+    raise SpecError(f"{shown}: no such file")
 
 
 def load(name_or_path: str) -> Spec:
-    """A spec file, a bundled spec's name, or a Hugging Face config.json (see costmodel.hf)."""
+    """A spec file, a bundled spec's name, or a Hugging Face config.json or model folder (see
+    costmodel.hf; its warnings, one line each, go to stderr)."""
     path = resolve(name_or_path)
-    if path.suffix == ".json":
+    if path.suffix == ".json" or path.is_dir():  # a model folder holds its config.json
         from costmodel import hf
 
-        return hf.load_hf(path)
+        return hf.load_hf(path, warn=lambda line: print(line, file=sys.stderr))
     return load_spec(path)

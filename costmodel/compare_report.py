@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from costmodel import units
-from costmodel.compare import Comparison
+from costmodel.compare import SideBySide
 from costmodel.conventions import ConventionRow
 from costmodel.report import Table
 from costmodel.variants import METRICS, QUANTITY_LABELS, Ablation, ElementRanking, ElementSummary, show
@@ -73,7 +73,7 @@ def _status(distinct: int) -> str:
     return "same" if distinct == 1 else f"varies ({distinct})"
 
 
-def comparison_tables(c: Comparison) -> list[Table]:
+def comparison_tables(c: SideBySide) -> list[Table]:
     names = c.names
     choice_rows = []
     for ch in c.choices:
@@ -83,7 +83,7 @@ def comparison_tables(c: Comparison) -> list[Table]:
     same = [ch.label for ch in c.choices if ch.invariant]
     rules = "; ".join(f"{ch.label} {ch.rule}" for ch in c.choices if ch.rule)
     choice_notes = [f"same across all {len(names)}: {', '.join(same) if same else 'nothing'}",
-                    f"{FLAG.strip()}: outside the rule of thumb (../shared/DESIGN.md; the study note, "
+                    f"{FLAG.strip()}: outside the rule of thumb (docs/reference.md, 'Shape rules of thumb'; the study note, "
                     f"section 4): {rules}"]
     tables = [Table("Design choices", ("choice", "across", *names), choice_rows, choice_notes,
                     numeric_from=2)]
@@ -103,7 +103,7 @@ def comparison_tables(c: Comparison) -> list[Table]:
     return tables
 
 
-def _conventions_across(c: Comparison) -> Table:
+def _conventions_across(c: SideBySide) -> Table:
     exact = next(r for r in c.costs if r.key == "train_flops_per_token")
     rows = [("exact", "", *(quantity_cell("flops", v) for v in exact.values))]
     notes = []

@@ -5,7 +5,7 @@ formula a user reads, and for lambdified sweeps) or plain integers (for numbers,
 fast). The helpers ``smin``, ``smax`` and ``half`` keep both modes exact: they call sympy only
 when an argument is symbolic.
 
-Conventions (../shared/DESIGN.md, "Counting conventions"):
+Conventions (docs/reference.md, "Counting conventions"):
 - a (M x K) @ (K x N) product costs 2*M*K*N FLOPs, as torch's FlopCounterMode counts it;
 - every other op costs a fixed number of FLOPs per output element, stated where it is defined;
 - unfused bytes: an op reads each input and writes each output once, weights included;
@@ -25,9 +25,18 @@ if TYPE_CHECKING:
 Num = Union[int, "sympy.Expr"]
 
 
+def _array(x: object) -> bool:
+    """A numpy array (costmodel.timing_grid evaluates the tree over many shapes at once)."""
+    return hasattr(x, "__array_ufunc__")
+
+
 def smin(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
+    if _array(a) or _array(b):
+        import numpy
+
+        return numpy.minimum(a, b)
     import sympy  # already loaded: an argument is symbolic
 
     return sympy.Min(a, b)
@@ -36,6 +45,10 @@ def smin(a: Num, b: Num) -> Num:
 def smax(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
+    if _array(a) or _array(b):
+        import numpy
+
+        return numpy.maximum(a, b)
     import sympy
 
     return sympy.Max(a, b)
@@ -48,6 +61,8 @@ def half(x: Num) -> Num:
         if rem:
             raise ArithmeticError(f"half of an odd count {x}")
         return q
+    if _array(x):
+        return x // 2
     return x / 2
 
 
@@ -64,48 +79,73 @@ class Cost:
     matmul         matmul FLOPs, dense convention (masked scores counted in full)
     matmul_eff     matmul FLOPs a kernel that skips masked scores would execute
     other          non-matmul FLOPs
-    bytes          unfused memory traffic
+    bytes_unfused  unfused memory traffic (the phase's ``bytes_unfused``)
     weights_read   fused bound: bytes of weights read once
     kv_read        fused bound: bytes of cached K/V read
     kv_write       fused bound: bytes of K/V written into the cache
     act_in         fused bound: model input read (token ids)
     act_out        fused bound: model output written (logits)
     kv_cache       bytes held in the KV cache after the pass
+    saved          training: bytes of the tensors its ops keep for backward, each storage once
+                   (a tensor several ops keep is counted by the first; ``costmodel.memory``)
+    mask_elements  training: elements of the dropout masks it keeps (bytes per element are the
+                   kernel's: 1 for a fused bool mask, the activation width for a composite one)
+    matrices       parameters that are weight matrices of linear layers (what weight-only
+                   quantisation quantises)
+    factored       elements of a factored second moment (Adafactor, Shazeer & Stern 2018): rows
+                   + columns of every matrix, every element of a vector
     train_only     exists only in a training step (loss, dropout)
+    gemms          the matmuls behind ``matmul``, as (count, M, K, N): count products of
+                   (M x K) @ (K x N), for the time model (``costmodel.timing``)
     """
 
     params: Num = 0
     matmul: Num = 0
     matmul_eff: Num = 0
     other: Num = 0
-    bytes: Num = 0
+    bytes_unfused: Num = 0
     weights_read: Num = 0
     kv_read: Num = 0
     kv_write: Num = 0
     act_in: Num = 0
     act_out: Num = 0
     kv_cache: Num = 0
+    saved: Num = 0
+    mask_elements: Num = 0
+    matrices: Num = 0
+    factored: Num = 0
     train_only: bool = False
+    gemms: tuple[Gemm, ...] = ()
 
     def __add__(self, o: Cost) -> Cost:
-        return Cost(
-            *(getattr(self, n) + getattr(o, n) for n in _QUANTITIES),
-            train_only=self.train_only and o.train_only,
-        )
+        sums = {n: getattr(self, n) + getattr(o, n) for n in _QUANTITIES}
+        return Cost(**sums, train_only=self.train_only and o.train_only, gemms=self.gemms + o.gemms)
 
     def times(self, n: Num) -> Cost:
         """The cost of n identical instances (n layers of one kind)."""
-        return Cost(*(getattr(self, q) * n for q in _QUANTITIES), train_only=self.train_only)
+        return Cost(**{q: getattr(self, q) * n for q in _QUANTITIES}, train_only=self.train_only,
+                    gemms=tuple((c * n, m, k, nn) for c, m, k, nn in self.gemms))
 
 
-_QUANTITIES = tuple(f.name for f in fields(Cost) if f.name != "train_only")
+_QUANTITIES = tuple(f.name for f in fields(Cost) if f.name not in ("train_only", "gemms"))
+
+Gemm = tuple[Num, Num, Num, Num]  # (count, M, K, N): count products (M x K) @ (K x N)
+
+
+def gemm(count: Num, M: Num, K: Num, N: Num) -> Gemm:
+    """`count` products of (M x K) @ (K x N), 2*M*K*N FLOPs each (a batched matmul: count =
+    its batch)."""
+    return (count, M, K, N)
 
 
 @dataclass(frozen=True)
 class Dims:
     """Values for the alphabet of ``symbols``: all symbols, or all integers.
 
-    Layer counts are looked up by (stack, kind), see ``symbols.layer_count``.
+    The pass's shape (B, S, C, S_e, C_e) and p are fields; the model sizes (d, h, k, d_h, f, V,
+    ...) are the symbols the elements declare (``components.size_symbols``), held in ``sizes``
+    and read as attributes: ``dims.d``. Layer counts are looked up by (stack, kind), see
+    ``symbols.layer_count``.
     """
 
     B: Num
@@ -113,18 +153,16 @@ class Dims:
     C: Num
     S_e: Num
     C_e: Num
-    d: Num
-    h: Num
-    k: Num
-    d_h: Num
-    f: Num
-    V: Num
-    w: Num
-    r: Num
-    n_pos: Num
-    n_buckets: Num
     p: Num
+    sizes: dict[str, Num] = field(default_factory=dict)
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Num:
+        try:
+            sizes: dict[str, Num] = self.__dict__["sizes"]
+            return sizes[name]
+        except KeyError:
+            raise AttributeError(f"Dims has no size {name!r}") from None
 
 
 # --- primitives -------------------------------------------------------------------------
@@ -140,8 +178,11 @@ def runs(tokens: Num) -> Num:
     return smin(tokens, 1)
 
 
-def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
-    """y = x W (+ b) over `tokens` rows: 2*tokens*d_in*d_out FLOPs; the bias add is elementwise."""
+def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num, saves_input: bool = True) -> Cost:
+    """y = x W (+ b) over `tokens` rows: 2*tokens*d_in*d_out FLOPs; the bias add is elementwise.
+
+    For backward it keeps its input x (dW = x^T dy); `saves_input` is False for a linear whose
+    input another already keeps (k and v beside q, up beside gate)."""
     params = d_in * d_out + (d_out if bias else 0)
     read = p * params * runs(tokens)
     return Cost(
@@ -149,11 +190,18 @@ def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
         matmul=2 * tokens * d_in * d_out,
         matmul_eff=2 * tokens * d_in * d_out,
         other=tokens * d_out if bias else 0,
-        bytes=p * (tokens * d_in + tokens * d_out) + read,
+        bytes_unfused=p * (tokens * d_in + tokens * d_out) + read,
         weights_read=read,
+        gemms=(gemm(1, tokens, d_in, d_out),),
+        saved=p * tokens * d_in if saves_input else 0,
+        matrices=d_in * d_out,
+        factored=d_in + d_out + (d_out if bias else 0),
     )
 
 
-def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_bytes: Num = 0) -> Cost:
-    """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`)."""
-    return Cost(other=flops_per * elements, bytes=p * elements * (inputs + 1) + extra_bytes)
+def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_bytes: Num = 0,
+                saves: int = 0) -> Cost:
+    """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`);
+    `saves` tensors of that size are kept for backward (softmax and tanh keep their output)."""
+    return Cost(other=flops_per * elements, bytes_unfused=p * elements * (inputs + 1) + extra_bytes,
+                saved=p * elements * saves)

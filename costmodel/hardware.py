@@ -11,17 +11,22 @@ compute-bound when its intensity F / M exceeds the ridge point peak / bandwidth.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from costmodel.spec import SpecError
+from costmodel.analysis import Analysis, AnalysisError, Row, sum_rows
+from costmodel.efficiency import Efficiency
+from costmodel.loading import LoadError, load_yaml, read_text, yaml_error
+from costmodel.spec import FiniteFloat, SpecError
 
-Positive = Annotated[float, Field(gt=0)]
+Positive = Annotated[FiniteFloat, Field(gt=0)]  # finite: .inf bandwidth is not a device
 
 
 class Hardware(BaseModel):
@@ -35,8 +40,13 @@ class Hardware(BaseModel):
     memory_bandwidth: Positive  # bytes/s
     memory_bytes: Positive  # device memory, bytes
     source: str | dict[str, str]
-    measured: bool = False  # written by `costmodel calibrate`
+    measured: StrictBool = False  # written by `costmodel calibrate`
     date: str | None = None
+    efficiency: Efficiency | None = None  # per-operator tables for costmodel.timing
+
+    def tables_for(self, dtype: str) -> bool:
+        """Whether the time model has this profile's efficiency tables for `dtype`."""
+        return self.efficiency is not None and dtype in self.efficiency.matmul
 
     def peak(self, dtype: str) -> float:
         try:
@@ -95,26 +105,142 @@ def profile_paths() -> dict[str, Path]:
     return found
 
 
+def _key(name: str) -> str:
+    """How names are compared: case, spaces, dashes and underscores do not matter."""
+    return re.sub(r"[\s_-]+", "", name.lower())
+
+
+def find_profile(name: str) -> Path:
+    """The profile file of a name: exact, else the one name equal up to case and dashes
+    (``H100-SXM``, ``h100_sxm``), else the one name it starts (``h100`` -> ``h100-sxm``)."""
+    paths = profile_paths()
+    if name in paths:
+        return paths[name]
+    key = _key(name)
+    same = [n for n in paths if _key(n) == key]
+    if len(same) == 1:
+        return paths[same[0]]
+    prefixed = [n for n in paths if key and _key(n).startswith(key)]
+    if len(prefixed) == 1:
+        return paths[prefixed[0]]
+    shown = name if len(name) <= 60 else name[:57] + "..."
+    guesses = prefixed or difflib.get_close_matches(name.lower(), list(paths), n=3)
+    hint = f"did you mean {' or '.join(guesses)}? " if guesses else ""
+    known = ", ".join(paths) or "none"
+    raise SpecError(f"hardware {shown}: no such file or profile ({hint}known: {known})")
+
+
 def load_hardware(name_or_path: str) -> Hardware:
+    """A profile by file or by name (see ``find_profile``); SpecError, one line per problem."""
     path = Path(name_or_path)
-    if not path.exists():
-        paths = profile_paths()
-        if name_or_path not in paths:
-            known = ", ".join(paths) or "none"
-            raise SpecError(f"hardware {name_or_path}: no such file or profile (known: {known})")
-        path = paths[name_or_path]
     try:
-        data = yaml.safe_load(path.read_text())
-        return Hardware.model_validate(data)
+        is_file = path.exists()
+    except OSError:  # a name too long for the file system
+        is_file = False
+    if not is_file:
+        path = find_profile(name_or_path)
+    try:
+        data, _ = load_yaml(read_text(path, "hardware profile"))
+    except LoadError as e:
+        raise SpecError(yaml_error(e, str(path)) if str(e)[:1].isdigit() else str(e)) from None
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: malformed YAML: {getattr(e, 'problem', e)}") from None
+        raise SpecError(yaml_error(e, str(path))) from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a hardware profile is a YAML mapping, got {type(data).__name__}")
+    try:
+        return Hardware.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "profile"
-        raise SpecError(f"{path}: {field}: {first['msg']}") from None
+        raise SpecError("\n".join(
+            f"{path}: {'.'.join(str(p) for p in err['loc']) or 'profile'}: {err['msg']}"
+            for err in e.errors())) from None
 
 
 def save_hardware(hw: Hardware, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(hw.model_dump(exclude_none=True), sort_keys=False))
     return path
+
+
+# --- what an analysis means on a device (formerly metrics.py) --------------------------------
+# Roofline (Williams, Waterman & Patterson 2009): a pass of F FLOPs that must move M bytes takes
+# at least max(F / peak, M / bandwidth). M is the fused lower bound of ``analysis`` (weights and
+# KV cache once), so the time is a lower bound too, and the bound says which roof it sits under.
+
+#: Sub-blocks counted as attention: self-attention and an encoder-decoder's cross-attention.
+ATTENTION_BLOCKS = ("attention", "cross_attention")
+
+
+def is_attention(path: str) -> bool:
+    """A leaf of an attention sub-block: ``layers[local]/attention/scores``, ``decoder/layers/
+    cross_attention/k``. The sub-block holds its norm and residual add (as the tree groups them);
+    a stack-wide relative-position bias (T5) is not inside it."""
+    return any(part in ATTENTION_BLOCKS for part in path.split("/")[:-1])
+
+
+def attention_total(a: Analysis) -> Row:
+    """Sum over every attention sub-block of every layer group."""
+    return sum_rows((r for r in a.rows if is_attention(r.path)), "attention")
+
+
+def roofline_of(row: Row, hw: Hardware, dtype: str) -> Roofline:
+    """The roofline of one row (a component, or a total) against its fused bytes."""
+    return roofline(row.flops, row.bytes_fused, hw, dtype)
+
+
+def roofline_dict(r: Roofline) -> dict[str, Any]:
+    return {
+        "compute_s": r.compute_s,
+        "memory_s": r.memory_s,
+        "time_s": r.time_s,
+        "bound": r.bound,
+        "intensity": r.intensity,
+        "ridge": r.ridge,
+    }
+
+
+def roofline_json(row: Row, hw: Hardware, dtype: str) -> dict[str, Any]:
+    """The `roofline` object of `analyze --format json`: the device and where the row sits."""
+    return {"hardware": hardware_dict(hw, dtype), **roofline_dict(roofline_of(row, hw, dtype))}
+
+
+def hardware_dict(hw: Hardware, dtype: str) -> dict[str, Any]:
+    return {
+        "name": hw.name,
+        "dtype": dtype,
+        "peak_flops": hw.peak(dtype),
+        "memory_bandwidth": hw.memory_bandwidth,
+        "memory_bytes": hw.memory_bytes,
+        "ridge": hw.ridge(dtype),
+        "measured": hw.measured,
+    }
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The largest batch whose weights and KV cache fit in device memory.
+
+    Counted: every weight once (params x p) and the KV cache after the pass at the analysis's
+    context (linear in B: kv(B) = B x kv(1)). Left out: activations and workspace of the pass
+    (in prefill, the score matrices of one layer), the framework's reserve, fragmentation, and
+    optimizer state (no training here).
+    """
+
+    max_batch: int  # 0: the weights alone do not fit
+    weights_bytes: int
+    kv_bytes_per_sequence: int
+    memory_bytes: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_batch": self.max_batch, "weights_bytes": self.weights_bytes,
+                "kv_bytes_per_sequence": self.kv_bytes_per_sequence, "memory_bytes": self.memory_bytes}
+
+
+def fit(a: Analysis, hw: Hardware) -> Fit:
+    """Largest B with weights + B x (KV cache of one sequence) <= device memory."""
+    per_sequence = a.total().kv_cache // a.batch  # the cache is B times one sequence's
+    if per_sequence == 0:
+        raise AnalysisError(f"fit: the {a.phase} phase keeps no KV cache")
+    free = hw.memory_bytes - a.bytes_weights
+    if free < per_sequence:
+        return Fit(0, a.bytes_weights, per_sequence, hw.memory_bytes)
+    return Fit(int(free // per_sequence), a.bytes_weights, per_sequence, hw.memory_bytes)

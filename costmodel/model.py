@@ -13,20 +13,22 @@ Layer costs are per layer times the layer-count symbol (``L``, ``L_local``, ``L_
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields, replace
 from functools import reduce
+from typing import Any
 
 from costmodel import symbols as sym
+from costmodel.components import ATTENTION_KINDS, FFN_KINDS, size_symbols
 from costmodel.components import attention as attn
 from costmodel.components import embedding, position, stability
-from costmodel.components.ffn import ffn
+from costmodel.components.block import RESIDUAL_FLOPS, residual
 from costmodel.components.loss import cross_entropy, dropout
 from costmodel.components.norm import norm
 from costmodel.cost import Cost, Dims, Num, elementwise
-from costmodel.spec import Block, LayerKind, NormPosition, Position, Spec
+from costmodel.spec import Block, LayerKind, Norm, NormPosition, Position, Spec
 
-RESIDUAL_FLOPS = 1  # one add per element per branch joining the residual stream
+__all__ = ["RESIDUAL_FLOPS", "components", "layer_groups", "numeric_dims", "spec_values", "symbolic_dims"]
 
 
 @dataclass(frozen=True)
@@ -41,33 +43,25 @@ class SubBlock:
 
 def symbolic_dims(spec: Spec) -> Dims:
     """Every size a symbol: the formulas as a reader of the papers writes them."""
-    dims = {n: getattr(sym, n) for n in _SIZES}
-    return Dims(**dims, layers={key: sym.layer_count(*key) for key in layer_groups(spec)})
-
-
-def numeric_dims(spec: Spec, shape: dict[str, int], p: int) -> Dims:
-    """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p."""
     return Dims(
-        **shape,
-        d=spec.d_model, h=spec.n_heads, k=spec.n_kv_heads, d_h=spec.head_dim, f=spec.d_ff,
-        V=spec.vocab_size, w=spec.window or 0, r=spec.rotary_dims, n_pos=spec.position_rows,
-        n_buckets=spec.relative_buckets, p=p,
-        layers=layer_groups(spec),
+        B=sym.B, S=sym.S, C=sym.C, S_e=sym.S_e, C_e=sym.C_e, p=sym.p,
+        sizes={n: getattr(sym, n) for n in size_symbols()},
+        layers={key: sym.layer_count(*key) for key in layer_groups(spec)},
     )
 
 
-_SIZES = tuple(f.name for f in fields(Dims) if f.name != "layers")
+def numeric_dims(spec: Spec, shape: dict[str, int], p: int) -> Dims:
+    """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p.
+
+    A size the spec has none of (no sliding window: w) is 0; no formula of the spec reads it.
+    """
+    sizes: dict[str, Num] = {n: s.value(spec) or 0 for n, s in size_symbols().items()}
+    return Dims(**shape, p=p, sizes=sizes, layers=dict(layer_groups(spec)))
 
 
-def spec_values(spec: Spec) -> dict:
+def spec_values(spec: Spec) -> dict[Any, int]:
     """symbol -> the spec's value, for every model-size symbol (phase symbols left free)."""
-    values = {getattr(sym, n): v for n, v in (
-        ("d", spec.d_model), ("h", spec.n_heads), ("k", spec.n_kv_heads), ("d_h", spec.head_dim),
-        ("f", spec.d_ff), ("V", spec.vocab_size), ("r", spec.rotary_dims),
-        ("n_pos", spec.position_rows), ("n_buckets", spec.relative_buckets),
-    )}
-    if spec.window is not None:
-        values[sym.w] = spec.window
+    values = {getattr(sym, n): v for n, s in size_symbols().items() if (v := s.value(spec)) is not None}
     for key, count in layer_groups(spec).items():
         values[sym.layer_count(*key)] = count
     return values
@@ -76,10 +70,11 @@ def spec_values(spec: Spec) -> dict:
 def layer_groups(spec: Spec) -> dict[tuple[str, str | None], int]:
     """(stack, kind) -> number of layers. Kind is None when a stack has one kind of layer."""
     if spec.is_encoder_decoder:
+        assert spec.n_encoder_layers is not None and spec.n_decoder_layers is not None
         return {("encoder", None): spec.n_encoder_layers, ("decoder", None): spec.n_decoder_layers}
     counts = spec.kind_counts()
     if len(counts) == 1:
-        return {("layers", None): spec.n_layers}  # type: ignore[dict-item]
+        return {("layers", None): spec.decoder_layers}
     return {("layers", kind.value): n for kind, n in counts.items()}
 
 
@@ -165,16 +160,25 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
     pos = spec.norm_position
     pre = pos in (NormPosition.pre, NormPosition.sandwich)
     on_output = pos in (NormPosition.sandwich, NormPosition.post_sublayer)
-    branches = [(s.name, attn.attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
-    branches.append(("ffn", ffn(spec, dims, T), None))
+    attention = ATTENTION_KINDS[spec.attention.kind]
+    branches: list[tuple[str, list[tuple[str, Cost]], SubBlock | None]] = [
+        (s.name, attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
+    branches.append(("ffn", FFN_KINDS[spec.ffn.kind](spec, dims, T), None))
 
     def the_norm() -> Cost:
         return norm(spec, dims, T, dims.d)
 
-    def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None, own_norm: bool):
+    def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None, own_norm: bool,
+               kept: bool = False) -> Iterator[tuple[str, Cost]]:
+        # `kept`: a later branch of a parallel block reads the tensor the first branch already
+        # keeps for backward; its first reader (a LayerNorm, or the first linear) keeps no copy.
         if own_norm:
-            yield f"{name}/norm", the_norm()
-        for leaf, cost in leaves:
+            n = the_norm()
+            yield f"{name}/norm", replace(n, saved=n.saved - dims.p * T * dims.d) if kept and (
+                spec.norm is Norm.layernorm) else n
+        for i, (leaf, cost) in enumerate(leaves):
+            if kept and not own_norm and i == 0:
+                cost = replace(cost, saved=cost.saved - dims.p * T * dims.d)
             yield f"{name}/{leaf}", cost
         if on_output:
             yield f"{name}/post_norm", the_norm()
@@ -185,7 +189,7 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
         drop_hidden = sub is None and spec.ffn_dropout > 0
         if drop_out or drop_probs or drop_hidden:
             output = T * dims.d if drop_out else 0
-            probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if drop_probs else 0
+            probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if sub is not None and drop_probs else 0
             hidden = T * dims.f if drop_hidden else 0
             yield f"{name}/dropout", dropout(dims, output + probs + hidden)
 
@@ -194,16 +198,16 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
         shared = pre and spec.shared_norm
         if shared:
             out.append(("norm", the_norm()))
-        for name, leaves, sub in branches:
-            out.extend(branch(name, leaves, sub, own_norm=pre and not shared))
+        for i, (name, leaves, sub) in enumerate(branches):
+            out.extend(branch(name, leaves, sub, own_norm=pre and not shared, kept=i > 0))
         n = len(branches)
-        out.append(("residual", elementwise(T * dims.d, n * RESIDUAL_FLOPS, dims.p, inputs=n + 1)))
+        out.append(("residual", residual(dims, T, n)))
         if pos is NormPosition.post:
             out.append(("norm", the_norm()))
         return out
     for name, leaves, sub in branches:
         out.extend(branch(name, leaves, sub, own_norm=pre))
-        out.append((f"{name}/residual", elementwise(T * dims.d, RESIDUAL_FLOPS, dims.p, inputs=2)))
+        out.append((f"{name}/residual", residual(dims, T, 1)))
         if pos is NormPosition.post:
             out.append((f"{name}/norm", the_norm()))
     return out

@@ -36,9 +36,12 @@ def _pyplot():
 
 
 def plot(sw: Sweep, path: str | Path) -> Path:
-    """Draw `sw` into `path` (the format follows the suffix: .png, .svg, .pdf)."""
+    """Draw `sw` into `path` (the format follows the suffix: .png, .svg, .pdf; none: .png is
+    added). Returns the path written."""
     plt = _pyplot()
     path = Path(path)
+    if not path.suffix:  # matplotlib would append .png itself; name the file it writes
+        path = path.with_name(path.name + ".png")
     colours: dict[str, str] = {}
     for s in sw.series:
         colours.setdefault(s.variant, f"C{len(colours)}")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from costmodel import units
 from costmodel.attention_variants import HeadsRow, WindowRow
 from costmodel.hardware import Hardware
-from costmodel.report import Table, device_note
+from costmodel.report import Table, device_note, records_csv  # noqa: F401 - records_csv re-exported
 
 if TYPE_CHECKING:  # sympy and numpy load only for the commands that use them
     from costmodel.asymptotics import Result
@@ -24,6 +24,17 @@ if TYPE_CHECKING:  # sympy and numpy load only for the commands that use them
 
 def _mark(label: str, own: bool) -> str:
     return f"{label} (spec)" if own else label
+
+
+def _contexts(rows: Sequence[Any]) -> str:
+    """Each phase's own S and C, as the JSON shapes give them (decode caches seq, C = seq + 1)."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r.phase not in seen:
+            sh = r.shape
+            seen[r.phase] = (f"prefill S = C = {sh['C']:,}" if r.phase == "prefill"
+                             else f"decode {sh['C'] - 1:,} cached, C = {sh['C']:,}")
+    return "; ".join(seen.values())
 
 
 def heads_table(rows: Sequence[HeadsRow], hw: Hardware, dtype: str) -> Table:
@@ -41,8 +52,7 @@ def heads_table(rows: Sequence[HeadsRow], hw: Hardware, dtype: str) -> Table:
         ))
     prefill = next((r for r in rows if r.phase == "prefill"), rows[0])
     notes = [
-        f"B={prefill.shape['B']}, seq={prefill.shape['S']} (prefill: C = seq; decode: seq cached, "
-        "C = seq + 1). Attention = every attention "
+        f"B={prefill.shape['B']}; {_contexts(rows)}. Attention = every attention "
         "sub-block (norm, q/k/v, scores, softmax, AV, out, residual) summed over layers; bytes are the "
         "fused lower bound (weights and KV cache once); time = max(FLOPs / peak, bytes / bandwidth).",
         "KV/token = one sequence's KV cache / C. step = the whole forward pass. max batch = largest B with "
@@ -165,24 +175,3 @@ def hardware_table(profiles: Iterable[tuple[Hardware, str]], dtype: str, user_fo
                  ("--hardware NAME takes any of these names, or a YAML file. User profiles (`costmodel "
                   f"calibrate` writes `local`) live in {user_folder} ($COSTMODEL_HARDWARE_DIR) and take "
                   "precedence over a bundled profile of the same name.",), numeric_from=3)
-
-
-def records_csv(records: Sequence[dict[str, Any]]) -> str:
-    """Nested dicts flattened to dotted columns, one line per record."""
-    flat = [_flatten(r) for r in records]
-    columns = list(dict.fromkeys(k for r in flat for k in r))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, columns, lineterminator="\n")
-    w.writeheader()
-    w.writerows(flat)
-    return buf.getvalue()
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out

@@ -14,20 +14,25 @@ from __future__ import annotations
 import difflib
 import re
 from enum import Enum
+from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
+    AllowInfNan,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     ValidationError,
     field_validator,
     model_validator,
 )
+
+from costmodel.loading import LoadError, load_yaml, read_text, yaml_error
 
 
 class SpecError(ValueError):
@@ -95,7 +100,11 @@ class LayerKind(str, Enum):
 
 
 PositiveInt = Annotated[StrictInt, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+# Floats are as strict as ints: a bool or a numeric string is refused, and so are inf and nan
+# (which would reach JSON as Infinity, which is not JSON). An int is a float, as in YAML.
+FiniteFloat = Annotated[StrictFloat, AllowInfNan(False)]
+PositiveFloat = Annotated[FiniteFloat, Field(gt=0)]
+Rate = Annotated[FiniteFloat, Field(ge=0, lt=1)]  # a dropout probability
 
 
 class Bias(BaseModel):
@@ -115,9 +124,9 @@ class Published(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    params: str | StrictInt  # as the source prints it: "175.0B", "124M", or an exact integer
+    params: str | PositiveInt  # as the source prints it: "175.0B", "124M", or an exact integer
     source: str
-    tolerance: Annotated[float, Field(ge=0, lt=1)] | None = None  # relative; None: the rounding
+    tolerance: Rate | None = None  # relative; None: the rounding
     note: str | None = None  # why a tolerance wider than the rounding is needed
     exact: PositiveInt | None = None  # count of the released implementation, tensor for tensor
     exact_source: str | None = None
@@ -141,6 +150,45 @@ class Published(BaseModel):
         return parse_count(self.params)[1]
 
 
+# --- kinds: the variants of an element, each a typed sub-model tagged by `kind` ---------------
+# A new kind is one sub-model here, added to its union, plus its cost module registered in
+# costmodel.components (docs/architecture.md, "Adding a kind").
+
+
+class DenseFFN(BaseModel):
+    """The FFN of every layer: two matrices around an activation, or three for a GLU."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["dense"] = "dense"
+    activation: Activation
+    d_ff: PositiveInt
+
+
+class MHA(BaseModel):
+    """Multi-head attention with k key/value heads: MHA (k = h), GQA, MQA (k = 1)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["mha"] = "mha"
+    n_kv_heads: PositiveInt  # default: n_heads (MHA)
+    head_dim: PositiveInt  # default: d_model / n_heads
+
+
+FFN = Annotated[Union[DenseFFN], Field(discriminator="kind")]
+Attention = Annotated[Union[MHA], Field(discriminator="kind")]
+
+#: Old flat fields, still accepted (and written by bundled specs): shorthand -> its union field.
+#: They apply to the default kind of that union (dense, mha).
+SHORTHANDS: dict[str, str] = {
+    "activation": "ffn", "d_ff": "ffn", "n_kv_heads": "attention", "head_dim": "attention",
+}
+_DEFAULT_KIND = {"ffn": "dense", "attention": "mha"}
+
+#: Fields that describe a spec but change no cost: never an architectural change.
+METADATA: tuple[str, ...] = ("name", "family", "year", "description", "source", "published", "ignored_fields")
+
+
 _COUNT = re.compile(r"^\s*(\d+(?:\.(\d+))?)\s*([KMBT]?)\s*$")
 _SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
@@ -149,9 +197,9 @@ def parse_count(text: str | int) -> tuple[float, float]:
     """``"6.74B"`` -> (6.74e9, 0.005e9): the value and half a unit of its last printed digit."""
     if isinstance(text, int):
         return float(text), 0.5
-    m = _COUNT.match(text)
-    if not m:
-        raise ValueError(f"published count {text!r} should look like 6.74B, 124M or 124439808")
+    m = _COUNT.match(text) if len(text) < 40 else None
+    if not m or not float(m.group(1)):
+        raise ValueError(f"published count {text[:40]!r} should look like 6.74B, 124M or 124439808")
     decimals = len(m.group(2) or "")
     scale = _SCALE[m.group(3)]
     return float(m.group(1)) * scale, 0.5 * scale / 10**decimals
@@ -168,6 +216,7 @@ class Spec(BaseModel):
     description: str | None = None
     source: str | dict[str, str] | None = None  # where the numbers come from
     published: Published | None = None
+    ignored_fields: tuple[str, ...] = ()  # Hugging Face config fields skipped on import (costmodel.hf)
 
     architecture: Architecture = Architecture.decoder
     d_model: PositiveInt
@@ -175,21 +224,19 @@ class Spec(BaseModel):
     n_encoder_layers: PositiveInt | None = None  # encoder-decoder
     n_decoder_layers: PositiveInt | None = None
     n_heads: PositiveInt
-    n_kv_heads: PositiveInt  # default: n_heads (MHA)
-    head_dim: PositiveInt  # default: d_model / n_heads
-    d_ff: PositiveInt
+    attention: Attention  # shorthand: n_kv_heads, head_dim (kind mha)
+    ffn: FFN  # shorthand: activation, d_ff (kind dense)
     vocab_size: PositiveInt
     max_seq_len: PositiveInt
 
     norm: Norm
     norm_position: NormPosition = NormPosition.pre
-    activation: Activation
     block: Block = Block.serial
     shared_norm: StrictBool = True  # parallel block: one norm feeds attention and FFN
     bias: Bias = Bias()
 
     position: Position
-    rotary_fraction: Annotated[float, Field(gt=0, le=1)] = 1.0  # RoPE on this share of d_h
+    rotary_fraction: Annotated[FiniteFloat, Field(gt=0, le=1)] = 1.0  # RoPE on this share of d_h
     relative_buckets: PositiveInt = 32  # T5 relative attention buckets
     position_offset: Annotated[StrictInt, Field(ge=0)] = 0  # learned table rows past max_seq_len (OPT: 2)
     tied_embeddings: StrictBool = False
@@ -200,15 +247,15 @@ class Spec(BaseModel):
     qk_norm: QKNorm = QKNorm.none
     attn_softcap: PositiveFloat | None = None
     final_softcap: PositiveFloat | None = None
-    z_loss: Annotated[float, Field(ge=0)] = 0.0  # coefficient; > 0 adds the z-loss to training
-    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # > 0 adds dropout to training
+    z_loss: Annotated[FiniteFloat, Field(ge=0)] = 0.0  # coefficient; > 0 adds the z-loss to training
+    dropout: Rate = 0.0  # > 0 adds dropout to training
     # Where a model drops out embeddings or attention probabilities at another rate (or not at
     # all); None: at `dropout`, as GPT-2 and the original Transformer do.
-    embedding_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
-    attention_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
+    embedding_dropout: Rate | None = None
+    attention_dropout: Rate | None = None
     # Sites only some models drop out (T5 both, OPT's activation_dropout the first).
-    ffn_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # on the FFN hidden activations
-    final_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # on each stack's final-norm output
+    ffn_dropout: Rate = 0.0  # on the FFN hidden activations
+    final_dropout: Rate = 0.0  # on each stack's final-norm output
 
     window: PositiveInt | None = None  # sliding-window length w of local layers
     layer_pattern: tuple[LayerKind, ...]  # repeated over the layers; default all local or global
@@ -221,16 +268,25 @@ class Spec(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        for union, kind in _DEFAULT_KIND.items():
+            flat = {k: data.pop(k) for k in [k for k, u in SHORTHANDS.items() if u == union] if k in data}
+            if flat and union in data:
+                raise ValueError(f"{next(iter(flat))}: give {union} or its shorthand fields, not both")
+            if union not in data:
+                data[union] = {"kind": kind, **flat}
+        att = data["attention"]
         heads, width = data.get("n_heads"), data.get("d_model")
-        if "n_kv_heads" not in data and heads is not None:
-            data["n_kv_heads"] = heads
-        if "head_dim" not in data and _ints(heads, width) and heads > 0 and width > 0:
-            if width % heads:
-                raise ValueError(
-                    f"head_dim: required, since d_model ({width}) is not divisible by "
-                    f"n_heads ({heads})"
-                )
-            data["head_dim"] = width // heads
+        if isinstance(att, dict) and att.get("kind", "mha") == "mha":
+            att = data["attention"] = dict(att)
+            if "n_kv_heads" not in att and heads is not None:
+                att["n_kv_heads"] = heads
+            if "head_dim" not in att and _ints(heads, width) and heads > 0 and width > 0:
+                if width % heads:
+                    raise ValueError(
+                        f"head_dim: required, since d_model ({width}) is not divisible by "
+                        f"n_heads ({heads})"
+                    )
+                att["head_dim"] = width // heads
         if "layer_pattern" not in data:
             data["layer_pattern"] = ["local" if data.get("window") is not None else "global"]
         return data
@@ -275,11 +331,11 @@ class Spec(BaseModel):
                 f"n_kv_heads ({self.n_kv_heads})"
             )
         if self.position is Position.rope:
-            rotary = self.rotary_fraction * self.head_dim
-            if rotary != int(rotary) or int(rotary) % 2:
+            rotary = _exact(self.rotary_fraction) * self.head_dim
+            if rotary.denominator != 1 or rotary.numerator % 2:
                 raise ValueError(
                     f"rotary_fraction: {self.rotary_fraction} of head_dim {self.head_dim} is "
-                    f"{rotary:g} dimensions; RoPE rotates an even whole number of them"
+                    f"{float(rotary):g} dimensions; RoPE rotates an even whole number of them"
                 )
         elif self.rotary_fraction != 1.0:
             raise ValueError("rotary_fraction: only for position: rope")
@@ -301,6 +357,11 @@ class Spec(BaseModel):
         if self.global_nope:
             if LayerKind.global_ not in kinds:
                 raise ValueError("global_nope: layer_pattern has no global layer")
+            if LayerKind.local not in kinds:
+                raise ValueError(
+                    "global_nope: every layer is global, so no layer would carry positions; "
+                    "write position: none instead"
+                )
             if not self.position.per_layer:
                 raise ValueError(
                     f"global_nope: position {self.position.value} is added to the input, "
@@ -314,6 +375,23 @@ class Spec(BaseModel):
         return self
 
     # Derived views: computed from the fields, never stored twice.
+
+    # The old flat names, read-only (SCHEMA.md, "Compatibility properties").
+    @property
+    def d_ff(self) -> int:
+        return self.ffn.d_ff
+
+    @property
+    def activation(self) -> Activation:
+        return self.ffn.activation
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.attention.n_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.attention.head_dim
 
     @property
     def is_encoder_decoder(self) -> bool:
@@ -342,7 +420,8 @@ class Spec(BaseModel):
 
     @property
     def rotary_dims(self) -> int:
-        return int(self.rotary_fraction * self.head_dim)
+        """Exact at any head_dim (float arithmetic loses whole dimensions past 2^53)."""
+        return int(_exact(self.rotary_fraction) * self.head_dim)
 
     @property
     def final_norm(self) -> bool:
@@ -355,8 +434,27 @@ class Spec(BaseModel):
         return [self.layer_pattern[i % n] for i in range(self.decoder_layers)]
 
     def kind_counts(self) -> dict[LayerKind, int]:
-        kinds = self.layer_kinds()
-        return {kind: kinds.count(kind) for kind in LayerKind if kind in kinds}
+        """Layers of each kind, counted from the pattern: no list of n_layers entries."""
+        n, pattern = self.decoder_layers, self.layer_pattern
+        full, rest = divmod(n, len(pattern))
+        counts = {
+            kind: full * pattern.count(kind) + pattern[:rest].count(kind) for kind in LayerKind
+        }
+        return {kind: c for kind, c in counts.items() if c}
+
+
+def _exact(x: float) -> Fraction:
+    """A float as the decimal it was written as: 0.4 is 2/5, not 0.40000000000000002."""
+    return Fraction(repr(float(x)))
+
+
+#: Fields in the order a spec file writes them (README, "Spec format"), the unions by their
+#: shorthands where they sit in old files.
+FIELD_ORDER: tuple[str, ...] = tuple(
+    name for f in Spec.model_fields
+    for name in {"attention": ("attention", "n_kv_heads", "head_dim"),
+                 "ffn": ("ffn", "d_ff"), "block": ("activation", "block")}.get(f, (f,))
+)
 
 
 def _ints(*values: Any) -> bool:
@@ -367,28 +465,32 @@ def _ints(*values: Any) -> bool:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read and validate one YAML spec; raise SpecError with a one-line message on bad input."""
-    path = Path(path)
+    """Read and validate one spec: a YAML file, or the name of a bundled spec (``llama-2-7b``),
+    as the CLI takes it; a Hugging Face config.json is read through costmodel.hf. Raises
+    SpecError, one line per problem, on bad input."""
+    from costmodel import catalog
+
+    path = catalog.resolve(str(path))
+    if path.suffix == ".json" or path.is_dir():  # a model folder holds its config.json
+        from costmodel import hf
+
+        return hf.load_hf(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+        text = read_text(path, "spec")
+    except LoadError as e:
+        raise SpecError(str(e)) from None
     return parse_spec(text, str(path))
 
 
 def parse_spec(text: str, origin: str = "<spec>") -> Spec:
     """Validate a spec given as YAML text; ``origin`` names it in error messages."""
     try:
-        data = yaml.safe_load(text)
-        lines = _key_lines(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{origin}:{mark.line + 1}" if mark is not None else origin
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"{where}: malformed YAML: {problem}") from None
+        data, root = load_yaml(text)
+    except (yaml.YAMLError, LoadError) as e:
+        raise SpecError(yaml_error(e, origin)) from None
     if not isinstance(data, dict):
         raise SpecError(f"{origin}: a spec is a YAML mapping of fields, got {type(data).__name__}")
-    return spec_from_dict(data, origin, lines)
+    return spec_from_dict(data, origin, _key_lines(root))
 
 
 def spec_from_dict(
@@ -398,15 +500,58 @@ def spec_from_dict(
     try:
         return Spec.model_validate(data)
     except ValidationError as e:
-        raise SpecError(_one_line(e, data, origin, lines or {})) from None
+        raise SpecError(_problems(e, data, origin, lines or {})) from None
+    except RecursionError:  # a mapping built in Python, nested past any sane depth
+        raise SpecError(f"{origin}: nested too deep") from None
 
 
-def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: dict[str, int]) -> str:
-    """The first validation problem as `file:line: field: problem`."""
-    first = err.errors()[0]
-    loc = [str(part) for part in first["loc"] if not isinstance(part, int)]
-    msg: str = first["msg"]
-    kind = first["type"]
+def _problems(err: ValidationError, data: dict[str, Any], origin: str, lines: dict[str, int]) -> str:
+    """Every validation problem, one line each: `file:line: field: problem`. A derived field
+    missing only because the field it derives from is bad is not a second problem."""
+    problems = _merge_union_branches(err.errors())
+    bad = {str(p["loc"][0]) for p in problems if p["loc"]}
+    derived_from = {"head_dim": ("d_model", "n_heads"), "n_kv_heads": ("n_heads",)}
+
+    def derived_only(p: Any) -> bool:
+        # A shorthand's field sits in its union (attention.mha.head_dim): the user wrote neither.
+        loc = [str(x) for x in p["loc"] if not isinstance(x, int)]
+        if len(loc) == 3 and loc[0] in _DEFAULT_KIND and loc[0] not in data:
+            loc = loc[2:]
+        return len(loc) == 1 and loc[0] not in data and bool(bad.intersection(derived_from.get(loc[0], ())))
+
+    problems = [p for p in problems if not derived_only(p)]
+    return "\n".join(_one_line(p, data, origin, lines) for p in problems)
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "list", "dict", "tuple"}
+
+
+def _merge_union_branches(problems: list[Any]) -> list[Any]:
+    """pydantic reports a union field once per branch (``params.str``, ``params.int``): keep
+    one problem per field, the branch whose type the input had (not a type mismatch)."""
+    by_field: dict[tuple[Any, ...], Any] = {}
+    for p in problems:
+        loc = tuple(p["loc"])
+        while len(loc) > 1 and isinstance(loc[-1], str) and (
+                loc[-1] in _TYPE_TAGS or "[" in loc[-1] or loc[-1].startswith(("constrained-", "function-"))):
+            loc = loc[:-1]
+        p = {**p, "loc": loc}
+        seen = by_field.get(loc)
+        if seen is None or (seen["type"].endswith("_type") and not p["type"].endswith("_type")):
+            by_field[loc] = p
+    return list(by_field.values())
+
+
+def _one_line(problem: Any, data: dict[str, Any], origin: str, lines: dict[str, int]) -> str:
+    """One validation problem as `file:line: field: problem`."""
+    loc = [str(part) for part in problem["loc"] if not isinstance(part, int)]
+    if len(loc) >= 2 and loc[0] in _DEFAULT_KIND:
+        if len(loc) >= 3:
+            del loc[1]  # the union's tag: ffn.dense.d_ff -> ffn.d_ff
+        if loc[0] not in data and loc[-1] in SHORTHANDS:
+            loc = loc[1:]  # the user wrote the shorthand: d_ff
+    msg: str = problem["msg"]
+    kind = problem["type"]
     if not loc and msg.startswith("Value error, ") and ": " in msg:
         # Our own cross-field checks name their field first: "n_kv_heads: ...".
         field, _, msg = msg[len("Value error, ") :].partition(": ")
@@ -418,29 +563,42 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
         known = _known_fields(loc)
         guess = difflib.get_close_matches(loc[-1], known, n=1)
         msg = "unknown field" + (f" (did you mean {guess[0]}?)" if guess else "")
+    elif kind == "union_tag_invalid":
+        field = f"{field}.kind"
+        msg = f"unknown kind {problem['ctx']['tag']!r}; expected one of {problem['ctx']['expected_tags'].replace(chr(39), '')}"
     elif kind == "enum":
-        allowed = first.get("ctx", {}).get("expected", "")
+        allowed = problem.get("ctx", {}).get("expected", "")
         allowed = allowed.replace("'", "").replace(" or ", ", ")
-        msg = f"unknown value {first['input']!r}; expected one of {allowed}"
+        msg = f"unknown value {_brief(problem['input'])}; expected one of {allowed}"
     else:
         msg = msg.removeprefix("Value error, ")
-        if "input" in first and kind not in ("model_type",) and not isinstance(first["input"], dict):
-            msg = f"{msg[0].lower()}{msg[1:]} (got {first['input']!r})"
+        if "input" in problem and kind not in ("model_type",) and not isinstance(problem["input"], dict):
+            msg = f"{msg[0].lower()}{msg[1:]} (got {_brief(problem['input'])})"
     line = lines.get(field) or lines.get(loc[0] if loc else "")
     where = f"{origin}:{line}" if line else origin
-    more = err.error_count() - 1
-    return f"{where}: {field}: {msg}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+    return f"{where}: {field[:80]}: {msg}"
+
+
+def _brief(value: Any) -> str:
+    """A short repr of a user's value (a long string or list would flood the line)."""
+    text = repr(value) if not isinstance(value, (list, tuple)) or len(value) < 20 else f"a list of {len(value)}"
+    return text if len(text) <= 80 else text[:60] + "..."
 
 
 def _known_fields(loc: list[str]) -> list[str]:
     model: type[BaseModel] = Spec
     for part in loc[:-1]:
+        if part not in model.model_fields:
+            return list(model.model_fields)
         ann = model.model_fields[part].annotation
-        model = next(a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel))
-    return list(model.model_fields)
+        nested = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            return list(model.model_fields)
+        model = nested[0]
+    return list(model.model_fields) + (list(SHORTHANDS) if model is Spec else [])
 
 
-def _key_lines(text: str) -> dict[str, int]:
+def _key_lines(root: yaml.Node | None) -> dict[str, int]:
     """Line number (1-based) of every mapping key, by dotted path, for error messages."""
     lines: dict[str, int] = {}
 
@@ -448,11 +606,10 @@ def _key_lines(text: str) -> dict[str, int]:
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 path = f"{prefix}{key.value}"
-                lines[path] = key.start_mark.line + 1
-                walk(value, path + ".")
+                lines.setdefault(path, key.start_mark.line + 1)
+                if len(lines) < 10_000:
+                    walk(value, path + ".")
 
-    root = yaml.compose(text)
     if root is not None:
         walk(root, "")
     return lines
-

@@ -22,14 +22,15 @@ import sympy
 from costmodel import model
 from costmodel import symbols as sym
 from costmodel.analysis import AnalysisError, analyze, default_seq, select, symbolic_tree
-from costmodel.hardware import Hardware
-from costmodel.metrics import hardware_dict
-from costmodel.phases import PHASES
+from costmodel.hardware import Hardware, hardware_dict
+from costmodel.phases import DECODE, PHASES
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES
 from costmodel.attention_variants import Variant, kv_head_variants
 
 AXES = ("seq", "batch")
+MAX_POINTS = 100_000  # per grid (seq x batch): a table of more says nothing a plot of fewer cannot
+MAX_VALUE = 2**53  # float64 evaluation is exact up to here; past it nothing is a token count
 #: quantity -> unit
 QUANTITIES = {"intensity": "FLOP/B", "kv_cache": "B", "time": "s"}
 _SEQ = sympy.Symbol("seq", integer=True, positive=True)  # the user's --seq, before the phase's offset
@@ -50,11 +51,22 @@ def parse_axis(text: str) -> Axis:
                             f"with NAME one of {', '.join(AXES)}")
     name, body = m.groups()
     parts = body.split(":") if ":" in body else body.split(",")
+    shown = body if len(body) <= 60 else body[:57] + "..."
+    if len(parts) > MAX_POINTS:
+        raise AnalysisError(f"--over {name}: {len(parts):,} values; at most {MAX_POINTS:,} points")
     try:
-        numbers = [int(x) for x in parts]
+        numbers = [int(x) for x in parts if len(x.strip()) <= 20]
     except ValueError:
-        raise AnalysisError(f"--over {name}: {body!r} is not START:STOP[:POINTS] nor a list of "
+        numbers = []
+    if len(numbers) != len(parts):
+        raise AnalysisError(f"--over {name}: {shown!r} is not START:STOP[:POINTS] nor a list of "
                             "integers") from None
+    stops = numbers if ":" not in body else numbers[:2]
+    if max(stops) > MAX_VALUE:
+        raise AnalysisError(f"--over {name}: {max(stops)} is past {MAX_VALUE} (2^53), where float64 "
+                            "counts stop being exact")
+    if ":" in body and len(numbers) == 3 and numbers[2] > MAX_POINTS:
+        raise AnalysisError(f"--over {name}: {numbers[2]:,} points; at most {MAX_POINTS:,}")
     if ":" not in body:
         values = np.unique(np.array(numbers, dtype=np.int64))
         if values[0] < 1:
@@ -78,7 +90,7 @@ def parse_axis(text: str) -> Axis:
 def default_axis(spec: Spec) -> Axis:
     """seq from 512 to the trained context (one less with learned positions, so that decode,
     which attends to seq + 1, stays inside the table), doubling."""
-    stop = spec.max_seq_len - (1 if spec.position is Position.learned else 0)
+    stop = spec.max_seq_len - (DECODE.seq_offset if spec.position is Position.learned else 0)
     return parse_axis(f"seq={min(512, stop)}:{stop}")
 
 
@@ -167,6 +179,10 @@ def sweep(
     given = {a.name: a.values for a in axes}
     if len(given) != len(axes):
         raise AnalysisError("--over: each axis at most once")
+    points = int(np.prod([len(a.values) for a in axes]))
+    if points > MAX_POINTS:
+        raise AnalysisError(f"--over: a grid of {points:,} points; at most {MAX_POINTS:,} "
+                            "(fewer values per axis)")
     hw.peak(dtype)
     variants = kv_head_variants(spec, kv_heads)
     evaluators = {}

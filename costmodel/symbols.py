@@ -1,4 +1,4 @@
-"""The alphabet every formula is written in (../shared/DESIGN.md, "Symbols"), and byte widths.
+"""The alphabet every formula is written in (docs/reference.md, "Symbols"), and byte widths.
 
 Each symbol is declared once, here, with the assumptions sympy needs to keep expressions
 simple (all sizes are positive integers). Formulas never build symbols from strings.
@@ -21,8 +21,10 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 _SIZE = dict(integer=True, positive=True)
 
-#: name -> (assumptions, meaning). The symbols themselves are made on first use, so that
-#: evaluating numbers (`costmodel analyze`) never pays for importing sympy.
+#: The symbols of a pass and of the asymptotics: name -> (assumptions, meaning). The model
+#: sizes (d, h, k, d_h, f, V, ...) are declared by their elements (``costmodel.components``);
+#: ``alphabet()`` is both. The symbols themselves are made on first use, so that evaluating
+#: numbers (`costmodel analyze`) never pays for importing sympy.
 ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
     # Shape of the pass (the phase binds these).
     "B": (_SIZE, "batch size"),
@@ -32,17 +34,6 @@ ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
     # encoder output is already cached) and encoder tokens the decoder cross-attends to.
     "S_e": (dict(integer=True, nonnegative=True), "encoder tokens processed in this pass"),
     "C_e": (_SIZE, "encoder tokens cross-attended to"),
-    # Shape of the model (the spec binds these).
-    "d": (_SIZE, "model width, d_model"),
-    "h": (_SIZE, "query heads"),
-    "k": (_SIZE, "key/value heads (k = h: MHA, k = 1: MQA)"),
-    "d_h": (_SIZE, "head dimension"),
-    "f": (_SIZE, "FFN hidden width, d_ff"),
-    "V": (_SIZE, "vocabulary size"),
-    "w": (_SIZE, "sliding-window length"),
-    "r": (_SIZE, "rotary dimensions per head (d_h, or a fraction of it)"),
-    "n_pos": (_SIZE, "rows of a learned position table (max_seq_len)"),
-    "n_buckets": (_SIZE, "T5 relative-position buckets"),
     "p": (_SIZE, "bytes per element of weights and activations"),
     # Asymptotics (Shazeer 2019): tokens per sequence, the decode steps summed over.
     "n": (_SIZE, "sequence length n of Shazeer (2019)"),
@@ -51,14 +42,24 @@ ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
 _made: dict[str, Any] = {}
 
 
+def alphabet() -> dict[str, tuple[dict[str, bool], str]]:
+    """Every symbol: the pass's above, then each element's model sizes (positive integers)."""
+    from costmodel.components import size_symbols
+
+    return {**ALPHABET, **{n: (_SIZE, s.meaning) for n, s in size_symbols().items()}}
+
+
 def __getattr__(name: str) -> sympy.Symbol:
-    """``symbols.B`` and friends: each symbol is made once, on first use."""
-    if name not in ALPHABET:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """``symbols.B``, ``symbols.d`` and friends: each symbol is made once, on first use."""
     if name not in _made:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        known = alphabet()
+        if name not in known:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         import sympy
 
-        _made[name] = sympy.Symbol(name, **ALPHABET[name][0])
+        _made[name] = sympy.Symbol(name, **known[name][0])
     return _made[name]
 
 
@@ -77,3 +78,22 @@ def layer_count(stack: str, group: str | None) -> sympy.Symbol:
     if group is not None:
         parts.append(group)
     return sympy.Symbol("_".join(parts), **_SIZE)
+
+
+def meaning(name: str) -> str:
+    """What a symbol of a formula stands for (docs/reference.md, "Symbols")."""
+    known = alphabet()
+    if name in known:
+        return known[name][1]
+    if name == "L" or name.startswith("L_"):
+        parts = name.split("_")[1:]
+        stack = {"enc": "encoder ", "dec": "decoder "}.get(parts[0], "") if parts else ""
+        kind = next((p for p in parts if p in ("local", "global")), None)
+        return f"{stack}layers" + (f" of kind {kind}" if kind else "")
+    return "a symbol of the formula"
+
+
+def legend(names: Any) -> dict[str, str]:
+    """name -> meaning for the symbols of one expression, in a stable order."""
+    order = list(alphabet())
+    return {n: meaning(n) for n in sorted(set(names), key=lambda n: (order.index(n) if n in order else len(order), n))}

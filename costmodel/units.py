@@ -8,13 +8,31 @@ _BINARY = ((2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**1
 
 
 def _sig(x: float) -> str:
+    if abs(x) >= 10**15:  # past the largest prefix: 1.23e+18, not eighteen digits
+        return _sci(x)
     return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def _sci(x: float) -> str:
+    """Three significant digits with an exponent, for ints past float's 1.8e308 too."""
+    try:
+        return f"{float(x):.3g}"
+    except OverflowError:
+        digits = str(abs(int(x)))
+        return f"{'-' * (x < 0)}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+
+
+def _div(value: float, scale: float) -> float:
+    try:
+        return value / scale
+    except OverflowError:  # an exact int count past 1.8e308
+        return value // scale
 
 
 def _scaled(value: float, table: tuple[tuple[int, str], ...], unit: str, sep: str = " ") -> str:
     for scale, prefix in table:
         if abs(value) >= scale:
-            return f"{_sig(value / scale)}{sep}{prefix}{unit}"
+            return f"{_sig(_div(value, scale))}{sep}{prefix}{unit}"
     return f"{_sig(value)}{sep}{unit}".rstrip()
 
 
@@ -37,7 +55,7 @@ def nbytes(n: float) -> str:
     """Binary prefixes: 1073741824 -> '1 GiB'."""
     for scale, prefix in _BINARY:
         if abs(n) >= scale:
-            return f"{_sig(n / scale)} {prefix}"
+            return f"{_sig(_div(n, scale))} {prefix}"
     return f"{_sig(n)} B"
 
 
@@ -56,7 +74,7 @@ def intensity(x: float) -> str:
 
 
 def percent(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.1f}%" if whole else "-"
+    return f"{_div(100 * part, whole):.1f}%" if whole else "-"
 
 
 def seconds(t: float) -> str:

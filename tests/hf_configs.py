@@ -1,46 +1,139 @@
 """Configs for every supported model type, built by hand: each exercises the fields that change a
-cost (config 0 of each type is the configuration class's defaults alone)."""
+cost. Config 0 of each type is the configuration class's defaults alone, the sizes (which a config
+must state: no default is taken for them) written out as the class's defaults (transformers 5.24)."""
 
 SMALL = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=160, vocab_size=300,
              max_position_embeddings=128)
 
 FALCON_SMALL = {k: v for k, v in SMALL.items() if k != "intermediate_size"}  # falcon: ffn_hidden_size
 
+_LLAMA = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+              num_attention_heads=32, max_position_embeddings=2048)
+# The configuration classes' default sizes (configuration_<type>.py).
+CLASS_SIZES = {
+    "llama": _LLAMA,
+    "mistral": {**_LLAMA, "intermediate_size": 14336, "max_position_embeddings": 4096 * 32},
+    "gemma": dict(vocab_size=256000, hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+                  num_attention_heads=16, max_position_embeddings=8192),
+    "gemma2": dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                   num_attention_heads=8, max_position_embeddings=8192),
+    "gemma3_text": dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                        num_attention_heads=8, max_position_embeddings=131072),
+    "qwen2": {**_LLAMA, "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768},
+    "qwen3": {**_LLAMA, "vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768},
+    "olmo2": {**_LLAMA, "vocab_size": 50304},
+    "phi3": {**_LLAMA, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
+             "max_position_embeddings": 4096},
+    "cohere": dict(vocab_size=256000, hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
+                   num_attention_heads=64, max_position_embeddings=8192),
+    "cohere2": dict(vocab_size=256000, hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
+                    num_attention_heads=64, max_position_embeddings=8192),
+    "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12),
+    "gptj": dict(vocab_size=50400, n_positions=2048, n_embd=4096, n_layer=28, n_head=16),
+    "gpt_neox": dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
+                     intermediate_size=24576, max_position_embeddings=2048),
+    "opt": dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072, max_position_embeddings=2048,
+                num_attention_heads=12),
+    "falcon": dict(vocab_size=65024, hidden_size=4544, num_hidden_layers=32, num_attention_heads=71,
+                   max_position_embeddings=2048),
+    "gpt_bigcode": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12),
+    "starcoder2": dict(vocab_size=49152, hidden_size=3072, intermediate_size=12288, num_hidden_layers=30,
+                       num_attention_heads=24, max_position_embeddings=4096),
+    "phi": dict(vocab_size=51200, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                num_attention_heads=32, max_position_embeddings=2048),
+    "stablelm": dict(vocab_size=50304, intermediate_size=6912, hidden_size=2560, num_hidden_layers=32,
+                     num_attention_heads=32, max_position_embeddings=4096),
+    "t5": dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8),
+}
+
 # One or more configs per supported model type, each exercising the fields that change a cost.
 CONFIGS = {
-    "llama": [{}, {**SMALL, "num_key_value_heads": 2, "head_dim": 24, "attention_bias": True, "mlp_bias": True,
+    "llama": [CLASS_SIZES["llama"], {**SMALL, "num_key_value_heads": 2, "head_dim": 24, "attention_bias": True, "mlp_bias": True,
                    "tie_word_embeddings": True, "attention_dropout": 0.1}],
-    "mistral": [{}, {**SMALL, "num_key_value_heads": 1, "sliding_window": 32, "head_dim": 32},
+    "mistral": [CLASS_SIZES["mistral"], {**SMALL, "num_key_value_heads": 1, "sliding_window": 32, "head_dim": 32},
                 {**SMALL, "num_key_value_heads": 4, "sliding_window": None}],
-    "gemma": [{}, {**SMALL, "num_key_value_heads": 1, "head_dim": 48, "hidden_act": "gelu"}],
-    "gemma2": [{}, {**SMALL, "num_key_value_heads": 2, "head_dim": 40, "sliding_window": 16,
+    "gemma": [CLASS_SIZES["gemma"], {**SMALL, "num_key_value_heads": 1, "head_dim": 48, "hidden_act": "gelu"}],
+    "gemma2": [CLASS_SIZES["gemma2"], {**SMALL, "num_key_value_heads": 2, "head_dim": 40, "sliding_window": 16,
                     "layer_types": ["full_attention", "sliding_attention"] * 2, "attn_logit_softcapping": None}],
-    "gemma3_text": [{}, {**SMALL, "num_hidden_layers": 7, "num_key_value_heads": 2, "head_dim": 32,
+    "gemma3_text": [CLASS_SIZES["gemma3_text"], {**SMALL, "num_hidden_layers": 7, "num_key_value_heads": 2, "head_dim": 32,
                          "sliding_window": 16, "sliding_window_pattern": 3}],
-    "qwen2": [{}, {**SMALL, "num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 16,
+    "qwen2": [CLASS_SIZES["qwen2"], {**SMALL, "num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 16,
                    "max_window_layers": 1}],
-    "qwen3": [{}, {**SMALL, "num_key_value_heads": 2, "head_dim": 16, "attention_bias": True,
+    "qwen3": [CLASS_SIZES["qwen3"], {**SMALL, "num_key_value_heads": 2, "head_dim": 16, "attention_bias": True,
                    "tie_word_embeddings": True}],
-    "olmo2": [{}, {**SMALL, "num_key_value_heads": 2, "attention_bias": True}],
-    "phi3": [{}, {**SMALL, "num_key_value_heads": 2, "pad_token_id": 0, "partial_rotary_factor": 0.5, "sliding_window": 64,
+    "olmo2": [CLASS_SIZES["olmo2"], {**SMALL, "num_key_value_heads": 2, "attention_bias": True}],
+    "phi3": [CLASS_SIZES["phi3"], {**SMALL, "num_key_value_heads": 2, "pad_token_id": 0, "partial_rotary_factor": 0.5, "sliding_window": 64,
                   "resid_pdrop": 0.1}],
-    "cohere": [{}, {**SMALL, "num_key_value_heads": 1, "head_dim": 32, "use_qk_norm": True}],
-    "cohere2": [{}, {**SMALL, "num_hidden_layers": 6, "num_key_value_heads": 2, "sliding_window": 16}],
-    "gpt2": [{}, dict(n_embd=64, n_layer=3, n_head=4, n_inner=100, vocab_size=300, n_positions=64,
+    "cohere": [CLASS_SIZES["cohere"], {**SMALL, "num_key_value_heads": 1, "head_dim": 32, "use_qk_norm": True}],
+    "cohere2": [CLASS_SIZES["cohere2"], {**SMALL, "num_hidden_layers": 6, "num_key_value_heads": 2, "sliding_window": 16}],
+    "gpt2": [CLASS_SIZES["gpt2"], dict(n_embd=64, n_layer=3, n_head=4, n_inner=100, vocab_size=300, n_positions=64,
                       tie_word_embeddings=False, embd_pdrop=0.0)],
-    "gptj": [{}, dict(n_embd=64, n_layer=3, n_head=4, rotary_dim=8, vocab_size=300, n_positions=64,
+    "gptj": [CLASS_SIZES["gptj"], dict(n_embd=64, n_layer=3, n_head=4, rotary_dim=8, vocab_size=300, n_positions=64,
                       tie_word_embeddings=True)],
-    "gpt_neox": [{}, {**SMALL, "rotary_pct": 0.5, "use_parallel_residual": False, "attention_bias": False},
+    "gpt_neox": [CLASS_SIZES["gpt_neox"], {**SMALL, "rotary_pct": 0.5, "use_parallel_residual": False, "attention_bias": False},
                  {**SMALL, "tie_word_embeddings": True, "hidden_dropout": 0.1}],
-    "opt": [{}, dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, ffn_dim=100, vocab_size=300,
+    "opt": [CLASS_SIZES["opt"], dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, ffn_dim=100, vocab_size=300,
                      max_position_embeddings=64, do_layer_norm_before=False, enable_bias=False,
                      tie_word_embeddings=False)],
-    "falcon": [{},
+    "falcon": [CLASS_SIZES["falcon"],
                {**FALCON_SMALL, "multi_query": False, "parallel_attn": False, "bias": True, "alibi": True},
                {**FALCON_SMALL, "new_decoder_architecture": True, "num_kv_heads": 2, "ffn_hidden_size": 96},
                {**FALCON_SMALL, "new_decoder_architecture": True, "num_kv_heads": 2, "num_ln_in_parallel_attn": 1}],
-    "t5": [{"dropout_rate": 0.0},
+    "t5": [{**CLASS_SIZES["t5"], "dropout_rate": 0.0},
            dict(d_model=64, d_kv=24, d_ff=100, num_layers=3, num_decoder_layers=2, num_heads=4, vocab_size=300,
-                relative_attention_num_buckets=16, feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                relative_attention_num_buckets=16, feed_forward_proj="gated-gelu", n_positions=64, tie_word_embeddings=False,
                 dropout_rate=0.0)],
+    "gpt_bigcode": [CLASS_SIZES["gpt_bigcode"],
+                    dict(n_embd=64, n_layer=3, n_head=4, n_inner=100, vocab_size=300, n_positions=64,
+                         tie_word_embeddings=False, embd_pdrop=0.0),
+                    dict(n_embd=64, n_layer=2, n_head=4, vocab_size=300, n_positions=64, multi_query=False)],
+    "starcoder2": [CLASS_SIZES["starcoder2"],
+                   {**SMALL, "num_key_value_heads": 2, "sliding_window": 32, "use_bias": False,
+                    "tie_word_embeddings": False, "residual_dropout": 0.1, "embedding_dropout": 0.05}],
+    "phi": [CLASS_SIZES["phi"], {**SMALL, "num_key_value_heads": 2, "partial_rotary_factor": 0.25,
+                                 "tie_word_embeddings": True, "resid_pdrop": 0.1}],
+    "stablelm": [CLASS_SIZES["stablelm"],
+                 {**SMALL, "num_key_value_heads": 2, "use_qkv_bias": True, "use_parallel_residual": True,
+                  "partial_rotary_factor": 0.5, "tie_word_embeddings": True}],
+}
+
+# Released models' config.json, as published on the Hugging Face hub (the cost-free fields, token
+# ids, eps and RoPE bases, left out), for the model types added with issue 11.
+RELEASED = {
+    # microsoft/phi-2 config.json (transformers_version 4.42.0.dev0), as quoted verbatim in a public
+    # repository's PhiConfig dict (code search: "_name_or_path": "microsoft/phi-2").
+    "phi-2": dict(model_type="phi", architectures=["PhiForCausalLM"], _name_or_path="microsoft/phi-2",
+                  attention_dropout=0.0, embd_pdrop=0.0, hidden_act="gelu_new", hidden_size=2560,
+                  intermediate_size=10240, max_position_embeddings=2048, num_attention_heads=32,
+                  num_hidden_layers=32, num_key_value_heads=32, partial_rotary_factor=0.4, qk_layernorm=False,
+                  resid_pdrop=0.1, rope_scaling=None, rope_theta=10000.0, tie_word_embeddings=False,
+                  torch_dtype="float16", vocab_size=51200),
+    # bigcode/starcoder (StarCoder 15.5B, Li et al. 2023): the sizes of its config.json as Cerebras'
+    # HF converter writes them (n_embd 6144, n_head 48, n_layer 40, n_inner 24576, n_positions 8192,
+    # vocab 49152, multi_query, tied), with the released config's BigCode-specific keys.
+    "starcoder": dict(model_type="gpt_bigcode", architectures=["GPTBigCodeForCausalLM"],
+                      _name_or_path="bigcode/starcoder", activation_function="gelu_pytorch_tanh",
+                      attention_softmax_in_fp32=True, scale_attention_softmax_in_fp32=True, attn_pdrop=0.1,
+                      embd_pdrop=0.1, resid_pdrop=0.1, n_embd=6144, n_head=48, n_inner=24576, n_layer=40,
+                      n_positions=8192, multi_query=True, scale_attn_weights=True, vocab_size=49152,
+                      tie_word_embeddings=True, inference_runner=0, max_batch_size=None,
+                      max_sequence_length=None, validate_runner_input=True),
+    # bigcode/starcoder2-3b: hidden 3072, 30 layers, 24 heads, 2 KV heads, FFN 12288, vocab 49152
+    # (its config.json as quoted in public test fixtures), 16,384 context and a 4,096 sliding window
+    # (transformers' docs/source/en/model_doc/starcoder2.md, Lozhkov et al. 2024); norm_type and
+    # mlp_type are BigCode's own keys of that config.
+    "starcoder2-3b": dict(model_type="starcoder2", architectures=["Starcoder2ForCausalLM"],
+                          _name_or_path="bigcode/starcoder2-3b", hidden_act="gelu_pytorch_tanh", hidden_size=3072,
+                          intermediate_size=12288, max_position_embeddings=16384, norm_type="layer_norm",
+                          mlp_type="default", num_attention_heads=24, num_hidden_layers=30, num_key_value_heads=2,
+                          sliding_window=4096, use_bias=True, vocab_size=49152, norm_epsilon=1e-5),
+    # stabilityai/stablelm-2-1_6b (Bellagente et al. 2024, "Stable LM 2 1.6B Technical Report",
+    # Table 1: d 2048, 24 layers, 32 heads, FFN 5632, 100,352-token vocabulary, 4,096 context; 25%
+    # rotary, q/k/v biases, LayerNorm, untied).
+    "stablelm-2-1.6b": dict(model_type="stablelm", architectures=["StableLmForCausalLM"],
+                            _name_or_path="stabilityai/stablelm-2-1_6b", hidden_act="silu", hidden_size=2048,
+                            intermediate_size=5632, max_position_embeddings=4096, num_attention_heads=32,
+                            num_hidden_layers=24, num_key_value_heads=32, partial_rotary_factor=0.25,
+                            use_qkv_bias=True, qk_layernorm=False, use_parallel_residual=False,
+                            tie_word_embeddings=False, vocab_size=100352, layer_norm_eps=1e-5),
 }

@@ -4,6 +4,7 @@ import-hf's YAML, config.json accepted wherever a spec is, and import(export(spe
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,16 @@ from costmodel import catalog, hf
 from costmodel.analysis import analyze, count_params
 from costmodel.cli import app
 from costmodel.spec import LayerKind, Position, load_spec, spec_from_dict
-from tests.hf_configs import CONFIGS
+from tests.hf_configs import CLASS_SIZES, CONFIGS
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 L, G = LayerKind.local, LayerKind.global_
+
+
+def cfg(model_type: str, **fields) -> dict:
+    """A config of this type: the class's default sizes (which a config must state), and these fields."""
+    return {"model_type": model_type, **CLASS_SIZES[model_type], **fields}
 
 
 def write(tmp_path: Path, config: dict, name: str = "config.json") -> Path:
@@ -51,7 +57,8 @@ def test_opt_keeps_two_extra_position_rows():
 def test_pythia_parallel_block_has_two_norms_and_quarter_rotary():
     """Pythia-70M (GPT-NeoX): 70,426,624 parameters (Biderman et al. 2023, Table 1); RoPE on 16 of 64 dims."""
     config = dict(model_type="gpt_neox", vocab_size=50304, hidden_size=512, num_hidden_layers=6,
-                  num_attention_heads=8, intermediate_size=2048, rotary_pct=0.25, use_parallel_residual=True)
+                  num_attention_heads=8, intermediate_size=2048, rotary_pct=0.25, use_parallel_residual=True,
+                  max_position_embeddings=2048)
     spec = hf.spec_from_hf(config)
     assert (spec.block.value, spec.shared_norm, spec.rotary_dims) == ("parallel", False, 16)
     assert count_params(spec) == 70_426_624
@@ -81,14 +88,14 @@ def test_released_gptj_config_with_its_legacy_keys():
 
 
 def test_gemma2_slides_on_even_layers_with_default_caps():
-    spec = hf.spec_from_hf({"model_type": "gemma2", "num_hidden_layers": 5})
+    spec = hf.spec_from_hf(cfg("gemma2", num_hidden_layers=5))
     assert spec.layer_kinds() == [L, G, L, G, L] and spec.window == 4096
     assert (spec.attn_softcap, spec.final_softcap) == (50.0, 30.0)
     assert spec.embedding_scale and spec.norm_position.value == "sandwich" and spec.head_dim == 256
 
 
 def test_gemma3_every_sixth_layer_is_global():
-    spec = hf.spec_from_hf({"model_type": "gemma3_text", "num_hidden_layers": 62, "sliding_window": 1024})
+    spec = hf.spec_from_hf(cfg("gemma3_text", num_hidden_layers=62, sliding_window=1024))
     assert spec.layer_pattern == (L, L, L, L, L, G)
     assert spec.kind_counts() == {L: 52, G: 10}  # 62 // 6 = 10 global layers
     assert spec.qk_norm.value == "head" and spec.attn_softcap is None
@@ -96,12 +103,12 @@ def test_gemma3_every_sixth_layer_is_global():
 
 def test_layer_types_win_over_the_pattern():
     types = ["full_attention", "sliding_attention", "sliding_attention"]
-    spec = hf.spec_from_hf({"model_type": "gemma3_text", "num_hidden_layers": 3, "layer_types": types})
+    spec = hf.spec_from_hf(cfg("gemma3_text", num_hidden_layers=3, layer_types=types))
     assert spec.layer_kinds() == [G, L, L]
 
 
 def test_qwen2_slides_from_max_window_layers_on():
-    base = {"model_type": "qwen2", "num_hidden_layers": 6, "sliding_window": 512, "max_window_layers": 4}
+    base = cfg("qwen2", num_hidden_layers=6, sliding_window=512, max_window_layers=4)
     assert hf.spec_from_hf({**base, "use_sliding_window": True}).layer_kinds() == [G, G, G, G, L, L]
     off = hf.spec_from_hf({**base, "use_sliding_window": False})
     assert off.window is None and off.layer_kinds() == [G] * 6
@@ -109,23 +116,23 @@ def test_qwen2_slides_from_max_window_layers_on():
 
 
 def test_mistral_window_null_versus_absent():
-    assert hf.spec_from_hf({"model_type": "mistral", "sliding_window": None}).window is None
-    assert hf.spec_from_hf({"model_type": "mistral"}).window == 4096  # MistralConfig's default
+    assert hf.spec_from_hf(cfg("mistral", sliding_window=None)).window is None
+    assert hf.spec_from_hf(cfg("mistral")).window == 4096  # MistralConfig's default
 
 
 def test_cohere2_full_layers_carry_no_positions():
-    spec = hf.spec_from_hf({"model_type": "cohere2", "num_hidden_layers": 8})
+    spec = hf.spec_from_hf(cfg("cohere2", num_hidden_layers=8))
     assert spec.layer_pattern == (L, L, L, G) and spec.global_nope and spec.logit_scale == 0.0625
-    none = hf.spec_from_hf({"model_type": "cohere2", "num_hidden_layers": 8, "sliding_window": None})
+    none = hf.spec_from_hf(cfg("cohere2", num_hidden_layers=8, sliding_window=None))
     assert none.position is Position.none and none.window is None
 
 
 def test_falcon_variants():
-    old = hf.spec_from_hf({"model_type": "falcon"})
+    old = hf.spec_from_hf(cfg("falcon"))
     assert (old.n_kv_heads, old.block.value, old.shared_norm) == (1, "parallel", True)
-    new = hf.spec_from_hf({"model_type": "falcon", "new_decoder_architecture": True, "num_kv_heads": 71})
+    new = hf.spec_from_hf(cfg("falcon", new_decoder_architecture=True, num_kv_heads=71))
     assert (new.n_kv_heads, new.shared_norm) == (71, False)
-    serial = hf.spec_from_hf({"model_type": "falcon", "parallel_attn": False, "alibi": True})
+    serial = hf.spec_from_hf(cfg("falcon", parallel_attn=False, alibi=True))
     assert (serial.block.value, serial.position) == ("serial", Position.alibi)
 
 
@@ -182,24 +189,22 @@ def test_position_offset_only_with_learned_positions(tmp_path):
 
 ERRORS = [
     ({"model_type": "mixtral"}, "model_type: mixtral is a mixture-of-experts model; mixture-of-experts is out of scope for now"),
-    ({"model_type": "llama", "num_local_experts": 8}, "model_type: llama is a mixture-of-experts model"),
-    ({"model_type": "bert"}, "model_type: 'bert' is not supported; supported: llama, mistral"),
-    ({"hidden_size": 8}, "model_type: required, one of llama"),
-    ({"model_type": "llama", "use_flux_capacitor": True}, "use_flux_capacitor: not a field this tool knows for model_type llama"),
-    ({"model_type": "llama", "quantization_config": {"bits": 4}}, "quantization_config: quantised weights are not modelled"),
-    ({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"]},
+    (cfg("llama", num_local_experts=8), "num_local_experts: 8: a mixture-of-experts llama is not supported"),
+    ({"model_type": "bert"}, "model_type: \"bert\" is not supported; supported: gpt2, gptj"),
+    ({"hidden_size": 8}, "model_type: required, one of gpt2"),
+    (cfg("llama", quantization_config={"bits": 4}), "quantization_config: quantised weights are not modelled"),
+    (cfg("llama", architectures=["LlamaForSequenceClassification"]),
      "architectures: LlamaForSequenceClassification has a head other than the language-model head"),
-    ({"model_type": "opt", "word_embed_proj_dim": 512, "hidden_size": 1024, "num_attention_heads": 16},
+    (cfg("opt", word_embed_proj_dim=512, hidden_size=1024, num_attention_heads=16),
      "word_embed_proj_dim: 512 != hidden_size 1024: the project_in and project_out matrices"),
-    ({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx: true is not supported"),
-    ({"model_type": "gemma3", "text_config": {}}, "model_type: gemma3 is multimodal"),
-    ({"model_type": "llama", "hidden_size": "4096"}, "hidden_size: should be a positive integer (got '4096')"),
-    ({"model_type": "llama", "partial_rotary_factor": 0.5}, "partial_rotary_factor: llama rotates the whole head"),
-    ({"model_type": "gpt2", "activation_function": "silu"}, "activation_function: 'silu' in a two-matrix FFN is not supported"),
-    ({"model_type": "mistral", "layer_types": ["full_attention"] * 32}, "layer_types: MistralForCausalLM ignores it"),
-    ({"model_type": "falcon", "hidden_dropout": 0.1}, "hidden_dropout: Falcon's dropout sites differ"),
-    ({"model_type": "cohere2", "head_dim": 64}, "head_dim: cohere2 always uses hidden_size / heads = 128"),
-    ({"model_type": "gemma2", "layer_types": ["chunked_attention"] * 26}, "layer_types: layer type 'chunked_attention' is not supported"),
+    (cfg("gpt2", scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx: true is not supported"),
+    (cfg("llama", hidden_size="4096"), 'hidden_size: should be a positive integer (got "4096")'),
+    (cfg("llama", partial_rotary_factor=0.5), "partial_rotary_factor: llama rotates the whole head"),
+    (cfg("gpt2", activation_function="silu"), 'activation_function: "silu" in a two-matrix FFN is not supported'),
+    (cfg("mistral", layer_types=["full_attention"] * 32), "layer_types: MistralForCausalLM ignores it"),
+    (cfg("falcon", hidden_dropout=0.1), "hidden_dropout: Falcon's dropout sites differ"),
+    (cfg("cohere2", head_dim=64), "head_dim: cohere2 always uses hidden_size / heads = 128"),
+    (cfg("gemma2", layer_types=["chunked_attention"] * 26), 'layer_types: layer type "chunked_attention" is not supported'),
 ]
 
 
@@ -254,7 +259,7 @@ def test_every_command_accepts_a_config(tmp_path):
     config = write(tmp_path, OPT_125M)
     result = runner.invoke(app, ["analyze", str(config), "-p", "prefill", "-f", "json"])
     assert result.exit_code == 0
-    assert json.loads(result.stdout)["params"]["total"] == 125_239_296
+    assert json.loads(result.stdout)["phases"]["prefill"]["params"]["total"] == 125_239_296
     result = runner.invoke(app, ["formula", str(config), "-q", "params", "-c", "embedding/positions"])
     assert result.exit_code == 0 and result.stdout.strip() == str(2050 * 768)
 
@@ -277,7 +282,7 @@ NO_HF_CLASS = {"transformer-base", "transformer-big"}  # sinusoidal encoder-deco
 def test_round_trip_gives_the_same_costs(name):
     spec = catalog.load(name)
     if name in NO_HF_CLASS:
-        with pytest.raises(hf.SpecError, match="position: an encoder-decoder with sinusoidal positions"):
+        with pytest.raises(hf.SpecError, match="position, .*: no Hugging Face model type among .* builds these parameters"):
             hf.export_hf(spec)
         return
     export = hf.export_hf(spec)
@@ -308,7 +313,7 @@ def test_readme_examples(tmp_path, monkeypatch):
     """The README's "Hugging Face configs" commands, as written."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "path" / "to").mkdir(parents=True)
-    write(tmp_path / "path" / "to", {"model_type": "llama", "max_position_embeddings": 8192})
+    write(tmp_path / "path" / "to", cfg("llama", max_position_embeddings=8192))
     (tmp_path / "mixtral").mkdir()
     write(tmp_path / "mixtral", {"model_type": "mixtral"})
 
@@ -323,3 +328,226 @@ def test_readme_examples(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert result.stderr == ("error: mixtral/config.json: model_type: mixtral is a mixture-of-experts model; "
                              "mixture-of-experts is out of scope for now\n")
+
+
+# --- bad input: one clear line, exit 2, never a traceback (issue 10) ------------------------------
+
+
+def fails(args: list[str], *needles: str) -> str:
+    """The command exits 2 with one stderr line holding every needle (and no traceback)."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_non_utf8_config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"model_type": "llama", "name": "\xff"}')
+    fails(["analyze", str(path)], f"{path}: not UTF-8 text (byte 33")
+
+
+def test_deep_nesting(tmp_path):
+    for depth in (500, 100_000):  # parsed, then refused; too deep even for the parser
+        path = write(tmp_path, {})
+        path.write_text('{"model_type": "llama", "x": ' + "[" * depth + "]" * depth + "}")
+        fails(["import-hf", str(path)], f"{path}: nested more than 32 levels deep")
+
+
+@pytest.mark.parametrize("text", ['{"model_type": "llama", "vocab_size": NaN}',
+                                  '{"model_type": "llama", "vocab_size": Infinity}',
+                                  '{"model_type": "llama", "vocab_size": ' + "9" * 5000 + "}"])
+def test_numbers_json_cannot_hold(tmp_path, text):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    fails(["analyze", str(path)], f"{path}: ")
+
+
+def test_partial_rotary_factor_of_the_wrong_type(tmp_path):
+    fails(["analyze", str(write(tmp_path, cfg("phi3", partial_rotary_factor=[0.5])))],
+          "partial_rotary_factor: should be a number in (0, 1] (got [0.5])")
+    beside = cfg("phi3", partial_rotary_factor="0.5", rope_parameters={"partial_rotary_factor": 0.5})
+    fails(["analyze", str(write(tmp_path, beside))], 'partial_rotary_factor: should be a number in (0, 1] (got "0.5")')
+    disagree = cfg("phi3", partial_rotary_factor=0.25, rope_parameters={"partial_rotary_factor": 0.5})
+    fails(["analyze", str(write(tmp_path, disagree))], "partial_rotary_factor, rope_parameters.partial_rotary_factor: "
+                                                        "disagree (0.25, 0.5)")
+
+
+def test_layer_types_not_a_list(tmp_path):
+    for use_window in (False, True):
+        config = cfg("qwen2", layer_types=True, use_sliding_window=use_window)
+        fails(["analyze", str(write(tmp_path, config))], "layer_types: should be a list (got true)")
+
+
+@pytest.mark.parametrize("model_type,field", [("gpt_neox", "intermediate_size"), ("opt", "ffn_dim")])
+def test_null_ffn_width_is_not_4d(tmp_path, model_type, field):
+    """GPT-NeoX and OPT have no 4d default (GPT-2's n_inner and Falcon's ffn_hidden_size do)."""
+    fails(["analyze", str(write(tmp_path, cfg(model_type, **{field: None})))],
+          f"{field}: should be a positive integer (got null)")
+    gpt2 = hf.spec_from_hf(cfg("gpt2", n_inner=None))
+    assert gpt2.d_ff == 4 * gpt2.d_model
+
+
+def test_a_missing_size_is_named(tmp_path):
+    config = {k: v for k, v in cfg("llama").items() if k != "intermediate_size"}
+    fails(["analyze", str(write(tmp_path, config))], "intermediate_size: required for model_type llama")
+    for model_type, fields in CLASS_SIZES.items():  # every size of every type, never a default
+        for key in fields:
+            config = {k: v for k, v in cfg(model_type).items() if k != key}
+            with pytest.raises(hf.SpecError, match=f"{key}: required for model_type {model_type}"):
+                hf.spec_from_hf(config)
+
+
+def test_zero_experts_is_a_dense_model(tmp_path):
+    spec = hf.spec_from_hf(cfg("llama", num_experts=0, num_local_experts=None))
+    assert count_params(spec) == count_params(hf.spec_from_hf(cfg("llama")))
+    assert set(spec.ignored_fields) == {"num_experts", "num_local_experts"}
+    fails(["analyze", str(write(tmp_path, cfg("llama", num_experts=8)))],
+          "num_experts: 8: a mixture-of-experts llama is not supported")
+
+
+class Counted:
+    """An element that counts the comparisons made between elements."""
+
+    calls = 0
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        Counted.calls += 1
+        return self.value == other.value
+
+    def __ne__(self, other):
+        return not self == other
+
+
+def test_layer_types_period_is_linear():
+    """The shortest repeating pattern in O(n) comparisons (the quadratic search took 17.7 s for
+    20k layers); a 20,000-layer gemma2 config imports with its true period."""
+    from costmodel.hf.reader import _period
+
+    n = 20_000
+    items = [Counted(i % 7 == 6) for i in range(n)]
+    Counted.calls = 0
+    assert _period(items) == 7
+    assert Counted.calls <= 3 * n
+    assert _period([Counted(i == n - 1) for i in range(n)]) == n  # no shorter period
+    types = ["sliding_attention", "full_attention", "full_attention"] * 6_666 + ["sliding_attention", "full_attention"]
+    spec = hf.spec_from_hf(cfg("gemma2", num_hidden_layers=n, layer_types=types))
+    assert spec.layer_pattern == (L, G, G)
+
+
+def test_import_hf_output_a_folder_or_missing(tmp_path):
+    config = str(write(tmp_path, cfg("llama")))
+    fails(["import-hf", config, "-o", str(tmp_path)], f"error: {tmp_path}: -o: cannot write: Is a directory")
+    missing = tmp_path / "no" / "such" / "spec.yaml"
+    fails(["import-hf", config, "-o", str(missing)], f"error: {missing}: -o: cannot write: No such file or directory")
+
+
+def test_read_limits(tmp_path):
+    big = tmp_path / "config.json"
+    big.write_text('{"model_type": "llama", "pad": "' + "x" * (10 * 2**20) + '"}')
+    fails(["analyze", str(big)], f"{big}: larger than 10 MiB")
+    fails(["import-hf", "/dev/zero"], "/dev/zero: not a regular file")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # a reader would block forever: refused before it is opened
+    fails(["analyze", str(fifo)], f"{fifo}: not a regular file")
+
+
+def test_every_problem_at_once(tmp_path):
+    config = cfg("gpt2", n_embd="768", activation_function="silu", quantization_config={"bits": 4},
+                 scale_attn_by_inverse_layer_idx=True, architectures=["GPT2ForTokenClassification"])
+    line = fails(["analyze", str(write(tmp_path, config))])
+    for problem in ('n_embd: should be a positive integer (got "768")', "architectures: GPT2ForTokenClassification",
+                    "quantization_config: quantised weights"):
+        assert problem in line
+    config = cfg("llama", attention_bias="yes", mlp_bias=1, tie_word_embeddings="no", attention_dropout=2)
+    line = fails(["analyze", str(write(tmp_path, config))])
+    assert line.count("; ") == 3  # attention_bias, mlp_bias, tie_word_embeddings, attention_dropout
+
+
+# --- unknown fields, model folders, multimodal wrappers (issue 11) ---------------------------------
+
+
+def test_unknown_fields_warn_and_are_listed(tmp_path):
+    path = write(tmp_path, cfg("llama", use_flux_capacitor=True, my_note="x", is_llama_config=True))
+    result = runner.invoke(app, ["analyze", str(path), "-p", "prefill", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    warnings = result.stderr.strip().splitlines()
+    assert [w.split(": ")[2] for w in warnings] == ["use_flux_capacitor", "my_note"]  # not is_llama_config
+    assert all(w.startswith(f"warning: {path}: ") for w in warnings)
+    assert json.loads(result.stdout)["ignored_fields"] == ["use_flux_capacitor", "my_note"]
+    plain = runner.invoke(app, ["analyze", str(write(tmp_path, cfg("llama"), "plain.json")), "-p", "prefill", "-f", "json"])
+    assert "ignored_fields" not in json.loads(plain.stdout) and plain.stderr == ""
+    out = tmp_path / "spec.yaml"
+    result = runner.invoke(app, ["import-hf", str(path), "-o", str(out)])
+    assert result.exit_code == 0 and load_spec(out).ignored_fields == ("use_flux_capacitor", "my_note")
+
+
+def test_metadata_fields_of_released_configs_pass_silently(tmp_path):
+    """Fields transformers itself or the authors' tools write (issue 11's list) change no cost."""
+    quiet = {"llama": dict(is_llama_config=True, rope_interleaved=False, **{"transformers.js_config": {}}),
+             "gpt2": dict(n_special=0, predict_special_tokens=True),
+             "phi3": dict(full_attn_mod=1, interpolate_factor=1),
+             "gemma3_text": dict(_sliding_window_pattern=6),
+             "t5": dict(scale_decoder_outputs=True)}
+    for model_type, fields in quiet.items():
+        result = runner.invoke(app, ["analyze", str(write(tmp_path, cfg(model_type, **fields))), "-p", "prefill"])
+        assert result.exit_code == 0 and result.stderr == "", (model_type, result.output)
+    fails(["analyze", str(write(tmp_path, cfg("t5", scale_decoder_outputs=False)))],
+          "scale_decoder_outputs: differs from tie_word_embeddings")
+
+
+def test_a_model_folder(tmp_path):
+    folder = tmp_path / "opt-125m"
+    folder.mkdir()
+    write(folder, OPT_125M)
+    result = runner.invoke(app, ["analyze", str(folder), "-p", "prefill", "-f", "json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["phases"]["prefill"]["params"]["total"] == 125_239_296
+    result = runner.invoke(app, ["import-hf", str(folder)])
+    assert result.exit_code == 0 and "ffn_dropout" not in result.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fails(["analyze", str(empty)], f"{empty}: a folder without a config.json")
+
+
+LLAVA = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"], "image_token_index": 32000,
+         "projector_hidden_act": "gelu", "vision_feature_layer": -2, "vision_config": {"model_type": "clip_vision_model"},
+         "text_config": {"model_type": "llama", **CLASS_SIZES["llama"], "vocab_size": 32064}}
+
+
+def test_multimodal_wrappers_read_their_text_decoder(tmp_path):
+    path = write(tmp_path, LLAVA)
+    result = runner.invoke(app, ["analyze", str(path), "-p", "prefill", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"warning: {path}: llava is multimodal: only its text decoder (text_config) is counted, not the vision "
+        "tower nor the projector"]
+    text = hf.spec_from_hf({**LLAVA["text_config"]})
+    assert json.loads(result.stdout)["phases"]["prefill"]["params"]["total"] == count_params(text)
+    # A text_config without a model_type is the wrapper's default text model.
+    bare = {**LLAVA, "text_config": {k: v for k, v in LLAVA["text_config"].items() if k != "model_type"}}
+    assert count_params(hf.spec_from_hf(bare)) == count_params(text)
+    fails(["analyze", str(write(tmp_path, {**LLAVA, "text_config": {**LLAVA["text_config"], "vocab_size": None}}))],
+          f"{path}: text_config: vocab_size: should be a positive integer (got null)")
+    fails(["analyze", str(write(tmp_path, {"model_type": "mistral3"}))], "text_config: mistral3 is multimodal")
+
+
+EXPORT_TYPES = {  # docs/hf.md's export table
+    **dict.fromkeys(("gpt2-small", "gpt2-xl", "gpt3-125m", "gpt3-1.3b", "gpt3-175b"), "gpt2"), "gpt-j-6b": "gptj",
+    **dict.fromkeys(("llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-405b"), "llama"),
+    "mistral-7b": "mistral", "gemma-2-9b": "gemma2", "gemma-3-27b": "gemma3_text", "qwen2-7b": "qwen2",
+    "olmo-2-7b": "olmo2", "falcon-7b": "falcon", "command-r7b": "cohere2", "palm-540b": "cohere",
+    "t5-11b": "t5", "t5-v1.1-xxl": "t5",
+}
+
+
+def test_export_picks_the_documented_model_type():
+    """Export keeps the first family whose config reproduces the spec; for the bundled specs that
+    is the type docs/hf.md names (a new family must not take a spec another already builds)."""
+    got = {n: hf.export_hf(catalog.load(n)).model_type for n in catalog.bundled_names() if n not in NO_HF_CLASS}
+    assert got == EXPORT_TYPES

@@ -16,9 +16,9 @@ import copy
 import pytest
 
 from costmodel import catalog, hf
-from costmodel.analysis import count_params
+from costmodel.analysis import analyze, count_params
 from costmodel.spec import LayerKind
-from tests.hf_configs import CONFIGS, SMALL
+from tests.hf_configs import CLASS_SIZES, CONFIGS, RELEASED, SMALL
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip(
@@ -72,6 +72,24 @@ def test_every_supported_model_type_is_checked():
     assert set(CONFIGS) == set(hf.SUPPORTED)
 
 
+_POST_PROCESSED = {("qwen2", "sliding_window"), ("qwen3", "sliding_window")}
+
+
+@pytest.mark.parametrize("model_type", sorted(CLASS_SIZES))
+def test_class_sizes_are_the_configuration_classes_defaults(model_type):
+    """Config 0 of each type states the sizes as the class's defaults: each default, and each
+    field a family requires (no default taken), checked against transformers' configuration class."""
+    family = hf.FAMILIES[model_type]
+    assert set(CLASS_SIZES[model_type]) == set(family.required)
+    cfg = transformers.AutoConfig.for_model(model_type)
+    for key, value in CLASS_SIZES[model_type].items():
+        assert getattr(cfg, key) == value, key
+    for key, value in family.defaults.items():
+        # None: derived (num_key_value_heads = heads, ...); Qwen's class nulls an unused sliding_window.
+        if value is not None and hasattr(cfg, key) and (model_type, key) not in _POST_PROCESSED:
+            assert getattr(cfg, key) == value, key
+
+
 @pytest.mark.parametrize("model_type,i,fields", CASES, ids=[f"{mt}-{i}" for mt, i, _ in CASES])
 def test_imported_count_equals_transformers(model_type, i, fields):
     """Imported config: our parameter count equals transformers' count exactly (config 0: all defaults)."""
@@ -100,7 +118,7 @@ def test_rotary_widths_match_transformers():
 def test_t5_head_scale_follows_transformers():
     """T5's decoder output is scaled before a tied head, and only then (scale_decoder_outputs)."""
     for tied in (True, False):
-        config = {"model_type": "t5", "dropout_rate": 0.0, "tie_word_embeddings": tied}
+        config = {"model_type": "t5", **CLASS_SIZES["t5"], "dropout_rate": 0.0, "tie_word_embeddings": tied}
         cfg, _ = build(config)
         assert hf.spec_from_hf(config).head_scale is cfg.scale_decoder_outputs is tied
 
@@ -117,3 +135,73 @@ def test_bundled_spec_count_equals_transformers(name):
     assert hf_params(export.config) == ours
     if spec.published and spec.published.exact:
         assert spec.published.exact == ours
+
+
+# --- FLOPs and KV cache, for the model types added with issue 11 ----------------------------------
+
+NEW_TYPES = ("gpt_bigcode", "starcoder2", "phi", "stablelm")
+B, S = 2, 16
+
+
+def hf_flops_and_kv(config: dict) -> tuple[int, int]:
+    """Matmul FLOPs of one forward pass over B x S tokens (eager attention: the dense S x S scores,
+    our convention) and the elements the returned KV cache holds, from transformers on meta."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    kwargs = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures", "_name_or_path")}
+    cfg = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
+    cfg._attn_implementation = "eager"
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    ids = torch.zeros(B, S, dtype=torch.long, device="meta")
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        out = model(input_ids=ids, use_cache=True)
+    kv = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
+    return counter.get_total_flops(), kv
+
+
+NEW_CASES = [(mt, i, cfg) for mt in NEW_TYPES for i, cfg in enumerate(CONFIGS[mt])]
+NEW_CASES += [(c["model_type"], name, c) for name, c in RELEASED.items()]
+
+
+@pytest.mark.parametrize("model_type,i,fields", NEW_CASES, ids=[f"{mt}-{i}" for mt, i, _ in NEW_CASES])
+def test_new_types_flops_and_kv_equal_transformers(model_type, i, fields):
+    """Prefill FLOPs (matmul) and the KV cache after it equal transformers' exactly, and so do the
+    parameters (released configs included: phi-2, StarCoder, StarCoder2-3B, Stable LM 2 1.6B)."""
+    config = {"model_type": model_type, **fields}
+    spec = hf.spec_from_hf(config, f"<{model_type}-{i}>")
+    assert count_params(spec) == hf_params(config)
+    flops, kv = hf_flops_and_kv(config)
+    a = analyze(spec, "prefill", B, S, "bf16")
+    assert a.total().flops_matmul == flops
+    assert a.total().kv_cache == kv * a.bytes_per_element
+
+
+
+# --- multimodal wrappers: the text decoder, as transformers builds it inside the wrapper ----------
+
+WRAPPED = {
+    "llava": {"text_config": {"model_type": "llama", **SMALL, "num_key_value_heads": 2}},
+    "mistral3": {"text_config": {"model_type": "mistral", **SMALL, "num_key_value_heads": 2, "sliding_window": None}},
+    "gemma3": {"text_config": {"model_type": "gemma3_text", **SMALL, "num_key_value_heads": 2, "head_dim": 16,
+                               "sliding_window": 16}},
+}
+
+
+WRAPPED_CASES = [(mt, fields) for mt, fields in WRAPPED.items()] + [
+    ("llava", {"text_config": {**WRAPPED["llava"]["text_config"], "tie_word_embeddings": True}}),
+    ("mistral3", {**WRAPPED["mistral3"], "tie_word_embeddings": False}),
+]
+
+
+@pytest.mark.parametrize("model_type,fields", WRAPPED_CASES, ids=[f"{mt}-{i}" for i, (mt, _) in enumerate(WRAPPED_CASES)])
+def test_multimodal_text_decoder_count_equals_transformers(model_type, fields):
+    """Ours (the text decoder) equals the wrapper's language model plus its LM head, every tensor
+    once (tied as the wrapper's tie_word_embeddings, or llava's text_config, says)."""
+    config = {"model_type": model_type, **fields}
+    cfg = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(fields))
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(cfg)
+    text = {id(p): p.numel() for m in (model.model.language_model, model.lm_head) for p in m.parameters()}
+    assert count_params(hf.spec_from_hf(config)) == sum(text.values())

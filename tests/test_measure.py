@@ -188,14 +188,21 @@ def test_readme_measure_components() -> None:
 def test_readme_calibrate_then_measure_on_cpu(hardware_dir) -> None:
     cal = runner.invoke(app, ["calibrate", "--device", "cpu", "--dtype", "fp32"])
     assert cal.exit_code == 0, cal.output
-    assert "peak fp32" in cal.output and "saved to" in cal.output
+    assert "peak fp32" in cal.output and "saved to" in cal.output and "matmul fp32 M=1" in cal.output
     profile = load_hardware("local")
     assert profile.measured and profile.peak_flops["fp32"] > 0 and profile.memory_bandwidth > 0
     assert profile.date and (hardware_dir / "local.yaml").exists()
+    # the efficiency tables, measured over the whole grid, including the skinny decode shapes
+    tables = profile.efficiency
+    assert tables is not None and tables.matmul["fp32"].M[0] == 1 and tables.floor_s > 0
+    assert len(tables.memory.bytes) == 9
+    analyzed = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "local", "--dtype", "fp32"])
+    assert analyzed.exit_code == 0 and "predicted time " in analyzed.output and "no efficiency" not in analyzed.output
     result = runner.invoke(app, ["measure", "gpt2-small", "--device", "cpu", "--layers", "1", "-p", "prefill",
                                  "-s", "32", "--dtype", "fp32"])
     assert result.exit_code == 0, result.output
-    assert "time (roofline vs median)" in result.output and "roofline on local" in result.output
+    assert "time (predicted vs median)" in result.output and "time (roofline vs median)" in result.output
+    assert "roofline on local" in result.output
     assert result.output.count("equal") == 3
 
 
@@ -203,8 +210,8 @@ def test_check_fails_when_a_formula_is_wrong(monkeypatch) -> None:
     """--check exits 1 when the formulas and the run disagree (here: a planted FFN bug)."""
     from costmodel.components import ffn
 
-    def wrong_linear(tokens, d_in, d_out, bias, p):
-        cost = ffn_linear(tokens, d_in, d_out, bias, p)
+    def wrong_linear(tokens, d_in, d_out, bias, p, **kwargs):
+        cost = ffn_linear(tokens, d_in, d_out, bias, p, **kwargs)
         return type(cost)(**{**cost.__dict__, "matmul": 2 * cost.matmul})
 
     ffn_linear = ffn.linear
@@ -220,6 +227,7 @@ def test_check_fails_when_a_formula_is_wrong(monkeypatch) -> None:
     (["measure", "no-such-spec"], "no-such-spec"),
     (["measure", "gpt2-small", "--seq", "5000", "-p", "prefill"], "beyond the 1024 learned positions"),
     (["calibrate", "--device", "meta"], "the meta device runs nothing"),
+    (["calibrate", "--device", "cuda"], "device: CUDA is not available"),
     (["calibrate", "--name", "../x"], "name:"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message) -> None:

@@ -99,7 +99,7 @@ def test_readme_sweep_csv_example():
                                  "batch=1:100:100", "-f", "csv"])
     assert result.exit_code == 0, result.output
     batches = len(set(np.rint(np.geomspace(1, 100, 100)).tolist()))  # 100 points rounded: repeats merge
-    assert len(result.output.splitlines()) == 1 + 3 * 2 * 100 * batches
+    assert len(result.stdout.splitlines()) == 1 + 3 * 2 * 100 * batches  # stderr: the RoPE warning
 
 
 def test_sweep_json_and_csv():

@@ -8,7 +8,7 @@ Beltagy et al. 2020, "Longformer"; Mistral 7B), bidirectional encoder self-atten
 cross-attention over the encoder output (Vaswani et al. 2017). Phases only substitute
 S and C (and S_e, C_e), so prefill and decode share every formula below.
 
-Scores and AV follow the dense convention of DESIGN.md: the S x span score matrix is computed
+Scores and AV follow the dense convention of docs/reference.md: the S x span score matrix is computed
 whole, as a plain implementation does; ``matmul_eff`` counts only the (query, key) pairs a
 mask-skipping kernel would compute.
 """
@@ -16,11 +16,13 @@ mask-skipping kernel would compute.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from costmodel.components import position, stability
+from costmodel.components.element import Alternative, Choose, Element, Symbol
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num, elementwise, half, linear, smax, smin, triangle
-from costmodel.spec import QKNorm, Spec
+from costmodel.cost import Cost, Dims, Num, elementwise, gemm, half, linear, smax, smin, triangle
+from costmodel.spec import LayerKind, QKNorm, Spec
 from costmodel.symbols import MASK_BYTES
 
 SCALE_FLOPS = 1  # scores * 1/sqrt(d_h)
@@ -100,10 +102,13 @@ def attention(
     dense = 2 * B * h * shape.q_len * shape.span * d_h
     effective = 2 * B * h * shape.pairs * d_h
 
+    # For backward: q keeps the sub-block's input, which k and v share (cross-attention's
+    # k, v input is the encoder output, kept once for every layer: ``costmodel.memory``).
+    q_heads, kv_heads = p * q_tokens * h * d_h, p * B * shape.span * k * d_h
     out: list[tuple[str, Cost]] = [
         ("q", linear(q_tokens, dims.d, h * d_h, spec.bias.qkv, p)),
-        ("k", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p)),
-        ("v", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p)),
+        ("k", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p, saves_input=False)),
+        ("v", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p, saves_input=False)),
     ]
     if spec.qk_norm is not QKNorm.none:
         per_head = spec.qk_norm is QKNorm.head
@@ -116,15 +121,18 @@ def attention(
         out.append(("rope", position.rope(dims, shape.q_len, shape.kv_len)))
     if shape.cached is not None:
         out.append(("kv_cache", Cost(
-            bytes=kv_row * (shape.kv_len + shape.written),  # read the new K, V; store them
+            bytes_unfused=kv_row * (shape.kv_len + shape.written),  # read the new K, V; store them
             kv_read=kv_row * shape.cache_reads,
             kv_write=kv_row * shape.written,
             kv_cache=kv_row * shape.cached,
         )))
+    rows = (h // k) * shape.q_len  # GQA: the g = h/k query heads of a K/V head, stacked
     out.append(("scores", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
+        bytes_unfused=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
+        gemms=(gemm(B * k, rows, d_h, shape.span),),
+        saved=q_heads + kv_heads,  # Q and K
     )))
     out.append(("scale", elementwise(scores, SCALE_FLOPS, p)))
     if score_bias:
@@ -135,12 +143,141 @@ def attention(
         out.append(("mask", elementwise(scores, MASK_FLOPS, p, extra_bytes=MASK_BYTES * mask)))
     if spec.attn_softcap is not None:
         out.append(("softcap", stability.softcap(dims, scores)))
-    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p)))
+    out.append(("softmax", elementwise(scores, SOFTMAX_FLOPS, p, saves=1)))  # its output
+    dropped = spec.attention_dropout_rate > 0  # AV then keeps the dropped-out probabilities
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
+        bytes_unfused=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
+        gemms=(gemm(B * k, rows, shape.span, d_h),),
+        saved=kv_heads + (p * scores if dropped else 0),  # V (and the probabilities)
     )))
     out.append(("out", linear(q_tokens, h * d_h, dims.d, spec.bias.attn_out, p)))
     return out
 
+
+
+# --- the elements: heads, sliding window, QK-norm ---------------------------------------------
+
+#: GQA's usual number of key/value heads (LLaMA 2 70B, LLaMA 3, Mistral 7B).
+GQA_KV_HEADS = 8
+#: Window of the sliding-window swaps when a spec has none: Gemma 3's local window.
+DEFAULT_WINDOW = 1024
+
+
+def heads_kind(h: int, k: int) -> str:
+    """MHA, GQA or MQA by the number of key/value heads."""
+    return "MHA" if k == h else "MQA" if k == 1 else "GQA"
+
+
+def heads(spec: Spec) -> str:
+    """The attention's kind as compare shows it: "MHA", "GQA 4:1", "MQA"."""
+    h, k = spec.n_heads, spec.n_kv_heads
+    kind = heads_kind(h, k)
+    return f"GQA {h // k}:1" if kind == "GQA" else kind
+
+
+def gqa_kv_heads(n_heads: int) -> int | None:
+    """Key/value heads for a GQA swap: 8 when it divides h, else the divisor of h (between 1
+    and h) nearest 8, the smaller on a tie; None when h has no such divisor."""
+    divisors = [k for k in range(2, n_heads) if n_heads % k == 0]
+    if not divisors:
+        return None
+    return min(divisors, key=lambda k: (abs(k - GQA_KV_HEADS), k))
+
+
+def _heads_swaps(spec: Spec, window: int) -> list[Alternative]:
+    h, k = spec.n_heads, spec.n_kv_heads
+    options = {"MHA": h, "GQA": gqa_kv_heads(h), "MQA": 1}
+    return [(f"{heads_kind(h, k)} k={k} -> {kind} k={kv}", {"n_kv_heads": kv})
+            for kind, kv in options.items() if kv is not None and kv != k and kind != heads_kind(h, k)]
+
+
+def _sample_heads(choose: Choose, data: dict[str, Any]) -> None:
+    kv = choose([1, 2])
+    data.update(n_heads=kv * choose([1, 2, 3]), n_kv_heads=kv, head_dim=choose([2, 4, 8]))
+
+
+def pattern(spec: Spec) -> str:
+    """The layer pattern as runs: "5 local : 1 global", or "all local"."""
+    runs: list[list[Any]] = []
+    for kind in spec.layer_pattern:
+        if runs and runs[-1][1] is kind:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, kind])
+    if len(runs) == 1:
+        return f"all {runs[0][1].value}"
+    return " : ".join(f"{n} {kind.value}" for n, kind in runs)
+
+
+def window(spec: Spec) -> str:
+    """The sliding window as compare shows it: "4096, all local", or "none"."""
+    if spec.window is None:
+        return "none"
+    return f"{spec.window}, {pattern(spec)}" + (", NoPE global" if spec.global_nope else "")
+
+
+def _window_swaps(spec: Spec, window: int) -> list[Alternative]:
+    out: list[Alternative] = []
+    runs = pattern(spec)
+    if spec.window is None:
+        out.append((f"full -> window {window} on every layer", {"window": window, "layer_pattern": ["local"]}))
+        if spec.decoder_layers >= 6:
+            out.append((f"full -> window {window} on 5 of every 6 layers (Gemma 3)",
+                        {"window": window, "layer_pattern": ["local"] * 5 + ["global"]}))
+    else:
+        out.append((f"window {spec.window} on {runs} -> full attention",
+                    {"window": None, "layer_pattern": None, "global_nope": None}))
+        if LayerKind.global_ in spec.layer_pattern:
+            out.append((f"window {spec.window} on {runs} -> on every layer",
+                        {"layer_pattern": ["local"], "global_nope": None}))
+    return out
+
+
+def _sample_window(choose: Choose, data: dict[str, Any]) -> None:
+    layers = data.get("n_layers")  # decoder-only: encoder-decoders have no sliding windows
+    if layers is None or not choose([True, False]):
+        return
+    data["window"] = choose(range(1, 7))
+    pattern = [choose(["local", "global"]) for _ in range(choose(range(1, layers + 1)))]
+    if "local" not in pattern:
+        pattern[0] = "local"
+    data["layer_pattern"] = pattern
+    if "global" in pattern and data.get("position") in ("rope", "t5_relative", "alibi"):
+        data["global_nope"] = choose([True, False])
+
+
+def _qk_norm_swaps(spec: Spec, window: int) -> list[Alternative]:
+    return [(f"{spec.qk_norm.value} -> {q.value}", {"qk_norm": q.value}) for q in QKNorm if q is not spec.qk_norm]
+
+
+ELEMENTS = (
+    Element(
+        "attention heads", ("n_heads", "attention"),
+        describe=lambda s: f"h={s.n_heads} · k={s.n_kv_heads} ({heads(s)}) · d_h={s.head_dim}",
+        choices=(("heads h", lambda s: s.n_heads), ("kv heads k", lambda s: s.n_kv_heads),
+                 ("head dim d_h", lambda s: s.head_dim), ("attention", heads)),
+        swaps=_heads_swaps, sample=_sample_heads,
+        symbols={
+            "h": Symbol("query heads", lambda s: s.n_heads),
+            "k": Symbol("key/value heads (k = h: MHA, k = 1: MQA)", lambda s: s.n_kv_heads),
+            "d_h": Symbol("head dimension", lambda s: s.head_dim),
+        },
+    ),
+    Element(
+        "sliding window", ("window", "layer_pattern", "global_nope"),
+        describe=lambda s: None if s.window is None else (
+            f"window {s.window} [{':'.join(kind.value for kind in s.layer_pattern)}]"
+            + (" global NoPE" if s.global_nope else "")),
+        choices=(("window", window),),
+        swaps=_window_swaps, sample=_sample_window,
+        symbols={"w": Symbol("sliding-window length", lambda s: s.window)},
+    ),
+    Element(
+        "QK-norm", ("qk_norm",),
+        describe=lambda s: None if s.qk_norm is QKNorm.none else f"qk-norm ({s.qk_norm.value})",
+        choices=(("qk-norm", lambda s: s.qk_norm.value),),
+        swaps=_qk_norm_swaps, sample=lambda choose, data: data.update(qk_norm=choose(["none", "head", "full"])),
+    ),
+)

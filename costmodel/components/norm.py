@@ -5,12 +5,21 @@ FLOPs per element: LayerNorm 5 (mean, centre, square, variance sum, scale by 1/s
 RMSNorm 3 (square, sum, scale): RMSNorm skips the mean. The gain adds 1, a bias 1 more.
 Per-row reductions (1/std, 1/rms) are one op per row and not counted. Bytes are the same
 for both: one read and one write of the activations, plus the parameters.
+
+Kept for backward, as PyTorch's kernels keep it: LayerNorm its input and the fp32 mean and
+1/std of every row; RMSNorm (``F.rms_norm``, which computes in fp32) the fp32 copy of its input,
+the fp32 normalised x (for the gain's gradient) and the fp32 1/rms of every row.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from costmodel.components.element import Alternative, Choose, Element
 from costmodel.cost import Cost, Dims, Num, runs
-from costmodel.spec import Norm, Spec
+from costmodel.spec import Norm, NormPosition, Spec
+
+FP32_BYTES = 4  # norm statistics (and RMSNorm's upcast) are fp32 whatever the activations are
 
 CORE_FLOPS = {Norm.layernorm: 5, Norm.rmsnorm: 3}
 
@@ -26,9 +35,46 @@ def norm(spec: Spec, dims: Dims, tokens: Num, width: Num, params_width: Num | No
     flops = CORE_FLOPS[spec.norm] + 1 + (1 if spec.norm_bias else 0)
     elements = tokens * width
     read = dims.p * params * runs(tokens)
+    # rows normalised: one per token, or one per head for QK-norm shared across heads
+    rows = tokens if params_width is None else tokens * (
+        width // pw if isinstance(width, int) and isinstance(pw, int) else width / pw)
+    if spec.norm is Norm.rmsnorm:
+        saved = FP32_BYTES * (2 * elements + rows)
+    else:
+        saved = dims.p * elements + FP32_BYTES * 2 * rows
     return Cost(
         params=params,
         other=flops * elements,
-        bytes=dims.p * 2 * elements + read,
+        bytes_unfused=dims.p * 2 * elements + read,
         weights_read=read,
+        saved=saved,
+        factored=params,
     )
+
+
+def _norm_swaps(spec: Spec, window: int) -> list[Alternative]:
+    other = Norm.layernorm if spec.norm is Norm.rmsnorm else Norm.rmsnorm
+    extra = {"bias.norm": None} if other is Norm.rmsnorm else {}
+    return [(f"{spec.norm.value} -> {other.value}", {"norm": other.value, **extra})]
+
+
+def _position_swaps(spec: Spec, window: int) -> list[Alternative]:
+    return [(f"{spec.norm_position.value} -> {pos.value}", {"norm_position": pos.value})
+            for pos in NormPosition if pos is not spec.norm_position]
+
+
+def _sample_norm(choose: Choose, data: dict[str, Any]) -> None:
+    data["norm"] = choose([n.value for n in Norm])
+
+
+ELEMENTS = (
+    Element(
+        "norm", ("norm",), describe=lambda s: s.norm.value,
+        choices=(("norm", lambda s: s.norm.value),), swaps=_norm_swaps, sample=_sample_norm,
+    ),
+    Element(
+        "norm position", ("norm_position",), describe=lambda s: s.norm_position.value,
+        choices=(("norm position", lambda s: s.norm_position.value),), swaps=_position_swaps,
+        sample=lambda choose, data: data.update(norm_position=choose([p.value for p in NormPosition])),
+    ),
+)

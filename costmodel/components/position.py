@@ -14,8 +14,12 @@ layer (RoPE, T5 relative bias, ALiBi); ``none`` is NoPE.
 
 from __future__ import annotations
 
+from typing import Any
+
+from costmodel.components.element import Alternative, Choose, Element, Symbol
 from costmodel.cost import Cost, Dims, Num, runs
 from costmodel.spec import Position, Spec
+from costmodel.symbols import ID_BYTES
 
 ROPE_FLOPS = 3  # x*cos + rotate_half(x)*sin per rotated element
 
@@ -28,9 +32,11 @@ def input_positions(spec: Spec, dims: Dims, tokens: Num, positions: Num) -> Cost
     rows = positions * dims.d
     return Cost(
         params=dims.n_pos * dims.d if learned else 0,
+        factored=dims.n_pos + dims.d if learned else 0,
         other=tokens * dims.d,
-        bytes=dims.p * (2 * tokens * dims.d + rows),
+        bytes_unfused=dims.p * (2 * tokens * dims.d + rows),
         weights_read=dims.p * rows if learned else 0,
+        saved=ID_BYTES * positions if learned else 0,  # the position ids, for the table's gradient
     )
 
 
@@ -42,7 +48,7 @@ def rope(dims: Dims, q_len: Num, kv_len: Num) -> Cost:
     q, kv = dims.B * q_len * dims.h, dims.B * kv_len * dims.k
     return Cost(
         other=ROPE_FLOPS * (q + kv) * dims.r,
-        bytes=dims.p * (2 * (q + kv) * dims.d_h + 2 * q_len * dims.r),
+        bytes_unfused=dims.p * (2 * (q + kv) * dims.d_h + 2 * q_len * dims.r),
     )
 
 
@@ -53,9 +59,59 @@ def score_bias(spec: Spec, dims: Dims, q_len: Num, span: Num) -> Cost:
         params = dims.n_buckets * dims.h
         return Cost(
             params=params,
-            bytes=dims.p * 2 * elements,  # gather from the table, write the bias
+            factored=dims.n_buckets + dims.h,
+            bytes_unfused=dims.p * 2 * elements,  # gather from the table, write the bias
             weights_read=dims.p * params * runs(q_len),
+            saved=ID_BYTES * q_len * span,  # the bucket of every (query, key), for the table
         )
     if spec.position is Position.alibi:
-        return Cost(other=elements, bytes=dims.p * elements)
+        return Cost(other=elements, bytes_unfused=dims.p * elements)
     return Cost()
+
+
+# --- the element ------------------------------------------------------------------------------
+
+
+def label(spec: Spec) -> str:
+    """The scheme as describe and compare show it: "rope (0.25 of d_h)"."""
+    frac = f" ({spec.rotary_fraction:g} of d_h)" if spec.rotary_fraction != 1 else ""
+    return spec.position.value + frac
+
+
+def _swaps(spec: Spec, window: int) -> list[Alternative]:
+    out: list[Alternative] = []
+    for pos in Position:
+        if pos is spec.position:
+            continue
+        changes: dict[str, Any] = {"position": pos.value}
+        if spec.position is Position.rope:
+            changes["rotary_fraction"] = None
+        if spec.position is Position.t5_relative:
+            changes["relative_buckets"] = None
+        if spec.global_nope and not pos.per_layer:
+            changes["global_nope"] = None
+        out.append((f"{spec.position.value} -> {pos.value}", changes))
+    return out
+
+
+def _sample(choose: Choose, data: dict[str, Any]) -> None:
+    position = data["position"] = choose([p.value for p in Position])
+    if position == "learned" and choose([True, False]):
+        data["position_offset"] = 2  # OPT
+    if position == "rope" and data["head_dim"] % 4 == 0:
+        data["rotary_fraction"] = choose([0.5, 1.0])
+    if position == "t5_relative":
+        data["relative_buckets"] = choose([4, 8, 32])
+
+
+ELEMENTS = (
+    Element(
+        "positions", ("position", "rotary_fraction", "relative_buckets", "position_offset"),
+        describe=label, choices=(("position", label),), swaps=_swaps, sample=_sample,
+        symbols={
+            "r": Symbol("rotary dimensions per head (d_h, or a fraction of it)", lambda s: s.rotary_dims),
+            "n_pos": Symbol("rows of a learned position table (max_seq_len)", lambda s: s.position_rows),
+            "n_buckets": Symbol("T5 relative-position buckets", lambda s: s.relative_buckets),
+        },
+    ),
+)

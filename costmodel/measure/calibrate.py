@@ -1,11 +1,19 @@
-"""Measure the local device's peaks and save them as a hardware profile.
+"""Measure the local device's peaks and efficiency tables and save them as a hardware profile.
 
-Two micro-benchmarks, each the median of repeated runs after a warm-up:
+The peaks, each the median of repeated runs after a warm-up:
 - dense matmul FLOP/s per dtype: an n x n by n x n product, 2n^3 FLOPs (the convention of
   ``costmodel.cost.linear``);
 - memory bandwidth: a copy of a large buffer, which reads and writes it once: 2 x its bytes.
-The profile is what the roofline needs (``costmodel.hardware``): `costmodel measure` predicts
-time from it, and `--hardware local` finds it wherever a hardware profile is accepted.
+The efficiency tables of the time model (``costmodel.efficiency``, ``costmodel.timing``), each
+point the median of ``torch.utils.benchmark.Timer.blocked_autorange``:
+- matmul: a grid of (M, N, K), M = 1 .. 1024 (4096 on a GPU) including the skinny decode
+  shapes, run as a batched matmul of enough products that launch overhead is amortised;
+  efficiency = achieved FLOP/s / peak;
+- memory: an out-of-place add (read 2, write 1) over sizes 4 KiB .. 256 MiB (1 GiB on a GPU);
+  efficiency = achieved bytes/s / copy bandwidth;
+- floor: the time of an add of one element (launch and dispatch overhead).
+The profile serves the roofline and the time model: `costmodel measure` predicts time from it,
+and `--hardware local` finds it wherever a hardware profile is accepted.
 """
 
 from __future__ import annotations
@@ -18,12 +26,78 @@ import statistics
 
 import torch
 
+from costmodel.efficiency import Efficiency, MatmulTable, MemoryTable
 from costmodel.hardware import Hardware
 from costmodel.measure import MeasureError
 from costmodel.measure.run import TORCH_DTYPES, check_device, time_runs
 
 DEFAULT_MATMUL = {"cuda": 8192, "cpu": 1024}  # n of the n x n matmul
 DEFAULT_COPY_MIB = {"cuda": 2048, "cpu": 256}  # buffer copied to measure bandwidth
+#: The grids of the efficiency tables (M, N, K of the matmuls; bytes of the memory op).
+GRID = {
+    "cpu": {"M": [1, 4, 16, 64, 256, 1024], "N": [64, 256, 1024, 4096], "K": [16, 64, 256, 1024, 4096],
+            "bytes": [2**i for i in range(12, 29, 2)], "run_s": 0.1},
+    "cuda": {"M": [1, 4, 16, 64, 256, 1024, 4096], "N": [64, 256, 1024, 4096, 16384],
+             "K": [16, 64, 256, 1024, 4096, 16384], "bytes": [2**i for i in range(12, 31, 2)], "run_s": 0.02},
+}
+#: A grid point runs enough products that one batched matmul has about this many M*N*K.
+AMORTISE_MNK = {"cpu": 2**22, "cuda": 2**30}
+
+
+def timed(run, device: torch.device, min_run_s: float) -> float:
+    """Median seconds per call, from ``Timer.blocked_autorange`` (CUDA-synchronised; all the
+    process's CPU threads, not the Timer's default of one)."""
+    return statistics.median(block_times(run, device, min_run_s))
+
+
+def block_times(run, device: torch.device, min_run_s: float) -> list[float]:
+    """Seconds per call of each block of ``Timer.blocked_autorange``."""
+    from torch.utils.benchmark import Timer
+
+    run()  # warm-up: allocation, kernel selection
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
+    return list(timer.blocked_autorange(min_run_time=min_run_s).times)
+
+
+def matmul_table(device: torch.device, dtype: str, peak: float, grid: dict) -> MatmulTable:
+    """Efficiency of (M x K) @ (K x N) over the grid, as a fraction of `peak`."""
+    kind = device.type
+    t_dtype = TORCH_DTYPES[dtype]
+    points = [(M, N, K) for M in grid["M"] for N in grid["N"] for K in grid["K"]]
+    # Two passes in opposite orders, the median of both passes' blocks: a burst of load on a
+    # shared machine then hits one half of a point's samples, not a whole row of the grid.
+    times: dict[tuple[int, int, int], list[float]] = {p: [] for p in points}
+    for order in (points, points[::-1]):
+        for M, N, K in order:
+            b = max(1, min(256, AMORTISE_MNK[kind] // (M * N * K)))
+            a = torch.randn(b, M, K, device=device).to(t_dtype)
+            # weights stored (N, K), as nn.Linear stores them: x @ W^T
+            w = torch.randn(b, N, K, device=device).to(t_dtype).transpose(1, 2)
+            per_call = block_times(lambda a=a, w=w: torch.bmm(a, w), device, grid["run_s"] / 2)
+            times[(M, N, K)].extend(t / b for t in per_call)
+    table = [[[round(2 * M * N * K / statistics.median(times[(M, N, K)]) / peak, 5) for K in grid["K"]]
+              for N in grid["N"]] for M in grid["M"]]
+    return MatmulTable(M=grid["M"], N=grid["N"], K=grid["K"], efficiency=table)
+
+
+def memory_table(device: torch.device, bandwidth: float, grid: dict) -> MemoryTable:
+    """Efficiency of c = a + b (fp32) moving each size of the grid, as a fraction of `bandwidth`."""
+    sizes, effs = [], []
+    for nbytes in grid["bytes"]:
+        n = max(1, nbytes // 12)  # 3 tensors of 4-byte elements
+        a, b, c = (torch.ones(n, device=device) for _ in range(3))
+        seconds = timed(lambda a=a, b=b, c=c: torch.add(a, b, out=c), device, grid["run_s"])
+        sizes.append(12 * n)
+        effs.append(round(12 * n / seconds / bandwidth, 5))
+    return MemoryTable(bytes=sizes, efficiency=effs)
+
+
+def op_floor(device: torch.device) -> float:
+    """The time of the smallest op: dispatch (and on a GPU, launch) overhead."""
+    a, b, c = (torch.ones(1, device=device) for _ in range(3))
+    return timed(lambda: torch.add(a, b, out=c), device, 0.05)
 
 
 def matmul_flops(device: torch.device, dtype: str, n: int, repeats: int) -> float:
@@ -61,8 +135,13 @@ def calibrate(
     copy_mib: int | None = None,
     repeats: int = 5,
     name: str = "local",
+    tables: tuple[str, ...] | None = None,
+    grid: dict | None = None,
 ) -> Hardware:
-    """A measured profile of `device`: peak matmul FLOP/s per dtype and copy bandwidth."""
+    """A measured profile of `device`: peak matmul FLOP/s per dtype, copy bandwidth, and the
+    efficiency tables of the time model for the dtypes in `tables` (default: every dtype on a
+    GPU, fp32 alone on the CPU, where bf16 has no native matmul on most parts); `tables=()`
+    measures the peaks only."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise MeasureError(f"name: {name!r} is not a profile name (letters, digits, '.', '_', '-')")
     dev = check_device(device)
@@ -76,14 +155,32 @@ def calibrate(
     n = matmul_size or DEFAULT_MATMUL[dev.type]
     mib = copy_mib or DEFAULT_COPY_MIB[dev.type]
     peaks = {dtype: matmul_flops(dev, dtype, n, repeats) for dtype in dtypes}
+    bandwidth = copy_bandwidth(dev, mib, repeats)
+    if tables is None:
+        tables = dtypes if dev.type == "cuda" else tuple(d for d in dtypes if d == "fp32")[:1]
+    for dtype in tables:
+        if dtype not in peaks:
+            raise MeasureError(f"tables: {dtype} is not among the calibrated dtypes ({', '.join(dtypes)})")
+    efficiency = None
+    if tables:
+        grid = grid or GRID[dev.type]
+        efficiency = Efficiency(
+            source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N {grid['N']}, "
+                    f"K {grid['K']}; c = a + b over {len(grid['bytes'])} sizes; median of "
+                    f"torch.utils.benchmark blocked_autorange; torch {torch.__version__}"),
+            floor_s=op_floor(dev),
+            matmul={dtype: matmul_table(dev, dtype, peaks[dtype], grid) for dtype in tables},
+            memory=memory_table(dev, bandwidth, grid),
+        )
     return Hardware(
         name=name,
         description=f"{device_name(dev)}, measured by costmodel calibrate",
         peak_flops=peaks,
-        memory_bandwidth=copy_bandwidth(dev, mib, repeats),
+        memory_bandwidth=bandwidth,
         memory_bytes=device_memory(dev),
         source=(f"costmodel calibrate on {dev.type}: {n}x{n} matmul and a {mib} MiB copy, "
                 f"median of {repeats} runs; torch {torch.__version__}"),
         measured=True,
         date=datetime.date.today().isoformat(),
+        efficiency=efficiency,
     )

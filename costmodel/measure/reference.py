@@ -1,7 +1,7 @@
 """A PyTorch transformer built from a ``Spec``: the executable definition of every design element.
 
 Read top to bottom, nanoGPT-style: norms, positions, attention, FFN, the residual wiring of a
-sub-block, a layer, a stack, the model, its KV cache. Every element of ../shared/DESIGN.md is
+sub-block, a layer, a stack, the model, its KV cache. Every element of docs/reference.md is
 here, written plainly, with no fused kernel that would hide work from the counters:
 
 - attention is two matmuls over the whole score matrix (the dense convention): a causal or
@@ -436,15 +436,31 @@ class Stack(nn.Module):
             self.position_bias = ALiBi(spec)
         self.final_norm = Norm(spec, spec.d_model) if spec.final_norm else None
         self.final_dropout = spec.final_dropout  # T5
+        self.recompute = False  # full recompute: each layer keeps its input only
 
     def forward(self, x: Tensor, step: Step) -> Tensor:
         if self.position_bias is not None:
             keys = torch.arange(step.context, device=x.device)
             step = replace(step, bias=self.position_bias(step.positions, keys).to(x.dtype))
         for layer in self.layers:
-            x = layer(x, step)
+            if self.recompute and self.training and torch.is_grad_enabled():
+                x = checkpointed(layer, x, step)
+            else:
+                x = layer(x, step)
         x = self.final_norm(x) if self.final_norm is not None else x
         return drop(x, self.final_dropout, self.training)
+
+
+def checkpointed(layer: Layer, x: Tensor, step: Step) -> Tensor:
+    """The layer under activation checkpointing (Chen et al. 2016): its forward keeps nothing;
+    its tensor inputs (x, the encoder output, the position bias) are saved and the layer is run
+    again in backward. Reentrant, so that what it keeps goes through save_for_backward."""
+    from torch.utils.checkpoint import checkpoint
+
+    def run(x: Tensor, memory: Tensor | None, bias: Tensor | None) -> Tensor:
+        return layer(x, replace(step, memory=memory, bias=bias))
+
+    return checkpoint(run, x, step.memory, step.bias, use_reentrant=True)
 
 
 class Embedding(nn.Module):
@@ -524,6 +540,7 @@ class Transformer(nn.Module):
         self.decoder = Stack(spec, decoder_kinds, causal=True, cross=enc_dec)
         self.lm_head = LMHead(spec)
         self.cached = [m for m in self.decoder.modules() if isinstance(m, Attention)]
+        self.stacks = [s for s in (self.encoder, self.decoder) if s is not None]
         for slot, module in enumerate(self.cached):
             module.slot = slot
 
@@ -552,6 +569,12 @@ class Transformer(nn.Module):
             cap = self.spec.final_softcap
             logits = cap * torch.tanh(logits / cap)
         return logits
+
+    def recompute(self, full: bool) -> Transformer:
+        """Recompute every layer in backward (full activation recomputation) or none."""
+        for stack in self.stacks:
+            stack.recompute = full
+        return self
 
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
         """Cross-entropy, plus the z-loss coef * log(Z)^2 (PaLM, Chowdhery et al. 2022, 5)."""

@@ -7,7 +7,8 @@ once under the counters, and compares with ``costmodel.analyze`` for the same sh
   matmul      FlopCounterMode over the phase                       exact
   kv_cache    bytes of the cache tensors held after the pass       exact
   bytes       ByteCounter over the phase vs the unfused formula    convention gaps (docs)
-  time        median of repeated runs vs the roofline time         on a real device
+  time        median of repeated runs vs the calibrated time        on a real device
+              (``costmodel.timing``), the roofline lower bound beside it
 
 The phase runs as ``costmodel.phases`` defines it: prefill is a forward over B x S tokens with
 logits at every position, writing the cache; decode is one token per sequence with C - 1
@@ -32,14 +33,16 @@ from costmodel.hardware import Hardware, roofline
 from costmodel.measure import MeasureError
 from costmodel.measure.counters import Counts, MetaShapes
 from costmodel.measure.reference import KVCache, Transformer, build
-from costmodel.spec import LayerKind, Spec, spec_from_dict
+from costmodel.spec import LayerKind, Spec
+from costmodel.timing import predict
+from costmodel.variants import variant
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEVICES = ("meta", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
-class Comparison:
+class FormulaCheck:
     """One quantity: what the formulas say, what the run did."""
 
     quantity: str
@@ -75,7 +78,7 @@ class Measurement:
     analysis: Analysis  # the formulas, for the same spec (after --layers) and shape
     device: str
     layers: int | None
-    comparisons: tuple[Comparison, ...]
+    comparisons: tuple[FormulaCheck, ...]
     components: tuple[ComponentCounts, ...]
     hardware: str | None = None
     roofline: dict[str, Any] | None = None
@@ -86,7 +89,7 @@ class Measurement:
         """Every exact count equals its formula."""
         return all(c.agrees for c in self.comparisons)
 
-    def get(self, quantity: str) -> Comparison:
+    def get(self, quantity: str) -> FormulaCheck:
         return next(c for c in self.comparisons if c.quantity == quantity)
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,19 +117,19 @@ def keep_layers(spec: Spec, n: int) -> Spec:
     small machine. A pattern cut short keeps the kinds those layers have."""
     if n < 1:
         raise MeasureError(f"layers: must be at least 1 (got {n})")
-    data = spec.model_dump(exclude_unset=True)
+    changes: dict[str, Any] = {}
     if spec.is_encoder_decoder:
-        data["n_encoder_layers"] = min(n, spec.n_encoder_layers)
-        data["n_decoder_layers"] = min(n, spec.n_decoder_layers)
+        changes["n_encoder_layers"] = min(n, spec.n_encoder_layers or n)
+        changes["n_decoder_layers"] = min(n, spec.n_decoder_layers or n)
     else:
-        data["n_layers"] = min(n, spec.n_layers)
+        changes["n_layers"] = min(n, spec.n_layers or n)
         kinds = spec.layer_kinds()[:n]
-        data["layer_pattern"] = list(spec.layer_pattern[: len(kinds)])
+        changes["layer_pattern"] = [k.value for k in spec.layer_pattern[: len(kinds)]]
         if LayerKind.global_ not in kinds:
-            data.pop("global_nope", None)
+            changes["global_nope"] = None
         if LayerKind.local not in kinds:
-            data.pop("window", None)
-    return spec_from_dict(data, spec.name)
+            changes["window"] = None
+    return variant(spec, changes, name=spec.name)
 
 
 # --- running a phase ------------------------------------------------------------------------
@@ -143,6 +146,8 @@ def phase_runner(model: Transformer, phase: str, shape: dict[str, int]) -> Calla
     generator = torch.Generator(device="cpu").manual_seed(0)
 
     def ids(n: int) -> torch.Tensor:
+        if not real:  # meta tensors have a shape and no data: nothing allocated on the host
+            return torch.empty((B, n), dtype=torch.long, device=device)
         return torch.randint(0, spec.vocab_size, (B, n), generator=generator).to(device)
 
     tokens = ids(S)
@@ -242,6 +247,11 @@ def measure(
     if layers is not None:
         spec = keep_layers(spec, layers)
     a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
+    # torch sizes are C longs: the largest tensor (B x C x h x d_h scores' sides) must fit one.
+    elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim, spec.vocab_size)
+    if elements >= 2**63:
+        raise MeasureError(f"seq: batch {a.shape['B']} x context {max(a.shape['C'], a.shape['C_e'])} makes "
+                           "tensors past 2^63 elements, more than torch can index (even on meta)")
     if dtype not in TORCH_DTYPES:
         raise MeasureError(f"dtype: {dtype} cannot be measured; use one of {', '.join(TORCH_DTYPES)}")
     dev = check_device(device)
@@ -255,13 +265,13 @@ def measure(
     params = sum(p.numel() for p in model.parameters())
     kv = cache.nbytes if cache is not None else 0
     comparisons = [
-        Comparison("params", total.params, params, True, "count"),
-        Comparison("flops_matmul", total.flops_matmul, counts.total_flops, True, "FLOP"),
-        Comparison("kv_cache", total.kv_cache, kv, True, "B"),
+        FormulaCheck("params", total.params, params, True, "count"),
+        FormulaCheck("flops_matmul", total.flops_matmul, counts.total_flops, True, "FLOP"),
+        FormulaCheck("kv_cache", total.kv_cache, kv, True, "B"),
     ]
     if count_bytes:
-        comparisons.append(Comparison("bytes_unfused", total.bytes_unfused, counts.total_bytes, False, "B"))
-        comparisons.append(Comparison(
+        comparisons.append(FormulaCheck("bytes_unfused", total.bytes_unfused, counts.total_bytes, False, "B"))
+        comparisons.append(FormulaCheck(
             "intensity", total.flops_matmul / total.bytes_unfused,
             counts.total_flops / counts.total_bytes if counts.total_bytes else 0.0, False, "FLOP/B"))
     times: list[float] = []
@@ -274,12 +284,16 @@ def measure(
         if hardware is not None:
             unfused = roofline(total.flops, total.bytes_unfused, hardware, dtype)
             fused = roofline(total.flops, total.bytes_fused, hardware, dtype)
+            predicted = predict(a, hardware)
             line = {"compute_s": unfused.compute_s, "memory_s": unfused.memory_s,
                     "memory_fused_s": fused.memory_s, "time_s": unfused.time_s,
-                    "time_fused_s": fused.time_s, "bound": unfused.bound, "ridge": unfused.ridge}
-            comparisons.append(Comparison("time", unfused.time_s, measured, False, "s"))
+                    "time_fused_s": fused.time_s, "bound": unfused.bound, "ridge": unfused.ridge,
+                    "predicted_s": predicted.time_s, "calibrated": predicted.calibrated,
+                    "note": predicted.note}
+            comparisons.append(FormulaCheck("time", predicted.time_s, measured, False, "s"))
+            comparisons.append(FormulaCheck("time_roofline", unfused.time_s, measured, False, "s"))
         else:
-            comparisons.append(Comparison("time", 0.0, measured, False, "s"))
+            comparisons.append(FormulaCheck("time", 0.0, measured, False, "s"))
     return Measurement(
         analysis=a, device=str(dev), layers=layers, comparisons=tuple(comparisons),
         components=tuple(join(a, model, counts, count_bytes)),

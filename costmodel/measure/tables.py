@@ -10,22 +10,21 @@ from typing import TYPE_CHECKING
 
 from costmodel import units
 from costmodel.hardware import Hardware
+from costmodel.phases import LABELS as QUANTITY_LABELS
 from costmodel.report import Table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from costmodel.measure.run import Comparison, Measurement
+    from costmodel.measure.run import FormulaCheck, Measurement
 
 LABELS = {
-    "params": "parameters",
-    "flops_matmul": "matmul FLOPs",
-    "kv_cache": "KV cache bytes",
-    "bytes_unfused": "bytes (unfused)",
+    **{q: QUANTITY_LABELS[q] for q in ("params", "flops_matmul", "kv_cache", "bytes_unfused")},
     "intensity": "matmul FLOP/B (unfused)",
-    "time": "time (roofline vs median)",
+    "time": "time (predicted vs median)",
+    "time_roofline": "time (roofline vs median)",
 }
 
 
-def _value(c: Comparison, x: float) -> str:
+def _value(c: FormulaCheck, x: float) -> str:
     if c.unit == "s":
         return units.seconds(x) if x else "-"
     if c.exact:
@@ -35,7 +34,7 @@ def _value(c: Comparison, x: float) -> str:
     return f"{x:.3g}"
 
 
-def _verdict(c: Comparison) -> str:
+def _verdict(c: FormulaCheck) -> str:
     if c.exact:
         return "equal" if c.agrees else "DIFFERS"
     return "" if c.formula == 0 else "gap" if c.unit == "B" else ""
@@ -53,6 +52,8 @@ def measurement_table(m: Measurement) -> Table:
     notes = [f"{a.spec.name}{layers} on {m.device} in {a.dtype}: {shape}"]
     if m.roofline is not None:
         r = m.roofline
+        if r.get("note"):
+            notes.append(r["note"])
         notes.append(
             f"roofline on {m.hardware}: compute {units.seconds(r['compute_s'])}, memory "
             f"{units.seconds(r['memory_s'])} unfused / {units.seconds(r['memory_fused_s'])} fused: "
@@ -95,5 +96,20 @@ def calibration_table(hw: Hardware, path: str) -> Table:
     rows.append(("memory", units.nbytes(hw.memory_bytes)))
     for dtype, v in hw.peak_flops.items():
         rows.append((f"ridge {dtype}", f"{v / hw.memory_bandwidth:.3g} FLOP/B"))
-    return Table(f"Hardware profile {hw.name}", ("quantity", "value"), rows,
-                 (hw.description or "", str(hw.source), f"saved to {path}"))
+    notes = [hw.description or "", str(hw.source)]
+    e = hw.efficiency
+    if e is not None:
+        rows.append(("op floor", units.seconds(e.floor_s)))
+        for dtype, t in e.matmul.items():
+            for i, M in enumerate(t.M):
+                cells = [c for row in t.efficiency[i] for c in row]
+                rows.append((f"matmul {dtype} M={M}", f"{100 * min(cells):.0f}-{100 * max(cells):.0f}% of peak "
+                             f"(N {t.N[0]}-{t.N[-1]}, K {t.K[0]}-{t.K[-1]})"))
+        m = e.memory
+        rows.append(("memory op", ", ".join(f"{units.nbytes(b)}: {100 * x:.0f}%" for b, x in
+                                            zip(m.bytes[::2], m.efficiency[::2])) + " of bandwidth"))
+        notes.append(e.source)
+    else:
+        notes.append("no efficiency tables: times on this profile are the roofline")
+    notes.append(f"saved to {path}")
+    return Table(f"Hardware profile {hw.name}", ("quantity", "value"), rows, tuple(notes))

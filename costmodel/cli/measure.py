@@ -10,7 +10,20 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, hardware, report
-from costmodel.cli import BatchOpt, Dtype, DtypeOpt, EncSeqOpt, PhaseName, SeqOpt, SpecArg, _user_errors, app
+from costmodel.cli.app import (
+    BatchOpt,
+    Dtype,
+    DtypeOpt,
+    EncSeqOpt,
+    Format,
+    FormatOpt,
+    PhaseName,
+    SeqOpt,
+    SpecArg,
+    _user_errors,
+    app,
+    emit,
+)
 
 
 class Device(str, Enum):
@@ -19,13 +32,6 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
-class MeasureFormat(str, Enum):
-    table = "table"
-    json = "json"
-    markdown = "markdown"
-
-
-FormatOpt = Annotated[MeasureFormat, typer.Option("--format", "-f", help="Output format.")]
 PhaseOpt = Annotated[Optional[PhaseName], typer.Option(
     "--phase", "-p", help="One phase. Default: all three.")]
 DeviceOpt = Annotated[Device, typer.Option(
@@ -43,21 +49,18 @@ CheckOpt = Annotated[bool, typer.Option(
     "--check", help="Exit 1 when a parameter, matmul FLOP or KV-cache count differs from its formula.")]
 CalDeviceOpt = Annotated[Device, typer.Option("--device", "-d", help="The device to profile.")]
 CalDtypesOpt = Annotated[Optional[list[Dtype]], typer.Option(
-    "--dtype", help="A dtype to measure peak FLOP/s for (repeatable). Default: fp32, bf16 (+ fp16 on cuda).")]
+    "--dtype", metavar="DTYPE", help="A dtype to measure peak FLOP/s for (repeatable): bf16, fp16, fp32, fp8. Default: fp32, bf16 (+ fp16 on cuda).")]
 MatmulOpt = Annotated[Optional[int], typer.Option(
     "--matmul-size", min=16, help="n of the n x n matmul. Default: 8192 (cuda), 1024 (cpu).")]
 CopyOpt = Annotated[Optional[int], typer.Option(
     "--copy-mib", min=1, help="MiB copied to measure bandwidth. Default: 2048 (cuda), 256 (cpu).")]
 CalRepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Timed runs per benchmark (median).")]
+TablesOpt = Annotated[bool, typer.Option(
+    "--tables/--no-tables",
+    help="Also measure the time model's efficiency tables (matmul grid, memory op sizes, op floor): "
+         "about 20-60 s on a 2-core CPU, under a minute on a GPU.")]
 NameOpt = Annotated[str, typer.Option(
     "--name", help="Profile name, saved as NAME.yaml in the user profile folder.")]
-
-
-def _render(tables: list[report.Table], fmt: MeasureFormat, header: str) -> None:
-    if fmt is MeasureFormat.markdown:
-        typer.echo(report.render_markdown(tables, f"## {header}"))
-    else:
-        report.render_rich(tables, header)
 
 
 @app.command("measure")
@@ -74,7 +77,7 @@ def measure_cmd(
     repeats: RepeatsOpt = None,
     by_component: ComponentsOpt = False,
     check: CheckOpt = False,
-    fmt: FormatOpt = MeasureFormat.table,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """Build SPEC as a PyTorch model, run a phase, and set each count beside its formula."""
     with _user_errors():
@@ -92,20 +95,19 @@ def measure_cmd(
         results = [measure(s, p, batch=batch, seq=seq, enc_seq=enc_seq, dtype=dtype.value,
                            device=device.value, layers=layers, hardware=profile, repeats=repeats,
                            count_bytes=True) for p in phases]
-    if fmt is MeasureFormat.json:
-        data = results[0].to_dict() if phase else {
-            "spec": s.name, "ok": all(m.ok for m in results),
-            "phases": {m.analysis.phase: m.to_dict() for m in results}}
-        typer.echo(report.render_json(data))
-    else:
+    def tables() -> list[report.Table]:
         from costmodel.measure.tables import components_table, measurement_table
 
-        tables = []
+        out = []
         for m in results:
-            tables.append(measurement_table(m))
+            out.append(measurement_table(m))
             if by_component:
-                tables.append(components_table(m))
-        _render(tables, fmt, f"{s.name}: {report.describe(s)}")
+                out.append(components_table(m))
+        return out
+
+    emit(fmt, tables, lambda: {"spec": s.name, "ok": all(m.ok for m in results),
+                               "phases": {m.analysis.phase: m.to_dict() for m in results}},
+         f"{s.name}: {report.describe(s)}")
     if check and not all(m.ok for m in results):
         bad = [f"{m.analysis.phase} {c.quantity}" for m in results for c in m.comparisons if not c.agrees]
         typer.echo(f"check failed: {', '.join(bad)} differ from the formulas", err=True)
@@ -120,9 +122,11 @@ def calibrate_cmd(
     copy_mib: CopyOpt = None,
     repeats: CalRepeatsOpt = 5,
     name: NameOpt = "local",
-    fmt: FormatOpt = MeasureFormat.table,
+    tables: TablesOpt = True,
+    fmt: FormatOpt = Format.table,
 ) -> None:
-    """Measure the local device's peak matmul FLOP/s and copy bandwidth; save a hardware profile."""
+    """Measure the local device's peak matmul FLOP/s, copy bandwidth and per-operator efficiency
+    tables; save a hardware profile."""
     with _user_errors():
         from costmodel.measure import require_torch
 
@@ -131,11 +135,10 @@ def calibrate_cmd(
 
         chosen = tuple(d.value for d in dtypes) if dtypes else (
             ("fp32", "bf16", "fp16") if device is Device.cuda else ("fp32", "bf16"))
-        profile = calibrate(device.value, chosen, matmul_size, copy_mib, repeats, name)
+        profile = calibrate(device.value, chosen, matmul_size, copy_mib, repeats, name,
+                            tables=None if tables else ())
         path = hardware.save_hardware(profile, hardware.user_dir() / f"{name}.yaml")
-    if fmt is MeasureFormat.json:
-        typer.echo(report.render_json({"path": str(path), **profile.model_dump(exclude_none=True)}))
-        return
     from costmodel.measure.tables import calibration_table
 
-    _render([calibration_table(profile, str(path))], fmt, f"calibrated {device.value}")
+    emit(fmt, lambda: [calibration_table(profile, str(path))],
+         lambda: {"path": str(path), **profile.model_dump(exclude_none=True)}, f"calibrated {device.value}")

@@ -1,0 +1,159 @@
+"""`costmodel analyze`, `formula` and `list`: parse, call the library, render. No formulas here."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel import catalog, compare_report, conventions, report, symbols
+from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, analyze, count_params, default_seq, formula
+from costmodel.cli.app import (
+    BatchOpt,
+    Dtype,
+    DtypeOpt,
+    EncSeqOpt,
+    Format,
+    FormatOpt,
+    HardwareOpt,
+    PhaseName,
+    SeqOpt,
+    SpecArg,
+    _user_errors,
+    app,
+    emit,
+)
+from costmodel.conventions import ConventionName
+from costmodel.hardware import load_hardware
+from costmodel.spec import load_spec
+
+#: `formula --quantity`: the library's formula quantities, and their older aliases.
+Quantity = Enum("Quantity", {q: q for q in (*FORMULA_QUANTITIES, *FORMULA_ALIASES)}, type=str)  # type: ignore[misc]
+
+
+@app.command("analyze")
+def analyze_cmd(
+    spec: SpecArg,
+    phase: Annotated[Optional[PhaseName], typer.Option("--phase", "-p", help="One phase, with its per-component table. Default: all three.")] = None,
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    enc_seq: EncSeqOpt = None,
+    dtype: DtypeOpt = Dtype.bf16,
+    hardware: HardwareOpt = None,
+    fmt: FormatOpt = Format.table,
+    convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
+) -> None:
+    """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
+    the roofline time of each phase and whether it is compute- or memory-bound."""
+    with _user_errors():
+        s = catalog.load(spec)
+        hw = load_hardware(hardware) if hardware else None
+        if hw:
+            hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
+        phases = [phase.value] if phase else [p.value for p in PhaseName]
+        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw)
+                    for p in phases]
+        papers = conventions.selected([c.value for c in convention or []])
+        train_seq = seq if seq is not None else default_seq(s, "train")
+        paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
+        if hw:  # a shape that cannot fit gets one line on stderr
+            from costmodel.memory import fit_warning
+
+            for a in analyses:
+                warning = fit_warning(s, a.phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes)
+                if warning:
+                    typer.echo(warning, err=True)
+    def data() -> dict[str, object]:
+        out: dict[str, object] = {"spec": s.name, "phases": {
+            a.phase: a.to_dict() for a in analyses}}  # each with its roofline when hw is given
+        if s.ignored_fields:  # a config's unknown fields, skipped (costmodel.hf)
+            out["ignored_fields"] = list(s.ignored_fields)
+        if paper_rows:
+            out["conventions"] = {"seq": train_seq, "rows": [r.to_dict() for r in paper_rows]}
+        return out
+
+    tables = [report.params_table(analyses[0]), report.phases_table(analyses, hw)]
+    if phase:
+        tables.append(report.components_table(analyses[0]))
+    if paper_rows:
+        tables.append(compare_report.conventions_table(paper_rows, train_seq))
+    emit(fmt, tables, data, s, csv=lambda: report.render_csv(analyses, hw, paper_rows, train_seq))
+
+
+@app.command("formula")
+def formula_cmd(
+    spec: SpecArg,
+    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", metavar="QUANTITY", help="What to express: " + ", ".join(FORMULA_QUANTITIES) + ".")] = Quantity.flops,  # type: ignore[attr-defined]
+    phase: Annotated[PhaseName, typer.Option("--phase", "-p", help="The phase: fixes S or C.")] = PhaseName.prefill,
+    component: Annotated[str, typer.Option("--component", "-c", help="A component path or prefix (layers/attention, lm_head). Default: the whole model.")] = "",
+    symbolic: Annotated[bool, typer.Option("--symbolic", help="Keep the spec's sizes as symbols (d, h, k, L, ...).")] = False,
+    latex: Annotated[bool, typer.Option("--latex", help="Print LaTeX.")] = False,
+    asymptotic: Annotated[bool, typer.Option(
+        "--asymptotic", help="Instead: the leading-order FLOPs and memory of the spec's attention layer "
+        "(d_h = d/h) as batch and length grow, beside Shazeer (2019): batched MHA, incremental MHA, "
+        "incremental MQA.")] = False,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """The sympy expression behind a number, over the symbols of docs/reference.md (with
+    --symbolic, a legend of them on stderr)."""
+    import sympy
+
+    with _user_errors():
+        s = catalog.load(spec)
+        if asymptotic:
+            from costmodel.asymptotics import shazeer
+
+            results = shazeer(s)
+        else:
+            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic)
+    if asymptotic:
+        from costmodel import report_attention
+
+        emit(fmt, lambda: [report_attention.shazeer_table(s.name, results)],
+             {"spec": s.name, "results": [r.to_dict() for r in results]},
+             csv=lambda: report_attention.records_csv([r.to_dict() for r in results]))
+        return
+    names = symbols.legend(str(x) for x in expr.free_symbols)
+    if fmt is Format.json:
+        typer.echo(report.render_json({
+            "spec": s.name, "quantity": quantity.value, "phase": phase.value, "component": component or "total",
+            "symbolic": symbolic, "formula": str(expr), "latex": sympy.latex(expr)}
+            | ({"symbols": names} if symbolic else {})))
+        return
+    if fmt is Format.csv:
+        emit(fmt, [], None, csv=report.records_csv([{"spec": s.name, "quantity": quantity.value,
+                                                     "phase": phase.value, "component": component or "total",
+                                                     "formula": str(expr)}]))
+        return
+    typer.echo(sympy.latex(expr) if latex else str(expr))
+    if symbolic:  # the legend on stderr: stdout stays the expression alone, for pipes
+        width = max(map(len, names), default=0)
+        for name, text in names.items():
+            typer.echo(f"  {name:<{width}}  {text}", err=True)
+
+
+@app.command("list")
+def list_cmd(fmt: FormatOpt = Format.table) -> None:
+    """The bundled specs, with their published and computed parameter counts."""
+    with _user_errors():
+        specs = [load_spec(p) for p in catalog.bundled_paths()]
+    specs.sort(key=lambda s: (s.year or 0, s.name))
+    rows, data = [], []
+    for s in specs:
+        ours = count_params(s)
+        pub = s.published
+        exact = "" if not (pub and pub.exact) else "equal" if pub.exact == ours else f"{ours - pub.exact:+,}"
+        rows.append((s.name, str(s.year or ""), s.architecture.value, str(pub.params) if pub else "",
+                     f"{ours:,}", report.units.count(ours),
+                     f"{100 * (ours - pub.value) / pub.value:+.2f}%" if pub else "", exact))
+        data.append({"name": s.name, "family": s.family, "year": s.year,
+                     "architecture": s.architecture.value, "published": pub.params if pub else None,
+                     "params": ours, "exact": pub.exact if pub else None, "default_seq": default_seq(s)})
+    table = report.Table(
+        "Bundled specs",
+        ("spec", "year", "architecture", "published", "params (ours)", "", "vs published", "vs released"),
+        rows, numeric_from=3,
+        notes=("vs released: our count against the exact count of the released implementation",),
+    )
+    emit(fmt, [table], data, csv=lambda: report.records_csv(data))

@@ -1,0 +1,92 @@
+"""`costmodel inference`: serving latency and throughput over batch. Parse, call
+``costmodel.serving``, render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel import catalog, report, units
+from costmodel.cli.app import Dtype, DtypeOpt, Format, FormatOpt, SpecArg, _user_errors, app, emit
+from costmodel.hardware import load_hardware
+from costmodel.serving import Serving, parse_batches, serve
+from costmodel.timing import Kernels
+
+
+def serving_table(sv: Serving) -> report.Table:
+    def s(x: float | None) -> str:
+        return units.seconds(x) if x is not None else "-"
+
+    rows = [(str(p.batch), s(p.ttft_s), s(p.tpot_s), s(p.tpot_first_s), s(p.tpot_last_s), s(p.latency_s),
+             f"{p.tokens_per_s:,.1f}", {True: "yes", False: "NO", None: "-"}[p.fits]) for p in sv.points]
+    notes = [
+        f"prompt {sv.prompt} tokens, {sv.output} generated, {sv.dtype} on {sv.hardware.name}; "
+        + ("logits at every prompt position (--all-logits, the HF forward)" if sv.all_logits
+           else "prefill computes the logits of the last position only (as serving does; --all-logits for all)"),
+        "TPOT grows with the context: mean over the output, and its first and last step; "
+        "tokens/s = batch x output / latency, per device",
+        "fits: weights + KV cache at the last step within device memory (activations not counted)",
+    ]
+    if sv.note:
+        notes.append(sv.note)
+    else:
+        notes.append("calibrated: each component at the efficiency its shape reaches (costmodel.timing)")
+    return report.Table("Serving", ("batch", "TTFT", "TPOT mean", "TPOT first", "TPOT last", "latency",
+                                    "tokens/s", "fits"), rows, notes)
+
+
+def plot_serving(sv: Serving, path: str) -> str:
+    """Latency against throughput, one point per batch size (matplotlib, the `plot` extra);
+    returns the file written (a path without a suffix gets .png, as matplotlib writes it)."""
+    from costmodel.plot import _pyplot
+
+    if not Path(path).suffix:
+        path = f"{path}.png"
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [p.tokens_per_s for p in sv.points]
+    ys = [p.latency_s for p in sv.points]
+    ax.plot(xs, ys, "o-")
+    for p in sv.points:
+        ax.annotate(f"B={p.batch}", (p.tokens_per_s, p.latency_s), textcoords="offset points", xytext=(4, 4))
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens/s per device")
+    ax.set_ylabel("end-to-end latency (s)")
+    ax.set_title(f"{sv.spec.name} on {sv.hardware.name}: prompt {sv.prompt}, output {sv.output}")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+@app.command("inference")
+def inference_cmd(
+    spec: SpecArg,
+    hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile (bundled name, `local`, or a YAML file).")],
+    prompt: Annotated[int, typer.Option("--prompt", help="Prompt tokens per request.")] = 2048,
+    output: Annotated[int, typer.Option("--output", help="Generated tokens per request.")] = 256,
+    batch: Annotated[str, typer.Option("--batch", help="Batch sizes, comma-separated: 1,8,64.")] = "1,8,64",
+    dtype: DtypeOpt = Dtype.bf16,
+    all_logits: Annotated[bool, typer.Option("--all-logits", help="Prefill computes logits at every "
+                                             "position (the HF forward), not the last only.")] = False,
+    flash: Annotated[bool, typer.Option("--flash-attention", help="Attention as one fused kernel: "
+                                        "scores never written.")] = False,
+    fused: Annotated[bool, typer.Option("--fused", help="Norms and activations fused into the matmuls.")] = False,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Draw latency vs throughput over batch "
+                                                "into this file (.png, .svg, .pdf).")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Serving: time to first token, time per output token, latency and tokens/s per batch size."""
+    with _user_errors():
+        batches = parse_batches(batch)
+        hw = load_hardware(hardware)
+        sv = serve(catalog.load(spec), hw, prompt, output, batches, dtype.value, all_logits,
+                   Kernels(flash_attention=flash, fused=fused))
+        written = plot_serving(sv, plot) if plot else None
+    emit(fmt, lambda: [serving_table(sv)], sv.to_dict, sv.spec,
+         csv=lambda: report.records_csv([{"spec": sv.spec.name, **p.to_dict()} for p in sv.points]))
+    if written and fmt is Format.table:
+        typer.echo(f"plot: {written}")

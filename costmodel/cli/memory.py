@@ -1,0 +1,167 @@
+"""`costmodel memory` and `costmodel fit`: parse, call the library (``costmodel.memory``), render."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel import catalog, report
+from costmodel.cli.app import (
+    BatchOpt,
+    EncSeqOpt,
+    Format,
+    FormatOpt,
+    HardwareOpt,
+    PhaseName,
+    SeqOpt,
+    SpecArg,
+    _user_errors,
+    app,
+    emit,
+)
+from costmodel.hardware import load_hardware
+from costmodel.memory import (
+    OPTIMIZERS,
+    PRECISIONS,
+    RECOMPUTE,
+    WEIGHT_DTYPES,
+    MemoryConfigError,
+    Parallel,
+    Run,
+    fit,
+    is_layer,
+    korthikanti,
+    memory,
+)
+
+PhaseOpt = Annotated[PhaseName, typer.Option("--phase", "-p", help="train, prefill or decode.")]
+OptimizerOpt = Annotated[Optional[str], typer.Option(
+    "--optimizer", help=f"Training optimizer: {', '.join(OPTIMIZERS)}. Default: adamw.")]
+PrecisionOpt = Annotated[Optional[str], typer.Option(
+    "--precision", help=f"Training recipe: {', '.join(PRECISIONS)}. Default: bf16-mixed.")]
+ZeroOpt = Annotated[Optional[int], typer.Option(
+    "--zero", help="ZeRO stage 0-3 (1: optimizer states, 2: + gradients, 3: + weights sharded); needs --dp.")]
+DpOpt = Annotated[Optional[int], typer.Option("--dp", help="Data-parallel ranks ZeRO shards over. Default: 1.")]
+RecomputeOpt = Annotated[Optional[str], typer.Option(
+    "--recompute", help=f"Activation recomputation: {', '.join(RECOMPUTE)}. Default: none.")]
+FlashOpt = Annotated[bool, typer.Option(
+    "--flash/--no-flash", help="Flash attention: the S x S scores and probabilities are never kept.")]
+WeightsOpt = Annotated[str, typer.Option(
+    "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (int8/int4: weight-only, "
+    "fp16 scale per group).")]
+KvOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype (fp32, bf16, fp16, fp8). Default: --dtype.")]
+ActOpt = Annotated[str, typer.Option("--dtype", help="Inference activations (fp32, bf16, fp16, fp8).")]
+GroupOpt = Annotated[int, typer.Option("--group-size", help="Weights per int8/int4 quantisation scale.")]
+MaskOpt = Annotated[int, typer.Option(
+    "--mask-bytes", help="Bytes per dropout-mask element: 1 (fused CUDA kernel), or the activation width.")]
+LastOpt = Annotated[bool, typer.Option(
+    "--last-logits/--all-logits", help="Prefill computes only the last position's logits (serving).")]
+
+
+def _config(phase: str, optimizer, precision, zero, dp, recompute, flash, weights_dtype, kv_dtype,
+            dtype, group_size, mask_bytes, last_logits) -> tuple[Run, Parallel]:
+    """The options as a Run and a Parallel; options of the other kind of phase are an error."""
+    training = phase == "train"
+    given = {"--optimizer": optimizer, "--precision": precision, "--zero": zero, "--recompute": recompute}
+    if not training:
+        wrong = [name for name, value in given.items() if value is not None]
+        if wrong:
+            raise MemoryConfigError(f"{wrong[0]}: only for --phase train")
+    if zero is not None and zero > 0 and dp is None:
+        raise MemoryConfigError(f"zero: stage {zero} shards over data-parallel ranks; give --dp N")
+    run = Run(optimizer=optimizer or "adamw", precision=precision or "bf16-mixed",
+              recompute=recompute or "none", flash=flash, mask_bytes=mask_bytes,
+              weights_dtype=weights_dtype, kv_dtype=kv_dtype, dtype=dtype, group_size=group_size,
+              last_logits=last_logits)
+    return run, Parallel(dp=1 if dp is None else dp, zero=zero or 0)
+
+
+@app.command("memory")
+def memory_cmd(
+    spec: SpecArg,
+    phase: PhaseOpt = PhaseName.train,
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    enc_seq: EncSeqOpt = None,
+    optimizer: OptimizerOpt = None,
+    precision: PrecisionOpt = None,
+    zero: ZeroOpt = None,
+    dp: DpOpt = None,
+    recompute: RecomputeOpt = None,
+    flash: FlashOpt = False,
+    weights_dtype: WeightsOpt = "bf16",
+    kv_dtype: KvOpt = None,
+    dtype: ActOpt = "bf16",
+    group_size: GroupOpt = 128,
+    mask_bytes: MaskOpt = 1,
+    last_logits: LastOpt = False,
+    hardware: HardwareOpt = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """What one device holds in a phase: weights, gradients, optimizer states, activations kept
+    for backward (training) or live at the peak (inference), KV cache; with --hardware, whether
+    it fits and by how much."""
+    with _user_errors():
+        s = catalog.load(spec)
+        hw = load_hardware(hardware) if hardware else None
+        run, par = _config(phase.value, optimizer, precision, zero, dp, recompute, flash, weights_dtype,
+                           kv_dtype, dtype, group_size, mask_bytes, last_logits)
+        m = memory(s, phase.value, batch, seq, enc_seq, run, par)
+    from costmodel import report_memory
+
+    theirs = None
+    if m.phase == "train" and not s.is_encoder_decoder:
+        ours = sum(i.bytes for i in m.items if i.category == "activations" and is_layer(i.path))
+        r = run.recompute if not run.flash else "selective"
+        theirs = (ours, int(s.decoder_layers * korthikanti(m.shape["S"], m.batch, s.d_model, s.n_heads, recompute=r)))
+    emit(fmt, lambda: report_memory.memory_tables(m, hw, theirs), lambda: m.to_dict(hw.memory_bytes if hw else None),
+         s, csv=lambda: report_memory.memory_csv(m))
+
+
+@app.command("fit")
+def fit_cmd(
+    spec: SpecArg,
+    hardware: Annotated[str, typer.Option("--hardware", help="The device to fit on (see `costmodel hardware`).")],
+    over: Annotated[str, typer.Option("--over", help="What to grow: batch or seq.")] = "batch",
+    phase: Annotated[Optional[list[PhaseName]], typer.Option(
+        "--phase", "-p", help="Phases (repeat). Default: all three.")] = None,
+    batch: BatchOpt = 1,
+    seq: SeqOpt = None,
+    enc_seq: EncSeqOpt = None,
+    optimizer: OptimizerOpt = None,
+    precision: PrecisionOpt = None,
+    zero: ZeroOpt = None,
+    dp: DpOpt = None,
+    recompute: RecomputeOpt = None,
+    flash: FlashOpt = False,
+    weights_dtype: WeightsOpt = "bf16",
+    kv_dtype: KvOpt = None,
+    dtype: ActOpt = "bf16",
+    group_size: GroupOpt = 128,
+    mask_bytes: MaskOpt = 1,
+    last_logits: LastOpt = False,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """The largest batch (or, with --over seq, sequence length) whose peak memory fits on the
+    device, per phase; the other held at --batch / --seq. Training options apply to train only."""
+    with _user_errors():
+        s = catalog.load(spec)
+        hw = load_hardware(hardware)
+        phases = [p.value for p in phase] if phase else [p.value for p in PhaseName]
+        results = []
+        for ph in phases:
+            training = ph == "train"
+            run, par = _config(ph, optimizer if training else None, precision if training else None,
+                               zero if training else None, dp, recompute if training else None, flash,
+                               weights_dtype, kv_dtype, dtype, group_size, mask_bytes, last_logits)
+            n, m = fit(s, ph, hw.memory_bytes, over, batch, seq, enc_seq, run, par)
+            results.append((ph, n, m))
+    from costmodel import report_memory
+
+    emit(fmt, lambda: [report_memory.fit_table(results, over, hw, s.max_seq_len)],
+         lambda: {"spec": s.name, "hardware": hw.name, "device_bytes": int(hw.memory_bytes), "over": over,
+                  "phases": {ph: {f"max_{over}": n, "memory": m.to_dict(hw.memory_bytes)["memory"] if m else None}
+                             for ph, n, m in results}},
+         s, csv=lambda: report.records_csv([{"spec": s.name, "phase": ph, f"max_{over}": n,
+                                             "peak": m.peak if m else None} for ph, n, m in results]))

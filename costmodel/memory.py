@@ -1,0 +1,539 @@
+"""What a run holds in device memory, per device, and whether it fits.
+
+One formula per idea; the phase is a substitution, as everywhere else:
+
+- **weights**: every parameter at the recipe's width (training), or at the weight dtype
+  (inference: bf16, fp8, or int8/int4 weight-only quantisation of the linear layers' matrices
+  with one fp16 scale per group of ``group_size`` weights, GPTQ/AWQ-style; embeddings, norms,
+  biases and the LM head stay at the activation width);
+- **gradients**: one per parameter at the recipe's gradient width;
+- **optimizer states** (training): AdamW's m and v (Loshchilov & Hutter 2019), SGD's momentum,
+  8-bit Adam's two 1-byte states with an fp32 absmax per block of 2048 (Dettmers et al. 2022),
+  Adafactor's factored second moment, rows + columns per matrix and no first moment (Shazeer &
+  Stern 2018); plus the fp32 master weights of a mixed-precision recipe (Micikevicius et al.
+  2018). AdamW under bf16-mixed is ZeRO's 2 + 2 + K with K = 12 (Rajbhandari et al. 2020);
+- **ZeRO** over N_d data-parallel ranks: stage 1 shards the optimizer states (master weights
+  included), stage 2 also the gradients, stage 3 also the weights; a rank holds the largest shard,
+  ceil(n / N_d);
+- **activations** kept for backward (training), per component, from the ``saved`` and
+  ``mask_elements`` of the element formulas (``costmodel.cost``), with recompute ``none``,
+  ``selective`` (the attention core, QK^T, softmax, dropout and AV, recomputed: Korthikanti et al.
+  2022, "Reducing Activation Recomputation in Large Transformer Models") or ``full`` (every
+  layer keeps its input only), and flash attention (Dao et al. 2022: the S x S scores are never
+  kept; the output and the fp32 log-sum-exp of every query row are);
+- **KV cache** (inference): the element formulas' cache, at the KV dtype;
+- **peak of live activations** (inference): the largest live set of one pass (``live_peak``).
+
+The split across devices is a parameter (``Parallel``): data parallel and ZeRO are modelled;
+tensor and pipeline parallel sizes are accepted by the API for the parallelism work (issue 14)
+and refused with a clear error until it lands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from costmodel import model
+from costmodel.analysis import AnalysisError, analyze
+from costmodel.cost import Cost, Num
+from costmodel.phases import PHASES
+from costmodel.spec import Spec
+from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
+
+FP32 = 4
+ADAM8BIT_BLOCK = 2048  # bitsandbytes blockwise quantisation: one fp32 absmax per 2048 values
+SCALE_BYTES = 2  # an fp16 scale per quantisation group
+DEFAULT_GROUP = 128
+
+
+class MemoryConfigError(AnalysisError):
+    """A memory request that cannot be answered as asked (a ZeRO stage without ranks, ...)."""
+
+
+# --- recipes and optimizers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per parameter and per activation element of a training recipe.
+
+    weights      the copy the forward reads
+    extra        further per-parameter copies (fp8-mixed: the fp8 weights a Transformer Engine
+                 layer caches beside its bf16 ones)
+    gradients    one gradient per parameter
+    master       fp32 master weights kept by the optimizer (0: none)
+    states       width of each optimizer state element (Adam's m and v ...)
+    activations  width of an activation element
+    """
+
+    name: str
+    weights: int
+    extra: int
+    gradients: int
+    master: int
+    states: int
+    activations: int
+    note: str
+
+
+PRECISIONS = {p.name: p for p in (
+    Precision("bf16-mixed", 2, 0, 2, FP32, FP32, 2,
+              "bf16 weights and gradients, fp32 master weights and optimizer states"),
+    Precision("bf16", 2, 0, 2, 0, 2, 2, "everything bf16, optimizer states included (no master copy)"),
+    Precision("fp32", 4, 0, 4, 0, 4, 4, "everything fp32"),
+    Precision("fp8-mixed", 2, 1, 2, FP32, FP32, 2,
+              "bf16-mixed plus an fp8 copy of every weight for the fp8 matmuls; activations counted "
+              "at bf16 (fp8 copies of saved matmul inputs are not modelled)"),
+)}
+
+OPTIMIZERS = ("adamw", "sgd", "adam8bit", "adafactor")
+
+
+def optimizer_bytes(optimizer: str, params: int, factored: int, width: int) -> int:
+    """Optimizer-state bytes for `params` parameters (`factored`: Adafactor's row + column count)."""
+    if optimizer == "adamw":
+        return 2 * width * params  # m and v
+    if optimizer == "sgd":
+        return width * params  # momentum
+    if optimizer == "adam8bit":
+        return 2 * (params + FP32 * -(-params // ADAM8BIT_BLOCK))  # 1-byte m, v; fp32 absmax per block
+    if optimizer == "adafactor":
+        return width * factored  # factored second moment, beta1 = None
+    raise MemoryConfigError(f"optimizer: unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
+
+
+# --- the split ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How a run is split across devices, and what one device therefore holds.
+
+    dp                  data-parallel ranks N_d (ZeRO shards over them)
+    zero                ZeRO stage 0-3 (Rajbhandari et al. 2020); FSDP full-shard is stage 3
+    tp                  tensor-parallel size t (Shoeybi et al. 2019)
+    pp                  pipeline-parallel stages
+    sequence_parallel   Korthikanti et al. 2022's sequence parallelism (with tp)
+    micro_batch         sequences per micro-batch (default: the whole batch)
+    in_flight           micro-batches whose activations the first pipeline stage holds at once
+                        (1F1B: pp)
+    Only dp and zero are modelled here; tp, pp > 1 are refused until the parallelism issue.
+    """
+
+    dp: int = 1
+    zero: int = 0
+    tp: int = 1
+    pp: int = 1
+    sequence_parallel: bool = False
+    micro_batch: int | None = None
+    in_flight: int = 1
+
+    def check(self) -> None:
+        if self.dp < 1:
+            raise MemoryConfigError(f"dp: must be at least 1 (got {self.dp})")
+        if self.zero not in (0, 1, 2, 3):
+            raise MemoryConfigError(f"zero: stage must be 0, 1, 2 or 3 (got {self.zero})")
+        if self.tp != 1 or self.pp != 1 or self.sequence_parallel or self.in_flight != 1:
+            raise MemoryConfigError("tp/pp/sequence_parallel: only data parallel (--dp, --zero) is modelled yet")
+
+    def shard(self, n: int, stage: int) -> int:
+        """What one rank holds of `n` bytes sharded from ZeRO stage `stage` on."""
+        return -(-n // self.dp) if self.zero >= stage else n
+
+
+# --- configuration of a run -------------------------------------------------------------------
+
+
+RECOMPUTE = ("none", "selective", "full")
+WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a run keeps, besides the shape: the training recipe, or the inference dtypes.
+
+    mask_bytes   bytes per dropout-mask element: 1 for a fused kernel's bool mask (CUDA's
+                 native_dropout, Korthikanti et al.), the activation width for a composite one
+                 (the reference model on CPU and meta)
+    last_logits  prefill computes the logits of the last position only (serving stacks do)
+    """
+
+    optimizer: str = "adamw"
+    precision: str = "bf16-mixed"
+    recompute: str = "none"
+    flash: bool = False
+    mask_bytes: int = MASK_BYTES
+    weights_dtype: str = "bf16"
+    kv_dtype: str | None = None  # default: the activation dtype
+    dtype: str = "bf16"  # inference activations
+    group_size: int = DEFAULT_GROUP
+    last_logits: bool = False
+
+    def check(self, spec: Spec) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise MemoryConfigError(
+                f"optimizer: unknown optimizer {self.optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
+        if self.precision not in PRECISIONS:
+            raise MemoryConfigError(
+                f"precision: unknown recipe {self.precision!r}; expected one of {', '.join(PRECISIONS)}")
+        if self.recompute not in RECOMPUTE:
+            raise MemoryConfigError(
+                f"recompute: unknown mode {self.recompute!r}; expected one of {', '.join(RECOMPUTE)}")
+        if self.recompute == "selective" and self.flash:
+            raise MemoryConfigError("recompute: selective recomputes the attention core, which flash "
+                                    "attention never keeps; use none or full with --flash")
+        if self.weights_dtype not in WEIGHT_DTYPES:
+            raise MemoryConfigError(
+                f"weights-dtype: unknown {self.weights_dtype!r}; expected one of {', '.join(WEIGHT_DTYPES)}")
+        for name, value in (("kv-dtype", self.kv_dtype), ("dtype", self.dtype)):
+            if value is not None and value not in DTYPE_BYTES:
+                raise MemoryConfigError(f"{name}: unknown {value!r}; expected one of {', '.join(DTYPE_BYTES)}")
+        if self.group_size < 1:
+            raise MemoryConfigError(f"group-size: must be at least 1 (got {self.group_size})")
+
+
+# --- the result ------------------------------------------------------------------------------
+
+
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One line of the breakdown: a category, a component path (or a name), bytes per device."""
+
+    category: str
+    path: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What one device holds in one phase. Bytes are exact integers.
+
+    peak: training, weights + gradients + optimizer + activations (all live at the end of the
+    forward; backward frees activations as it fills gradients, so this bounds the step's
+    high-water mark from above, less the framework's workspace); inference, weights + KV cache
+    + the largest live set of activations of the pass.
+    """
+
+    spec: str
+    phase: str
+    batch: int
+    seq: int
+    shape: dict[str, int]
+    run: Run
+    parallel: Parallel
+    items: tuple[Item, ...]
+    peak_activations: int  # inference: the live peak of the pass; training: all saved
+    notes: tuple[str, ...] = field(default=())
+
+    def total(self, category: str) -> int:
+        return sum(i.bytes for i in self.items if i.category == category)
+
+    @property
+    def peak(self) -> int:
+        held = sum(self.total(c) for c in CATEGORIES if c != "activations")
+        return held + self.peak_activations
+
+    def fits(self, memory_bytes: float) -> bool:
+        return self.peak <= memory_bytes
+
+    def to_dict(self, memory_bytes: float | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {c: self.total(c) for c in CATEGORIES}
+        out["peak"] = self.peak
+        out["peak_activations"] = self.peak_activations
+        if memory_bytes is not None:
+            out["device_bytes"] = int(memory_bytes)
+            out["fits"] = self.fits(memory_bytes)
+            out["headroom"] = int(memory_bytes) - self.peak  # negative: the shortfall
+        out["by_component"] = [{"category": i.category, "path": i.path, "bytes": i.bytes} for i in self.items]
+        return {
+            "spec": self.spec, "phase": self.phase, "batch": self.batch, "seq": self.seq,
+            "shape": dict(self.shape),
+            "run": {"optimizer": self.run.optimizer, "precision": self.run.precision,
+                    "recompute": self.run.recompute, "flash": self.run.flash,
+                    "mask_bytes": self.run.mask_bytes, "weights_dtype": self.run.weights_dtype,
+                    "kv_dtype": self.run.kv_dtype or self.run.dtype, "dtype": self.run.dtype},
+            "parallel": {"dp": self.parallel.dp, "zero": self.parallel.zero, "tp": self.parallel.tp,
+                         "pp": self.parallel.pp},
+            "memory": out,
+            "notes": list(self.notes),
+        }
+
+
+# --- the formulas ----------------------------------------------------------------------------
+
+
+def memory(spec: Spec, phase: str = "train", batch: int = 1, seq: int | None = None,
+           enc_seq: int | None = None, run: Run | None = None, parallel: Parallel | None = None) -> Memory:
+    """What one device holds for `phase` of `spec` at this batch and sequence length.
+
+    `seq` is the prompt (prefill, train) or the cached tokens (decode), as in ``analyze``.
+    """
+    run = run or Run()
+    parallel = parallel or Parallel()
+    run.check(spec)
+    parallel.check()
+    if phase not in PHASES:
+        raise MemoryConfigError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+    training = PHASES[phase].training
+    p = PRECISIONS[run.precision].activations if training else DTYPE_BYTES[run.dtype]
+    dtype = {2: "bf16", 4: "fp32", 1: "fp8"}[p]
+    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
+    costs = model.components(spec, model.numeric_dims(spec, dict(a.shape), p))
+    if training:
+        items, peak, notes = _training(spec, costs, dict(a.shape), p, run, parallel)
+    else:
+        items, peak, notes = _inference(spec, phase, costs, dict(a.shape), p, run, a.total().kv_cache)
+    return Memory(spec.name, phase, batch, a.seq, dict(a.shape), run, parallel, tuple(items), peak, tuple(notes))
+
+
+def _training(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run,
+              par: Parallel) -> tuple[list[Item], int, list[str]]:
+    rec = PRECISIONS[run.precision]
+    params = sum(int(c.params) for c in costs.values())
+    factored = sum(int(c.factored) for c in costs.values())
+    states = model_states(params, factored, run, par)
+    items: list[Item] = []
+    for category, stage, width in (("weights", 3, rec.weights + rec.extra), ("gradients", 2, rec.gradients)):
+        if par.zero >= stage:  # one flat buffer, partitioned evenly (ZeRO, FSDP)
+            items.append(Item(category, f"all parameters, ZeRO-{par.zero} shard of {par.dp}", states[category]))
+        else:
+            items += [Item(category, path, int(c.params) * width) for path, c in costs.items() if c.params]
+    items.append(Item("optimizer", f"{run.optimizer} states", states["optimizer"] - states["master"]))
+    if rec.master:
+        items.append(Item("optimizer", "master weights (fp32)", states["master"]))
+    acts = activations(spec, costs, shape, p, run)
+    items += [Item("activations", path, n) for path, n in acts.items() if n]
+    notes = [f"precision {rec.name}: {rec.note}"]
+    if run.recompute == "selective":
+        notes.append("selective recompute: the attention core (scores, softmax, dropout, AV) is "
+                     "recomputed in backward (Korthikanti et al. 2022); Q, K, V are kept")
+    return items, sum(acts.values()), notes
+
+
+def model_states(params: int, factored: int, run: Run, par: Parallel) -> dict[str, int]:
+    """Weights, gradients and optimizer states (master weights included, also given alone) of
+    `params` parameters on one rank: ZeRO's (2 + 2 + K) x Psi for AdamW bf16-mixed (K = 12),
+    each term divided by N_d from its stage on (Rajbhandari et al. 2020, section 5.1)."""
+    rec = PRECISIONS[run.precision]
+    states = optimizer_bytes(run.optimizer, params, factored, rec.states)
+    master = par.shard(params * rec.master, 1)
+    return {
+        "weights": par.shard(params * (rec.weights + rec.extra), 3),
+        "gradients": par.shard(params * rec.gradients, 2),
+        "optimizer": par.shard(states, 1) + master,
+        "master": master,
+    }
+
+
+def is_layer(path: str) -> bool:
+    """A leaf of a layer of a stack (``layers/...``, ``layers[local]/...``, ``decoder/layers/...``)."""
+    return any(part == "layers" or part.startswith("layers[") for part in path.split("/")[:-1])
+
+
+def _attention_core(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) >= 2 and parts[-2] in ("attention", "cross_attention") and parts[-1] in (
+        "softmax", "softcap")
+
+
+def activations(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run) -> dict[str, int]:
+    """Bytes kept for backward, by component path (plus the tensors a stack's layers share).
+
+    none       every ``saved`` of the element formulas, and the dropout masks at ``mask_bytes``
+    selective  less the attention core: the softmax output (and softcap's tanh), the dropped-out
+               probabilities and their mask (Korthikanti et al. 2022, section 4.3)
+    full       each layer keeps only its input, B*S*d*p (per-layer checkpointing, Chen et al.
+               2016), and the stack's position bias if its layers add one; what lies outside
+               the layers is kept as without recompute
+    flash      instead of the S x span probabilities, each attention layer keeps its output
+               (B*h*S*d_h*p) and the fp32 log-sum-exp of each query row (B*h*S*4); no mask
+    Shared by a stack's layers (kept once, not per layer): the causal mask (S x S bools, one per
+    window kind), RoPE's cos and sin tables (2*S*r*p), and an encoder-decoder's encoder output,
+    which every cross-attention's K and V read (B*S_e*d*p).
+    """
+    B, S, S_e, d = shape["B"], shape["S"], shape["S_e"], spec.d_model
+    core_dropped = run.recompute == "selective" or run.flash
+    attn_dropout = spec.attention_dropout_rate > 0
+    out: dict[str, int] = {}
+    for path, c in costs.items():
+        if run.recompute == "full" and is_layer(path):
+            continue
+        n = int(c.saved) + int(c.mask_elements) * run.mask_bytes
+        block, _, leaf = path.rpartition("/")
+        probs = _probs_bytes(costs, block)  # p x scores of this attention sub-block (0: none)
+        if core_dropped and probs:
+            if leaf in ("softmax", "softcap"):
+                n = 0
+            elif leaf == "av" and attn_dropout:
+                n -= probs  # the dropped-out probabilities
+            elif leaf == "dropout" and attn_dropout:
+                n -= probs // p * run.mask_bytes  # their mask
+        out[path] = n
+        if run.flash and leaf == "softmax":
+            rows = probs // p // _span(shape, path)  # B x h x queries, times the layers
+            out[f"{block}/flash_output"] = rows * (spec.head_dim * p + FP32)
+    groups = model.layer_groups(spec)
+    stacks = [("encoder", S_e), ("decoder", S)] if spec.is_encoder_decoder else [("layers", S)]
+    for stack, q_len in stacks:
+        prefix = "" if stack == "layers" else f"{stack}/"
+        mine = [path for path in costs if path.startswith(prefix) and is_layer(path)]
+        if run.recompute == "full":
+            layers = sum(n for (s, _), n in groups.items() if s == stack)
+            out[f"{prefix}layers/inputs"] = layers * B * q_len * d * p
+            if any(path.endswith("attention/position_bias") for path in mine):
+                out[f"{prefix}layers/position_bias"] = spec.n_heads * q_len * q_len * p
+            continue
+        if stack != "encoder" and not run.flash:
+            kinds = sum(1 for (s, _) in groups if s == stack)
+            out[f"{prefix}layers/causal_mask"] = kinds * q_len * q_len * MASK_BYTES
+        if any(path.endswith("/rope") for path in mine):
+            out[f"{prefix}layers/rope_tables"] = 2 * q_len * spec.rotary_dims * p
+    if spec.is_encoder_decoder:
+        out["decoder/layers/cross_attention/encoder_output"] = B * S_e * d * p
+    return out
+
+
+def _probs_bytes(costs: dict[str, Cost], block: str) -> int:
+    """The softmax output of an attention sub-block (p x its score elements), or 0."""
+    softmax = costs.get(f"{block}/softmax")
+    return int(softmax.saved) if softmax is not None else 0
+
+
+def _span(shape: dict[str, int], path: str) -> int:
+    """Keys per query in a training pass: the decoder's own S, or the encoder's S_e."""
+    return shape["S_e"] if path.startswith("encoder/") or "cross_attention" in path else shape["S"]
+
+
+def weight_bytes(costs: dict[str, Cost], weights_dtype: str, p: int, group_size: int) -> dict[str, int]:
+    """Inference weights by component. A float dtype holds every parameter at its width; int8 and
+    int4 hold the matrices of the linear layers (the LM head excepted, as GPTQ and AWQ leave it)
+    at 8 or 4 bits plus an fp16 scale per group of `group_size` weights, and the rest at `p`."""
+    out: dict[str, int] = {}
+    for path, c in costs.items():
+        params = int(c.params)
+        if not params:
+            continue
+        if weights_dtype in DTYPE_BYTES:
+            out[path] = params * DTYPE_BYTES[weights_dtype]
+            continue
+        bits = {"int8": 8, "int4": 4}[weights_dtype]
+        quantised = int(c.matrices) if path != "lm_head" else 0
+        scales = -(-quantised // group_size) * SCALE_BYTES
+        out[path] = quantised * bits // 8 + scales + (params - quantised) * p
+    return out
+
+
+def _inference(spec: Spec, phase: str, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run,
+               kv_cache: int) -> tuple[list[Item], int, list[str]]:
+    items = [Item("weights", path, n) for path, n in weight_bytes(costs, run.weights_dtype, p,
+                                                                 run.group_size).items()]
+    kv_p = DTYPE_BYTES[run.kv_dtype or run.dtype]
+    items.append(Item("kv_cache", "kv_cache", kv_cache * kv_p // p))
+    live = live_peak(spec, shape, p, run.flash, run.last_logits and phase == "prefill")
+    site = max(live, key=lambda k: live[k])
+    items.append(Item("activations", f"live at the {site} peak", live[site]))
+    others = ", ".join(f"{k} {n:,}" for k, n in live.items() if k != site)
+    notes = [f"activations: the largest live set of one pass, at the {site}; the other sites: {others}"]
+    return items, live[site], notes
+
+
+def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logits: bool) -> dict[str, int]:
+    """The live activation bytes at the three sites where an inference pass peaks.
+
+    Every site holds the residual stream x and the sub-block's normalised input (B*S*d each):
+    attention  + Q, K, V of this pass (B*(h + 2k)*S*d_h) and, unless flash, the scores and the
+               probabilities of one layer at once (2 x B*h*S*C)
+    ffn        + the hidden activations (B*S*f, three tensors for a GLU: gate, up, product;
+               two otherwise)
+    lm_head    + the logits (B*S*V, or B*V when only the last position's are computed), one
+               more copy for a logit scale (Cohere) and two more for a final soft-cap (Gemma 2:
+               z / cap and tanh of it are live with the logits)
+    """
+    B, S, C = shape["B"], shape["S"], shape["C"]
+    h, k, d_h, d, f, V = spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.d_model, spec.d_ff, spec.vocab_size
+    stream = 2 * p * B * S * d
+    scores = 0 if flash else 2 * p * B * h * S * C
+    copies = 1 + (spec.logit_scale is not None) + 2 * (spec.final_softcap is not None)
+    return {
+        "attention": stream + p * B * (h + 2 * k) * S * d_h + scores,
+        "ffn": stream + (3 if spec.activation.gated else 2) * p * B * S * f,
+        "lm_head": stream + copies * p * B * (1 if last_logits else S) * V,
+    }
+
+
+# --- conventions and fitting ---------------------------------------------------------------------
+
+
+def korthikanti(s: Num, b: Num, h: Num, a: Num, t: Num = 1, sequence_parallel: bool = False,
+                recompute: str = "none") -> Num:
+    """Activation bytes per layer of Korthikanti et al. 2022 ("Reducing Activation Recomputation
+    in Large Transformer Models"), Table 2: a GPT layer (LayerNorm, a 4h GeLU MLP, dropout with
+    1-byte masks, 16-bit activations) of s tokens, micro-batch b, hidden h, a heads, tensor
+    parallel t.
+
+        no parallelism                   sbh(34 + 5as/h)
+        tensor parallel                  sbh(10 + 24/t + 5as/(ht))
+        tensor + sequence parallel       sbh/t (34 + 5as/h)
+        tensor parallel, selective       sbh(10 + 24/t)
+        tensor + sequence, selective     34 sbh/t
+        full recompute                   2sbh
+    It leaves out the LayerNorm statistics (fp32 mean and 1/std per row), the loss and the
+    embeddings; our exact count follows the spec's own elements and shows theirs beside it.
+    """
+    if recompute == "full":
+        return 2 * s * b * h
+    scores = 0 if recompute == "selective" else 5 * a * s / h
+    if sequence_parallel:
+        return s * b * h * (34 + scores) / t
+    return s * b * h * (10 + 24 / t + scores / t) if t != 1 else s * b * h * (34 + scores)
+
+
+def fit(spec: Spec, phase: str, memory_bytes: float, over: str = "batch", batch: int = 1,
+        seq: int | None = None, enc_seq: int | None = None, run: Run | None = None,
+        parallel: Parallel | None = None, limit: int = 1 << 24) -> tuple[int, Memory | None]:
+    """The largest batch (`over="batch"`) or sequence length (`over="seq"`) whose peak fits in
+    `memory_bytes`, the other held at the value given, with the memory at that point (None and
+    0 when not even 1 fits). Memory grows with either, so a doubling then bisection finds it;
+    a sequence is capped at the spec's max_seq_len (less the new token in decode)."""
+    if over not in ("batch", "seq"):
+        raise MemoryConfigError(f"over: fit over batch or seq (got {over!r})")
+    if over == "seq":  # no longer than the model's context
+        limit = min(limit, spec.max_seq_len - (1 if phase == "decode" else 0))
+
+    def at(n: int) -> Memory:
+        if over == "batch":
+            return memory(spec, phase, n, seq, enc_seq, run, parallel)
+        return memory(spec, phase, batch, n, enc_seq, run, parallel)
+
+    first = at(1)
+    if not first.fits(memory_bytes):
+        return 0, None
+    lo, hi = 1, 2
+    while hi <= limit and at(hi).fits(memory_bytes):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:  # lo fits, hi does not (or is past the limit)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if at(mid).fits(memory_bytes) else (lo, mid)
+    return lo, at(lo)
+
+
+def fit_warning(spec: Spec, phase: str, batch: int, seq: int | None, enc_seq: int | None, dtype: str,
+                device: str, memory_bytes: float) -> str | None:
+    """One line when the shape does not fit on the device (None when it does), naming the
+    shortfall. Training is counted with the default recipe (AdamW, bf16-mixed, no recompute, one
+    device); inference with weights, KV cache and activations at `dtype`."""
+    from costmodel.units import decimal_bytes, nbytes
+
+    run = Run() if PHASES[phase].training else Run(dtype=dtype, weights_dtype=dtype)
+    m = memory(spec, phase, batch, seq, enc_seq, run)
+    if m.fits(memory_bytes):
+        return None
+    what = "AdamW bf16-mixed training" if phase == "train" else phase
+    return (f"warning: {what} at B={batch}, seq={m.seq} needs {nbytes(m.peak)} per device, "
+            f"{nbytes(m.peak - memory_bytes)} more than {device}'s {decimal_bytes(memory_bytes)} "
+            f"(see `costmodel memory`)")

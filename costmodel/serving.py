@@ -1,0 +1,171 @@
+"""Serving: time to first token, time per output token, latency and throughput over batch.
+
+A request is a prompt of P tokens and O generated tokens, B requests batched together:
+- **TTFT** (time to first token): one prefill over B x P tokens. In serving only the last
+  position's logits are computed (``logits_to_keep=1`` in HF's ``generate``), so by default the
+  head (``head_scale``, ``lm_head``, ``logit_scale``, ``logit_softcap``) is charged over B
+  tokens, not B x P; ``all_logits=True`` keeps the HF forward's convention (every position).
+- **TPOT** (time per output token): decode step j = 1 .. O-1 has P + j - 1 tokens cached and
+  attends to P + j, so it grows with the context. The mean is the integral of the step time
+  over the O - 1 steps, by the trapezoid rule on at most ``SAMPLES`` evenly spaced steps (the
+  step time is smooth in the context); first and last are the steps j = 1 and O - 1.
+- **latency** = TTFT + (O - 1) x mean TPOT; **tokens/s per device** = B x O / latency.
+An encoder-decoder encodes the prompt (S_e = P) and starts its decoder from one token.
+
+Each phase's time is ``costmodel.timing.predict``: calibrated when the profile has efficiency
+tables, else the roofline (and the result says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from costmodel import metrics
+from costmodel.analysis import Analysis, AnalysisError, analyze
+from costmodel.hardware import Hardware, roofline
+from costmodel.spec import Spec
+from costmodel.timing import Kernels, Prediction, predict
+
+#: Components after the last hidden state: computed for the last position only in serving.
+HEAD = ("head_scale", "lm_head", "logit_scale", "logit_softcap")
+SAMPLES = 9  # decode steps evaluated per request (the ends included)
+
+
+@dataclass(frozen=True)
+class ServingPoint:
+    batch: int
+    ttft_s: float
+    tpot_s: float | None  # mean over the O - 1 decode steps (None when O = 1)
+    tpot_first_s: float | None
+    tpot_last_s: float | None
+    latency_s: float
+    tokens_per_s: float  # B x O / latency, per device
+    fits: bool | None  # weights + KV cache at the last step within device memory (metrics.fit)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch": self.batch, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+                "tpot_first_s": self.tpot_first_s, "tpot_last_s": self.tpot_last_s,
+                "latency_s": self.latency_s, "tokens_per_s": self.tokens_per_s, "fits": self.fits}
+
+
+@dataclass(frozen=True)
+class Serving:
+    spec: Spec
+    hardware: Hardware
+    dtype: str
+    prompt: int
+    output: int
+    all_logits: bool
+    kernels: Kernels
+    calibrated: bool
+    points: tuple[ServingPoint, ...]
+    note: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.name, "hardware": self.hardware.name, "dtype": self.dtype,
+            "prompt": self.prompt, "output": self.output,
+            "logits": "all positions" if self.all_logits else "last position only",
+            "kernels": self.kernels.to_dict(), "calibrated": self.calibrated, "note": self.note,
+            "batches": [p.to_dict() for p in self.points],
+        }
+
+
+def parse_batches(text: str) -> tuple[int, ...]:
+    """'1,8,64' -> (1, 8, 64); one clear error for anything else."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise AnalysisError(f"batch: {text!r} is not a comma-separated list of integers (e.g. 1,8,64)") from None
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise AnalysisError(f"batch: every batch size must be at least 1 (got {bad[0]} in {text!r})")
+    return values
+
+
+def _time(p: Prediction, a: Analysis, hw: Hardware, drop: tuple[str, ...] = ()) -> float:
+    """The phase's time without the components named in `drop`."""
+    if not drop:
+        return p.time_s
+    if p.calibrated:
+        return sum(r.time_s for r in p.rows if r.path not in drop)
+    kept = [r for r in a.rows if r.path not in drop]
+    return roofline(sum(r.flops for r in kept), sum(r.bytes_unfused for r in kept), hw, a.dtype).time_s
+
+
+def _head_time(p: Prediction, a: Analysis, hw: Hardware) -> float:
+    if p.calibrated:
+        return sum(r.time_s for r in p.rows if r.path in HEAD)
+    kept = [r for r in a.rows if r.path in HEAD]
+    return roofline(sum(r.flops for r in kept), sum(r.bytes_unfused for r in kept), hw, a.dtype).time_s
+
+
+def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int, ...], dtype: str = "bf16",
+          all_logits: bool = False, kernels: Kernels = Kernels()) -> Serving:
+    """TTFT, TPOT, latency and tokens/s of `spec` on `hw` for each batch size."""
+    if prompt < 1:
+        raise AnalysisError(f"prompt: must be at least 1 token (got {prompt})")
+    if output < 1:
+        raise AnalysisError(f"output: must be at least 1 token (got {output})")
+    if not batches or min(batches) < 1:
+        raise AnalysisError("batch: every batch size must be at least 1")
+    hw.peak(dtype)
+    encdec = spec.is_encoder_decoder
+
+    def decode(B: int, j: int) -> tuple[Analysis, Prediction]:
+        """Decode step j (1-based): P + j - 1 tokens cached (encoder-decoder: j decoder tokens)."""
+        a = analyze(spec, "decode", batch=B, seq=j if encdec else prompt + j - 1, dtype=dtype,
+                    enc_seq=prompt if encdec else None)
+        return a, predict(a, hw, kernels)
+
+    points = []
+    calibrated = hw.tables_for(dtype)
+    for B in batches:
+        pre = analyze(spec, "prefill", batch=B, seq=1 if encdec else prompt, dtype=dtype,
+                      enc_seq=prompt if encdec else None)
+        p_pre = predict(pre, hw, kernels)
+        first = decode(B, 1)
+        if all_logits or encdec:  # an encoder-decoder's prefill has one decoder position already
+            ttft = p_pre.time_s
+        else:  # the head over the last position: the decode step's head (B tokens, same weights)
+            ttft = _time(p_pre, pre, hw, HEAD) + _head_time(first[1], first[0], hw)
+        steps = output - 1
+        last = first
+        decode_total = 0.0
+        tpot = tpot_first = tpot_last = None
+        if steps:
+            js = sorted({1 + round(i * (steps - 1) / (SAMPLES - 1)) for i in range(SAMPLES)})  # 1 .. steps
+            times = {1: first[1].time_s}
+            for j in js[1:]:
+                last = decode(B, j)
+                times[j] = last[1].time_s
+            decode_total = _integrate(js, times)
+            tpot, tpot_first, tpot_last = decode_total / steps, times[1], times[steps]
+        latency = ttft + decode_total
+        points.append(ServingPoint(B, ttft, tpot, tpot_first, tpot_last, latency, B * output / latency,
+                                   fits(last[0], hw)))
+    note = None if calibrated else points and predict(
+        analyze(spec, "decode", batch=batches[0], seq=prompt, dtype=dtype,
+                enc_seq=prompt if encdec else None), hw).note
+    return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, calibrated, tuple(points), note)
+
+
+def _integrate(js: list[int], times: dict[int, float]) -> float:
+    """Sum of the step times over steps js[0] .. js[-1], linear between the sampled steps."""
+    total = times[js[0]]
+    for j0, j1 in zip(js, js[1:]):
+        # steps j0+1 .. j1: sum_{i=1}^{n} t0 + (t1 - t0) i / n = n t0 + (t1 - t0)(n + 1) / 2
+        n = j1 - j0
+        total += n * times[j0] + (times[j1] - times[j0]) * (n + 1) / 2
+    return total
+
+
+def fits(a: Analysis, hw: Hardware) -> bool | None:
+    """Hook for the memory model: whether weights and the KV cache of the last decode step fit
+    in device memory (``metrics.fit``; activations and workspace are not counted yet). None
+    when the phase keeps no cache."""
+    try:
+        return a.batch <= metrics.fit(a, hw).max_batch
+    except AnalysisError:
+        return None

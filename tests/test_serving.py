@@ -1,0 +1,104 @@
+"""`costmodel inference`: TTFT, TPOT, latency and throughput from the time model; the README's
+examples; bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from costmodel import catalog
+from costmodel.analysis import AnalysisError, analyze
+from costmodel.cli import app
+from costmodel.hardware import load_hardware
+from costmodel.serving import HEAD, parse_batches, serve
+from costmodel.timing import predict
+
+runner = CliRunner()
+
+
+def test_ttft_is_the_prefill_with_the_head_over_the_last_position_only() -> None:
+    spec, hw = catalog.load("llama-2-7b"), load_hardware("h100-sxm")
+    sv = serve(spec, hw, prompt=512, output=2, batches=(4,), all_logits=True)
+    pre = analyze(spec, "prefill", batch=4, seq=512)
+    assert sv.points[0].ttft_s == predict(pre, hw).time_s
+    # last position only: the roofline of the prefill without its head, plus the head over B rows
+    # (the head of a decode step: 4 rows, the same weights)
+    sv_last = serve(spec, hw, prompt=512, output=2, batches=(4,))
+    kept = [r for r in pre.rows if r.path not in HEAD]
+    body = max(sum(r.flops for r in kept) / hw.peak("bf16"), sum(r.bytes_unfused for r in kept) / hw.memory_bandwidth)
+    dec = analyze(spec, "decode", batch=4, seq=512)
+    head = dec.total("lm_head")
+    head_t = max(head.flops / hw.peak("bf16"), head.bytes_unfused / hw.memory_bandwidth)
+    assert sv_last.points[0].ttft_s == pytest.approx(body + head_t)
+    assert sv_last.points[0].ttft_s < sv.points[0].ttft_s
+
+
+def test_tpot_grows_with_the_context_and_latency_adds_up() -> None:
+    spec, hw = catalog.load("llama-2-7b"), load_hardware("h100-sxm")
+    P, O, B = 1000, 300, 8
+    p = serve(spec, hw, prompt=P, output=O, batches=(B,)).points[0]
+    first = predict(analyze(spec, "decode", batch=B, seq=P), hw).time_s  # step 1: P cached
+    last = predict(analyze(spec, "decode", batch=B, seq=P + O - 2), hw).time_s
+    assert p.tpot_first_s == first and p.tpot_last_s == last and first < p.tpot_s < last
+    # the roofline's decode time is linear in the context here, so the mean is the midpoint
+    assert p.tpot_s == pytest.approx((first + last) / 2, rel=1e-9)
+    assert p.latency_s == pytest.approx(p.ttft_s + (O - 1) * p.tpot_s)
+    assert p.tokens_per_s == pytest.approx(B * O / p.latency_s)
+
+
+def test_one_output_token_is_the_prefill_alone() -> None:
+    p = serve(catalog.load("gpt2-small"), load_hardware("a100-80gb"), 100, 1, (1,)).points[0]
+    assert p.tpot_s is None and p.latency_s == p.ttft_s
+
+
+def test_parse_batches() -> None:
+    assert parse_batches("1,8,64") == (1, 8, 64)
+    for bad in ("1,0,8", "a,b", "-1"):
+        with pytest.raises(AnalysisError, match="batch"):
+            parse_batches(bad)
+
+
+# --- the README's examples --------------------------------------------------------------------
+
+
+def test_readme_inference_example() -> None:
+    result = runner.invoke(app, ["inference", "llama-3-8b", "--hardware", "h100-sxm", "--prompt", "2048",
+                                 "--output", "256", "--batch", "1,8,64"])
+    assert result.exit_code == 0, result.output
+    assert "TTFT" in result.output and "last position only" in result.output
+    assert "no efficiency tables" in result.output  # a datasheet profile without tables says so
+
+
+def test_readme_inference_json() -> None:
+    result = runner.invoke(app, ["inference", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "1,8",
+                                 "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [b["batch"] for b in data["batches"]] == [1, 8]
+    for b in data["batches"]:
+        assert {"ttft_s", "tpot_s", "tokens_per_s", "latency_s", "fits"} <= set(b)
+    assert data["batches"][1]["tokens_per_s"] > data["batches"][0]["tokens_per_s"]
+
+
+def test_inference_plot(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "curve.png"
+    result = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--prompt", "128",
+                                 "--output", "32", "--batch", "1,4,16", "--plot", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch", "1,0,8"], "batch: every batch size must be at least 1"),
+    (["--batch", "x"], "batch:"),
+    (["--output", "0"], "output:"),
+    (["--hardware", "nope"], "hardware nope"),
+])
+def test_inference_bad_input_is_one_line_and_exit_2(args, message) -> None:
+    base = ["inference", "gpt2-small", "--hardware", "l4", "--prompt", "64", "--output", "8"]
+    result = runner.invoke(app, base + args)
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output

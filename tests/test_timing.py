@@ -1,0 +1,192 @@
+"""The operator time model: the efficiency lookup (hand-derived), the sum and overlap rule, the
+kernel options, the roofline fallback, and the matmul shapes behind every component."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from costmodel import catalog, model
+from costmodel.analysis import analyze
+from costmodel.efficiency import Efficiency, MatmulTable, MemoryTable
+from costmodel.hardware import Hardware, load_hardware
+from costmodel.spec import parse_spec
+from costmodel.timing import Kernels, predict
+
+TINY = """
+name: tiny
+d_model: 64
+n_layers: 2
+n_heads: 4
+d_ff: 256
+vocab_size: 100
+max_seq_len: 64
+norm: rmsnorm
+activation: swiglu
+position: rope
+"""
+
+
+def table(values: dict[tuple[int, int, int], float]) -> MatmulTable:
+    M, N, K = [1, 4], [64, 256], [64, 256]
+    return MatmulTable(M=M, N=N, K=K, efficiency=[[[values[(m, n, k)] for k in K] for n in N] for m in M])
+
+
+def flat(mm: float, mem: float, floor: float = 0.0) -> Hardware:
+    e = Efficiency(source="test", floor_s=floor,
+                   matmul={"fp32": MatmulTable(M=[1], N=[1], K=[1], efficiency=[[[mm]]])},
+                   memory=MemoryTable(bytes=[1.0], efficiency=[mem]))
+    return Hardware(name="flat", peak_flops={"fp32": 1e12}, memory_bandwidth=1e11, memory_bytes=1e10,
+                    source="test", efficiency=e)
+
+
+# --- the lookup ---------------------------------------------------------------------------------
+
+
+def test_matmul_lookup_at_grid_points_and_between_in_log_space() -> None:
+    corners = {(m, n, k): 0.1 * (1 + i) for i, (m, n, k) in enumerate(
+        (m, n, k) for m in (1, 4) for n in (64, 256) for k in (64, 256))}
+    t = table(corners)
+    assert t(4, 64, 256) == pytest.approx(corners[(4, 64, 256)])
+    # M = 2 is halfway between 1 and 4 in log2: the geometric mean of the two M faces
+    assert t(2, 64, 64) == pytest.approx(math.sqrt(0.1 * 0.5))
+    # the centre of the cube: the geometric mean of all eight corners (0.1 .. 0.8)
+    assert t(2, 128, 128) == pytest.approx(math.prod(0.1 * i for i in range(1, 9)) ** (1 / 8))
+
+
+def test_matmul_lookup_clamps_outside_the_grid() -> None:
+    t = table({(m, n, k): (0.2 if m == 1 else 0.8) for m in (1, 4) for n in (64, 256) for k in (64, 256)})
+    assert t(0.5, 10, 10) == pytest.approx(0.2)
+    assert t(4096, 100000, 100000) == pytest.approx(0.8)
+
+
+def test_memory_lookup_interpolates_in_log_bytes() -> None:
+    m = MemoryTable(bytes=[1e3, 1e5], efficiency=[0.1, 0.4])
+    assert m(1e4) == pytest.approx(0.2)  # geometric mean, halfway in log bytes
+    assert m(10) == pytest.approx(0.1) and m(1e9) == pytest.approx(0.4)
+
+
+def test_a_malformed_table_is_rejected() -> None:
+    with pytest.raises(ValueError, match="efficiency"):
+        MatmulTable(M=[1, 2], N=[1], K=[1], efficiency=[[[0.5]]])
+    with pytest.raises(ValueError, match="increasing"):
+        MemoryTable(bytes=[10, 5], efficiency=[0.1, 0.2])
+
+
+# --- the sum rule ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
+def test_phase_time_is_matmul_flops_at_their_rate_plus_other_bytes_at_theirs(phase) -> None:
+    """Flat tables: every matmul at 0.5 x 1 TFLOP/s, every other op at 0.25 x 100 GB/s, no floor.
+    The phase is the sum: matmul FLOPs / 5e11 + bytes of the non-matmul components / 2.5e10; a
+    training step also zero-fills and writes the gradient of each non-matmul weight (2 x 4 B)."""
+    spec = parse_spec(TINY)
+    a = analyze(spec, phase, batch=2, seq=16, dtype="fp32")
+    p = predict(a, flat(0.5, 0.25))
+    assert p.calibrated and p.note is None
+    matmul = a.total().flops_matmul
+    other = sum(r.bytes_unfused + (8 * r.params if phase == "train" else 0) for r in a.rows if r.flops_matmul == 0)
+    assert p.time_s == pytest.approx(matmul / 5e11 + other / 2.5e10)
+    assert p.roofline_s == pytest.approx(max(a.total().flops / 1e12, a.total().bytes_unfused / 1e11))
+
+
+def test_every_op_takes_at_least_the_floor() -> None:
+    """A 1 s floor dwarfs everything: a component of a 2-layer group is 2 ops (a matmul in a
+    training step 6: forward, dA, dB per layer), the embedding and head 1 (3 in training)."""
+    spec = parse_spec(TINY)
+    for phase, per in (("decode", 1), ("train", 3)):
+        a = analyze(spec, phase, batch=1, seq=8, dtype="fp32")
+        p = predict(a, flat(0.5, 0.25, floor=1.0))
+        rows = {r.path: r for r in p.rows}
+        assert rows["layers/ffn/up"].time_s == pytest.approx(2 * per)
+        assert rows["lm_head"].time_s == pytest.approx(per)
+        assert rows["layers/attention/norm"].time_s == pytest.approx(2 * per)
+        assert rows["final_norm"].time_s == pytest.approx(per)
+
+
+def test_flash_attention_fuses_the_score_pipeline_and_skips_masked_pairs() -> None:
+    spec = parse_spec(TINY)
+    a = analyze(spec, "prefill", batch=1, seq=32, dtype="fp32")
+    hw = flat(0.5, 0.25)
+    plain, flash = predict(a, hw), predict(a, hw, Kernels(flash_attention=True))
+    rows, frows = {r.path: r for r in plain.rows}, {r.path: r for r in flash.rows}
+    for leaf in ("softmax", "mask", "scale"):
+        assert frows[f"layers/attention/{leaf}"].kind == "fused" and frows[f"layers/attention/{leaf}"].time_s == 0
+    scores = a.total("layers/attention/scores")
+    assert frows["layers/attention/scores"].time_s == pytest.approx(
+        rows["layers/attention/scores"].time_s * scores.flops_matmul_effective / scores.flops_matmul)
+    assert frows["layers/ffn/up"].time_s == rows["layers/ffn/up"].time_s
+
+
+def test_fused_kernels_leave_only_matmuls_lookups_cache_writes_and_loss() -> None:
+    a = analyze(parse_spec(TINY), "decode", batch=1, seq=8, dtype="fp32")
+    p = predict(a, flat(0.5, 0.25), Kernels(fused=True))
+    timed = {r.path.rsplit("/", 1)[-1] for r in p.rows if r.kind == "memory"}
+    assert timed == {"tokens", "kv_cache"}
+    assert {r.path for r in p.rows if r.kind == "fused"} == {
+        "layers/attention/norm", "layers/attention/rope", "layers/attention/scale", "layers/attention/mask",
+        "layers/attention/softmax", "layers/attention/residual", "layers/ffn/norm", "layers/ffn/act",
+        "layers/ffn/residual", "final_norm"}
+
+
+def test_a_profile_without_tables_falls_back_to_the_roofline_and_says_so() -> None:
+    a = analyze(catalog.load("llama-2-7b"), "decode", batch=1, seq=100)
+    hw = load_hardware("h100-sxm")
+    p = predict(a, hw)
+    assert not p.calibrated
+    assert p.time_s == p.roofline_s == max(a.total().flops / hw.peak("bf16"), a.total().bytes_unfused / hw.memory_bandwidth)
+    assert "no efficiency tables" in p.note and "\n" not in p.note
+
+
+# --- the shapes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", catalog.bundled_names())
+def test_the_recorded_matmul_shapes_add_up_to_the_matmul_flops(name) -> None:
+    """Each component's gemms (count x M x K x N) give exactly its matmul FLOPs, every phase."""
+    spec = catalog.load(name)
+    for phase in ("prefill", "decode", "train"):
+        a = analyze(spec, phase, batch=3, seq=37)
+        costs = model.components(spec, model.numeric_dims(spec, a.shape, 2))
+        for path, cost in costs.items():
+            assert cost.matmul == sum(2 * c * m * k * n for c, m, k, n in cost.gemms), (phase, path)
+
+
+def test_the_decode_shapes_are_skinny() -> None:
+    """LLaMA 2 7B decode at B = 4: every projection is M = 4 rows; scores are g*1 = 1 row per
+    head (MHA) against C = 101 keys, 32 heads x 4 sequences x 32 layers."""
+    spec = catalog.load("llama-2-7b")
+    a = analyze(spec, "decode", batch=4, seq=100)
+    costs = model.components(spec, model.numeric_dims(spec, a.shape, 2))
+    assert costs["layers/attention/q"].gemms == ((32, 4, 4096, 4096),)
+    assert costs["layers/ffn/down"].gemms == ((32, 4, 11008, 4096),)
+    assert costs["layers/attention/scores"].gemms == ((4 * 32 * 32, 1, 128, 101),)
+    assert costs["layers/attention/av"].gemms == ((4 * 32 * 32, 1, 101, 128),)
+    assert costs["lm_head"].gemms == ((1, 4, 4096, 32000),)
+
+
+# --- the grid (sweeps) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "t5-11b", "gemma-2-9b", "mistral-7b"])
+@pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
+def test_the_grid_gives_the_point_by_point_times(name, phase) -> None:
+    np = pytest.importorskip("numpy")
+    from costmodel.timing_grid import predict_grid
+
+    corners = {(m, n, k): 0.05 * (1 + i) for i, (m, n, k) in enumerate(
+        (m, n, k) for m in (1, 4) for n in (64, 256) for k in (64, 256))}
+    e = Efficiency(source="test", floor_s=2e-5, matmul={"bf16": table(corners)},
+                   memory=MemoryTable(bytes=[1e3, 1e6, 1e9], efficiency=[0.05, 0.5, 0.8]))
+    hw = Hardware(name="t", peak_flops={"bf16": 1e14}, memory_bandwidth=1e12, memory_bytes=1e11,
+                  source="test", efficiency=e)
+    spec = catalog.load(name)
+    seq, batch = np.array([[5], [300], [5000]]), np.array([[1, 3, 17]])
+    for kernels in (Kernels(), Kernels(flash_attention=True, fused=True)):
+        grid = predict_grid(spec, phase, batch, seq, hw, "bf16", kernels)
+        for i in range(3):
+            for j in range(3):
+                a = analyze(spec, phase, batch=int(batch[0, j]), seq=int(seq[i, 0]))
+                assert grid[i, j] == pytest.approx(predict(a, hw, kernels).time_s, rel=1e-12)
