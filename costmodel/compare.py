@@ -29,6 +29,14 @@ from typing import Any
 
 from costmodel import catalog
 from costmodel.analysis import AnalysisError, analyze, count_params, default_seq
+from costmodel.components import ELEMENTS
+from costmodel.components.attention import heads, pattern, window
+from costmodel.components.bias import label as biases
+from costmodel.components.block import label as block
+from costmodel.components.embedding import label as embeddings
+from costmodel.components.position import label as position
+from costmodel.components.shape import layers
+from costmodel.components.stability import softcaps
 from costmodel.conventions import ConventionRow, compare_conventions
 from costmodel.spec import Spec, SpecError
 
@@ -65,64 +73,6 @@ def by_year(specs: Sequence[Spec]) -> list[Spec]:
 
 
 # --- design choices ---------------------------------------------------------------------------
-
-
-def heads(spec: Spec) -> str:
-    h, k = spec.n_heads, spec.n_kv_heads
-    return "MHA" if k == h else "MQA" if k == 1 else f"GQA {h // k}:1"
-
-
-def layers(spec: Spec) -> str:
-    if spec.is_encoder_decoder:
-        return f"{spec.n_encoder_layers} + {spec.n_decoder_layers}"
-    return str(spec.n_layers)
-
-
-def pattern(spec: Spec) -> str:
-    """The layer pattern as runs: "5 local : 1 global", or "all local"."""
-    runs: list[list] = []
-    for kind in spec.layer_pattern:
-        if runs and runs[-1][1] is kind:
-            runs[-1][0] += 1
-        else:
-            runs.append([1, kind])
-    if len(runs) == 1:
-        return f"all {runs[0][1].value}"
-    return " : ".join(f"{n} {kind.value}" for n, kind in runs)
-
-
-def window(spec: Spec) -> str:
-    if spec.window is None:
-        return "none"
-    return f"{spec.window}, {pattern(spec)}" + (", NoPE global" if spec.global_nope else "")
-
-
-def biases(spec: Spec) -> str:
-    parts = [p for p in ("qkv", "attn_out", "ffn", "lm_head") if getattr(spec.bias, p)]
-    linear = "all linear" if len(parts) == 4 else "+".join(parts)
-    if not linear:
-        return "norm only" if spec.norm_bias else "none"
-    return linear + (", norm" if spec.norm_bias else "")
-
-
-def position(spec: Spec) -> str:
-    frac = f" ({spec.rotary_fraction:g} of d_h)" if spec.rotary_fraction != 1 else ""
-    return spec.position.value + frac
-
-
-def block(spec: Spec) -> str:
-    if spec.block.value == "parallel":
-        return "parallel, " + ("shared norm" if spec.shared_norm else "two norms")
-    return "serial"
-
-
-def embeddings(spec: Spec) -> str:
-    return ("tied" if spec.tied_embeddings else "untied") + (", x sqrt(d)" if spec.embedding_scale else "")
-
-
-def softcaps(spec: Spec) -> str:
-    caps = [f"{name} {v:g}" for name, v in (("attn", spec.attn_softcap), ("final", spec.final_softcap)) if v]
-    return ", ".join(caps) or "none"
 
 
 def ff_ratio(spec: Spec) -> Fraction:
@@ -176,31 +126,14 @@ class Choice:
 
 
 _Getter = Callable[[Spec], Any]
+#: Rows of the metadata, then each element's rows, in the registry's order.
 _CHOICES: tuple[tuple[str, _Getter], ...] = (
     ("family", lambda s: s.family or ""),
     ("year", lambda s: s.year),
-    ("architecture", lambda s: s.architecture.value),
-    ("layers", layers),
-    ("d_model", lambda s: s.d_model),
-    ("d_ff", lambda s: s.d_ff),
-    ("heads h", lambda s: s.n_heads),
-    ("kv heads k", lambda s: s.n_kv_heads),
-    ("head dim d_h", lambda s: s.head_dim),
-    ("attention", heads),
-    ("window", window),
-    ("norm", lambda s: s.norm.value),
-    ("norm position", lambda s: s.norm_position.value),
-    ("activation", lambda s: s.activation.value),
-    ("position", position),
-    ("block", block),
-    ("bias", biases),
-    ("embeddings", embeddings),
-    ("qk-norm", lambda s: s.qk_norm.value),
-    ("soft-capping", softcaps),
-    ("z-loss", lambda s: s.z_loss),
-    ("dropout", lambda s: s.dropout),
-    ("context", lambda s: s.max_seq_len),
+    *(choice for e in ELEMENTS for choice in e.choices),
 )
+
+__all__ = ["biases", "block", "embeddings", "heads", "layers", "pattern", "position", "softcaps", "window"]
 
 _RULES: tuple[tuple[str, Callable[[Spec], Fraction | int], str, Callable[[Spec], bool]], ...] = (
     ("d_ff/d_model", ff_ratio, "about 4, or 8/3 gated (within 25%)", ff_outside),

@@ -105,7 +105,10 @@ _QUANTITIES = tuple(f.name for f in fields(Cost) if f.name != "train_only")
 class Dims:
     """Values for the alphabet of ``symbols``: all symbols, or all integers.
 
-    Layer counts are looked up by (stack, kind), see ``symbols.layer_count``.
+    The pass's shape (B, S, C, S_e, C_e) and p are fields; the model sizes (d, h, k, d_h, f, V,
+    ...) are the symbols the elements declare (``components.size_symbols``), held in ``sizes``
+    and read as attributes: ``dims.d``. Layer counts are looked up by (stack, kind), see
+    ``symbols.layer_count``.
     """
 
     B: Num
@@ -113,18 +116,15 @@ class Dims:
     C: Num
     S_e: Num
     C_e: Num
-    d: Num
-    h: Num
-    k: Num
-    d_h: Num
-    f: Num
-    V: Num
-    w: Num
-    r: Num
-    n_pos: Num
-    n_buckets: Num
     p: Num
+    sizes: dict[str, Num] = field(default_factory=dict)
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Num:
+        try:
+            return self.__dict__["sizes"][name]  # type: ignore[no-any-return]
+        except KeyError:
+            raise AttributeError(f"Dims has no size {name!r}") from None
 
 
 # --- primitives -------------------------------------------------------------------------

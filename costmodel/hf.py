@@ -28,6 +28,8 @@ from typing import Any
 
 from costmodel.spec import (
     Activation,
+    FIELD_ORDER,
+    METADATA,
     Block,
     LayerKind,
     Norm,
@@ -839,7 +841,7 @@ def load_hf(path: str | Path, name: str | None = None) -> Spec:
 
 # --- writing the imported spec as YAML ---------------------------------------------------------
 
-_ORDER = tuple(Spec.model_fields)
+_ORDER = FIELD_ORDER
 
 # Comments beside the written fields: where a value comes from, when it is not obvious.
 _COMMENTS = {
@@ -888,7 +890,7 @@ _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null"}
 # --- export ----------------------------------------------------------------------------------
 
 _UNREADABLE_DROPOUT = {"falcon": ("hidden_dropout", "attention_dropout")}
-_METADATA = ("name", "family", "year", "description", "source", "published")
+_METADATA = METADATA
 
 
 @dataclass(frozen=True)

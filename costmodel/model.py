@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import reduce
+from typing import Any
 
 from costmodel import symbols as sym
+from costmodel.components import ATTENTION_KINDS, FFN_KINDS, size_symbols
 from costmodel.components import attention as attn
 from costmodel.components import embedding, position, stability
-from costmodel.components.ffn import ffn
+from costmodel.components.block import RESIDUAL_FLOPS, residual
 from costmodel.components.loss import cross_entropy, dropout
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num, elementwise
+from costmodel.cost import Cost, Dims, Num
 from costmodel.spec import Block, LayerKind, NormPosition, Position, Spec
 
-RESIDUAL_FLOPS = 1  # one add per element per branch joining the residual stream
+__all__ = ["RESIDUAL_FLOPS", "components", "layer_groups", "numeric_dims", "spec_values", "symbolic_dims"]
 
 
 @dataclass(frozen=True)
@@ -41,33 +43,25 @@ class SubBlock:
 
 def symbolic_dims(spec: Spec) -> Dims:
     """Every size a symbol: the formulas as a reader of the papers writes them."""
-    dims = {n: getattr(sym, n) for n in _SIZES}
-    return Dims(**dims, layers={key: sym.layer_count(*key) for key in layer_groups(spec)})
-
-
-def numeric_dims(spec: Spec, shape: dict[str, int], p: int) -> Dims:
-    """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p."""
     return Dims(
-        **shape,
-        d=spec.d_model, h=spec.n_heads, k=spec.n_kv_heads, d_h=spec.head_dim, f=spec.d_ff,
-        V=spec.vocab_size, w=spec.window or 0, r=spec.rotary_dims, n_pos=spec.position_rows,
-        n_buckets=spec.relative_buckets, p=p,
-        layers=layer_groups(spec),
+        B=sym.B, S=sym.S, C=sym.C, S_e=sym.S_e, C_e=sym.C_e, p=sym.p,
+        sizes={n: getattr(sym, n) for n in size_symbols()},
+        layers={key: sym.layer_count(*key) for key in layer_groups(spec)},
     )
 
 
-_SIZES = tuple(f.name for f in fields(Dims) if f.name != "layers")
+def numeric_dims(spec: Spec, shape: dict[str, int], p: int) -> Dims:
+    """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p.
+
+    A size the spec has none of (no sliding window: w) is 0; no formula of the spec reads it.
+    """
+    sizes: dict[str, Num] = {n: s.value(spec) or 0 for n, s in size_symbols().items()}
+    return Dims(**shape, p=p, sizes=sizes, layers=dict(layer_groups(spec)))
 
 
-def spec_values(spec: Spec) -> dict:
+def spec_values(spec: Spec) -> dict[Any, int]:
     """symbol -> the spec's value, for every model-size symbol (phase symbols left free)."""
-    values = {getattr(sym, n): v for n, v in (
-        ("d", spec.d_model), ("h", spec.n_heads), ("k", spec.n_kv_heads), ("d_h", spec.head_dim),
-        ("f", spec.d_ff), ("V", spec.vocab_size), ("r", spec.rotary_dims),
-        ("n_pos", spec.position_rows), ("n_buckets", spec.relative_buckets),
-    )}
-    if spec.window is not None:
-        values[sym.w] = spec.window
+    values = {getattr(sym, n): v for n, s in size_symbols().items() if (v := s.value(spec)) is not None}
     for key, count in layer_groups(spec).items():
         values[sym.layer_count(*key)] = count
     return values
@@ -165,8 +159,9 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
     pos = spec.norm_position
     pre = pos in (NormPosition.pre, NormPosition.sandwich)
     on_output = pos in (NormPosition.sandwich, NormPosition.post_sublayer)
-    branches = [(s.name, attn.attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
-    branches.append(("ffn", ffn(spec, dims, T), None))
+    attention = ATTENTION_KINDS[spec.attention.kind]
+    branches = [(s.name, attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
+    branches.append(("ffn", FFN_KINDS[spec.ffn.kind](spec, dims, T), None))
 
     def the_norm() -> Cost:
         return norm(spec, dims, T, dims.d)
@@ -197,13 +192,13 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
         for name, leaves, sub in branches:
             out.extend(branch(name, leaves, sub, own_norm=pre and not shared))
         n = len(branches)
-        out.append(("residual", elementwise(T * dims.d, n * RESIDUAL_FLOPS, dims.p, inputs=n + 1)))
+        out.append(("residual", residual(dims, T, n)))
         if pos is NormPosition.post:
             out.append(("norm", the_norm()))
         return out
     for name, leaves, sub in branches:
         out.extend(branch(name, leaves, sub, own_norm=pre))
-        out.append((f"{name}/residual", elementwise(T * dims.d, RESIDUAL_FLOPS, dims.p, inputs=2)))
+        out.append((f"{name}/residual", residual(dims, T, 1)))
         if pos is NormPosition.post:
             out.append((f"{name}/norm", the_norm()))
     return out

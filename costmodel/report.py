@@ -1,7 +1,10 @@
-"""The only module that draws: tables built from analyses, rendered as rich, markdown or CSV.
+"""Tables of ``analyze``, and the renderers every command's tables go through.
 
-A ``Table`` holds formatted cells; ``render`` turns a list of them into text. Machine-readable
-output (JSON, CSV) carries the raw integers, never the rounded cells.
+A ``Table`` holds formatted cells; ``render_rich``, ``render_markdown`` and ``render_tables_csv``
+turn a list of them into text (``cli.app.emit`` picks one by ``--format``). The other table
+modules (compare_report, report_attention, measure/tables) build ``Table``s and draw nothing
+themselves. Machine-readable output (JSON, CSV) carries the raw integers, never the rounded
+cells.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from costmodel import units
 from costmodel.analysis import Analysis, Row
+from costmodel.conventions import ConventionRow
 from costmodel.hardware import Hardware
 from costmodel.metrics import roofline_of
 from costmodel.spec import Spec
@@ -35,33 +39,10 @@ class Table:
 
 
 def describe(spec: Spec) -> str:
-    """One line naming every design choice of a spec."""
-    from costmodel.compare import heads, position  # the names `compare` gives each choice
+    """One line naming every design choice of a spec, each in its element's words."""
+    from costmodel.components import ELEMENTS
 
-    k, h = spec.n_kv_heads, spec.n_heads
-    if spec.is_encoder_decoder:
-        layers = f"encoder {spec.n_encoder_layers} + decoder {spec.n_decoder_layers} layers"
-    else:
-        layers = f"{spec.n_layers} layers"
-    parts = [
-        spec.architecture.value, layers, f"d={spec.d_model}", f"h={h}", f"k={k} ({heads(spec)})",
-        f"d_h={spec.head_dim}", f"f={spec.d_ff}", f"V={spec.vocab_size}",
-        f"{spec.norm.value} {spec.norm_position.value}", spec.activation.value,
-        position(spec),
-        spec.block.value, "tied" if spec.tied_embeddings else "untied",
-    ]
-    if spec.window:
-        pattern = ":".join(kind.value for kind in spec.layer_pattern)
-        parts.append(f"window {spec.window} [{pattern}]" + (" global NoPE" if spec.global_nope else ""))
-    if spec.qk_norm.value != "none":
-        parts.append(f"qk-norm ({spec.qk_norm.value})")
-    if spec.attn_softcap:
-        parts.append(f"attn softcap {spec.attn_softcap:g}")
-    if spec.final_softcap:
-        parts.append(f"final softcap {spec.final_softcap:g}")
-    if spec.z_loss:
-        parts.append(f"z-loss {spec.z_loss:g}")
-    return " · ".join(parts)
+    return " · ".join(part for e in ELEMENTS if (part := e.describe(spec)) is not None)
 
 
 def rich_header(spec: Spec, *extra: str) -> str:
@@ -231,18 +212,73 @@ def render_markdown(tables: Sequence[Table], header: str | None = None) -> str:
 
 CSV_FIELDS = ("spec", "phase", "batch", "seq", "dtype", "component", "params", "flops_matmul",
               "flops_matmul_effective", "flops_other", "bytes_unfused", "bytes_fused", "kv_cache")
+#: With --hardware, each phase's total row also carries where it sits on the roofline.
+CSV_ROOFLINE = ("compute_s", "memory_s", "time_s", "ridge", "bound")
+#: With --convention, one row per paper: its params and training FLOPs per token beside ours.
+CSV_CONVENTION = ("train_flops_per_token", "ours_train_flops_per_token")
 
 
-def render_csv(analyses: Sequence[Analysis]) -> str:
-    """One row per component per phase, raw integers; a `total` row closes each phase."""
+def render_csv(
+    analyses: Sequence[Analysis], hw: Hardware | None = None, conventions: Sequence[ConventionRow] = (),
+    conventions_seq: int | str = "",
+) -> str:
+    """One row per component per phase, raw integers; a `total` row closes each phase. With a
+    device, the total rows carry the roofline; with conventions, a row per paper follows
+    (component ``convention/NAME``, phase train). Every figure the tables show, unformatted."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_FIELDS)
+    extra = (CSV_ROOFLINE if hw else ()) + (CSV_CONVENTION if conventions else ())
+    writer.writerow(CSV_FIELDS + extra)
+    blank_roof = ("",) * len(CSV_ROOFLINE) if hw else ()
+    blank_conv = ("",) * len(CSV_CONVENTION) if conventions else ()
     for a in analyses:
-        for r in (*a.rows, a.total()):
+        total = a.total()
+        for r in (*a.rows, total):
+            roof: tuple[Any, ...] = blank_roof
+            if hw is not None and r is total:
+                line = roofline_of(total, hw, a.dtype)
+                roof = (line.compute_s, line.memory_s, line.time_s, line.ridge, line.bound)
             writer.writerow((a.spec.name, a.phase, a.batch, a.seq, a.dtype, r.path, r.params,
                              r.flops_matmul, r.flops_matmul_effective, r.flops_other,
-                             r.bytes_unfused, r.bytes_fused, r.kv_cache))
+                             r.bytes_unfused, r.bytes_fused, r.kv_cache, *roof, *blank_conv))
+    for c in conventions:
+        a = analyses[0]
+        writer.writerow((a.spec.name, "train", a.batch, conventions_seq, a.dtype, f"convention/{c.count.convention}",
+                         c.count.params if c.count.params is not None else "", "", "", "", "", "", "",
+                         *blank_roof, c.count.train if c.count.train is not None else "", c.ours_train))
+    return buf.getvalue()
+
+
+def records_csv(records: Sequence[dict[str, Any]]) -> str:
+    """Nested dicts flattened to dotted columns, one line per record."""
+    flat = [_flatten(r) for r in records]
+    columns = list(dict.fromkeys(k for r in flat for k in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, lineterminator="\n")
+    w.writeheader()
+    w.writerows(flat)
+    return buf.getvalue()
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def render_tables_csv(tables: Sequence[Table]) -> str:
+    """Every cell of every table, one per line: table, row (its first cell), column, value."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(("table", "row", "column", "value"))
+    for t in tables:
+        for row in t.rows:
+            for col, cell in zip(t.columns[1:], row[1:]):
+                writer.writerow((t.title, row[0], col, cell))
     return buf.getvalue()
 
 

@@ -10,12 +10,12 @@ import csv
 import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from costmodel import units
 from costmodel.attention_variants import HeadsRow, WindowRow
 from costmodel.hardware import Hardware
-from costmodel.report import Table, device_note
+from costmodel.report import Table, device_note, records_csv  # noqa: F401 - records_csv re-exported
 
 if TYPE_CHECKING:  # sympy and numpy load only for the commands that use them
     from costmodel.asymptotics import Result
@@ -165,24 +165,3 @@ def hardware_table(profiles: Iterable[tuple[Hardware, str]], dtype: str, user_fo
                  ("--hardware NAME takes any of these names, or a YAML file. User profiles (`costmodel "
                   f"calibrate` writes `local`) live in {user_folder} ($COSTMODEL_HARDWARE_DIR) and take "
                   "precedence over a bundled profile of the same name.",), numeric_from=3)
-
-
-def records_csv(records: Sequence[dict[str, Any]]) -> str:
-    """Nested dicts flattened to dotted columns, one line per record."""
-    flat = [_flatten(r) for r in records]
-    columns = list(dict.fromkeys(k for r in flat for k in r))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, columns, lineterminator="\n")
-    w.writeheader()
-    w.writerows(flat)
-    return buf.getvalue()
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out

@@ -15,7 +15,7 @@ import difflib
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
@@ -141,6 +141,45 @@ class Published(BaseModel):
         return parse_count(self.params)[1]
 
 
+# --- kinds: the variants of an element, each a typed sub-model tagged by `kind` ---------------
+# A new kind is one sub-model here, added to its union, plus its cost module registered in
+# costmodel.components (docs/architecture.md, "Adding a kind").
+
+
+class DenseFFN(BaseModel):
+    """The FFN of every layer: two matrices around an activation, or three for a GLU."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["dense"] = "dense"
+    activation: Activation
+    d_ff: PositiveInt
+
+
+class MHA(BaseModel):
+    """Multi-head attention with k key/value heads: MHA (k = h), GQA, MQA (k = 1)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["mha"] = "mha"
+    n_kv_heads: PositiveInt  # default: n_heads (MHA)
+    head_dim: PositiveInt  # default: d_model / n_heads
+
+
+FFN = Annotated[Union[DenseFFN], Field(discriminator="kind")]
+Attention = Annotated[Union[MHA], Field(discriminator="kind")]
+
+#: Old flat fields, still accepted (and written by bundled specs): shorthand -> its union field.
+#: They apply to the default kind of that union (dense, mha).
+SHORTHANDS: dict[str, str] = {
+    "activation": "ffn", "d_ff": "ffn", "n_kv_heads": "attention", "head_dim": "attention",
+}
+_DEFAULT_KIND = {"ffn": "dense", "attention": "mha"}
+
+#: Fields that describe a spec but change no cost: never an architectural change.
+METADATA: tuple[str, ...] = ("name", "family", "year", "description", "source", "published")
+
+
 _COUNT = re.compile(r"^\s*(\d+(?:\.(\d+))?)\s*([KMBT]?)\s*$")
 _SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
@@ -175,15 +214,13 @@ class Spec(BaseModel):
     n_encoder_layers: PositiveInt | None = None  # encoder-decoder
     n_decoder_layers: PositiveInt | None = None
     n_heads: PositiveInt
-    n_kv_heads: PositiveInt  # default: n_heads (MHA)
-    head_dim: PositiveInt  # default: d_model / n_heads
-    d_ff: PositiveInt
+    attention: Attention  # shorthand: n_kv_heads, head_dim (kind mha)
+    ffn: FFN  # shorthand: activation, d_ff (kind dense)
     vocab_size: PositiveInt
     max_seq_len: PositiveInt
 
     norm: Norm
     norm_position: NormPosition = NormPosition.pre
-    activation: Activation
     block: Block = Block.serial
     shared_norm: StrictBool = True  # parallel block: one norm feeds attention and FFN
     bias: Bias = Bias()
@@ -221,16 +258,25 @@ class Spec(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        for union, kind in _DEFAULT_KIND.items():
+            flat = {k: data.pop(k) for k in [k for k, u in SHORTHANDS.items() if u == union] if k in data}
+            if flat and union in data:
+                raise ValueError(f"{next(iter(flat))}: give {union} or its shorthand fields, not both")
+            if union not in data:
+                data[union] = {"kind": kind, **flat}
+        att = data["attention"]
         heads, width = data.get("n_heads"), data.get("d_model")
-        if "n_kv_heads" not in data and heads is not None:
-            data["n_kv_heads"] = heads
-        if "head_dim" not in data and _ints(heads, width) and heads > 0 and width > 0:
-            if width % heads:
-                raise ValueError(
-                    f"head_dim: required, since d_model ({width}) is not divisible by "
-                    f"n_heads ({heads})"
-                )
-            data["head_dim"] = width // heads
+        if isinstance(att, dict) and att.get("kind", "mha") == "mha":
+            att = data["attention"] = dict(att)
+            if "n_kv_heads" not in att and heads is not None:
+                att["n_kv_heads"] = heads
+            if "head_dim" not in att and _ints(heads, width) and heads > 0 and width > 0:
+                if width % heads:
+                    raise ValueError(
+                        f"head_dim: required, since d_model ({width}) is not divisible by "
+                        f"n_heads ({heads})"
+                    )
+                att["head_dim"] = width // heads
         if "layer_pattern" not in data:
             data["layer_pattern"] = ["local" if data.get("window") is not None else "global"]
         return data
@@ -315,6 +361,23 @@ class Spec(BaseModel):
 
     # Derived views: computed from the fields, never stored twice.
 
+    # The old flat names, read-only (SCHEMA.md, "Compatibility properties").
+    @property
+    def d_ff(self) -> int:
+        return self.ffn.d_ff
+
+    @property
+    def activation(self) -> Activation:
+        return self.ffn.activation
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.attention.n_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.attention.head_dim
+
     @property
     def is_encoder_decoder(self) -> bool:
         return self.architecture is Architecture.encoder_decoder
@@ -357,6 +420,15 @@ class Spec(BaseModel):
     def kind_counts(self) -> dict[LayerKind, int]:
         kinds = self.layer_kinds()
         return {kind: kinds.count(kind) for kind in LayerKind if kind in kinds}
+
+
+#: Fields in the order a spec file writes them (README, "Spec format"), the unions by their
+#: shorthands where they sit in old files.
+FIELD_ORDER: tuple[str, ...] = tuple(
+    name for f in Spec.model_fields
+    for name in {"attention": ("attention", "n_kv_heads", "head_dim"),
+                 "ffn": ("ffn", "d_ff"), "block": ("activation", "block")}.get(f, (f,))
+)
 
 
 def _ints(*values: Any) -> bool:
@@ -405,6 +477,11 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
     """The first validation problem as `file:line: field: problem`."""
     first = err.errors()[0]
     loc = [str(part) for part in first["loc"] if not isinstance(part, int)]
+    if len(loc) >= 2 and loc[0] in _DEFAULT_KIND:
+        if len(loc) >= 3:
+            del loc[1]  # the union's tag: ffn.dense.d_ff -> ffn.d_ff
+        if loc[0] not in data and loc[-1] in SHORTHANDS:
+            loc = loc[1:]  # the user wrote the shorthand: d_ff
     msg: str = first["msg"]
     kind = first["type"]
     if not loc and msg.startswith("Value error, ") and ": " in msg:
@@ -418,6 +495,9 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
         known = _known_fields(loc)
         guess = difflib.get_close_matches(loc[-1], known, n=1)
         msg = "unknown field" + (f" (did you mean {guess[0]}?)" if guess else "")
+    elif kind == "union_tag_invalid":
+        field = f"{field}.kind"
+        msg = f"unknown kind {first['ctx']['tag']!r}; expected one of {first['ctx']['expected_tags'].replace(chr(39), '')}"
     elif kind == "enum":
         allowed = first.get("ctx", {}).get("expected", "")
         allowed = allowed.replace("'", "").replace(" or ", ", ")
@@ -437,7 +517,7 @@ def _known_fields(loc: list[str]) -> list[str]:
     for part in loc[:-1]:
         ann = model.model_fields[part].annotation
         model = next(a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel))
-    return list(model.model_fields)
+    return list(model.model_fields) + (list(SHORTHANDS) if model is Spec else [])
 
 
 def _key_lines(text: str) -> dict[str, int]:

@@ -21,8 +21,10 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 _SIZE = dict(integer=True, positive=True)
 
-#: name -> (assumptions, meaning). The symbols themselves are made on first use, so that
-#: evaluating numbers (`costmodel analyze`) never pays for importing sympy.
+#: The symbols of a pass and of the asymptotics: name -> (assumptions, meaning). The model
+#: sizes (d, h, k, d_h, f, V, ...) are declared by their elements (``costmodel.components``);
+#: ``alphabet()`` is both. The symbols themselves are made on first use, so that evaluating
+#: numbers (`costmodel analyze`) never pays for importing sympy.
 ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
     # Shape of the pass (the phase binds these).
     "B": (_SIZE, "batch size"),
@@ -32,17 +34,6 @@ ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
     # encoder output is already cached) and encoder tokens the decoder cross-attends to.
     "S_e": (dict(integer=True, nonnegative=True), "encoder tokens processed in this pass"),
     "C_e": (_SIZE, "encoder tokens cross-attended to"),
-    # Shape of the model (the spec binds these).
-    "d": (_SIZE, "model width, d_model"),
-    "h": (_SIZE, "query heads"),
-    "k": (_SIZE, "key/value heads (k = h: MHA, k = 1: MQA)"),
-    "d_h": (_SIZE, "head dimension"),
-    "f": (_SIZE, "FFN hidden width, d_ff"),
-    "V": (_SIZE, "vocabulary size"),
-    "w": (_SIZE, "sliding-window length"),
-    "r": (_SIZE, "rotary dimensions per head (d_h, or a fraction of it)"),
-    "n_pos": (_SIZE, "rows of a learned position table (max_seq_len)"),
-    "n_buckets": (_SIZE, "T5 relative-position buckets"),
     "p": (_SIZE, "bytes per element of weights and activations"),
     # Asymptotics (Shazeer 2019): tokens per sequence, the decode steps summed over.
     "n": (_SIZE, "sequence length n of Shazeer (2019)"),
@@ -51,14 +42,24 @@ ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
 _made: dict[str, Any] = {}
 
 
+def alphabet() -> dict[str, tuple[dict[str, bool], str]]:
+    """Every symbol: the pass's above, then each element's model sizes (positive integers)."""
+    from costmodel.components import size_symbols
+
+    return {**ALPHABET, **{n: (_SIZE, s.meaning) for n, s in size_symbols().items()}}
+
+
 def __getattr__(name: str) -> sympy.Symbol:
-    """``symbols.B`` and friends: each symbol is made once, on first use."""
-    if name not in ALPHABET:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """``symbols.B``, ``symbols.d`` and friends: each symbol is made once, on first use."""
     if name not in _made:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        known = alphabet()
+        if name not in known:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         import sympy
 
-        _made[name] = sympy.Symbol(name, **ALPHABET[name][0])
+        _made[name] = sympy.Symbol(name, **known[name][0])
     return _made[name]
 
 

@@ -22,19 +22,15 @@ from typing import Any
 import yaml
 
 from costmodel.analysis import Analysis, AnalysisError, analyze, default_seq
-from costmodel.compare import pattern as layer_runs
-from costmodel.spec import (
-    Activation,
-    Block,
-    LayerKind,
-    Norm,
-    NormPosition,
-    Position,
-    QKNorm,
-    Spec,
-    SpecError,
-    spec_from_dict,
-)
+from costmodel.components import ELEMENTS
+from costmodel.components.attention import DEFAULT_WINDOW, GQA_KV_HEADS, gqa_kv_heads
+from costmodel.components.ffn import equal_params_d_ff
+from costmodel.components.loss import GPT2_DROPOUT
+from costmodel.components.stability import GEMMA2_SOFTCAPS, PALM_Z_LOSS
+from costmodel.spec import _DEFAULT_KIND, METADATA, SHORTHANDS, Spec, SpecError, spec_from_dict
+
+__all__ = ["DEFAULT_WINDOW", "GEMMA2_SOFTCAPS", "GPT2_DROPOUT", "GQA_KV_HEADS", "PALM_Z_LOSS",
+           "equal_params_d_ff", "gqa_kv_heads"]
 
 PHASE_ORDER = ("train", "prefill", "decode")
 
@@ -88,6 +84,9 @@ def variant(spec: Spec, changes: Mapping[str, Any], name: str | None = None) -> 
     data["name"] = name or f"{spec.name}[{describe_changes(changes)}]"
     origin = f"{spec.name} with {describe_changes(changes)}"
     for key, value in changes.items():
+        union = SHORTHANDS.get(key.split(".")[0])
+        if union is not None and isinstance(data.get(union), dict):
+            key = f"{union}.{key}"  # d_ff=... changes ffn.d_ff
         *parents, leaf = key.split(".")
         target = data
         for i, part in enumerate(parents):
@@ -103,15 +102,22 @@ def variant(spec: Spec, changes: Mapping[str, Any], name: str | None = None) -> 
 
 
 def changed_fields(before: Spec, after: Spec) -> list[tuple[str, Any, Any]]:
-    """(field, before, after) for every architectural field that differs, derived ones too."""
-    skip = {"name", "published", "source", "description"}
+    """(field, before, after) for every architectural field that differs, derived ones too.
+
+    Fields of the FFN and attention unions are named by their shorthand where they have one
+    (d_ff, n_kv_heads), else in full (ffn.kind)."""
     a, b = before.model_dump(), after.model_dump()
     out = []
     for key in a:
-        if key in skip:
+        if key in METADATA:
             continue
         if isinstance(a[key], dict):
-            out += [(f"{key}.{k}", v, b[key][k]) for k, v in a[key].items() if b[key][k] != v]
+            keys = [*a[key], *(k for k in b[key] if k not in a[key])]
+            for k in keys:
+                old, new = a[key].get(k), b[key].get(k)
+                if old != new:
+                    short = key in _DEFAULT_KIND and SHORTHANDS.get(k) == key
+                    out.append((k if short else f"{key}.{k}", old, new))
         elif a[key] != b[key]:
             out.append((key, a[key], b[key]))
     return out
@@ -211,17 +217,6 @@ def ablate(
 
 # --- design elements, each swapped for each alternative -------------------------------------
 
-#: Window of the sliding-window swaps when a spec has none: Gemma 3's local window.
-DEFAULT_WINDOW = 1024
-#: GQA's usual number of key/value heads (LLaMA 2 70B, LLaMA 3, Mistral 7B).
-GQA_KV_HEADS = 8
-#: Soft-capping values of Gemma 2 (attention logits 50, final logits 30).
-GEMMA2_SOFTCAPS = (50.0, 30.0)
-#: PaLM's z-loss coefficient (section 5) and GPT-2's dropout rate.
-PALM_Z_LOSS = 1e-4
-GPT2_DROPOUT = 0.1
-
-
 @dataclass(frozen=True)
 class Swap:
     """One design element changed to one alternative."""
@@ -231,123 +226,11 @@ class Swap:
     changes: dict[str, Any]
 
 
-def equal_params_d_ff(d_ff: int, to_gated: bool) -> int:
-    """The FFN width that keeps the FFN's weight count: a gated FFN has three d x f matrices,
-    a plain one two, so f' = 2/3 f into a GLU and 3/2 f out of one (Shazeer 2020), rounded
-    to the nearest integer, halves up."""
-    num, den = (2 * d_ff, 3) if to_gated else (3 * d_ff, 2)
-    return (2 * num + den) // (2 * den)
-
-
-def gqa_kv_heads(n_heads: int) -> int | None:
-    """Key/value heads for a GQA swap: 8 when it divides h, else the divisor of h (between 1
-    and h) nearest 8, the smaller on a tie; None when h has no such divisor."""
-    divisors = [k for k in range(2, n_heads) if n_heads % k == 0]
-    if not divisors:
-        return None
-    return min(divisors, key=lambda k: (abs(k - GQA_KV_HEADS), k))
-
-
-def _heads_kind(h: int, k: int) -> str:
-    return "MHA" if k == h else "MQA" if k == 1 else "GQA"
-
-
 def swaps(spec: Spec, window: int = DEFAULT_WINDOW) -> list[Swap]:
-    """Every design element of `spec` swapped for each of its alternatives, one at a time."""
-    out: list[Swap] = []
-
-    def add(element: str, label: str, changes: dict[str, Any]) -> None:
-        out.append(Swap(element, label, changes))
-
-    other = Norm.layernorm if spec.norm is Norm.rmsnorm else Norm.rmsnorm
-    extra = {"bias.norm": None} if other is Norm.rmsnorm else {}
-    add("norm", f"{spec.norm.value} -> {other.value}", {"norm": other.value, **extra})
-
-    for pos in NormPosition:
-        if pos is not spec.norm_position:
-            add("norm position", f"{spec.norm_position.value} -> {pos.value}", {"norm_position": pos.value})
-
-    act, f = spec.activation, spec.d_ff
-    for alt in Activation:
-        if alt is act:
-            continue
-        if alt.gated == act.gated:
-            add("activation", f"{act.value} -> {alt.value}", {"activation": alt.value})
-        else:
-            f2 = equal_params_d_ff(f, alt.gated)
-            add("activation", f"{act.value} -> {alt.value}, d_ff {f} -> {f2} (equal params)",
-                {"activation": alt.value, "d_ff": f2})
-            add("activation", f"{act.value} -> {alt.value}, same d_ff", {"activation": alt.value})
-
-    h, k = spec.n_heads, spec.n_kv_heads
-    options = {"MHA": h, "GQA": gqa_kv_heads(h), "MQA": 1}
-    for kind, kv in options.items():
-        if kv is not None and kv != k and kind != _heads_kind(h, k):
-            add("attention heads", f"{_heads_kind(h, k)} k={k} -> {kind} k={kv}", {"n_kv_heads": kv})
-
-    runs = layer_runs(spec)
-    if spec.window is None:
-        add("sliding window", f"full -> window {window} on every layer",
-            {"window": window, "layer_pattern": ["local"]})
-        if spec.decoder_layers >= 6:
-            add("sliding window", f"full -> window {window} on 5 of every 6 layers (Gemma 3)",
-                {"window": window, "layer_pattern": ["local"] * 5 + ["global"]})
-    else:
-        add("sliding window", f"window {spec.window} on {runs} -> full attention",
-            {"window": None, "layer_pattern": None, "global_nope": None})
-        if LayerKind.global_ in spec.layer_pattern:
-            add("sliding window", f"window {spec.window} on {runs} -> on every layer",
-                {"layer_pattern": ["local"], "global_nope": None})
-
-    tied = spec.tied_embeddings
-    add("embeddings", "tied -> untied" if tied else "untied -> tied", {"tied_embeddings": not tied})
-
-    if spec.block is Block.parallel:
-        add("block layout", "parallel -> serial", {"block": "serial", "shared_norm": None})
-    else:
-        add("block layout", "serial -> parallel (one shared norm)", {"block": "parallel"})
-
-    parts = ("qkv", "attn_out", "ffn", "lm_head")
-    present = [p for p in parts if getattr(spec.bias, p)]
-    if present:
-        add("biases", f"linear biases on {'+'.join(present)} -> none", {f"bias.{p}": False for p in parts})
-    if len(present) < len(parts):
-        add("biases", f"linear biases on {'+'.join(present) or 'none'} -> all",
-            {f"bias.{p}": True for p in parts})
-
-    for pos in Position:
-        if pos is spec.position:
-            continue
-        changes: dict[str, Any] = {"position": pos.value}
-        if spec.position is Position.rope:
-            changes["rotary_fraction"] = None
-        if spec.position is Position.t5_relative:
-            changes["relative_buckets"] = None
-        if spec.global_nope and not pos.per_layer:
-            changes["global_nope"] = None
-        add("positions", f"{spec.position.value} -> {pos.value}", changes)
-
-    for q in QKNorm:
-        if q is not spec.qk_norm:
-            add("QK-norm", f"{spec.qk_norm.value} -> {q.value}", {"qk_norm": q.value})
-
-    if spec.attn_softcap is not None or spec.final_softcap is not None:
-        add("logit soft-capping", "on -> none", {"attn_softcap": None, "final_softcap": None})
-    else:
-        attn_cap, final_cap = GEMMA2_SOFTCAPS
-        add("logit soft-capping", f"none -> attention {attn_cap:g}, final {final_cap:g} (Gemma 2)",
-            {"attn_softcap": attn_cap, "final_softcap": final_cap})
-
-    if spec.z_loss:
-        add("z-loss", f"{spec.z_loss:g} -> none", {"z_loss": None})
-    else:
-        add("z-loss", f"none -> {PALM_Z_LOSS:g} (PaLM)", {"z_loss": PALM_Z_LOSS})
-
-    if spec.dropout:
-        add("dropout", f"{spec.dropout:g} -> none", {"dropout": None})
-    else:
-        add("dropout", f"none -> {GPT2_DROPOUT:g} (GPT-2)", {"dropout": GPT2_DROPOUT})
-    return out
+    """Every design element of `spec` swapped for each of its alternatives, one at a time
+    (each element's alternatives are its own: ``Element.swaps``)."""
+    return [Swap(e.name, label, changes)
+            for e in ELEMENTS if e.swaps is not None for label, changes in e.swaps(spec, window)]
 
 
 #: What a swap is ranked by: key -> (label, what it measures).

@@ -26,3 +26,20 @@ def tiny(**changes: Any) -> Spec:
     """TINY with some fields changed (None removes a field)."""
     data = {**TINY, **changes}
     return spec_from_dict({k: v for k, v in data.items() if v is not None})
+
+
+def random_spec_data(draw: Any) -> dict[str, Any]:
+    """A valid small spec mixing every design element, as the YAML mapping a user would write.
+
+    Each element draws its own fields (``Element.sample``), in the registry's order; `draw` is
+    hypothesis's draw (inside ``st.composite``). A new element is in this strategy by being in
+    the registry.
+    """
+    from hypothesis import strategies as st
+
+    from costmodel.components import ELEMENTS
+
+    data: dict[str, Any] = {"name": "random"}
+    for e in ELEMENTS:
+        e.sample(lambda options: draw(st.sampled_from(list(options))), data)
+    return data

@@ -56,7 +56,9 @@ def test_analyze_one_phase_components() -> None:
 
 
 def test_analyze_json_has_every_field_and_integers_stay_integers() -> None:
-    data = json.loads(run("analyze", "specs/mistral-7b.yaml", "-p", "prefill", "--format", "json").stdout)
+    whole = json.loads(run("analyze", "specs/mistral-7b.yaml", "-p", "prefill", "--format", "json").stdout)
+    assert set(whole) == {"spec", "phases"} and list(whole["phases"]) == ["prefill"]  # one shape, --phase or not
+    data = whole["phases"]["prefill"]
     for key in ("spec", "phase", "batch", "seq", "dtype", "kv_cache_bytes", "arithmetic_intensity"):
         assert key in data
     for key in ("total", "embedding", "lm_head", "non_embedding", "by_component"):

@@ -88,7 +88,7 @@ def test_local_profile_is_found_and_listed(user_dir):
 def test_analyze_accepts_the_local_profile(user_dir):
     result = runner.invoke(app, ["analyze", "llama-2-7b", "-p", "decode", "--hardware", "local", "-f", "json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["roofline"]["hardware"]["name"] == "local"
+    assert json.loads(result.output)["phases"]["decode"]["roofline"]["hardware"]["name"] == "local"
 
 
 def test_a_user_profile_overrides_a_bundled_one(tmp_path, monkeypatch):
@@ -115,7 +115,7 @@ def test_analyze_roofline_decode_by_hand():
     """
     result = runner.invoke(app, ["analyze", "llama-2-7b", "-p", "decode", "--hardware", "h100-sxm", "-f", "json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.output)["phases"]["decode"]
     roof = data["roofline"]
     nbytes = 13_214_687_232 + 8192 + 8 + 1_073_741_824 + 64_000
     assert data["bytes"]["fused_min"] == nbytes

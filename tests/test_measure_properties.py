@@ -22,79 +22,14 @@ from hypothesis import strategies as st  # noqa: E402
 from costmodel.measure.reference import build  # noqa: E402
 from costmodel.measure.run import measure  # noqa: E402
 from costmodel.spec import Spec, spec_from_dict  # noqa: E402
+from tests.helpers import random_spec_data  # noqa: E402
 
-PER_LAYER = ("rope", "t5_relative", "alibi")
-MAX_SEQ = 64
 
 
 @st.composite
 def specs(draw) -> dict:
-    """A valid spec mixing the design elements, as the YAML mapping a user would write."""
-    enc_dec = draw(st.integers(0, 3)) == 0  # one in four
-    kv = draw(st.sampled_from([1, 2]))
-    heads = kv * draw(st.sampled_from([1, 2, 3]))
-    head_dim = draw(st.sampled_from([2, 4, 8]))
-    norm = draw(st.sampled_from(["layernorm", "rmsnorm"]))
-    position = draw(st.sampled_from(["sinusoidal", "learned", "rope", "t5_relative", "alibi", "none"]))
-    block = draw(st.sampled_from(["serial", "parallel"]))
-    data = {
-        "name": "random",
-        "d_model": draw(st.sampled_from([6, 8, 12])),
-        "n_heads": heads,
-        "n_kv_heads": kv,
-        "head_dim": head_dim,
-        "d_ff": draw(st.integers(2, 20)),
-        "vocab_size": draw(st.integers(3, 40)),
-        "max_seq_len": MAX_SEQ,
-        "norm": norm,
-        "norm_position": draw(st.sampled_from(["pre", "post", "sandwich", "post_sublayer"])),
-        "activation": draw(st.sampled_from(["relu", "gelu", "reglu", "geglu", "swiglu"])),
-        "block": block,
-        "position": position,
-        "bias": {
-            "qkv": draw(st.booleans()), "attn_out": draw(st.booleans()), "ffn": draw(st.booleans()),
-            "lm_head": draw(st.booleans()),
-            "norm": draw(st.booleans()) if norm == "layernorm" else False,
-        },
-        "tied_embeddings": draw(st.booleans()),
-        "embedding_scale": draw(st.booleans()),
-        "qk_norm": draw(st.sampled_from(["none", "head", "full"])),
-        "z_loss": draw(st.sampled_from([0.0, 1e-4])),
-        "dropout": draw(st.sampled_from([0.0, 0.1])),
-        "head_scale": draw(st.booleans()),
-    }
-    for site in ("embedding_dropout", "attention_dropout", "ffn_dropout", "final_dropout"):
-        if draw(st.booleans()):
-            data[site] = draw(st.sampled_from([0.0, 0.2]))
-    if draw(st.booleans()):
-        data["logit_scale"] = 0.25
-    if position == "learned" and draw(st.booleans()):
-        data["position_offset"] = 2  # OPT
-    if block == "parallel":
-        data["shared_norm"] = draw(st.booleans())
-    if position == "rope" and head_dim % 4 == 0:
-        data["rotary_fraction"] = draw(st.sampled_from([0.5, 1.0]))
-    if position == "t5_relative":
-        data["relative_buckets"] = draw(st.sampled_from([4, 8, 32]))
-    for cap in ("attn_softcap", "final_softcap"):
-        if draw(st.booleans()):
-            data[cap] = 20.0
-    if enc_dec:
-        data["architecture"] = "encoder-decoder"
-        data["n_encoder_layers"] = draw(st.integers(1, 2))
-        data["n_decoder_layers"] = draw(st.integers(1, 2))
-        return data
-    layers = draw(st.integers(1, 4))
-    data["n_layers"] = layers
-    if draw(st.booleans()):
-        data["window"] = draw(st.integers(1, 6))
-        pattern = draw(st.lists(st.sampled_from(["local", "global"]), min_size=1, max_size=layers))
-        if "local" not in pattern:
-            pattern[0] = "local"
-        data["layer_pattern"] = pattern
-        if "global" in pattern and position in PER_LAYER:
-            data["global_nope"] = draw(st.booleans())
-    return data
+    """A valid spec mixing the design elements (every element of the registry draws its own)."""
+    return random_spec_data(draw)
 
 
 def _spec(data: dict) -> Spec:

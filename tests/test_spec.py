@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from costmodel.cli import app
-from costmodel.spec import SpecError, parse_spec
+from costmodel.spec import SpecError, parse_spec, spec_from_dict
 
 GOOD = """\
 name: ok
@@ -116,3 +116,34 @@ def test_layer_pattern_repeats_and_is_cut_at_the_last_layer() -> None:
     kinds = [k.value for k in spec.layer_kinds()]
     assert kinds == ["local"] * 5 + ["global"] + ["local"] * 2
     assert {k.value: n for k, n in spec.kind_counts().items()} == {"local": 7, "global": 1}
+
+
+# --- the FFN and attention unions (notes/SCHEMA.md) -------------------------------------------
+
+
+def test_shorthand_is_the_dense_ffn_and_mha_attention():
+    from tests.helpers import TINY
+
+    flat = spec_from_dict(dict(TINY))
+    data = {k: v for k, v in TINY.items() if k not in ("activation", "d_ff", "n_kv_heads")}
+    nested = spec_from_dict({**data, "ffn": {"kind": "dense", "activation": "swiglu", "d_ff": 12},
+                             "attention": {"kind": "mha", "n_kv_heads": 1}})
+    assert flat == nested
+    assert (flat.d_ff, flat.activation.value, flat.n_kv_heads, flat.head_dim) == (12, "swiglu", 1, 4)
+    assert flat.ffn.kind == "dense" and flat.attention.kind == "mha"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"ffn": {"kind": "moe"}, "d_ff": None, "activation": None}, "ffn.kind: unknown kind 'moe'; expected one of dense"),
+    ({"attention": {"kind": "mla"}, "n_kv_heads": None}, "attention.kind: unknown kind 'mla'; expected one of mha"),
+    ({"ffn": {"kind": "dense", "activation": "relu", "d_ff": 4}}, "give ffn or its shorthand fields, not both"),
+    ({"d_ff": 0}, "d_ff: input should be greater than 0"),
+    ({"ffn": {"kind": "dense", "activation": "relu", "d_ff": 0}, "d_ff": None, "activation": None},
+     "ffn.d_ff: input should be greater than 0"),
+])
+def test_union_errors_name_the_field(changes, message):
+    from tests.helpers import TINY
+
+    data = {k: v for k, v in {**TINY, **changes}.items() if v is not None}
+    with pytest.raises(SpecError, match=message):
+        spec_from_dict(data)

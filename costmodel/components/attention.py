@@ -16,11 +16,13 @@ mask-skipping kernel would compute.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from costmodel.components import position, stability
+from costmodel.components.element import Alternative, Choose, Element, Symbol
 from costmodel.components.norm import norm
 from costmodel.cost import Cost, Dims, Num, elementwise, half, linear, smax, smin, triangle
-from costmodel.spec import QKNorm, Spec
+from costmodel.spec import LayerKind, QKNorm, Spec
 from costmodel.symbols import MASK_BYTES
 
 SCALE_FLOPS = 1  # scores * 1/sqrt(d_h)
@@ -144,3 +146,129 @@ def attention(
     out.append(("out", linear(q_tokens, h * d_h, dims.d, spec.bias.attn_out, p)))
     return out
 
+
+
+# --- the elements: heads, sliding window, QK-norm ---------------------------------------------
+
+#: GQA's usual number of key/value heads (LLaMA 2 70B, LLaMA 3, Mistral 7B).
+GQA_KV_HEADS = 8
+#: Window of the sliding-window swaps when a spec has none: Gemma 3's local window.
+DEFAULT_WINDOW = 1024
+
+
+def heads_kind(h: int, k: int) -> str:
+    """MHA, GQA or MQA by the number of key/value heads."""
+    return "MHA" if k == h else "MQA" if k == 1 else "GQA"
+
+
+def heads(spec: Spec) -> str:
+    """The attention's kind as compare shows it: "MHA", "GQA 4:1", "MQA"."""
+    h, k = spec.n_heads, spec.n_kv_heads
+    kind = heads_kind(h, k)
+    return f"GQA {h // k}:1" if kind == "GQA" else kind
+
+
+def gqa_kv_heads(n_heads: int) -> int | None:
+    """Key/value heads for a GQA swap: 8 when it divides h, else the divisor of h (between 1
+    and h) nearest 8, the smaller on a tie; None when h has no such divisor."""
+    divisors = [k for k in range(2, n_heads) if n_heads % k == 0]
+    if not divisors:
+        return None
+    return min(divisors, key=lambda k: (abs(k - GQA_KV_HEADS), k))
+
+
+def _heads_swaps(spec: Spec, window: int) -> list[Alternative]:
+    h, k = spec.n_heads, spec.n_kv_heads
+    options = {"MHA": h, "GQA": gqa_kv_heads(h), "MQA": 1}
+    return [(f"{heads_kind(h, k)} k={k} -> {kind} k={kv}", {"n_kv_heads": kv})
+            for kind, kv in options.items() if kv is not None and kv != k and kind != heads_kind(h, k)]
+
+
+def _sample_heads(choose: Choose, data: dict[str, Any]) -> None:
+    kv = choose([1, 2])
+    data.update(n_heads=kv * choose([1, 2, 3]), n_kv_heads=kv, head_dim=choose([2, 4, 8]))
+
+
+def pattern(spec: Spec) -> str:
+    """The layer pattern as runs: "5 local : 1 global", or "all local"."""
+    runs: list[list[Any]] = []
+    for kind in spec.layer_pattern:
+        if runs and runs[-1][1] is kind:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, kind])
+    if len(runs) == 1:
+        return f"all {runs[0][1].value}"
+    return " : ".join(f"{n} {kind.value}" for n, kind in runs)
+
+
+def window(spec: Spec) -> str:
+    """The sliding window as compare shows it: "4096, all local", or "none"."""
+    if spec.window is None:
+        return "none"
+    return f"{spec.window}, {pattern(spec)}" + (", NoPE global" if spec.global_nope else "")
+
+
+def _window_swaps(spec: Spec, window: int) -> list[Alternative]:
+    out: list[Alternative] = []
+    runs = pattern(spec)
+    if spec.window is None:
+        out.append((f"full -> window {window} on every layer", {"window": window, "layer_pattern": ["local"]}))
+        if spec.decoder_layers >= 6:
+            out.append((f"full -> window {window} on 5 of every 6 layers (Gemma 3)",
+                        {"window": window, "layer_pattern": ["local"] * 5 + ["global"]}))
+    else:
+        out.append((f"window {spec.window} on {runs} -> full attention",
+                    {"window": None, "layer_pattern": None, "global_nope": None}))
+        if LayerKind.global_ in spec.layer_pattern:
+            out.append((f"window {spec.window} on {runs} -> on every layer",
+                        {"layer_pattern": ["local"], "global_nope": None}))
+    return out
+
+
+def _sample_window(choose: Choose, data: dict[str, Any]) -> None:
+    layers = data.get("n_layers")  # decoder-only: encoder-decoders have no sliding windows
+    if layers is None or not choose([True, False]):
+        return
+    data["window"] = choose(range(1, 7))
+    pattern = [choose(["local", "global"]) for _ in range(choose(range(1, layers + 1)))]
+    if "local" not in pattern:
+        pattern[0] = "local"
+    data["layer_pattern"] = pattern
+    if "global" in pattern and data.get("position") in ("rope", "t5_relative", "alibi"):
+        data["global_nope"] = choose([True, False])
+
+
+def _qk_norm_swaps(spec: Spec, window: int) -> list[Alternative]:
+    return [(f"{spec.qk_norm.value} -> {q.value}", {"qk_norm": q.value}) for q in QKNorm if q is not spec.qk_norm]
+
+
+ELEMENTS = (
+    Element(
+        "attention heads", ("n_heads", "attention"),
+        describe=lambda s: f"h={s.n_heads} · k={s.n_kv_heads} ({heads(s)}) · d_h={s.head_dim}",
+        choices=(("heads h", lambda s: s.n_heads), ("kv heads k", lambda s: s.n_kv_heads),
+                 ("head dim d_h", lambda s: s.head_dim), ("attention", heads)),
+        swaps=_heads_swaps, sample=_sample_heads,
+        symbols={
+            "h": Symbol("query heads", lambda s: s.n_heads),
+            "k": Symbol("key/value heads (k = h: MHA, k = 1: MQA)", lambda s: s.n_kv_heads),
+            "d_h": Symbol("head dimension", lambda s: s.head_dim),
+        },
+    ),
+    Element(
+        "sliding window", ("window", "layer_pattern", "global_nope"),
+        describe=lambda s: None if s.window is None else (
+            f"window {s.window} [{':'.join(kind.value for kind in s.layer_pattern)}]"
+            + (" global NoPE" if s.global_nope else "")),
+        choices=(("window", window),),
+        swaps=_window_swaps, sample=_sample_window,
+        symbols={"w": Symbol("sliding-window length", lambda s: s.window)},
+    ),
+    Element(
+        "QK-norm", ("qk_norm",),
+        describe=lambda s: None if s.qk_norm is QKNorm.none else f"qk-norm ({s.qk_norm.value})",
+        choices=(("qk-norm", lambda s: s.qk_norm.value),),
+        swaps=_qk_norm_swaps, sample=lambda choose, data: data.update(qk_norm=choose(["none", "head", "full"])),
+    ),
+)

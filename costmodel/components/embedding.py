@@ -13,8 +13,10 @@ implements it), and Cohere's models multiply the logits by a constant ``logit_sc
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from costmodel.components import stability
+from costmodel.components.element import Alternative, Choose, Element, Symbol, toggle
 from costmodel.cost import Cost, Dims, Num, elementwise, linear
 from costmodel.spec import Spec
 from costmodel.symbols import ID_BYTES
@@ -56,3 +58,56 @@ def logit_scale(dims: Dims, n_tokens: Num) -> Cost:
 
 def logit_softcap(dims: Dims, n_tokens: Num) -> Cost:
     return stability.softcap(dims, n_tokens * dims.V)
+
+
+# --- the elements -----------------------------------------------------------------------------
+
+#: Command R7B's logit_scale (specs/command-r7b.yaml, from its config.json).
+COMMAND_R_LOGIT_SCALE = 0.25
+
+
+def label(spec: Spec) -> str:
+    """The embeddings as compare shows them: "tied, x sqrt(d)"."""
+    return ("tied" if spec.tied_embeddings else "untied") + (", x sqrt(d)" if spec.embedding_scale else "")
+
+
+def _sample(choose: Choose, data: dict[str, Any]) -> None:
+    data.update(vocab_size=choose(range(3, 41)), tied_embeddings=choose([True, False]),
+                embedding_scale=choose([True, False]))
+
+
+def _logit_scale_swaps(spec: Spec, window: int) -> list[Alternative]:
+    if spec.logit_scale is not None:
+        return [(f"{spec.logit_scale:g} -> none", {"logit_scale": None})]
+    return [(f"none -> {COMMAND_R_LOGIT_SCALE:g} (Command R7B)", {"logit_scale": COMMAND_R_LOGIT_SCALE})]
+
+
+def _sample_logit_scale(choose: Choose, data: dict[str, Any]) -> None:
+    if choose([True, False]):
+        data["logit_scale"] = 0.25
+
+
+ELEMENTS = (
+    Element(
+        "embeddings", ("vocab_size", "tied_embeddings", "embedding_scale"),
+        describe=lambda s: f"V={s.vocab_size} · {label(s)}",
+        choices=(("embeddings", label),),
+        swaps=lambda s, w: [("tied -> untied" if s.tied_embeddings else "untied -> tied",
+                             {"tied_embeddings": not s.tied_embeddings})],
+        sample=_sample,
+        symbols={"V": Symbol("vocabulary size", lambda s: s.vocab_size)},
+    ),
+    Element(
+        "head scale", ("head_scale",),
+        describe=lambda s: "head scale d^-1/2" if s.head_scale else None,
+        choices=(("head scale", lambda s: "d^-1/2" if s.head_scale else "none"),),
+        swaps=toggle("head_scale", on="d^-1/2", off="none"),
+        sample=lambda choose, data: data.update(head_scale=choose([True, False])),
+    ),
+    Element(
+        "logit scale", ("logit_scale",),
+        describe=lambda s: None if s.logit_scale is None else f"logit scale {s.logit_scale:g}",
+        choices=(("logit scale", lambda s: s.logit_scale),),
+        swaps=_logit_scale_swaps, sample=_sample_logit_scale,
+    ),
+)

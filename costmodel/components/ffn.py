@@ -13,6 +13,9 @@ SiLU 4 (exp(-x), +1, divide, *x). The gate's elementwise product adds 1.
 
 from __future__ import annotations
 
+from typing import Any
+
+from costmodel.components.element import Alternative, Choose, Element, Symbol
 from costmodel.cost import Cost, Dims, Num, elementwise, linear
 from costmodel.spec import Activation, Spec
 
@@ -40,3 +43,45 @@ def ffn(spec: Spec, dims: Dims, tokens: Num) -> list[tuple[str, Cost]]:
     out.append(("act", act))
     out.append(("down", linear(tokens, f, d, bias, p)))
     return out
+
+
+# --- the element ------------------------------------------------------------------------------
+
+
+def equal_params_d_ff(d_ff: int, to_gated: bool) -> int:
+    """The FFN width that keeps the FFN's weight count: a gated FFN has three d x f matrices,
+    a plain one two, so f' = 2/3 f into a GLU and 3/2 f out of one (Shazeer 2020), rounded
+    to the nearest integer, halves up."""
+    num, den = (2 * d_ff, 3) if to_gated else (3 * d_ff, 2)
+    return (2 * num + den) // (2 * den)
+
+
+def _swaps(spec: Spec, window: int) -> list[Alternative]:
+    out: list[Alternative] = []
+    act, f = spec.activation, spec.d_ff
+    for alt in Activation:
+        if alt is act:
+            continue
+        if alt.gated == act.gated:
+            out.append((f"{act.value} -> {alt.value}", {"activation": alt.value}))
+        else:
+            f2 = equal_params_d_ff(f, alt.gated)
+            out.append((f"{act.value} -> {alt.value}, d_ff {f} -> {f2} (equal params)",
+                        {"activation": alt.value, "d_ff": f2}))
+            out.append((f"{act.value} -> {alt.value}, same d_ff", {"activation": alt.value}))
+    return out
+
+
+def _sample(choose: Choose, data: dict[str, Any]) -> None:
+    data.update(d_ff=choose(range(2, 21)), activation=choose([a.value for a in Activation]))
+
+
+ELEMENTS = (
+    Element(
+        "activation", ("ffn",),
+        describe=lambda s: f"f={s.d_ff} · {s.activation.value}",
+        choices=(("d_ff", lambda s: s.d_ff), ("activation", lambda s: s.activation.value)),
+        swaps=_swaps, sample=_sample,
+        symbols={"f": Symbol("FFN hidden width, d_ff", lambda s: s.d_ff)},
+    ),
+)

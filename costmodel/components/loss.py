@@ -13,9 +13,15 @@ embd_pdrop, attn_pdrop, resid_pdrop).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from costmodel.components.element import Alternative, Choose, Element
 from costmodel.cost import Cost, Dims, Num
-from costmodel.symbols import ID_BYTES, MASK_BYTES
 from costmodel.components.stability import LOGSUMEXP_FLOPS
+from costmodel.symbols import ID_BYTES, MASK_BYTES
+
+if TYPE_CHECKING:
+    from costmodel.spec import Spec
 
 DROPOUT_FLOPS = 2
 
@@ -36,3 +42,44 @@ def dropout(dims: Dims, elements: Num) -> Cost:
         bytes=dims.p * 2 * elements + MASK_BYTES * elements,
         train_only=True,
     )
+
+
+# --- the element: dropout at every site ---------------------------------------------------------
+
+#: GPT-2's dropout rate (embd_pdrop = attn_pdrop = resid_pdrop = 0.1).
+GPT2_DROPOUT = 0.1
+SITES = ("embedding_dropout", "attention_dropout", "ffn_dropout", "final_dropout")
+
+
+def sites(spec: Spec) -> str:
+    """Each site's rate: "embeddings 0.1, attention 0.1, ffn 0, final 0"."""
+    rates = (spec.embedding_dropout_rate, spec.attention_dropout_rate, spec.ffn_dropout, spec.final_dropout)
+    return ", ".join(f"{site.removesuffix('_dropout')} {r:g}" for site, r in zip(SITES, rates))
+
+
+def _swaps(spec: Spec, window: int) -> list[Alternative]:
+    if spec.dropout:
+        return [(f"{spec.dropout:g} -> none", {"dropout": None})]
+    return [(f"none -> {GPT2_DROPOUT:g} (GPT-2)", {"dropout": GPT2_DROPOUT})]
+
+
+def _describe(spec: Spec) -> str | None:
+    if not (spec.dropout or any(getattr(spec, site) for site in SITES)):
+        return None
+    return f"dropout {spec.dropout:g} ({sites(spec)})"
+
+
+def _sample(choose: Choose, data: dict[str, Any]) -> None:
+    data["dropout"] = choose([0.0, 0.1])
+    for site in SITES:
+        if choose([True, False]):
+            data[site] = choose([0.0, 0.2])
+
+
+ELEMENTS = (
+    Element(
+        "dropout", ("dropout", *SITES), describe=_describe,
+        choices=(("dropout", lambda s: s.dropout), ("dropout sites", sites)),
+        swaps=_swaps, sample=_sample,
+    ),
+)

@@ -9,8 +9,11 @@ for both: one read and one write of the activations, plus the parameters.
 
 from __future__ import annotations
 
+from typing import Any
+
+from costmodel.components.element import Alternative, Choose, Element
 from costmodel.cost import Cost, Dims, Num, runs
-from costmodel.spec import Norm, Spec
+from costmodel.spec import Norm, NormPosition, Spec
 
 CORE_FLOPS = {Norm.layernorm: 5, Norm.rmsnorm: 3}
 
@@ -32,3 +35,31 @@ def norm(spec: Spec, dims: Dims, tokens: Num, width: Num, params_width: Num | No
         bytes=dims.p * 2 * elements + read,
         weights_read=read,
     )
+
+
+def _norm_swaps(spec: Spec, window: int) -> list[Alternative]:
+    other = Norm.layernorm if spec.norm is Norm.rmsnorm else Norm.rmsnorm
+    extra = {"bias.norm": None} if other is Norm.rmsnorm else {}
+    return [(f"{spec.norm.value} -> {other.value}", {"norm": other.value, **extra})]
+
+
+def _position_swaps(spec: Spec, window: int) -> list[Alternative]:
+    return [(f"{spec.norm_position.value} -> {pos.value}", {"norm_position": pos.value})
+            for pos in NormPosition if pos is not spec.norm_position]
+
+
+def _sample_norm(choose: Choose, data: dict[str, Any]) -> None:
+    data["norm"] = choose([n.value for n in Norm])
+
+
+ELEMENTS = (
+    Element(
+        "norm", ("norm",), describe=lambda s: s.norm.value,
+        choices=(("norm", lambda s: s.norm.value),), swaps=_norm_swaps, sample=_sample_norm,
+    ),
+    Element(
+        "norm position", ("norm_position",), describe=lambda s: s.norm_position.value,
+        choices=(("norm position", lambda s: s.norm_position.value),), swaps=_position_swaps,
+        sample=lambda choose, data: data.update(norm_position=choose([p.value for p in NormPosition])),
+    ),
+)

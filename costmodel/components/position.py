@@ -14,6 +14,9 @@ layer (RoPE, T5 relative bias, ALiBi); ``none`` is NoPE.
 
 from __future__ import annotations
 
+from typing import Any
+
+from costmodel.components.element import Alternative, Choose, Element, Symbol
 from costmodel.cost import Cost, Dims, Num, runs
 from costmodel.spec import Position, Spec
 
@@ -59,3 +62,51 @@ def score_bias(spec: Spec, dims: Dims, q_len: Num, span: Num) -> Cost:
     if spec.position is Position.alibi:
         return Cost(other=elements, bytes=dims.p * elements)
     return Cost()
+
+
+# --- the element ------------------------------------------------------------------------------
+
+
+def label(spec: Spec) -> str:
+    """The scheme as describe and compare show it: "rope (0.25 of d_h)"."""
+    frac = f" ({spec.rotary_fraction:g} of d_h)" if spec.rotary_fraction != 1 else ""
+    return spec.position.value + frac
+
+
+def _swaps(spec: Spec, window: int) -> list[Alternative]:
+    out: list[Alternative] = []
+    for pos in Position:
+        if pos is spec.position:
+            continue
+        changes: dict[str, Any] = {"position": pos.value}
+        if spec.position is Position.rope:
+            changes["rotary_fraction"] = None
+        if spec.position is Position.t5_relative:
+            changes["relative_buckets"] = None
+        if spec.global_nope and not pos.per_layer:
+            changes["global_nope"] = None
+        out.append((f"{spec.position.value} -> {pos.value}", changes))
+    return out
+
+
+def _sample(choose: Choose, data: dict[str, Any]) -> None:
+    position = data["position"] = choose([p.value for p in Position])
+    if position == "learned" and choose([True, False]):
+        data["position_offset"] = 2  # OPT
+    if position == "rope" and data["head_dim"] % 4 == 0:
+        data["rotary_fraction"] = choose([0.5, 1.0])
+    if position == "t5_relative":
+        data["relative_buckets"] = choose([4, 8, 32])
+
+
+ELEMENTS = (
+    Element(
+        "positions", ("position", "rotary_fraction", "relative_buckets", "position_offset"),
+        describe=label, choices=(("position", label),), swaps=_swaps, sample=_sample,
+        symbols={
+            "r": Symbol("rotary dimensions per head (d_h, or a fraction of it)", lambda s: s.rotary_dims),
+            "n_pos": Symbol("rows of a learned position table (max_seq_len)", lambda s: s.position_rows),
+            "n_buckets": Symbol("T5 relative-position buckets", lambda s: s.relative_buckets),
+        },
+    ),
+)

@@ -11,7 +11,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from costmodel.components.element import Alternative, Choose, Element
 from costmodel.cost import Cost, Dims, Num, elementwise
+
+if TYPE_CHECKING:
+    from costmodel.spec import Spec
 
 SOFTCAP_FLOPS = 3
 LOGSUMEXP_FLOPS = 4
@@ -28,3 +34,54 @@ def z_loss(dims: Dims, tokens: Num) -> Cost:
         bytes=dims.p * (logits + tokens),
         train_only=True,
     )
+
+
+# --- the elements -----------------------------------------------------------------------------
+
+#: Soft-capping values of Gemma 2 (attention logits 50, final logits 30).
+GEMMA2_SOFTCAPS = (50.0, 30.0)
+#: PaLM's z-loss coefficient (section 5).
+PALM_Z_LOSS = 1e-4
+
+
+def softcaps(spec: Spec) -> str:
+    caps = [f"{name} {v:g}" for name, v in (("attn", spec.attn_softcap), ("final", spec.final_softcap)) if v]
+    return ", ".join(caps) or "none"
+
+
+def _softcap_swaps(spec: Spec, window: int) -> list[Alternative]:
+    if spec.attn_softcap is not None or spec.final_softcap is not None:
+        return [("on -> none", {"attn_softcap": None, "final_softcap": None})]
+    attn_cap, final_cap = GEMMA2_SOFTCAPS
+    return [(f"none -> attention {attn_cap:g}, final {final_cap:g} (Gemma 2)",
+             {"attn_softcap": attn_cap, "final_softcap": final_cap})]
+
+
+def _describe_softcaps(spec: Spec) -> str | None:
+    caps = [f"{name} softcap {v:g}" for name, v in (("attn", spec.attn_softcap), ("final", spec.final_softcap)) if v]
+    return " · ".join(caps) or None
+
+
+def _sample_softcaps(choose: Choose, data: dict[str, Any]) -> None:
+    for cap in ("attn_softcap", "final_softcap"):
+        if choose([True, False]):
+            data[cap] = 20.0
+
+
+def _z_loss_swaps(spec: Spec, window: int) -> list[Alternative]:
+    if spec.z_loss:
+        return [(f"{spec.z_loss:g} -> none", {"z_loss": None})]
+    return [(f"none -> {PALM_Z_LOSS:g} (PaLM)", {"z_loss": PALM_Z_LOSS})]
+
+
+ELEMENTS = (
+    Element(
+        "logit soft-capping", ("attn_softcap", "final_softcap"), describe=_describe_softcaps,
+        choices=(("soft-capping", softcaps),), swaps=_softcap_swaps, sample=_sample_softcaps,
+    ),
+    Element(
+        "z-loss", ("z_loss",), describe=lambda s: f"z-loss {s.z_loss:g}" if s.z_loss else None,
+        choices=(("z-loss", lambda s: s.z_loss),), swaps=_z_loss_swaps,
+        sample=lambda choose, data: data.update(z_loss=choose([0.0, 1e-4])),
+    ),
+)

@@ -9,11 +9,13 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import hf, report
-from costmodel.cli import _user_errors, app
+from costmodel.cli.app import _user_errors, app
 from costmodel.spec import parse_spec
 
 
 class SpecFormat(str, Enum):
+    """How the imported spec itself is written (not a report, so not ``Format``)."""
+
     yaml = "yaml"
     json = "json"
 

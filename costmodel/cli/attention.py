@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, report
+from costmodel import catalog
 from costmodel.analysis import AnalysisError
-from costmodel.cli import (
+from costmodel.cli.app import (
     HARDWARE_HELP,
     BatchOpt,
     Dtype,
@@ -22,7 +22,7 @@ from costmodel.cli import (
     SpecArg,
     _user_errors,
     app,
-    render_tables,
+    emit,
 )
 from costmodel.hardware import bundled_dir, load_hardware, profile_paths, user_dir
 
@@ -81,16 +81,11 @@ def attention_cmd(
         hw.peak(dtype.value)
         heads = compare_kv_heads(s, hw, batch, seq, dtype.value, _ints(kv_heads, "--kv-heads"), enc_seq)
         windows = compare_windows(s, hw, batch, _ints(contexts, "--contexts"), dtype.value, window)
-    if fmt is Format.json:
-        typer.echo(report.render_json({
-            "spec": s.name, "hardware": hardware_dict(hw, dtype.value), "batch": batch, "dtype": dtype.value,
-            "kv_heads": [r.to_dict() for r in heads], "windows": [r.to_dict() for r in windows]}))
-        return
-    if fmt is Format.csv:
-        typer.echo(ra.records_csv([{"table": "kv_heads", **r.to_dict()} for r in heads]
-                                  + [{"table": "windows", **r.to_dict()} for r in windows]), nl=False)
-        return
-    render_tables([ra.heads_table(heads, hw, dtype.value), ra.windows_table(windows, hw, batch)], fmt, s)
+    emit(fmt, lambda: [ra.heads_table(heads, hw, dtype.value), ra.windows_table(windows, hw, batch)],
+         lambda: {"spec": s.name, "hardware": hardware_dict(hw, dtype.value), "batch": batch, "dtype": dtype.value,
+                  "kv_heads": [r.to_dict() for r in heads], "windows": [r.to_dict() for r in windows]},
+         s, csv=lambda: ra.records_csv([{"table": "kv_heads", **r.to_dict()} for r in heads]
+                                      + [{"table": "windows", **r.to_dict()} for r in windows]))
 
 
 @app.command("sweep")
@@ -134,12 +129,7 @@ def sweep_cmd(
             from costmodel.plot import plot as draw
 
             written = draw(sw, plot)
-    if fmt is Format.json:
-        typer.echo(report.render_json(sw.to_dict()))
-    elif fmt is Format.csv:
-        typer.echo(ra.sweep_csv(sw), nl=False)
-    else:
-        render_tables([ra.sweep_table(sw)], fmt)
+    emit(fmt, lambda: [ra.sweep_table(sw)], sw.to_dict, csv=lambda: ra.sweep_csv(sw))
     if plot:
         typer.echo(f"wrote {written}", err=True)
 
@@ -153,13 +143,8 @@ def hardware_cmd(dtype: DtypeOpt = Dtype.bf16, fmt: FormatOpt = Format.table) ->
     with _user_errors():
         found = [(load_hardware(str(path)), "bundled" if path.parent == bundled_dir() else "user", path)
                  for path in profile_paths().values()]
-    if fmt is Format.json:
-        typer.echo(report.render_json([
-            {**hw.model_dump(), "from": where, "path": str(path),
-             "ridge": {dt: hw.ridge(dt) for dt in hw.peak_flops}} for hw, where, path in found]))
-        return
-    if fmt is Format.csv:
-        typer.echo(ra.records_csv([{**hw.model_dump(exclude={"source"}), "from": where, "path": str(path)}
-                                   for hw, where, path in found]), nl=False)
-        return
-    render_tables([ra.hardware_table([(hw, where) for hw, where, _ in found], dtype.value, user_dir())], fmt)
+    emit(fmt, lambda: [ra.hardware_table([(hw, where) for hw, where, _ in found], dtype.value, user_dir())],
+         lambda: [{**hw.model_dump(), "from": where, "path": str(path),
+                   "ridge": {dt: hw.ridge(dt) for dt in hw.peak_flops}} for hw, where, path in found],
+         csv=lambda: ra.records_csv([{**hw.model_dump(exclude={"source"}), "from": where, "path": str(path)}
+                                     for hw, where, path in found]))

@@ -10,7 +10,20 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, hardware, report
-from costmodel.cli import BatchOpt, Dtype, DtypeOpt, EncSeqOpt, PhaseName, SeqOpt, SpecArg, _user_errors, app
+from costmodel.cli.app import (
+    BatchOpt,
+    Dtype,
+    DtypeOpt,
+    EncSeqOpt,
+    Format,
+    FormatOpt,
+    PhaseName,
+    SeqOpt,
+    SpecArg,
+    _user_errors,
+    app,
+    emit,
+)
 
 
 class Device(str, Enum):
@@ -19,13 +32,6 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
-class MeasureFormat(str, Enum):
-    table = "table"
-    json = "json"
-    markdown = "markdown"
-
-
-FormatOpt = Annotated[MeasureFormat, typer.Option("--format", "-f", help="Output format.")]
 PhaseOpt = Annotated[Optional[PhaseName], typer.Option(
     "--phase", "-p", help="One phase. Default: all three.")]
 DeviceOpt = Annotated[Device, typer.Option(
@@ -53,13 +59,6 @@ NameOpt = Annotated[str, typer.Option(
     "--name", help="Profile name, saved as NAME.yaml in the user profile folder.")]
 
 
-def _render(tables: list[report.Table], fmt: MeasureFormat, header: str) -> None:
-    if fmt is MeasureFormat.markdown:
-        typer.echo(report.render_markdown(tables, f"## {header}"))
-    else:
-        report.render_rich(tables, header)
-
-
 @app.command("measure")
 def measure_cmd(
     spec: SpecArg,
@@ -74,7 +73,7 @@ def measure_cmd(
     repeats: RepeatsOpt = None,
     by_component: ComponentsOpt = False,
     check: CheckOpt = False,
-    fmt: FormatOpt = MeasureFormat.table,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """Build SPEC as a PyTorch model, run a phase, and set each count beside its formula."""
     with _user_errors():
@@ -92,20 +91,19 @@ def measure_cmd(
         results = [measure(s, p, batch=batch, seq=seq, enc_seq=enc_seq, dtype=dtype.value,
                            device=device.value, layers=layers, hardware=profile, repeats=repeats,
                            count_bytes=True) for p in phases]
-    if fmt is MeasureFormat.json:
-        data = results[0].to_dict() if phase else {
-            "spec": s.name, "ok": all(m.ok for m in results),
-            "phases": {m.analysis.phase: m.to_dict() for m in results}}
-        typer.echo(report.render_json(data))
-    else:
+    def tables() -> list[report.Table]:
         from costmodel.measure.tables import components_table, measurement_table
 
-        tables = []
+        out = []
         for m in results:
-            tables.append(measurement_table(m))
+            out.append(measurement_table(m))
             if by_component:
-                tables.append(components_table(m))
-        _render(tables, fmt, f"{s.name}: {report.describe(s)}")
+                out.append(components_table(m))
+        return out
+
+    emit(fmt, tables, lambda: {"spec": s.name, "ok": all(m.ok for m in results),
+                               "phases": {m.analysis.phase: m.to_dict() for m in results}},
+         f"{s.name}: {report.describe(s)}")
     if check and not all(m.ok for m in results):
         bad = [f"{m.analysis.phase} {c.quantity}" for m in results for c in m.comparisons if not c.agrees]
         typer.echo(f"check failed: {', '.join(bad)} differ from the formulas", err=True)
@@ -120,7 +118,7 @@ def calibrate_cmd(
     copy_mib: CopyOpt = None,
     repeats: CalRepeatsOpt = 5,
     name: NameOpt = "local",
-    fmt: FormatOpt = MeasureFormat.table,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure the local device's peak matmul FLOP/s and copy bandwidth; save a hardware profile."""
     with _user_errors():
@@ -133,9 +131,7 @@ def calibrate_cmd(
             ("fp32", "bf16", "fp16") if device is Device.cuda else ("fp32", "bf16"))
         profile = calibrate(device.value, chosen, matmul_size, copy_mib, repeats, name)
         path = hardware.save_hardware(profile, hardware.user_dir() / f"{name}.yaml")
-    if fmt is MeasureFormat.json:
-        typer.echo(report.render_json({"path": str(path), **profile.model_dump(exclude_none=True)}))
-        return
     from costmodel.measure.tables import calibration_table
 
-    _render([calibration_table(profile, str(path))], fmt, f"calibrated {device.value}")
+    emit(fmt, lambda: [calibration_table(profile, str(path))],
+         lambda: {"path": str(path), **profile.model_dump(exclude_none=True)}, f"calibrated {device.value}")

@@ -2,50 +2,38 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from costmodel import catalog, compare_report, report
-from costmodel.cli import BatchOpt, Dtype, DtypeOpt, EncSeqOpt, SeqOpt, SpecArg, _user_errors, app
+from costmodel import catalog, compare_report
+from costmodel.cli.app import (
+    BatchOpt,
+    Dtype,
+    DtypeOpt,
+    EncSeqOpt,
+    Format,
+    FormatOpt,
+    SeqOpt,
+    SpecArg,
+    _user_errors,
+    app,
+    emit,
+)
+from costmodel.report import records_csv
 from costmodel.compare import compare, expand
 from costmodel.conventions import ConventionName, selected
 from costmodel.variants import RANK_KEYS, ablate, elements_across, parse_sets, rank_elements
 
 
-class TableFormat(str, Enum):
-    table = "table"
-    json = "json"
-    markdown = "markdown"
-
-
 RankBy = Enum("RankBy", {k: k for k in RANK_KEYS}, type=str)  # type: ignore[misc]
 
-FormatOpt = Annotated[TableFormat, typer.Option("--format", "-f", help="Output format.")]
 ConventionOpt = Annotated[
     Optional[list[ConventionName]],
     typer.Option("--convention", help="Also count as these papers do (repeatable): kaplan, chinchilla, "
                  "megatron, palm, all; exact is ours, always shown."),
 ]
-
-
-def _width() -> int:
-    """The terminal's width; piped output gets 160 columns, as ``report.render_rich`` uses."""
-    return max(80, shutil.get_terminal_size((160, 24)).columns) if sys.stdout.isatty() else 160
-
-
-def _emit(tables: list[report.Table], fmt: TableFormat, data: dict, header: str, page: bool = False) -> None:
-    if fmt is TableFormat.json:
-        typer.echo(report.render_json(data))
-    elif fmt is TableFormat.markdown:
-        typer.echo(report.render_markdown(tables, f"## {header}"))
-    else:
-        if page:
-            tables = [p for t in tables for p in compare_report.pages(t, _width())]
-        report.render_rich(tables, f"[bold]{header}[/bold]")
 
 
 @app.command("compare")
@@ -55,14 +43,14 @@ def compare_cmd(
     seq: SeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
     convention: ConventionOpt = None,
-    fmt: FormatOpt = TableFormat.table,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """Architectures side by side, oldest first: every design choice (same or varying, shapes
     outside the rules of thumb flagged) and the costs at one common shape."""
     with _user_errors():
         c = compare(expand(specs), batch, seq, dtype.value, selected([n.value for n in convention or []]))
     header = f"{len(c.specs)} models compared"
-    _emit(compare_report.comparison_tables(c), fmt, c.to_dict(), header, page=True)
+    emit(fmt, lambda: compare_report.comparison_tables(c), c.to_dict, header, page=True)
 
 
 @app.command("ablate")
@@ -74,13 +62,14 @@ def ablate_cmd(
     seq: SeqOpt = None,
     enc_seq: EncSeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
-    fmt: FormatOpt = TableFormat.table,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """One spec before and after changing some of its fields: every quantity, every phase."""
     with _user_errors():
         a = ablate(catalog.load(spec), parse_sets(set_), batch, seq, dtype.value, enc_seq)
     header = f"{a.before.name} with {', '.join(set_)}"
-    _emit(compare_report.ablation_tables(a), fmt, a.to_dict(), header)
+    emit(fmt, lambda: compare_report.ablation_tables(a), a.to_dict, header,
+         csv=lambda: records_csv(a.to_dict()["deltas"]))
 
 
 @app.command("elements")
@@ -95,7 +84,7 @@ def elements_cmd(
                                        "the four.")] = RankBy.max,  # type: ignore[attr-defined]
     window: Annotated[Optional[int], typer.Option("--window", min=1, help="Window of the sliding-window "
                       "swaps (a spec without one). Default: 1024, or half the context if shorter.")] = None,
-    fmt: FormatOpt = TableFormat.table,
+    fmt: FormatOpt = Format.table,
 ) -> None:
     """Swap each design element for each alternative in turn and rank the swaps by their effect
     on parameters, training FLOPs, decode bytes per token and KV cache."""
@@ -105,9 +94,17 @@ def elements_cmd(
     if len(rankings) == 1:
         r = rankings[0]
         header = f"{r.spec.name}: which design elements matter"
-        _emit(compare_report.elements_tables(r), fmt, r.to_dict(), header)
+        emit(fmt, lambda: compare_report.elements_tables(r), r.to_dict, header,
+             csv=lambda: records_csv(_swap_records(r.to_dict())))
         return
     summaries = elements_across(rankings)
     data = {"elements": [s.to_dict() for s in summaries], "models": [r.to_dict() for r in rankings]}
-    _emit([compare_report.across_table(summaries, rankings)], fmt, data,
-          f"{len(rankings)} models: which design elements matter")
+    emit(fmt, lambda: [compare_report.across_table(summaries, rankings)], data,
+         f"{len(rankings)} models: which design elements matter",
+         csv=lambda: records_csv(data["elements"]))
+
+
+def _swap_records(ranking: dict[str, Any]) -> list[dict[str, Any]]:
+    """One CSV line per swap: the element, the swap, and its four quantities' changes."""
+    return [{"spec": ranking["spec"], **{k: v for k, v in sw.items() if k != "changes"}}
+            for sw in ranking["swaps"]]
