@@ -96,7 +96,10 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         t = self.total()
-        nonzero = lambda attr: {r.path: getattr(r, attr) for r in self.rows if getattr(r, attr)}  # noqa: E731
+
+        def nonzero(attr: str) -> dict[str, int]:
+            return {r.path: getattr(r, attr) for r in self.rows if getattr(r, attr)}
+
         return {
             "spec": self.spec.name,
             "phase": self.phase,
@@ -150,7 +153,7 @@ def default_seq(spec: Spec, phase: str = "prefill") -> int:
     """2048 tokens of context, or max_seq_len if shorter, in every phase: decode caches one
     token fewer and adds the new one, so its context is the same as prefill's."""
     context = min(DEFAULT_SEQ, spec.max_seq_len)
-    return max(1, context - 1) if phase == "decode" else context
+    return max(1, PHASES[phase].seq_for(context)) if phase in PHASES else context
 
 
 def analyze(
@@ -204,16 +207,13 @@ def _row(path: str, phase: Phase, cost: Cost) -> Row:
 
 # --- formulas -----------------------------------------------------------------------------
 
-FORMULA_QUANTITIES = {
-    "params": ("params",),
+#: A formula's quantity -> the phase quantities it sums: each one, and flops (matmul + other).
+FORMULA_QUANTITIES: dict[str, tuple[str, ...]] = {
     "flops": ("flops_matmul", "flops_other"),
-    "flops_matmul": ("flops_matmul",),
-    "flops_matmul_effective": ("flops_matmul_effective",),
-    "flops_other": ("flops_other",),
-    "bytes": ("bytes_unfused",),
-    "bytes_fused": ("bytes_fused",),
-    "kv_cache": ("kv_cache",),
+    **{q: (q,) for q in QUANTITIES},
 }
+#: Older names still accepted: `--quantity bytes` is bytes_unfused.
+FORMULA_ALIASES = {"bytes": "bytes_unfused"}
 
 
 def symbolic_tree(spec: Spec, phase: str) -> dict[str, dict[str, sympy.Expr]]:
@@ -237,6 +237,7 @@ def formula(
     With `symbolic`, every size stays a symbol (d, h, k, L, ...); otherwise the spec's sizes
     are substituted and only the phase's free symbols (B, S or C, S_e or C_e, p) remain.
     """
+    quantity = FORMULA_ALIASES.get(quantity, quantity)
     if quantity not in FORMULA_QUANTITIES:
         raise AnalysisError(
             f"quantity: unknown quantity {quantity!r}; expected one of {', '.join(FORMULA_QUANTITIES)}"
@@ -259,6 +260,7 @@ def select(tree: dict[str, dict[str, sympy.Expr]], quantity: str, component: str
     """`quantity` (a key of FORMULA_QUANTITIES) summed over the paths of `tree` under `component`."""
     import sympy
 
+    quantity = FORMULA_ALIASES.get(quantity, quantity)
     chosen = [p for p in tree if _under(p, component)]
     if not chosen:
         groups = sorted({p.rsplit("/", 1)[0] if "layers" in p else p for p in tree})

@@ -23,7 +23,8 @@ from typing import Any
 from costmodel.analysis import Analysis, AnalysisError, Row, analyze
 from costmodel.hardware import Hardware, Roofline
 from costmodel.metrics import Fit, attention_total, fit, roofline_dict, roofline_of
-from costmodel.compare import heads, pattern
+from costmodel.components.attention import heads_kind, pattern
+from costmodel.phases import DECODE
 from costmodel.spec import LayerKind, Position, Spec
 from costmodel.variants import variant
 
@@ -49,7 +50,7 @@ def kv_head_variants(spec: Spec, kv_heads: Sequence[int] | None = None) -> list[
     out = []
     for k in dict.fromkeys(kv_heads or default_kv_heads(spec)):
         s = spec if k == spec.n_kv_heads else with_kv_heads(spec, k)
-        out.append(Variant(f"{heads(s).split()[0]} k={k}", s, own=k == spec.n_kv_heads))
+        out.append(Variant(f"{heads_kind(s.n_heads, k)} k={k}", s, own=k == spec.n_kv_heads))
     return out
 
 
@@ -170,13 +171,13 @@ def compare_windows(
 ) -> list[WindowRow]:
     """Full attention, all-local with window w, and the spec's pattern, as the context grows."""
     contexts = sorted(set(contexts or default_contexts(spec)))
-    if contexts[0] < 2:  # a decode step attends to the cached tokens and itself
-        raise AnalysisError(f"contexts: must be at least 2 (got {contexts[0]})")
+    if DECODE.seq_for(contexts[0]) < 1:  # a decode step attends to the cached tokens and itself
+        raise AnalysisError(f"contexts: must be at least {DECODE.context(1)} (got {contexts[0]})")
     rows = []
     for v in window_variants(spec, window):
         for c in contexts:
             pre = analyze(v.spec, "prefill", batch=batch, seq=c, dtype=dtype)
-            dec = analyze(v.spec, "decode", batch=batch, seq=c - 1, dtype=dtype)
+            dec = analyze(v.spec, "decode", batch=batch, seq=DECODE.seq_for(c), dtype=dtype)
             att = attention_total(dec)
             rows.append(WindowRow(v.label, v.own, c, dec.total().kv_cache, attention_total(pre), att,
                                   roofline_of(att, hw, dtype)))

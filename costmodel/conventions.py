@@ -31,6 +31,7 @@ from enum import Enum
 from typing import Any
 
 from costmodel.analysis import analyze, default_seq
+from costmodel.components.attention import heads_kind
 from costmodel.spec import Position, Spec
 
 
@@ -239,7 +240,7 @@ def _common_omissions(spec: Spec, counts_kv_full: bool = True) -> list[str]:
     out = []
     h, k, d_h = spec.n_heads, spec.n_kv_heads, spec.head_dim
     if counts_kv_full and k < h:
-        kind = "MQA" if k == 1 else "GQA"
+        kind = heads_kind(h, k)
         out.append(f"{kind}: K and V counted at full width h*d_h = {h * d_h}, not k*d_h = {k * d_h}")
     if spec.window is not None:
         out.append(f"sliding window {spec.window}: attention counted over the full context")

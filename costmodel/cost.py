@@ -64,7 +64,7 @@ class Cost:
     matmul         matmul FLOPs, dense convention (masked scores counted in full)
     matmul_eff     matmul FLOPs a kernel that skips masked scores would execute
     other          non-matmul FLOPs
-    bytes          unfused memory traffic
+    bytes_unfused  unfused memory traffic (the phase's ``bytes_unfused``)
     weights_read   fused bound: bytes of weights read once
     kv_read        fused bound: bytes of cached K/V read
     kv_write       fused bound: bytes of K/V written into the cache
@@ -78,7 +78,7 @@ class Cost:
     matmul: Num = 0
     matmul_eff: Num = 0
     other: Num = 0
-    bytes: Num = 0
+    bytes_unfused: Num = 0
     weights_read: Num = 0
     kv_read: Num = 0
     kv_write: Num = 0
@@ -88,14 +88,12 @@ class Cost:
     train_only: bool = False
 
     def __add__(self, o: Cost) -> Cost:
-        return Cost(
-            *(getattr(self, n) + getattr(o, n) for n in _QUANTITIES),
-            train_only=self.train_only and o.train_only,
-        )
+        sums = {n: getattr(self, n) + getattr(o, n) for n in _QUANTITIES}
+        return Cost(**sums, train_only=self.train_only and o.train_only)
 
     def times(self, n: Num) -> Cost:
         """The cost of n identical instances (n layers of one kind)."""
-        return Cost(*(getattr(self, q) * n for q in _QUANTITIES), train_only=self.train_only)
+        return Cost(**{q: getattr(self, q) * n for q in _QUANTITIES}, train_only=self.train_only)
 
 
 _QUANTITIES = tuple(f.name for f in fields(Cost) if f.name != "train_only")
@@ -122,7 +120,8 @@ class Dims:
 
     def __getattr__(self, name: str) -> Num:
         try:
-            return self.__dict__["sizes"][name]  # type: ignore[no-any-return]
+            sizes: dict[str, Num] = self.__dict__["sizes"]
+            return sizes[name]
         except KeyError:
             raise AttributeError(f"Dims has no size {name!r}") from None
 
@@ -149,11 +148,11 @@ def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num) -> Cost:
         matmul=2 * tokens * d_in * d_out,
         matmul_eff=2 * tokens * d_in * d_out,
         other=tokens * d_out if bias else 0,
-        bytes=p * (tokens * d_in + tokens * d_out) + read,
+        bytes_unfused=p * (tokens * d_in + tokens * d_out) + read,
         weights_read=read,
     )
 
 
 def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_bytes: Num = 0) -> Cost:
     """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`)."""
-    return Cost(other=flops_per * elements, bytes=p * elements * (inputs + 1) + extra_bytes)
+    return Cost(other=flops_per * elements, bytes_unfused=p * elements * (inputs + 1) + extra_bytes)

@@ -13,7 +13,7 @@ Layer costs are per layer times the layer-count symbol (``L``, ``L_local``, ``L_
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -70,10 +70,11 @@ def spec_values(spec: Spec) -> dict[Any, int]:
 def layer_groups(spec: Spec) -> dict[tuple[str, str | None], int]:
     """(stack, kind) -> number of layers. Kind is None when a stack has one kind of layer."""
     if spec.is_encoder_decoder:
+        assert spec.n_encoder_layers is not None and spec.n_decoder_layers is not None
         return {("encoder", None): spec.n_encoder_layers, ("decoder", None): spec.n_decoder_layers}
     counts = spec.kind_counts()
     if len(counts) == 1:
-        return {("layers", None): spec.n_layers}  # type: ignore[dict-item]
+        return {("layers", None): spec.decoder_layers}
     return {("layers", kind.value): n for kind, n in counts.items()}
 
 
@@ -160,13 +161,15 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
     pre = pos in (NormPosition.pre, NormPosition.sandwich)
     on_output = pos in (NormPosition.sandwich, NormPosition.post_sublayer)
     attention = ATTENTION_KINDS[spec.attention.kind]
-    branches = [(s.name, attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
+    branches: list[tuple[str, list[tuple[str, Cost]], SubBlock | None]] = [
+        (s.name, attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
     branches.append(("ffn", FFN_KINDS[spec.ffn.kind](spec, dims, T), None))
 
     def the_norm() -> Cost:
         return norm(spec, dims, T, dims.d)
 
-    def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None, own_norm: bool):
+    def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None,
+               own_norm: bool) -> Iterator[tuple[str, Cost]]:
         if own_norm:
             yield f"{name}/norm", the_norm()
         for leaf, cost in leaves:
@@ -180,7 +183,7 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
         drop_hidden = sub is None and spec.ffn_dropout > 0
         if drop_out or drop_probs or drop_hidden:
             output = T * dims.d if drop_out else 0
-            probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if drop_probs else 0
+            probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if sub is not None and drop_probs else 0
             hidden = T * dims.f if drop_hidden else 0
             yield f"{name}/dropout", dropout(dims, output + probs + hidden)
 

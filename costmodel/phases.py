@@ -41,10 +41,18 @@ class Phase:
 
     def shape(self, batch: int, seq: int, enc_seq: int) -> dict[str, int]:
         """B, S, C, S_e, C_e for a user's batch, sequence length and encoder length."""
-        given: dict[str, int] = {"B": batch, self.seq_symbol: seq + self.seq_offset, self.enc_symbol: enc_seq}
+        given: dict[str, int] = {"B": batch, self.seq_symbol: self.context(seq), self.enc_symbol: enc_seq}
         for target, source in self.fixes.items():
             given[target] = source if isinstance(source, int) else given[source]
         return {name: given[name] for name in ("B", "S", "C", "S_e", "C_e")}
+
+    def context(self, seq: int) -> int:
+        """The context a user's --seq means in this phase: seq, or seq + 1 in decode."""
+        return seq + self.seq_offset
+
+    def seq_for(self, context: int) -> int:
+        """The --seq that gives this context (the inverse of ``context``)."""
+        return context - self.seq_offset
 
     def quantities(self, cost: Cost) -> dict[str, Num]:
         """A component's numbers (or expressions) in this phase, from its forward cost."""
@@ -62,7 +70,7 @@ class Phase:
             "flops_matmul": n * cost.matmul,
             "flops_matmul_effective": n * cost.matmul_eff,
             "flops_other": n * cost.other,
-            "bytes_unfused": n * cost.bytes,
+            "bytes_unfused": n * cost.bytes_unfused,
             "bytes_fused": fused,
             "kv_cache": kv,
         }
@@ -70,6 +78,21 @@ class Phase:
 
 QUANTITIES = ("params", "flops_matmul", "flops_matmul_effective", "flops_other", "bytes_unfused",
               "bytes_fused", "kv_cache")
+
+#: Every quantity's label, once: the phase's quantities above and those derived from them
+#: (flops = matmul + other; intensity = FLOPs / fused bytes). Tables and reports read these.
+LABELS: dict[str, str] = {
+    "params": "parameters",
+    "flops": "FLOPs total",
+    "flops_matmul": "FLOPs matmul (dense)",
+    "flops_matmul_effective": "FLOPs matmul (masked)",
+    "flops_other": "FLOPs other",
+    "bytes_unfused": "bytes unfused",
+    "bytes_fused": "bytes fused (lower bound)",
+    "kv_cache": "KV cache",
+    "intensity": "intensity (fused)",
+    "intensity_unfused": "intensity (unfused)",
+}
 
 PREFILL = Phase(
     "prefill", "forward over B x S prompt tokens, no cache; writes S tokens of KV cache",

@@ -22,6 +22,7 @@ from costmodel.analysis import Analysis, Row
 from costmodel.conventions import ConventionRow
 from costmodel.hardware import Hardware
 from costmodel.metrics import roofline_of
+from costmodel.phases import LABELS
 from costmodel.spec import Spec
 
 
@@ -111,16 +112,16 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
         ("seq", *per(lambda a: str(a.seq))),
         ("shape", *per(lambda a: f"B={a.shape['B']} S={a.shape['S']} C={a.shape['C']}"
                        + (f" S_e={a.shape['S_e']} C_e={a.shape['C_e']}" if a.spec.is_encoder_decoder else ""))),
-        ("FLOPs matmul (dense)", *per(lambda a: units.flops(tot(a).flops_matmul))),
-        ("FLOPs matmul (masked)", *per(lambda a: units.flops(tot(a).flops_matmul_effective))),
-        ("FLOPs other", *per(lambda a: units.flops(tot(a).flops_other))),
-        ("FLOPs total", *per(lambda a: units.flops(tot(a).flops))),
+        (LABELS["flops_matmul"], *per(lambda a: units.flops(tot(a).flops_matmul))),
+        (LABELS["flops_matmul_effective"], *per(lambda a: units.flops(tot(a).flops_matmul_effective))),
+        (LABELS["flops_other"], *per(lambda a: units.flops(tot(a).flops_other))),
+        (LABELS["flops"], *per(lambda a: units.flops(tot(a).flops))),
         ("FLOPs per token", *per(lambda a: units.flops(tot(a).flops / (a.shape["B"] * a.shape["S"])))),
-        ("bytes unfused", *per(lambda a: units.nbytes(tot(a).bytes_unfused))),
-        ("bytes fused (lower bound)", *per(lambda a: units.nbytes(tot(a).bytes_fused))),
-        ("KV cache", *per(lambda a: units.nbytes(tot(a).kv_cache))),
-        ("intensity (fused)", *per(lambda a: units.intensity(a.arithmetic_intensity))),
-        ("intensity (unfused)", *per(lambda a: units.intensity(a.arithmetic_intensity_unfused))),
+        (LABELS["bytes_unfused"], *per(lambda a: units.nbytes(tot(a).bytes_unfused))),
+        (LABELS["bytes_fused"], *per(lambda a: units.nbytes(tot(a).bytes_fused))),
+        (LABELS["kv_cache"], *per(lambda a: units.nbytes(tot(a).kv_cache))),
+        (LABELS["intensity"], *per(lambda a: units.intensity(a.arithmetic_intensity))),
+        (LABELS["intensity_unfused"], *per(lambda a: units.intensity(a.arithmetic_intensity_unfused))),
     ]
     a0 = analyses[0]
     notes = [f"batch {a0.batch}, {a0.dtype}; seq is the prompt (prefill, train) or the tokens "

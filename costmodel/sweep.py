@@ -24,7 +24,7 @@ from costmodel import symbols as sym
 from costmodel.analysis import AnalysisError, analyze, default_seq, select, symbolic_tree
 from costmodel.hardware import Hardware
 from costmodel.metrics import hardware_dict
-from costmodel.phases import PHASES
+from costmodel.phases import DECODE, PHASES
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES
 from costmodel.attention_variants import Variant, kv_head_variants
@@ -78,7 +78,7 @@ def parse_axis(text: str) -> Axis:
 def default_axis(spec: Spec) -> Axis:
     """seq from 512 to the trained context (one less with learned positions, so that decode,
     which attends to seq + 1, stays inside the table), doubling."""
-    stop = spec.max_seq_len - (1 if spec.position is Position.learned else 0)
+    stop = spec.max_seq_len - (DECODE.seq_offset if spec.position is Position.learned else 0)
     return parse_axis(f"seq={min(512, stop)}:{stop}")
 
 

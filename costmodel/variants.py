@@ -23,6 +23,7 @@ import yaml
 
 from costmodel.analysis import Analysis, AnalysisError, analyze, default_seq
 from costmodel.components import ELEMENTS
+from costmodel.phases import LABELS
 from costmodel.components.attention import DEFAULT_WINDOW, GQA_KV_HEADS, gqa_kv_heads
 from costmodel.components.ffn import equal_params_d_ff
 from costmodel.components.loss import GPT2_DROPOUT
@@ -144,16 +145,7 @@ class Delta:
         return None if self.before == 0 else self.change / self.before
 
 
-QUANTITY_LABELS = {
-    "params": "parameters",
-    "flops": "FLOPs",
-    "flops_matmul": "FLOPs matmul",
-    "flops_other": "FLOPs other",
-    "bytes_unfused": "bytes unfused",
-    "bytes_fused": "bytes fused",
-    "kv_cache": "KV cache",
-    "intensity": "intensity (FLOP/B, fused)",
-}
+QUANTITY_LABELS = LABELS  # one list of labels: phases.LABELS
 
 
 def _quantities(a: Analysis) -> dict[str, float]:

@@ -26,7 +26,7 @@ def test_formula_evaluates_to_the_analyzed_number(name: str, phase: str) -> None
     expected = {
         "params": total.params, "flops": total.flops, "flops_matmul": total.flops_matmul,
         "flops_matmul_effective": total.flops_matmul_effective, "flops_other": total.flops_other,
-        "bytes": total.bytes_unfused, "bytes_fused": total.bytes_fused, "kv_cache": total.kv_cache,
+        "bytes_unfused": total.bytes_unfused, "bytes_fused": total.bytes_fused, "kv_cache": total.kv_cache,
     }
     assert set(expected) == set(FORMULA_QUANTITIES)
     for quantity, number in expected.items():

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, compare_report, conventions, metrics, report
-from costmodel.analysis import analyze, count_params, default_seq, formula
+from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, analyze, count_params, default_seq, formula
 from costmodel.cli.app import (
     BatchOpt,
     Dtype,
@@ -28,15 +28,8 @@ from costmodel.conventions import ConventionName
 from costmodel.hardware import load_hardware
 from costmodel.spec import load_spec
 
-class Quantity(str, Enum):
-    params = "params"
-    flops = "flops"
-    flops_matmul = "flops_matmul"
-    flops_matmul_effective = "flops_matmul_effective"
-    flops_other = "flops_other"
-    bytes = "bytes"
-    bytes_fused = "bytes_fused"
-    kv_cache = "kv_cache"
+#: `formula --quantity`: the library's formula quantities, and their older aliases.
+Quantity = Enum("Quantity", {q: q for q in (*FORMULA_QUANTITIES, *FORMULA_ALIASES)}, type=str)  # type: ignore[misc]
 
 
 @app.command("analyze")
@@ -82,7 +75,7 @@ def analyze_cmd(
 @app.command("formula")
 def formula_cmd(
     spec: SpecArg,
-    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", help="What to express.")] = Quantity.flops,
+    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", help="What to express.")] = Quantity.flops,  # type: ignore[attr-defined]
     phase: Annotated[PhaseName, typer.Option("--phase", "-p", help="The phase: fixes S or C.")] = PhaseName.prefill,
     component: Annotated[str, typer.Option("--component", "-c", help="A component path or prefix (layers/attention, lm_head). Default: the whole model.")] = "",
     symbolic: Annotated[bool, typer.Option("--symbolic", help="Keep the spec's sizes as symbols (d, h, k, L, ...).")] = False,

@@ -118,7 +118,7 @@ def attention(
         out.append(("rope", position.rope(dims, shape.q_len, shape.kv_len)))
     if shape.cached is not None:
         out.append(("kv_cache", Cost(
-            bytes=kv_row * (shape.kv_len + shape.written),  # read the new K, V; store them
+            bytes_unfused=kv_row * (shape.kv_len + shape.written),  # read the new K, V; store them
             kv_read=kv_row * shape.cache_reads,
             kv_write=kv_row * shape.written,
             kv_cache=kv_row * shape.cached,
@@ -126,7 +126,7 @@ def attention(
     out.append(("scores", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
+        bytes_unfused=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
     )))
     out.append(("scale", elementwise(scores, SCALE_FLOPS, p)))
     if score_bias:
@@ -141,7 +141,7 @@ def attention(
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
+        bytes_unfused=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
     )))
     out.append(("out", linear(q_tokens, h * d_h, dims.d, spec.bias.attn_out, p)))
     return out

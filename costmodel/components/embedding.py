@@ -29,7 +29,7 @@ def tokens(spec: Spec, dims: Dims, n_tokens: Num, owns_table: bool = True) -> Co
     return Cost(
         params=dims.V * dims.d if owns_table else 0,
         other=scale,
-        bytes=dims.p * (2 * rows + 2 * scale) + ID_BYTES * n_tokens,
+        bytes_unfused=dims.p * (2 * rows + 2 * scale) + ID_BYTES * n_tokens,
         weights_read=dims.p * rows,
         act_in=ID_BYTES * n_tokens,
     )

@@ -30,7 +30,7 @@ def cross_entropy(dims: Dims, tokens: Num) -> Cost:
     logits = tokens * dims.V
     return Cost(
         other=LOGSUMEXP_FLOPS * logits,
-        bytes=dims.p * 2 * logits + ID_BYTES * tokens,
+        bytes_unfused=dims.p * 2 * logits + ID_BYTES * tokens,
         act_in=ID_BYTES * tokens,
         train_only=True,
     )
@@ -39,7 +39,7 @@ def cross_entropy(dims: Dims, tokens: Num) -> Cost:
 def dropout(dims: Dims, elements: Num) -> Cost:
     return Cost(
         other=DROPOUT_FLOPS * elements,
-        bytes=dims.p * 2 * elements + MASK_BYTES * elements,
+        bytes_unfused=dims.p * 2 * elements + MASK_BYTES * elements,
         train_only=True,
     )
 

@@ -32,7 +32,7 @@ def norm(spec: Spec, dims: Dims, tokens: Num, width: Num, params_width: Num | No
     return Cost(
         params=params,
         other=flops * elements,
-        bytes=dims.p * 2 * elements + read,
+        bytes_unfused=dims.p * 2 * elements + read,
         weights_read=read,
     )
 

@@ -32,7 +32,7 @@ def input_positions(spec: Spec, dims: Dims, tokens: Num, positions: Num) -> Cost
     return Cost(
         params=dims.n_pos * dims.d if learned else 0,
         other=tokens * dims.d,
-        bytes=dims.p * (2 * tokens * dims.d + rows),
+        bytes_unfused=dims.p * (2 * tokens * dims.d + rows),
         weights_read=dims.p * rows if learned else 0,
     )
 
@@ -45,7 +45,7 @@ def rope(dims: Dims, q_len: Num, kv_len: Num) -> Cost:
     q, kv = dims.B * q_len * dims.h, dims.B * kv_len * dims.k
     return Cost(
         other=ROPE_FLOPS * (q + kv) * dims.r,
-        bytes=dims.p * (2 * (q + kv) * dims.d_h + 2 * q_len * dims.r),
+        bytes_unfused=dims.p * (2 * (q + kv) * dims.d_h + 2 * q_len * dims.r),
     )
 
 
@@ -56,11 +56,11 @@ def score_bias(spec: Spec, dims: Dims, q_len: Num, span: Num) -> Cost:
         params = dims.n_buckets * dims.h
         return Cost(
             params=params,
-            bytes=dims.p * 2 * elements,  # gather from the table, write the bias
+            bytes_unfused=dims.p * 2 * elements,  # gather from the table, write the bias
             weights_read=dims.p * params * runs(q_len),
         )
     if spec.position is Position.alibi:
-        return Cost(other=elements, bytes=dims.p * elements)
+        return Cost(other=elements, bytes_unfused=dims.p * elements)
     return Cost()
 
 

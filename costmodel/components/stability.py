@@ -31,7 +31,7 @@ def z_loss(dims: Dims, tokens: Num) -> Cost:
     logits = tokens * dims.V
     return Cost(
         other=LOGSUMEXP_FLOPS * logits + 2 * tokens,
-        bytes=dims.p * (logits + tokens),
+        bytes_unfused=dims.p * (logits + tokens),
         train_only=True,
     )
 

@@ -32,7 +32,8 @@ from costmodel.hardware import Hardware, roofline
 from costmodel.measure import MeasureError
 from costmodel.measure.counters import Counts, MetaShapes
 from costmodel.measure.reference import KVCache, Transformer, build
-from costmodel.spec import LayerKind, Spec, spec_from_dict
+from costmodel.spec import LayerKind, Spec
+from costmodel.variants import variant
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEVICES = ("meta", "cpu", "cuda")
@@ -114,19 +115,19 @@ def keep_layers(spec: Spec, n: int) -> Spec:
     small machine. A pattern cut short keeps the kinds those layers have."""
     if n < 1:
         raise MeasureError(f"layers: must be at least 1 (got {n})")
-    data = spec.model_dump(exclude_unset=True)
+    changes: dict[str, Any] = {}
     if spec.is_encoder_decoder:
-        data["n_encoder_layers"] = min(n, spec.n_encoder_layers)
-        data["n_decoder_layers"] = min(n, spec.n_decoder_layers)
+        changes["n_encoder_layers"] = min(n, spec.n_encoder_layers or n)
+        changes["n_decoder_layers"] = min(n, spec.n_decoder_layers or n)
     else:
-        data["n_layers"] = min(n, spec.n_layers)
+        changes["n_layers"] = min(n, spec.n_layers or n)
         kinds = spec.layer_kinds()[:n]
-        data["layer_pattern"] = list(spec.layer_pattern[: len(kinds)])
+        changes["layer_pattern"] = [k.value for k in spec.layer_pattern[: len(kinds)]]
         if LayerKind.global_ not in kinds:
-            data.pop("global_nope", None)
+            changes["global_nope"] = None
         if LayerKind.local not in kinds:
-            data.pop("window", None)
-    return spec_from_dict(data, spec.name)
+            changes["window"] = None
+    return variant(spec, changes, name=spec.name)
 
 
 # --- running a phase ------------------------------------------------------------------------

@@ -10,16 +10,14 @@ from typing import TYPE_CHECKING
 
 from costmodel import units
 from costmodel.hardware import Hardware
+from costmodel.phases import LABELS as QUANTITY_LABELS
 from costmodel.report import Table
 
 if TYPE_CHECKING:  # pragma: no cover
     from costmodel.measure.run import Comparison, Measurement
 
 LABELS = {
-    "params": "parameters",
-    "flops_matmul": "matmul FLOPs",
-    "kv_cache": "KV cache bytes",
-    "bytes_unfused": "bytes (unfused)",
+    **{q: QUANTITY_LABELS[q] for q in ("params", "flops_matmul", "kv_cache", "bytes_unfused")},
     "intensity": "matmul FLOP/B (unfused)",
     "time": "time (roofline vs median)",
 }
