@@ -601,13 +601,18 @@ def _one_line(err: ValidationError, data: dict[str, Any], origin: str, lines: di
     """The first validation problem as `file:line: field: problem`."""
     first = err.errors()[0]
     loc = [str(part) for part in first["loc"] if not isinstance(part, int)]
+    msg: str = first["msg"]
+    kind = first["type"]
     if len(loc) >= 2 and loc[0] in _DEFAULT_KIND:
         if len(loc) >= 3:
             del loc[1]  # the union's tag: ffn.dense.d_ff -> ffn.d_ff
+        elif msg.startswith("Value error, ") and ": " in msg:
+            # a kind's own cross-field check names its field: ffn.moe + "top_k: ..." -> ffn.top_k
+            sub, _, msg = msg[len("Value error, "):].partition(": ")
+            loc = [loc[0], sub]
+            kind = "value_error_named"
         if loc[0] not in data and loc[-1] in SHORTHANDS:
             loc = loc[1:]  # the user wrote the shorthand: d_ff
-    msg: str = first["msg"]
-    kind = first["type"]
     if not loc and msg.startswith("Value error, ") and ": " in msg:
         # Our own cross-field checks name their field first: "n_kv_heads: ...".
         field, _, msg = msg[len("Value error, ") :].partition(": ")
