@@ -156,6 +156,7 @@ class Dims:
     p: Num
     sizes: dict[str, Num] = field(default_factory=dict)
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
+    routing: str = "uniform"  # experts a sparse layer reads: "uniform" or "worst" (components.moe)
 
     def __getattr__(self, name: str) -> Num:
         try:

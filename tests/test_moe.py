@@ -11,9 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from costmodel.components import moe
-from costmodel.components.moe import MoE, Routing
+from costmodel.components.moe import Routing
+from costmodel.spec import MoEFFN
 
-MIXTRAL = MoE(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=14336, norm_topk=True)
+MIXTRAL = MoEFFN(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=14336, norm_topk=True)
 D_MIXTRAL = 4096
 
 
@@ -32,7 +33,7 @@ def test_mixtral_total_params_by_hand() -> None:
     4096*8 = 32,768; experts 8*3*4096*14336 = 1,409,286,144. Then 32 layers, two 32000x4096
     tables and the final norm.
     """
-    leaves = moe.moe(MIXTRAL, D_MIXTRAL, 2, moe.ExpertDims.of(MIXTRAL), 1)
+    leaves = moe.sparse(MIXTRAL, D_MIXTRAL, 2, moe.ExpertDims.of(MIXTRAL), 1)
     ffn = _sum(leaves, "params")
     assert ffn == 32_768 + 1_409_286_144
     total = 32 * (41_943_040 + 8_192 + ffn) + 2 * 32_000 * 4096 + 4096
@@ -54,8 +55,8 @@ def test_mixtral_active_params_both_conventions() -> None:
 def test_expert_biases_and_ungated_experts() -> None:
     """gpt-oss experts carry a bias on each linear: a gated expert 3*d*f + 2*f + d, an ungated
     one 2*d*f + f + d."""
-    gated = MoE(activation="swiglu", n_experts=4, top_k=1, d_ff_expert=6, expert_bias=True)
-    plain = MoE(activation="gelu", n_experts=4, top_k=1, d_ff_expert=6, expert_bias=True)
+    gated = MoEFFN(activation="swiglu", n_experts=4, top_k=1, d_ff_expert=6, expert_bias=True)
+    plain = MoEFFN(activation="gelu", n_experts=4, top_k=1, d_ff_expert=6, expert_bias=True)
     assert moe.expert_params(gated, 5) == 3 * 5 * 6 + 2 * 6 + 5
     assert moe.expert_params(plain, 5) == 2 * 5 * 6 + 6 + 5
 
@@ -63,9 +64,9 @@ def test_expert_biases_and_ungated_experts() -> None:
 def test_shared_experts_are_one_wide_mlp() -> None:
     """DeepSeekMoE: n_s shared experts of f_s hold n_s*3*d*f_s params and every token runs
     them: 2*T*3*d*n_s*f_s matmul FLOPs, beside 2*T*K*3*d*f_e for the routed ones."""
-    cfg = MoE(activation="swiglu", n_experts=16, top_k=4, d_ff_expert=8, n_shared_experts=2, d_ff_shared=12)
+    cfg = MoEFFN(activation="swiglu", n_experts=16, top_k=4, d_ff_expert=8, n_shared_experts=2, d_ff_shared=12)
     d, T = 10, 7
-    leaves = dict(moe.moe(cfg, d, 2, moe.ExpertDims.of(cfg), T))
+    leaves = dict(moe.sparse(cfg, d, 2, moe.ExpertDims.of(cfg), T))
     shared = sum(c.params for k, c in leaves.items() if k.startswith("shared/"))
     assert shared == 2 * 3 * d * 12
     assert sum(c.matmul for k, c in leaves.items() if k.startswith("shared/")) == 2 * T * 3 * d * 24
@@ -78,34 +79,34 @@ def test_shared_experts_are_one_wide_mlp() -> None:
 def test_router_flops_and_params() -> None:
     """The router is a d x E linear: 2*T*d*E matmul FLOPs, d*E params; a bias adds E params
     and T*E adds."""
-    cfg = MoE(activation="swiglu", n_experts=32, top_k=4, d_ff_expert=64, router_bias=True)
+    cfg = MoEFFN(activation="swiglu", n_experts=32, top_k=4, d_ff_expert=64, router_bias=True)
     d, T = 48, 10
-    router = dict(moe.moe(cfg, d, 2, moe.ExpertDims.of(cfg), T))["router"]
+    router = dict(moe.sparse(cfg, d, 2, moe.ExpertDims.of(cfg), T))["router"]
     assert (router.params, router.matmul, router.other) == (d * 32 + 32, 2 * T * d * 32, T * 32)
 
 
 def test_dropless_flops_are_top_k_experts_per_token() -> None:
     """Mixtral per token per layer: router 2*4096*8, two experts of 3 matmuls of 2*4096*14336."""
-    leaves = moe.moe(MIXTRAL, D_MIXTRAL, 2, moe.ExpertDims.of(MIXTRAL), 1)
+    leaves = moe.sparse(MIXTRAL, D_MIXTRAL, 2, moe.ExpertDims.of(MIXTRAL), 1)
     assert _sum(leaves, "matmul") == 2 * 4096 * 8 + 2 * 3 * 2 * 4096 * 14336
 
 
 def test_capacity_factor_pads_every_expert() -> None:
     """Switch with capacity factor 1.25, T = 15 tokens, K = 2, E = 8: C = ceil(1.25*30/8) = 5
     rows per expert, 40 in all (not 30), and all 8 experts read their weights."""
-    cfg = MoE(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=32, capacity_factor=1.25)
+    cfg = MoEFFN(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=32, capacity_factor=1.25)
     d, p = 16, 2
-    leaves = dict(moe.moe(cfg, d, p, moe.ExpertDims.of(cfg), 15))
+    leaves = dict(moe.sparse(cfg, d, p, moe.ExpertDims.of(cfg), 15))
     assert leaves["experts/up"].matmul == 2 * 40 * d * 32
     assert leaves["experts/up"].weights_read == p * 8 * d * 32
 
 
 def test_aux_loss_only_in_training() -> None:
-    cfg = MoE(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=32, aux_loss=0.01)
-    leaves = dict(moe.moe(cfg, 16, 2, moe.ExpertDims.of(cfg), 10))
+    cfg = MoEFFN(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=32, aux_loss=0.01)
+    leaves = dict(moe.sparse(cfg, 16, 2, moe.ExpertDims.of(cfg), 10))
     assert leaves["aux_loss"].train_only
     assert leaves["aux_loss"].other == 10 * 8 + 10 * 2 + 2 * 8 + 2
-    assert "aux_loss" not in dict(moe.moe(MIXTRAL, 16, 2, moe.ExpertDims.of(MIXTRAL), 10))
+    assert "aux_loss" not in dict(moe.sparse(MIXTRAL, 16, 2, moe.ExpertDims.of(MIXTRAL), 10))
 
 
 # --- experts read -------------------------------------------------------------------------------
@@ -158,9 +159,9 @@ def test_symbolic_expected_experts_matches_numbers() -> None:
 def test_decode_reads_expected_experts_weights() -> None:
     """Decode with B = 4 on Mixtral: each expert matrix is read E*(1 - (3/4)^4) = 5.46875
     times (exactly 175/32 of 8), 2 bytes per weight."""
-    leaves = dict(moe.moe(MIXTRAL, D_MIXTRAL, 2, moe.ExpertDims.of(MIXTRAL), 4))
+    leaves = dict(moe.sparse(MIXTRAL, D_MIXTRAL, 2, moe.ExpertDims.of(MIXTRAL), 4))
     assert leaves["experts/up"].weights_read == round(2 * 4096 * 14336 * Fraction(175, 32))
-    worst = dict(moe.moe(MIXTRAL, D_MIXTRAL, 2, moe.ExpertDims.of(MIXTRAL), 4, routing=Routing.worst))
+    worst = dict(moe.sparse(MIXTRAL, D_MIXTRAL, 2, moe.ExpertDims.of(MIXTRAL), 4, routing=Routing.worst))
     assert worst["experts/up"].weights_read == 2 * 4096 * 14336 * 8
 
 
@@ -168,7 +169,7 @@ def test_decode_intensity_rises_with_batch() -> None:
     """Batch 1 reads K experts for K experts of work: the FFN's intensity is about one FLOP
     per byte in bf16 (2 FLOPs per weight, 2 bytes per weight), as a dense layer's; it rises with
     batch, slowly while B*K < E, then as B*K/E once every expert is read."""
-    wide = MoE(activation="swiglu", n_experts=256, top_k=8, d_ff_expert=2048)
+    wide = MoEFFN(activation="swiglu", n_experts=256, top_k=8, d_ff_expert=2048)
     curve = moe.batch_curve(wide, 7168, 2, [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096])
     intensities = [pt.intensity for pt in curve]
     assert intensities == sorted(intensities)
@@ -187,11 +188,11 @@ def test_decode_intensity_rises_with_batch() -> None:
 def test_sparse_layer_patterns() -> None:
     """DeepSeek-V3: first 3 dense of 61; Llama 4 Maverick: every 2nd layer (1, 3, ...), as
     transformers' moe_layers = range(step - 1, L, step); an explicit list."""
-    ds = MoE(activation="swiglu", n_experts=256, top_k=8, d_ff_expert=2048, d_ff=18432, first_k_dense=3)
+    ds = MoEFFN(activation="swiglu", n_experts=256, top_k=8, d_ff_expert=2048, d_ff=18432, first_k_dense=3)
     assert ds.sparse_layers(61).count(True) == 58 and ds.sparse_layers(61)[:4] == (False,) * 3 + (True,)
-    mav = MoE(activation="swiglu", n_experts=128, top_k=1, d_ff_expert=8192, d_ff=16384, moe_every=2)
+    mav = MoEFFN(activation="swiglu", n_experts=128, top_k=1, d_ff_expert=8192, d_ff=16384, moe_every=2)
     assert [i for i, s in enumerate(mav.sparse_layers(8)) if s] == [1, 3, 5, 7]
-    listed = MoE(activation="swiglu", n_experts=4, top_k=1, d_ff_expert=8, d_ff=16, moe_layers=(0, 2))
+    listed = MoEFFN(activation="swiglu", n_experts=4, top_k=1, d_ff_expert=8, d_ff=16, moe_layers=(0, 2))
     assert listed.sparse_layers(4) == (True, False, True, False)
     listed.check_layers(4)
 
@@ -206,16 +207,16 @@ def test_sparse_layer_patterns() -> None:
 def test_bad_fields_are_refused(fields, message) -> None:
     base = dict(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16)
     with pytest.raises(ValidationError, match=message):
-        MoE(**{**base, **fields})
+        MoEFFN(**{**base, **fields})
 
 
 def test_layer_checks() -> None:
     with pytest.raises(ValueError, match="d_ff: required"):
-        MoE(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16, first_k_dense=1).check_layers(4)
+        MoEFFN(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16, first_k_dense=1).check_layers(4)
     with pytest.raises(ValueError, match="d_ff: every layer"):
-        MoE(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16, d_ff=32).check_layers(4)
+        MoEFFN(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16, d_ff=32).check_layers(4)
     with pytest.raises(ValueError, match="moe_layers"):
-        MoE(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16, d_ff=32, moe_layers=(5,)).check_layers(4)
+        MoEFFN(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16, d_ff=32, moe_layers=(5,)).check_layers(4)
 
 
 # --- the reference module, counted --------------------------------------------------------------
@@ -240,7 +241,7 @@ def test_reference_counts_equal_the_formulas(case: str, device: str) -> None:
     from costmodel.measure.counters import Counts
     from costmodel.measure.moe import SparseMLP
 
-    cfg = MoE(**{**dict(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=32, norm_topk=True), **CASES[case]})
+    cfg = MoEFFN(**{**dict(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=32, norm_topk=True), **CASES[case]})
     d, B, S = 16, 3, 5
     with torch.device(device):
         module = SparseMLP(cfg, d).to(torch.bfloat16)
@@ -249,7 +250,7 @@ def test_reference_counts_equal_the_formulas(case: str, device: str) -> None:
     with torch.no_grad(), Counts() as counts:
         y = module(x)
     assert y.shape == x.shape
-    leaves = dict(moe.moe(cfg, d, 2, moe.ExpertDims.of(cfg), B * S, routing=Routing.worst))
+    leaves = dict(moe.sparse(cfg, d, 2, moe.ExpertDims.of(cfg), B * S, routing=Routing.worst))
     assert counts.total_flops == _sum(leaves.items(), "matmul")
     assert sum(p.numel() for p in module.parameters()) == _sum(leaves.items(), "params")
     by_module = counts.bytes_by_module()
@@ -257,9 +258,9 @@ def test_reference_counts_equal_the_formulas(case: str, device: str) -> None:
         if f"experts/{leaf}" not in leaves:
             continue
         measured = sum(v for k, v in by_module.items() if ".experts." in k and k.endswith(f".{leaf}"))
-        assert measured == leaves[f"experts/{leaf}"].bytes, leaf
+        assert measured == leaves[f"experts/{leaf}"].bytes_unfused, leaf
     router = sum(v for k, v in by_module.items() if k.endswith(".router"))
-    assert router == leaves["router"].bytes
+    assert router == leaves["router"].bytes_unfused
 
 
 def test_round_robin_routing() -> None:
@@ -281,16 +282,20 @@ def test_round_robin_routing() -> None:
 # --- the bundled MoE specs ----------------------------------------------------------------------
 
 
-def _pending_specs():
+def _moe_specs():
+    """Every bundled spec with a mixture of experts, as YAML data (specs/pending/ holds those
+    whose attention kinds are not yet merged)."""
     import pathlib
 
     import yaml
 
-    folder = pathlib.Path(__file__).resolve().parent.parent / "specs" / "pending"
-    return {p.stem: yaml.safe_load(p.read_text()) for p in sorted(folder.glob("*.yaml"))}
+    root = pathlib.Path(__file__).resolve().parent.parent / "specs"
+    paths = sorted([*root.glob("*.yaml"), *root.glob("pending/*.yaml")])
+    data = {p.stem: yaml.safe_load(p.read_text()) for p in paths}
+    return {name: d for name, d in data.items() if isinstance(d.get("ffn"), dict) and d["ffn"]["kind"] == "moe"}
 
 
-PENDING = _pending_specs()
+PENDING = _moe_specs()
 
 
 def test_every_model_of_the_issue_has_a_spec() -> None:
@@ -307,7 +312,7 @@ def test_published_active_params(name: str) -> None:
     from costmodel.spec import parse_count
 
     data = PENDING[name]
-    cfg = MoE(**data["ffn"])
+    cfg = MoEFFN(**data["ffn"])
     cfg.check_layers(data["n_layers"])
     pub = data["published"]
     n_sparse = cfg.sparse_layers(data["n_layers"]).count(True)

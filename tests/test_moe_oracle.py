@@ -19,7 +19,7 @@ import copy
 import pytest
 
 from costmodel.components import moe
-from costmodel.components.moe import MoE
+from costmodel.spec import MoEFFN
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
@@ -71,9 +71,9 @@ def sparse_block(model_type: str):
 @pytest.mark.parametrize("model_type", CASES)
 def test_params_and_flops_equal_transformers(model_type: str) -> None:
     block = sparse_block(model_type)
-    cfg = MoE(activation="swiglu", **CASES[model_type][1])
+    cfg = MoEFFN(activation="swiglu", **CASES[model_type][1])
     B, S = 3, 5
-    leaves = dict(moe.moe(cfg, D, 2, moe.ExpertDims.of(cfg), B * S))
+    leaves = dict(moe.sparse(cfg, D, 2, moe.ExpertDims.of(cfg), B * S))
     assert sum(p.numel() for p in block.parameters()) == sum(c.params for c in leaves.values())
     x = torch.empty(B, S, D, device="meta", dtype=next(block.parameters()).dtype)
     from torch.utils.flop_counter import FlopCounterMode
@@ -97,7 +97,7 @@ def test_expert_params_split_as_transformers_stores_them() -> None:
         "experts.gate_up_proj": (8, D, 96), "experts.gate_up_proj_bias": (8, 96),
         "experts.down_proj": (8, 48, D), "experts.down_proj_bias": (8, D),
     }
-    cfg = MoE(activation="swiglu", **CASES["gpt_oss"][1])
+    cfg = MoEFFN(activation="swiglu", **CASES["gpt_oss"][1])
     assert moe.expert_params(cfg, D) == (D * 96 + 96) + (48 * D + D)
 
 

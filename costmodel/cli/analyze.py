@@ -24,9 +24,12 @@ from costmodel.cli.app import (
     app,
     emit,
 )
+from costmodel.components.moe import Routing
 from costmodel.conventions import ConventionName
 from costmodel.hardware import load_hardware
 from costmodel.spec import load_spec
+
+RoutingOpt = Annotated[Routing, typer.Option("--routing", help="Mixture of experts: the experts a sparse layer reads over T tokens, uniform (the expectation E*(1-(1-K/E)^T)) or worst (min(E, T*K)).")]
 
 #: `formula --quantity`: the library's formula quantities, and their older aliases.
 Quantity = Enum("Quantity", {q: q for q in (*FORMULA_QUANTITIES, *FORMULA_ALIASES)}, type=str)  # type: ignore[misc]
@@ -43,6 +46,7 @@ def analyze_cmd(
     hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
     convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
+    routing: RoutingOpt = Routing.uniform,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
     the roofline time of each phase and whether it is compute- or memory-bound."""
@@ -52,7 +56,8 @@ def analyze_cmd(
         if hw:
             hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
         phases = [phase.value] if phase else [p.value for p in PhaseName]
-        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw)
+        analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw,
+                            routing=routing.value)
                     for p in phases]
         papers = conventions.selected([c.value for c in convention or []])
         train_seq = seq if seq is not None else default_seq(s, "train")
@@ -94,6 +99,7 @@ def formula_cmd(
         "(d_h = d/h) as batch and length grow, beside Shazeer (2019): batched MHA, incremental MHA, "
         "incremental MQA.")] = False,
     fmt: FormatOpt = Format.table,
+    routing: RoutingOpt = Routing.uniform,
 ) -> None:
     """The sympy expression behind a number, over the symbols of docs/reference.md (with
     --symbolic, a legend of them on stderr)."""
@@ -106,7 +112,7 @@ def formula_cmd(
 
             results = shazeer(s)
         else:
-            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic)
+            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic, routing=routing.value)
     if asymptotic:
         from costmodel import report_attention
 

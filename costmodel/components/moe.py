@@ -48,30 +48,19 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from costmodel.components.attention import SOFTMAX_FLOPS
 from costmodel.components.ffn import ACTIVATION_FLOPS, GATE_FLOPS
-from costmodel.cost import Cost, Num, elementwise, linear, runs, smin
-from costmodel.spec import Activation
+from costmodel.cost import Cost, Dims, Num, elementwise, linear, runs, smin
+from costmodel.spec import Activation, ActiveConvention, MoEFFN, Scoring, Spec
 from costmodel.symbols import DTYPE_BYTES, ID_BYTES
-
-PositiveInt = Annotated[StrictInt, Field(gt=0)]
-Count = Annotated[StrictInt, Field(ge=0)]
 
 SIGMOID_FLOPS = 3  # exp(-x), +1, divide
 TOPK_FLOPS = 1  # one comparison per score, a single pass keeping the k largest
 NORM_TOPK_FLOPS = 2  # per chosen weight: one add into the sum, one divide by it
 COMBINE_FLOPS = 2  # per expert output element: times its gate weight, add into the token
-
-
-class Scoring(str, Enum):
-    """How router logits become gate weights."""
-
-    softmax = "softmax"  # Shazeer 2017, Switch, Mixtral, Qwen-MoE, OLMoE, DeepSeek-V2
-    sigmoid = "sigmoid"  # DeepSeek-V3, Llama 4: each expert scored on its own
 
 
 class Routing(str, Enum):
@@ -81,102 +70,11 @@ class Routing(str, Enum):
     worst = "worst"  # every token's experts distinct: min(E, T*K)
 
 
-class ActiveConvention(str, Enum):
-    """What 'active parameters' includes."""
-
-    with_embedding = "with_embedding"  # Mixtral, OLMoE: every parameter but the skipped experts
-    without_embedding = "without_embedding"  # DeepSeek-V3, gpt-oss: less the input token table
-
-
-class MoE(BaseModel):
-    """``ffn: {kind: moe, ...}`` (../notes/SCHEMA.md): a sparse FFN and the layers it replaces."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["moe"] = "moe"
-    activation: Activation  # of routed experts, shared experts and dense layers alike
-    n_experts: PositiveInt  # E routed experts
-    top_k: PositiveInt  # K experts per token
-    d_ff_expert: PositiveInt  # f_e, each routed expert's hidden width
-    n_shared_experts: Count = 0  # n_s experts every token passes through (DeepSeekMoE)
-    d_ff_shared: PositiveInt | None = None  # f_s of each shared expert; default f_e
-    shared_expert_gate: StrictBool = False  # sigmoid(x w) scales the shared output (Qwen2-MoE)
-    d_ff: PositiveInt | None = None  # width of the dense FFN in the layers that are not sparse
-    first_k_dense: Count = 0  # leading dense layers (DeepSeek's first_k_dense_replace)
-    moe_every: PositiveInt = 1  # after them, layer i is sparse when (i - first_k_dense + 1) % n == 0
-    moe_layers: tuple[Count, ...] | None = None  # or the sparse layers listed (0-based)
-    router_bias: StrictBool = False  # a bias on the router logits (gpt-oss)
-    expert_bias: StrictBool = False  # a bias on every routed expert's linears (gpt-oss)
-    router_dtype: Literal["fp32", "bf16", "fp16"] | None = None  # None: the model's dtype
-    scoring: Scoring = Scoring.softmax
-    norm_topk: StrictBool = False  # the K chosen weights renormalised to sum to 1
-    capacity_factor: Annotated[float, Field(gt=0)] | None = None  # None: dropless
-    aux_loss: Annotated[float, Field(ge=0)] = 0.0  # coefficient; > 0 adds Switch's balance loss
-
-    @model_validator(mode="after")
-    def _consistent(self) -> MoE:
-        if self.top_k > self.n_experts:
-            raise ValueError(f"top_k: {self.top_k} experts per token, but only {self.n_experts}")
-        if self.n_shared_experts == 0:
-            for name in ("d_ff_shared", "shared_expert_gate"):
-                if name in self.model_fields_set:
-                    raise ValueError(f"{name}: only with n_shared_experts > 0")
-        if self.moe_layers is not None:
-            for name in ("first_k_dense", "moe_every"):
-                if name in self.model_fields_set:
-                    raise ValueError(f"{name}: give either moe_layers or {name}, not both")
-            if not self.moe_layers:
-                raise ValueError("moe_layers: must list at least one layer")
-            if len(set(self.moe_layers)) != len(self.moe_layers):
-                raise ValueError("moe_layers: a layer is listed twice")
-        return self
-
-    @property
-    def gated(self) -> bool:
-        return self.activation.gated
-
-    @property
-    def shared_width(self) -> int:
-        """n_s * f_s: the shared experts as one MLP (0 without shared experts)."""
-        return self.n_shared_experts * (self.d_ff_shared or self.d_ff_expert)
-
-    def sparse_layers(self, n_layers: int) -> tuple[bool, ...]:
-        """For each of `n_layers` layers, whether its FFN is the sparse one."""
-        if self.moe_layers is not None:
-            chosen = set(self.moe_layers)
-            return tuple(i in chosen for i in range(n_layers))
-        k, n = self.first_k_dense, self.moe_every
-        return tuple(i >= k and (i - k + 1) % n == 0 for i in range(n_layers))
-
-    def check_layers(self, n_layers: int) -> None:
-        """The cross-field checks that need the layer count; ValueError naming the field."""
-        if self.moe_layers is not None and max(self.moe_layers) >= n_layers:
-            raise ValueError(f"moe_layers: layer {max(self.moe_layers)} of a {n_layers}-layer model")
-        sparse = self.sparse_layers(n_layers)
-        if not any(sparse):
-            raise ValueError(f"first_k_dense: no sparse layer among the {n_layers}")
-        if not all(sparse) and self.d_ff is None:
-            raise ValueError(f"d_ff: required, since {sparse.count(False)} layers are dense")
-        if all(sparse) and self.d_ff is not None:
-            raise ValueError("d_ff: every layer is sparse, so no dense FFN uses it")
-
-
 # --- sizes --------------------------------------------------------------------------------------
-
-#: The symbols of a sparse layer, in the form of ``costmodel.symbols.ALPHABET``.
-_SIZE = dict(integer=True, positive=True)
-SYMBOLS: dict[str, tuple[dict[str, bool], str]] = {
-    "E": (_SIZE, "routed experts per sparse layer"),
-    "K": (_SIZE, "experts each token is routed to (top_k)"),
-    "f_e": (_SIZE, "hidden width of each routed expert"),
-    "n_s": (_SIZE, "shared experts"),
-    "f_s": (_SIZE, "hidden width of each shared expert"),
-}
-
 
 @dataclass(frozen=True)
 class ExpertDims:
-    """E, K, f_e, n_s, f_s: all symbols or all integers (as ``costmodel.cost.Dims``)."""
+    """E, K, f_e, n_s, f_s (declared by the FFN element): all symbols or all integers."""
 
     E: Num
     K: Num
@@ -185,17 +83,17 @@ class ExpertDims:
     f_s: Num
 
     @classmethod
-    def of(cls, cfg: MoE) -> ExpertDims:
+    def of(cls, cfg: MoEFFN) -> ExpertDims:
         return cls(cfg.n_experts, cfg.top_k, cfg.d_ff_expert, cfg.n_shared_experts,
                    cfg.d_ff_shared or cfg.d_ff_expert)
 
     @classmethod
     def symbolic(cls) -> ExpertDims:
-        import sympy
+        from costmodel import symbols as sym
 
-        return cls(*(sympy.Symbol(name, **SYMBOLS[name][0]) for name in ("E", "K", "f_e", "n_s", "f_s")))
+        return cls(sym.E, sym.K, sym.f_e, sym.n_s, sym.f_s)
 
-    def values(self, cfg: MoE) -> dict[Any, int]:
+    def values(self, cfg: MoEFFN) -> dict[Any, int]:
         """symbol -> the spec's value (self symbolic)."""
         return dict(zip((self.E, self.K, self.f_e, self.n_s, self.f_s),
                         (cfg.n_experts, cfg.top_k, cfg.d_ff_expert, cfg.n_shared_experts,
@@ -245,7 +143,7 @@ def capacity(capacity_factor: float, E: Num, K: Num, tokens: Num) -> Num:
     return sympy.ceiling(sympy.Rational(factor.numerator, factor.denominator) * tokens * K / E)
 
 
-def experts_read(cfg: MoE, e: ExpertDims, tokens: Num, routing: Routing) -> Num:
+def experts_read(cfg: MoEFFN, e: ExpertDims, tokens: Num, routing: Routing) -> Num:
     """How many routed experts read their weights in a pass over `tokens` tokens."""
     if cfg.capacity_factor is not None:  # every expert runs its (padded) capacity
         return e.E * runs(tokens)
@@ -254,7 +152,7 @@ def experts_read(cfg: MoE, e: ExpertDims, tokens: Num, routing: Routing) -> Num:
     return expected_experts(e.E, e.K, tokens)
 
 
-def expert_rows(cfg: MoE, e: ExpertDims, tokens: Num) -> Num:
+def expert_rows(cfg: MoEFFN, e: ExpertDims, tokens: Num) -> Num:
     """Rows the routed experts process in all: T*K dropless, E*C with a capacity."""
     if cfg.capacity_factor is None:
         return tokens * e.K
@@ -281,7 +179,7 @@ def expert_linear(rows: Num, d_in: Num, d_out: Num, bias: bool, p: Num, E: Num, 
         matmul=2 * rows * d_in * d_out,
         matmul_eff=2 * rows * d_in * d_out,
         other=rows * d_out if bias else 0,
-        bytes=p * (rows * d_in + rows * d_out) + weights,
+        bytes_unfused=p * (rows * d_in + rows * d_out) + weights,
         weights_read=weights,
     )
 
@@ -307,22 +205,32 @@ def mlp(activation: Activation, d: Num, f: Num, bias: bool, p: Num, tokens: Num,
     return out
 
 
-def router(cfg: MoE, d: Num, p: Num, e: ExpertDims, tokens: Num) -> list[tuple[str, Cost]]:
+def router(cfg: MoEFFN, d: Num, p: Num, e: ExpertDims, tokens: Num) -> list[tuple[str, Cost]]:
     """The router linear d -> E and the routing arithmetic on its T x E logits."""
     p_router = DTYPE_BYTES[cfg.router_dtype] if cfg.router_dtype else p
     logits = tokens * e.E
     score = SOFTMAX_FLOPS if cfg.scoring is Scoring.softmax else SIGMOID_FLOPS
     # score every logit, one top-k pass over the scores, gather the K chosen (ids written once)
     routing = elementwise(logits, score + TOPK_FLOPS, p_router) + Cost(
-        bytes=(p_router + ID_BYTES) * tokens * e.K
+        bytes_unfused=(p_router + ID_BYTES) * tokens * e.K
     )
     if cfg.norm_topk:
         routing = routing + elementwise(tokens * e.K, NORM_TOPK_FLOPS, p_router)
     return [("router", linear(tokens, d, e.E, cfg.router_bias, p_router)), ("routing", routing)]
 
 
-def moe(cfg: MoE, d: Num, p: Num, e: ExpertDims, tokens: Num, *, ffn_bias: bool = False,
-        routing: Routing = Routing.uniform) -> list[tuple[str, Cost]]:
+def moe(spec: Spec, dims: Dims, tokens: Num) -> list[tuple[str, Cost]]:
+    """The leaves of one sparse FFN sub-block of `spec` (``FFN_KINDS["moe"]``): ``sparse`` over
+    the sizes of `dims` (E, K, f_e, n_s, f_s declared by the FFN element) and its routing."""
+    cfg = spec.moe
+    if cfg is None:
+        raise ValueError(f"{spec.name}: ffn: not a mixture of experts")
+    e = ExpertDims(dims.E, dims.K, dims.f_e, dims.n_s, dims.f_s)
+    return sparse(cfg, dims.d, dims.p, e, tokens, ffn_bias=spec.bias.ffn, routing=Routing(dims.routing))
+
+
+def sparse(cfg: MoEFFN, d: Num, p: Num, e: ExpertDims, tokens: Num, *, ffn_bias: bool = False,
+           routing: Routing = Routing.uniform) -> list[tuple[str, Cost]]:
     """The leaves of one sparse FFN sub-block over `tokens` rows (norms and residual are the
     block's): router, routing, experts/*, combine, shared/*, shared_gate, aux_loss (training).
 
@@ -336,7 +244,7 @@ def moe(cfg: MoE, d: Num, p: Num, e: ExpertDims, tokens: Num, *, ffn_bias: bool 
         out.append((f"experts/{leaf}", cost))
     # Every chosen expert's output scaled by its weight and added into its token (index_add),
     # and the shared experts' output added once more.
-    combine = elementwise(tokens * e.K * d, COMBINE_FLOPS, p) + Cost(bytes=p * tokens * e.K)
+    combine = elementwise(tokens * e.K * d, COMBINE_FLOPS, p) + Cost(bytes_unfused=p * tokens * e.K)
     if cfg.n_shared_experts:
         combine = combine + elementwise(tokens * d, 1, p, inputs=2)
     out.append(("combine", combine))
@@ -360,7 +268,7 @@ def aux_loss(p: Num, e: ExpertDims, tokens: Num) -> Cost:
     """
     return Cost(
         other=tokens * e.E + tokens * e.K + 2 * e.E + 2,
-        bytes=p * tokens * e.E + ID_BYTES * tokens * e.K + 2 * p * e.E,
+        bytes_unfused=p * tokens * e.E + ID_BYTES * tokens * e.K + 2 * p * e.E,
         train_only=True,
     )
 
@@ -368,7 +276,7 @@ def aux_loss(p: Num, e: ExpertDims, tokens: Num) -> Cost:
 # --- parameters ---------------------------------------------------------------------------------
 
 
-def expert_params(cfg: MoE, d: Num, f_e: Num | None = None) -> Num:
+def expert_params(cfg: MoEFFN, d: Num, f_e: Num | None = None) -> Num:
     """Parameters of one routed expert: (3 gated, 2 not) matrices of d x f_e, and their biases."""
     f = cfg.d_ff_expert if f_e is None else f_e
     matrices = 3 if cfg.gated else 2
@@ -376,12 +284,12 @@ def expert_params(cfg: MoE, d: Num, f_e: Num | None = None) -> Num:
     return matrices * d * f + biases
 
 
-def inactive_params(cfg: MoE, d: Num, n_sparse: Num) -> Num:
+def inactive_params(cfg: MoEFFN, d: Num, n_sparse: Num) -> Num:
     """Parameters one token skips: the E - K experts it is not routed to, in each sparse layer."""
     return n_sparse * (cfg.n_experts - cfg.top_k) * expert_params(cfg, d)
 
 
-def active_params(total: int, embedding: int, cfg: MoE, d: int, n_sparse: int,
+def active_params(total: int, embedding: int, cfg: MoEFFN, d: int, n_sparse: int,
                   convention: ActiveConvention) -> int:
     """Active parameters per token in one convention, from a model's total and input-embedding
     parameters (a tied table counts as the input embedding and stays in both conventions)."""
@@ -403,7 +311,7 @@ class BatchPoint:
     intensity: float  # FLOPs per byte of weights read: the fused bound of a decode FFN
 
 
-def batch_curve(cfg: MoE, d: int, p: int, batches: list[int],
+def batch_curve(cfg: MoEFFN, d: int, p: int, batches: list[int],
                 routing: Routing = Routing.uniform) -> list[BatchPoint]:
     """How a sparse layer's decode intensity rises with batch (router, experts, shared, combine).
 
@@ -414,7 +322,7 @@ def batch_curve(cfg: MoE, d: int, p: int, batches: list[int],
     e = ExpertDims.of(cfg)
     points = []
     for B in batches:
-        leaves = moe(cfg, d, p, e, B, routing=routing)
+        leaves = sparse(cfg, d, p, e, B, routing=routing)
         total = Cost()
         for _, cost in leaves:
             if not cost.train_only:

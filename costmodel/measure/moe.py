@@ -32,8 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from costmodel.components.moe import MoE, Scoring
-from costmodel.spec import Activation
+from costmodel.spec import MoEFFN, Scoring
+from costmodel.measure.reference import ACTIVATIONS, Step, SubBlock
+from costmodel.spec import Activation, Spec
 
 ROUTER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -58,8 +59,6 @@ class Expert(nn.Module):
 
     def __init__(self, d: int, f: int, activation: Activation, bias: bool):
         super().__init__()
-        from costmodel.measure.reference import ACTIVATIONS  # the dense FFN's table
-
         self.gate = nn.Linear(d, f, bias=bias) if activation.gated else None
         self.up = nn.Linear(d, f, bias=bias)
         self.down = nn.Linear(f, d, bias=bias)
@@ -71,11 +70,15 @@ class Expert(nn.Module):
         return out
 
 
-class SparseMLP(nn.Module):
-    """The sparse FFN function over (B, S, d) activations (the sub-block wiring is the caller's)."""
+class _Sparse:
+    """The parts and the forward pass of a sparse FFN, shared by the standalone module and the
+    sub-block (which adds the norms around it). A mixin of an nn.Module."""
 
-    def __init__(self, cfg: MoE, d: int, ffn_bias: bool = False):
-        super().__init__()
+    cfg: MoEFFN
+    router_dtype: torch.dtype | None
+    aux: Tensor | None
+
+    def _make(self, cfg: MoEFFN, d: int, ffn_bias: bool) -> None:
         self.cfg = cfg
         self.router = nn.Linear(d, cfg.n_experts, bias=cfg.router_bias)
         self.router_dtype = ROUTER_DTYPES[cfg.router_dtype] if cfg.router_dtype else None
@@ -84,14 +87,14 @@ class SparseMLP(nn.Module):
         )
         self.shared = Expert(d, cfg.shared_width, cfg.activation, ffn_bias) if cfg.n_shared_experts else None
         self.shared_gate = nn.Linear(d, 1, bias=False) if cfg.shared_expert_gate else None
-        self.aux: Tensor | None = None  # the last training pass's load-balancing loss
+        self.aux = None  # the last training pass's load-balancing loss
 
     def keep_router_dtype(self) -> None:
         """After the model is cast to its dtype: the router back to its own (DeepSeek: fp32)."""
         if self.router_dtype is not None:
             self.router.to(self.router_dtype)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _sparse(self, x: Tensor, training: bool) -> Tensor:
         cfg, (B, S, d) = self.cfg, x.shape
         T, E, K = B * S, cfg.n_experts, cfg.top_k
         flat = x.reshape(T, d)
@@ -119,7 +122,7 @@ class SparseMLP(nn.Module):
             y = expert(picked)[: len(tokens)]
             w = weights[index, torch.tensor(slots, dtype=torch.long).to(x.device)]
             out.index_add_(0, index, y * w[:, None])
-        if self.training and cfg.aux_loss > 0:
+        if training and cfg.aux_loss > 0:
             self.aux = self.balance_loss(scores, chosen)
         if self.shared is not None:
             shared = self.shared(flat)
@@ -133,6 +136,37 @@ class SparseMLP(nn.Module):
         assignments sent to expert i, P_i the mean router probability of expert i."""
         E, T = self.cfg.n_experts, scores.shape[0]
         P = scores.sum(dim=0)
-        f = torch.zeros(E, device=scores.device, dtype=scores.dtype)
-        f = f.index_add(0, chosen.flatten(), torch.ones_like(chosen.flatten(), dtype=scores.dtype))
-        return (f * P).sum() * (self.cfg.aux_loss * E / T**2)
+        ones = torch.ones_like(chosen.flatten(), dtype=scores.dtype)
+        f = torch.zeros(E, device=scores.device, dtype=scores.dtype).index_add(0, chosen.flatten(), ones)
+        loss: Tensor = (f * P).sum() * (self.cfg.aux_loss * E / T**2)
+        return loss
+
+
+class SparseMLP(_Sparse, nn.Module):
+    """The sparse FFN function over (B, S, d) activations, alone (tests count it directly)."""
+
+    def __init__(self, cfg: MoEFFN, d: int, ffn_bias: bool = False):
+        nn.Module.__init__(self)
+        self._make(cfg, d, ffn_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._sparse(x, self.training)
+
+
+class SparseFeedForward(_Sparse, SubBlock):
+    """The FFN sub-block of a sparse layer: ``SparseMLP`` inside the spec's norms and residual."""
+
+    def __init__(self, spec: Spec, own_norm: bool):
+        SubBlock.__init__(self, spec, own_norm)
+        assert spec.moe is not None
+        self._make(spec.moe, spec.d_model, spec.bias.ffn)
+
+    def function(self, x: Tensor, step: Step) -> Tensor:
+        return self._sparse(x, self.training)
+
+
+def keep_router_dtypes(model: nn.Module) -> None:
+    """Every sparse layer's router back to its own dtype, after the model is cast to its dtype."""
+    for module in model.modules():
+        if isinstance(module, _Sparse):
+            module.keep_router_dtype()
