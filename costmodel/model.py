@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any
 
@@ -25,7 +25,7 @@ from costmodel.components import embedding, position, stability
 from costmodel.components.block import RESIDUAL_FLOPS, residual
 from costmodel.components.loss import cross_entropy, dropout
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num, elementwise
+from costmodel.cost import Cost, Dims, Num
 from costmodel.spec import Block, LayerKind, Norm, NormPosition, Position, Spec
 
 __all__ = ["RESIDUAL_FLOPS", "components", "layer_groups", "numeric_dims", "spec_values", "symbolic_dims"]

@@ -324,3 +324,29 @@ def test_published_active_params(name: str) -> None:
     assert abs(active - value) <= allowed, f"{name}: {active:,} vs {pub['active']}"
     other = next(c for c in moe.ActiveConvention if c is not convention)
     assert moe.active_params(pub["exact"], embedding, cfg, data["d_model"], n_sparse, other) != active
+
+
+def test_saved_for_backward_of_the_block_equals_the_reference() -> None:
+    """Training: the tensors the sparse block keeps for backward (each storage once, parameters
+    aside) are the formulas' saved bytes exactly (router input, scores, ids, weights, expert
+    inputs and hiddens, outputs and their weighted products)."""
+    torch = pytest.importorskip("torch")
+    from costmodel.measure.moe import SparseMLP
+
+    for E, K, norm in ((64, 8, False), (8, 2, True), (16, 4, True)):
+        cfg = MoEFFN(activation="swiglu", n_experts=E, top_k=K, d_ff_expert=32, norm_topk=norm)
+        module = SparseMLP(cfg, 16).to(torch.bfloat16)
+        x = torch.randn(2, 8, 16, dtype=torch.bfloat16, requires_grad=True)
+        params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        kept: dict[int, int] = {}
+
+        def pack(t, kept=kept, params=params):
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in params:
+                kept[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            module(x)
+        leaves = moe.sparse(cfg, 16, 2, moe.ExpertDims.of(cfg), 16, routing=Routing.worst)
+        assert sum(kept.values()) == sum(c.saved for _, c in leaves), (E, K, norm)

@@ -53,7 +53,7 @@ from typing import Any
 
 from costmodel.components.attention import SOFTMAX_FLOPS
 from costmodel.components.ffn import ACTIVATION_FLOPS, GATE_FLOPS
-from costmodel.cost import Cost, Dims, Num, elementwise, linear, runs, smin
+from costmodel.cost import Cost, Dims, Num, elementwise, gemm, linear, runs, smin
 from costmodel.spec import Activation, ActiveConvention, MoEFFN, Scoring, Spec
 from costmodel.symbols import DTYPE_BYTES, ID_BYTES
 
@@ -167,10 +167,12 @@ def _whole(x: Num) -> Num:
 # --- costs --------------------------------------------------------------------------------------
 
 
-def expert_linear(rows: Num, d_in: Num, d_out: Num, bias: bool, p: Num, E: Num, read: Num) -> Cost:
+def expert_linear(rows: Num, d_in: Num, d_out: Num, bias: bool, p: Num, E: Num, read: Num,
+                  saves_input: bool = True) -> Cost:
     """One linear of all E experts: `rows` rows in all, the weights of `read` experts read once.
 
-    ``cost.linear`` for E weight matrices of which only those that receive a token are read.
+    ``cost.linear`` for E weight matrices of which only those that receive a token are read;
+    for the time model one grouped product of all the rows (the FLOPs of the E products).
     """
     per_expert = d_in * d_out + (d_out if bias else 0)
     weights = _whole(p * per_expert * read)
@@ -181,27 +183,33 @@ def expert_linear(rows: Num, d_in: Num, d_out: Num, bias: bool, p: Num, E: Num, 
         other=rows * d_out if bias else 0,
         bytes_unfused=p * (rows * d_in + rows * d_out) + weights,
         weights_read=weights,
+        gemms=(gemm(1, rows, d_in, d_out),),
+        saved=p * rows * d_in if saves_input else 0,
+        matrices=E * d_in * d_out,
+        factored=E * (d_in + d_out + (d_out if bias else 0)),
     )
 
 
 def mlp(activation: Activation, d: Num, f: Num, bias: bool, p: Num, tokens: Num,
-        experts: tuple[Num, Num] | None = None) -> list[tuple[str, Cost]]:
+        experts: tuple[Num, Num] | None = None, first_saves: bool = True) -> list[tuple[str, Cost]]:
     """gate/up/act/down of one FFN of width f over `tokens` rows, or of E experts of width f
-    when `experts` = (E, experts read) is given (the leaves of ``costmodel.components.ffn``)."""
-    def lin(d_in: Num, d_out: Num) -> Cost:
+    when `experts` = (E, experts read) is given (the leaves and saved tensors of
+    ``costmodel.components.ffn``)."""
+    def lin(d_in: Num, d_out: Num, saves_input: bool = True) -> Cost:
         if experts is None:
-            return linear(tokens, d_in, d_out, bias, p)
-        return expert_linear(tokens, d_in, d_out, bias, p, *experts)
+            return linear(tokens, d_in, d_out, bias, p, saves_input)
+        return expert_linear(tokens, d_in, d_out, bias, p, *experts, saves_input=saves_input)
 
     hidden = tokens * f
-    act = elementwise(hidden, ACTIVATION_FLOPS[activation], p)
+    gated = activation.gated
+    act = elementwise(hidden, ACTIVATION_FLOPS[activation], p, saves=0 if activation is Activation.reglu else 1)
     out = []
-    if activation.gated:
-        out.append(("gate", lin(d, f)))
-        act = act + elementwise(hidden, GATE_FLOPS, p, inputs=2)
-    out.append(("up", lin(d, f)))
+    if gated:
+        out.append(("gate", lin(d, f, saves_input=first_saves)))
+        act = act + elementwise(hidden, GATE_FLOPS, p, inputs=2, saves=2)
+    out.append(("up", lin(d, f, saves_input=first_saves and not gated)))
     out.append(("act", act))
-    out.append(("down", lin(f, d)))
+    out.append(("down", lin(f, d, saves_input=activation is not Activation.relu)))
     return out
 
 
@@ -211,11 +219,14 @@ def router(cfg: MoEFFN, d: Num, p: Num, e: ExpertDims, tokens: Num) -> list[tupl
     logits = tokens * e.E
     score = SOFTMAX_FLOPS if cfg.scoring is Scoring.softmax else SIGMOID_FLOPS
     # score every logit, one top-k pass over the scores, gather the K chosen (ids written once)
-    routing = elementwise(logits, score + TOPK_FLOPS, p_router) + Cost(
-        bytes_unfused=(p_router + ID_BYTES) * tokens * e.K
+    # Kept for backward: the scores (softmax and sigmoid keep their output), the top-k's and the
+    # gather's ids, and the renormalisation's two inputs (the K weights and their sum).
+    routing = elementwise(logits, score + TOPK_FLOPS, p_router, saves=1) + Cost(
+        bytes_unfused=(p_router + ID_BYTES) * tokens * e.K, saved=2 * ID_BYTES * tokens * e.K,
     )
     if cfg.norm_topk:
-        routing = routing + elementwise(tokens * e.K, NORM_TOPK_FLOPS, p_router)
+        routing = routing + elementwise(tokens * e.K, NORM_TOPK_FLOPS, p_router) + Cost(
+            saved=p_router * (tokens * e.K + tokens))
     return [("router", linear(tokens, d, e.E, cfg.router_bias, p_router)), ("routing", routing)]
 
 
@@ -244,16 +255,24 @@ def sparse(cfg: MoEFFN, d: Num, p: Num, e: ExpertDims, tokens: Num, *, ffn_bias:
         out.append((f"experts/{leaf}", cost))
     # Every chosen expert's output scaled by its weight and added into its token (index_add),
     # and the shared experts' output added once more.
-    combine = elementwise(tokens * e.K * d, COMBINE_FLOPS, p) + Cost(bytes_unfused=p * tokens * e.K)
+    # Kept for backward: each assignment's token and slot ids, its weight, the experts' outputs
+    # (the weight product keeps them, rows of them with a capacity) and the products (index_add).
+    assignments = tokens * e.K
+    combine = elementwise(assignments * d, COMBINE_FLOPS, p) + Cost(
+        bytes_unfused=p * assignments,
+        saved=2 * ID_BYTES * assignments + p * assignments + p * rows * d + p * assignments * d,
+    )
     if cfg.n_shared_experts:
         combine = combine + elementwise(tokens * d, 1, p, inputs=2)
     out.append(("combine", combine))
     if cfg.n_shared_experts:
-        for leaf, cost in mlp(cfg.activation, d, e.n_s * e.f_s, ffn_bias, p, tokens):
+        # The router keeps the block's input already, unless it keeps its own fp32 copy.
+        shared = mlp(cfg.activation, d, e.n_s * e.f_s, ffn_bias, p, tokens, first_saves=cfg.router_dtype is not None)
+        for leaf, cost in shared:
             out.append((f"shared/{leaf}", cost))
         if cfg.shared_expert_gate:  # sigmoid(x w_g) * shared(x), w_g: d x 1 (Qwen2-MoE)
-            gate = linear(tokens, d, 1, False, p) + elementwise(tokens, SIGMOID_FLOPS, p)
-            out.append(("shared_gate", gate + elementwise(tokens * d, 1, p, inputs=2)))
+            gate = linear(tokens, d, 1, False, p, saves_input=False) + elementwise(tokens, SIGMOID_FLOPS, p, saves=1)
+            out.append(("shared_gate", gate + elementwise(tokens * d, 1, p, inputs=2) + Cost(saved=p * tokens * d)))
     if cfg.aux_loss > 0:
         out.append(("aux_loss", aux_loss(p, e, tokens)))
     return out
