@@ -111,3 +111,44 @@ def test_deepseek_router_weight_is_fp32() -> None:
     gate = model.model.layers[-1].mlp.gate
     assert gate.weight.dtype == torch.float32
     assert model.model.layers[-1].mlp.experts.gate_up_proj.dtype == torch.bfloat16
+
+
+# --- whole models imported from their configs (costmodel/hf/families/moe.py) ------------------
+
+WHOLE = {
+    "mixtral": dict(CASES["mixtral"][0], sliding_window=None),
+    "qwen2_moe": dict(CASES["qwen2_moe"][0], num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[3],
+                      num_key_value_heads=2),
+    "qwen3_moe": dict(CASES["qwen3_moe"][0], num_hidden_layers=3, mlp_only_layers=[0], norm_topk_prob=True),
+    "olmoe": dict(CASES["olmoe"][0], num_key_value_heads=2),
+}
+ARCH = {"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+        "olmoe": "OlmoeForCausalLM"}
+
+
+@pytest.mark.parametrize("model_type", WHOLE)
+def test_imported_config_counts_as_transformers(model_type: str, tmp_path) -> None:
+    """load_hf of the config: our parameters equal the transformers model's, and our prefill
+    matmul FLOPs equal FlopCounterMode over its forward (eager attention, batched_mm experts)."""
+    import json
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from costmodel.analysis import analyze
+    from costmodel.hf import load_hf
+
+    config = {"model_type": model_type, "architectures": [ARCH[model_type]], **WHOLE[model_type]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = load_hf(path)
+    assert spec.moe is not None
+    cfg = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(WHOLE[model_type]))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            cfg, experts_implementation="batched_mm", attn_implementation="eager")
+    a = analyze(spec, "prefill", batch=2, seq=8)
+    assert a.total().params == sum(p.numel() for p in model.parameters())
+    ids = torch.zeros(2, 8, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids)
+    assert counter.get_total_flops() == a.total().flops_matmul
