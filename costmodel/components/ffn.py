@@ -144,7 +144,7 @@ def _moe_value(attr: str) -> Callable[[Spec], Any]:
     return lambda s: getattr(s.moe, attr) if s.moe is not None else "-"
 
 
-def _value(f: Callable[[MoEFFN], int]) -> Callable[[Spec], int | None]:
+def _value(f: Callable[[MoEFFN], int | None]) -> Callable[[Spec], int | None]:
     """A size of the sparse FFN (None for a dense one: no formula of it reads the symbol)."""
     return lambda s: f(s.moe) if s.moe is not None else None
 
