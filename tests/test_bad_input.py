@@ -336,7 +336,7 @@ def test_attention_footer_agrees_with_json_on_c() -> None:
 def test_help_is_readable_at_80_columns() -> None:
     """No option's metavar is broken across lines (the choices are in the help text)."""
     for command in ("analyze", "formula", "sweep", "compare", "elements", "calibrate", "measure",
-                    "attention", "ablate", "import-hf", "list", "hardware"):
+                    "attention", "ablate", "import-hf", "list", "hardware", "inference", "memory", "fit"):
         out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"}).stdout
         assert out, command
         for line in out.splitlines():

@@ -58,7 +58,7 @@ SeqOpt = Annotated[
 ]
 EncSeqOpt = Annotated[Optional[int], typer.Option("--enc-seq", min=1, help="Encoder input length (encoder-decoder only). Default: --seq.")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Element type of weights and activations.")]
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format: table, json, markdown, csv.")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", metavar="FORMAT", help="Output format: table, json, markdown, csv.")]
 HARDWARE_HELP = ("A device profile: a bundled name (a100-80gb, h100-sxm, h200, b200, l4, rtx-4090), `local` "
                  "once `costmodel calibrate` has measured this machine, or a YAML file. See `costmodel hardware`.")
 HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=HARDWARE_HELP)]

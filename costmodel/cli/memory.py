@@ -35,7 +35,7 @@ from costmodel.memory import (
     memory,
 )
 
-PhaseOpt = Annotated[PhaseName, typer.Option("--phase", "-p", help="train, prefill or decode.")]
+PhaseOpt = Annotated[PhaseName, typer.Option("--phase", "-p", metavar="PHASE", help="train, prefill or decode.")]
 OptimizerOpt = Annotated[Optional[str], typer.Option(
     "--optimizer", help=f"Training optimizer: {', '.join(OPTIMIZERS)}. Default: adamw.")]
 PrecisionOpt = Annotated[Optional[str], typer.Option(
@@ -125,7 +125,7 @@ def fit_cmd(
     hardware: Annotated[str, typer.Option("--hardware", help="The device to fit on (see `costmodel hardware`).")],
     over: Annotated[str, typer.Option("--over", help="What to grow: batch or seq.")] = "batch",
     phase: Annotated[Optional[list[PhaseName]], typer.Option(
-        "--phase", "-p", help="Phases (repeat). Default: all three.")] = None,
+        "--phase", "-p", metavar="PHASE", help="Phases (repeat). Default: all three.")] = None,
     batch: BatchOpt = 1,
     seq: SeqOpt = None,
     enc_seq: EncSeqOpt = None,
