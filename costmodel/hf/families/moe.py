@@ -9,12 +9,20 @@ router_aux_loss_coef.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from costmodel.hf.families.llama import LLAMA_DEFAULTS, _attention_bias, _qwen, _rope_decoder
-from costmodel.hf.family import Family, register
+from costmodel.hf.families.llama import (
+    LLAMA_DEFAULTS,
+    _attention_bias,
+    _export_qwen,
+    _export_rope_decoder,
+    _qwen,
+    _rope_decoder,
+)
+from costmodel.hf.family import FAMILIES, Family, register
 from costmodel.hf.reader import Config, no_partial_rotary
-from costmodel.spec import LayerKind, QKNorm
+from costmodel.spec import LayerKind, QKNorm, Spec
 
 
 def _experts(c: Config, out: dict[str, Any], experts: str, width: str, norm_topk: bool | None) -> dict[str, Any]:
@@ -119,3 +127,51 @@ register(Family("qwen3_moe", "Qwen3MoeForCausalLM", _qwen3_moe, {**_QWEN_MOE, "n
 register(Family("olmoe", "OlmoeForCausalLM", _olmoe,
                 {**_MOE, "num_key_value_heads": None, "clip_qkv": None, "norm_topk_prob": False,
                  "router_aux_loss_coef": 0.01}, (*SIZES, "num_experts")))
+
+
+# --- export ---------------------------------------------------------------------------------
+
+
+def _export_experts(spec: Spec, experts: str, width: str) -> dict[str, Any]:
+    moe = spec.moe
+    assert moe is not None
+    out = _export_rope_decoder(spec)
+    out.update({experts: moe.n_experts, "num_experts_per_tok": moe.top_k, width: moe.d_ff_expert,
+                "output_router_logits": moe.aux_loss > 0, "router_aux_loss_coef": moe.aux_loss or 0.001})
+    if width != "intermediate_size" and moe.d_ff is not None:
+        out["intermediate_size"] = moe.d_ff
+    return out
+
+
+def _export_mixtral(spec: Spec) -> dict[str, Any]:
+    return {**_export_experts(spec, "num_local_experts", "intermediate_size"), "sliding_window": spec.window}
+
+
+def _export_qwen_moe(spec: Spec) -> dict[str, Any]:
+    moe = spec.moe
+    assert moe is not None
+    out = {**_export_qwen(spec), **_export_experts(spec, "num_experts", "moe_intermediate_size")}
+    out["norm_topk_prob"] = moe.norm_topk
+    sparse = spec.sparse_layers()
+    out["mlp_only_layers"] = [i for i, s in enumerate(sparse) if not s]
+    out["decoder_sparse_step"] = 1
+    if moe.n_shared_experts:
+        out["shared_expert_intermediate_size"] = moe.shared_width
+        out["qkv_bias"] = spec.bias.qkv
+    return out
+
+
+def _export_olmoe(spec: Spec) -> dict[str, Any]:
+    moe = spec.moe
+    assert moe is not None
+    return {**_export_experts(spec, "num_experts", "intermediate_size"), "attention_bias": spec.bias.qkv,
+            "norm_topk_prob": moe.norm_topk}
+
+
+def _is_moe(spec: Spec) -> bool:
+    return spec.moe is not None and not spec.is_encoder_decoder
+
+
+for _type, _export in (("mixtral", _export_mixtral), ("qwen2_moe", _export_qwen_moe), ("qwen3_moe", _export_qwen_moe),
+                       ("olmoe", _export_olmoe)):
+    FAMILIES[_type] = replace(FAMILIES[_type], export=_export, matches=_is_moe)
