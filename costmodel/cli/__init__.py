@@ -42,6 +42,7 @@ COMMANDS = (
     "costmodel.cli.measure",  # measure, calibrate
     "costmodel.cli.inference",  # inference
     "costmodel.cli.memory",  # memory, fit
+    "costmodel.cli.train",  # train, plan, serve, clusters
 )
 for _module in COMMANDS:
     importlib.import_module(_module)

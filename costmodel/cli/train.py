@@ -1,0 +1,180 @@
+"""`costmodel train`, `plan`, `serve` and `clusters`: parse, call the parallel model, render."""
+
+from __future__ import annotations
+
+import time
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from costmodel import catalog, report, report_parallel, units
+from costmodel.cli.app import Format, FormatOpt, SpecArg, _user_errors, app, emit
+from costmodel.parallel import device
+from costmodel.parallel.cluster import cluster_paths, load_cluster
+from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
+from costmodel.parallel.plan import plan
+from costmodel.parallel.serve import decode
+from costmodel.parallel.step import Overlap, StepModel
+
+
+class TrainDtype(str, Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+
+
+class RecipeName(str, Enum):
+    megatron = "megatron"
+    zero = "zero"
+
+
+class OverlapName(str, Enum):
+    tp = "tp"
+    cp = "cp"
+    ep = "ep"
+    pp = "pp"
+    dp = "dp"
+    none = "none"
+
+
+RECIPES = {"megatron": device.MEGATRON, "zero": device.ZERO}
+ClusterOpt = Annotated[str, typer.Option("--cluster", help="A cluster profile: dgx-a100-80gb, dgx-h100, dgx-h200, "
+                                         "gb200-nvl72, or a YAML file (see `costmodel clusters`).")]
+GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in all (N = TP x PP x DP x CP).")]
+TrainSeqOpt = Annotated[Optional[int], typer.Option("--seq", "-s", min=1, help="Tokens per sequence. Default: 2048, or max_seq_len if shorter.")]
+TrainDtypeOpt = Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Compute dtype of the matmuls: bf16, fp16, fp8.")]
+RecipeOpt = Annotated[RecipeName, typer.Option("--recipe", metavar="RECIPE", help="megatron: fp16/bf16 weights, fp32 gradients, fp32 master + Adam (18 B/param); zero: bf16 gradients (16 B/param).")]
+OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option("--overlap", metavar="KIND", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, dp, or none. Default: cp only, as Megatron-LM in Korthikanti et al. 2022.")]
+
+
+def _overlap(names: list[OverlapName] | None) -> Overlap:
+    if not names:
+        return Overlap()
+    chosen = {n.value for n in names} - {"none"}
+    return Overlap(**{k: k in chosen for k in ("tp", "cp", "ep", "pp", "dp")})
+
+
+def _seq(spec, seq: int | None) -> int:
+    return seq if seq is not None else min(2048, spec.max_seq_len)
+
+
+@app.command("train")
+def train_cmd(
+    spec: SpecArg,
+    cluster: ClusterOpt,
+    gpus: GpusOpt,
+    global_batch: Annotated[int, typer.Option("--global-batch", "-G", help="Sequences per step.")],
+    micro_batch: Annotated[int, typer.Option("--micro-batch", "-m", help="Sequences per micro-batch.")] = 1,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel stages.")] = 1,
+    dp: Annotated[Optional[int], typer.Option("--dp", help="Data-parallel size. Default: N / (TP x PP x CP).")] = None,
+    cp: Annotated[int, typer.Option("--cp", help="Context-parallel size (ring attention).")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size (mixture-of-experts specs), within DP x CP.")] = 1,
+    interleave: Annotated[int, typer.Option("--interleave", "-v", help="Model chunks per pipeline device (interleaved 1F1B).")] = 1,
+    recompute: Annotated[Recompute, typer.Option("--recompute", metavar="MODE", help="Activation recomputation: none, selective (the attention core), full.")] = Recompute.none,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", "--sp", help="Split norms, dropout and residuals along the sequence over the TP ranks.")] = False,
+    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3 (FSDP).")] = 0,
+    tokens: Annotated[Optional[float], typer.Option("--tokens", help="Training tokens D: prints the time and GPU-hours to train on them (e.g. 3e11).")] = None,
+    seq: TrainSeqOpt = None,
+    dtype: TrainDtypeOpt = TrainDtype.bf16,
+    recipe: RecipeOpt = RecipeName.megatron,
+    overlap: OverlapOpt = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """One training step on a parallel layout: where its time goes (compute by component, each
+    collective, the pipeline bubble), MFU and HFU, tokens/s, and the memory per GPU."""
+    with _user_errors():
+        s = catalog.load(spec)
+        cl = load_cluster(cluster)
+        if gpus < 1:
+            raise LayoutError(f"--gpus: must be at least 1 (got {gpus})")
+        if dp is None:
+            inner = tp * pp * cp
+            if inner < 1 or gpus % inner:
+                # The spec's own limits (heads, layers) first: they name the option to change.
+                check(Layout(global_batch, micro_batch, tp, pp, 1, cp, 1, interleave), s)
+                raise LayoutError(f"--gpus: {gpus} GPUs are not a multiple of TP {tp} x PP {pp} x CP {cp} = {inner}")
+            dp = gpus // inner
+        layout = Layout(global_batch, micro_batch, tp, pp, dp, cp, ep, interleave, sequence_parallel, recompute, zero)
+        check(layout, s, gpus, _seq(s, seq))
+        model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap))
+        step = model.step(layout)
+    emit(fmt, lambda: [report_parallel.summary_table(step, tokens), report_parallel.breakdown_table(step),
+                       report_parallel.collectives_table(step), report_parallel.memory_table(step)],
+         lambda: step.to_dict(tokens), s)
+
+
+@app.command("plan")
+def plan_cmd(
+    spec: SpecArg,
+    cluster: ClusterOpt,
+    gpus: GpusOpt,
+    global_batch: Annotated[int, typer.Option("--global-batch", "-G", help="Sequences per step.")],
+    seq: TrainSeqOpt = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Layouts to show.")] = 10,
+    max_micro_batch: Annotated[int, typer.Option("--max-micro-batch", min=1, help="Largest micro-batch tried.")] = 16,
+    cp: Annotated[Optional[list[int]], typer.Option("--cp", help="Context-parallel sizes to try (repeatable). Default: 1.")] = None,
+    dtype: TrainDtypeOpt = TrainDtype.bf16,
+    recipe: RecipeOpt = RecipeName.megatron,
+    overlap: OverlapOpt = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Search every valid layout (TP, PP, DP, micro-batch, interleave, recompute, SP, ZeRO),
+    drop those that do not fit, and rank the rest by step time."""
+    with _user_errors():
+        s = catalog.load(spec)
+        cl = load_cluster(cluster)
+        if gpus < 1 or global_batch < 1:
+            raise LayoutError(f"--gpus and --global-batch: must be at least 1 (got {gpus}, {global_batch})")
+        model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap))
+        start = time.perf_counter()
+        result = plan(model, gpus, global_batch, cps=tuple(cp or (1,)), max_micro_batch=max_micro_batch)
+        elapsed = time.perf_counter() - start
+    if fmt is not Format.json and not result.ranked:
+        typer.echo(f"no layout of {s.name} fits on {gpus} GPUs of {cl.name} "
+                   f"({result.considered} valid layouts, all over {units.decimal_bytes(cl.hardware.memory_bytes)})")
+        raise typer.Exit(1)
+    emit(fmt, lambda: [report_parallel.plan_table(result, top, elapsed)], lambda: {
+        "spec": s.name, "cluster": cl.name, "gpus": gpus, "global_batch": global_batch, "seq": model.seq,
+        "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
+        "seconds": elapsed, "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)
+
+
+@app.command("serve")
+def serve_cmd(
+    spec: SpecArg,
+    cluster: ClusterOpt,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 8,
+    ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size (mixture-of-experts specs).")] = 1,
+    batch: Annotated[str, typer.Option("--batch", "-b", help="Sequences decoding together; a list such as 1,8,64.")] = "1",
+    context: Annotated[int, typer.Option("--context", "-c", help="Tokens already cached per sequence.")] = 2048,
+    dtype: Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")] = TrainDtype.bf16,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Decode at scale: per-token communication, time per output token (TPOT) and memory per GPU
+    of TP (and EP) ranks."""
+    with _user_errors():
+        s = catalog.load(spec)
+        cl = load_cluster(cluster)
+        try:
+            batches = [int(b) for b in batch.split(",")]
+        except ValueError:
+            raise LayoutError(f"--batch: {batch!r} is not a list of integers such as 1,8,64") from None
+        results = [decode(s, cl, tp, b, context, ep, dtype.value) for b in batches]
+    emit(fmt, lambda: [report_parallel.decode_table(results)],
+         lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
+
+
+@app.command("clusters")
+def clusters_cmd(fmt: FormatOpt = Format.table) -> None:
+    """The cluster profiles: bundled ones and those in the user folder."""
+    with _user_errors():
+        found = [load_cluster(str(p)) for p in cluster_paths().values()]
+    rows = [(c.name, c.device, str(c.gpus_per_node), units.bandwidth(c.intra_node.bandwidth),
+             units.bandwidth(c.intra_node.bus_bandwidth), units.bandwidth(c.inter_node.bandwidth),
+             units.bandwidth(c.inter_node.bus_bandwidth)) for c in found]
+    table = report.Table("Clusters", ("cluster", "device", "GPUs/node", "NVLink", "busbw", "network/GPU", "busbw"),
+                         rows, ("per GPU per direction; busbw: what NCCL reaches (nccl-tests), sources in each profile",),
+                         numeric_from=2)
+    emit(fmt, [table], lambda: [c.model_dump() for c in found], "Cluster profiles")

@@ -1,0 +1,149 @@
+"""What one GPU does with its share: the time and memory models the parallel step asks.
+
+The parallel model asks the single-device models its questions only through this module
+(docs/parallel.md, "Integration notes"):
+
+- ``component_seconds(analysis, hw)``: seconds per component of one GPU's pass (a TP shard's
+  analysis, phase ``train``: forward + backward), from the calibrated operator model
+  (``costmodel.timing.predict``, issue 13) on the device profile's efficiency tables;
+- ``optimizer_seconds(params, recipe, hw)``: the optimizer step over `params` on one GPU;
+- ``activations(spec, ...)``: bytes one GPU keeps for backward for one micro-batch, per layer and
+  for the first and last stage, from the memory model (``costmodel.memory.activations``, issue 12)
+  of its TP shard, under SP and a recompute mode;
+- ``Recipe``: bytes per parameter of weights, gradients and optimizer states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel import memory, model
+from costmodel.analysis import Analysis, analyze
+from costmodel.hardware import Hardware
+from costmodel.parallel.layout import Recompute
+from costmodel.spec import Spec
+from costmodel.timing import Kernels, predict
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Bytes per parameter held by one replica (before ZeRO shards them)."""
+
+    name: str = "fp16-mixed (Megatron)"
+    weight_bytes: int = 2  # fp16/bf16 weights
+    grad_bytes: int = 4  # fp32 main gradients (Megatron accumulates in fp32)
+    optimizer_bytes: int = 12  # fp32 master weights, Adam m and v
+    # The update reads master, m, v and the gradient and writes master, m, v and the weight.
+    update_bytes: int = 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2
+
+    @property
+    def state_bytes(self) -> int:
+        return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+
+
+MEGATRON = Recipe()  # 18 bytes per parameter, as Korthikanti et al. 2022 Figure 1 counts
+
+
+def _zero() -> Recipe:
+    """The memory model's bf16-mixed AdamW (ZeRO's 2 + 2 + 12 bytes, Rajbhandari et al. 2020)."""
+    p = memory.PRECISIONS["bf16-mixed"]
+    states = memory.optimizer_bytes("adamw", 1, 0, p.states)
+    # The update reads master, m, v and the gradient and writes master, m, v and the weight.
+    update = 2 * p.master + 2 * states + p.gradients + p.weights
+    return Recipe("bf16-mixed (ZeRO)", p.weights, p.gradients, p.master + states, update)
+
+
+ZERO = _zero()
+
+# --- time: the calibrated operator model (costmodel.timing) --------------------------------------
+
+#: Megatron-LM's kernels in Korthikanti et al. 2022: no flash attention (the scores reach memory;
+#: a fused scale-mask-softmax), and its fusions join elementwise ops to each other (bias-GeLU,
+#: bias-dropout-add), not to the matmuls: every elementwise component moves its unfused bytes.
+MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False)
+
+
+def component_seconds(a: Analysis, hw: Hardware, kernels: Kernels = MEGATRON_KERNELS) -> dict[str, float]:
+    """Seconds per component of `a`'s pass on `hw`: ``costmodel.timing.predict`` (each matmul's
+    forward and backward products at the profile's efficiency for their shapes, every other
+    component's bytes at its memory efficiency; the roofline where the profile has no tables).
+
+    A training pass keeps no KV cache: its ``kv_cache`` rows are left out."""
+    rows = predict(a, hw, kernels).rows
+    return {r.path: r.time_s for r in rows if not (a.phase == "train" and r.path.endswith("kv_cache"))}
+
+
+def calibrated(hw: Hardware, dtype: str) -> bool:
+    """Whether `hw` has efficiency tables for `dtype` (else the times are the roofline)."""
+    return hw.tables_for(dtype)
+
+
+def optimizer_seconds(params: float, recipe: Recipe, hw: Hardware) -> float:
+    """The Adam update is memory-bound: its bytes at the profile's memory efficiency for a
+    transfer of that size (the bandwidth itself without tables)."""
+    nbytes = params * recipe.update_bytes
+    eff = hw.efficiency.memory(nbytes) if hw.efficiency is not None else 1.0
+    return nbytes / (hw.memory_bandwidth * eff)
+
+
+# --- memory: the memory model (costmodel.memory) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Bytes one GPU keeps for backward for one micro-batch (costmodel.memory.activations of its
+    TP shard): per layer, the first stage's embedding, the last stage's head and loss, and the
+    tensors a stack's layers share (the causal mask, RoPE tables), kept once per GPU."""
+
+    per_layer: float
+    first: float
+    last: float
+    shared: float
+
+
+_SHARED = ("causal_mask", "rope_tables", "position_bias")
+
+
+def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parallel: bool,
+                recompute: Recompute) -> Activations:
+    """Activations of one micro-batch on one GPU, from the memory model's exact per-element counts
+    (16-bit activations, 1-byte dropout masks as fused CUDA kernels keep them, no flash attention).
+
+    Tensor parallel: the count of the TP shard (``step.shard_spec``): heads, FFN width and
+    vocabulary split, the norms, residuals and dropout between them whole on every rank
+    (Korthikanti et al. 2022's sbh(10 + 24/t + 5as/(ht))). Sequence parallel splits those too:
+    the layers keep 1/t of the unsplit model's activations (their sbh/t (34 + 5as/h)).
+    """
+    from costmodel.parallel.step import shard_spec
+
+    period = len(spec.layer_pattern)
+
+    def count(s: Spec) -> dict[str, int]:
+        one = s.model_copy(update={"n_layers": period})
+        a = analyze(one, "train", batch=micro_batch, seq=seq, dtype="bf16")
+        costs = model.components(one, model.numeric_dims(one, dict(a.shape), 2))
+        return memory.activations(one, costs, dict(a.shape), 2, memory.Run(recompute=recompute.value))
+
+    def split(acts: dict[str, int], divide: float) -> Activations:
+        layer = sum(n for path, n in acts.items() if memory.is_layer(path) and _leaf(path) not in _SHARED)
+        shared = sum(n for path, n in acts.items() if memory.is_layer(path) and _leaf(path) in _SHARED)
+        first = sum(n for path, n in acts.items() if path.startswith("embedding"))
+        last = sum(n for path, n in acts.items() if not memory.is_layer(path) and not path.startswith("embedding"))
+        return Activations(layer / period / divide, first / divide, last, shared)
+
+    if sequence_parallel and tp > 1:
+        whole = split(count(spec), tp)  # everything in the layers split over t along the sequence
+        head = split(count(shard_spec(spec, tp)), 1)  # the vocabulary-parallel head and loss
+        return Activations(whole.per_layer, whole.first, head.last, whole.shared)
+    return split(count(shard_spec(spec, tp)), 1)
+
+
+def activation_bytes_per_layer(
+    spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parallel: bool, recompute: Recompute
+) -> float:
+    """Bytes one transformer layer keeps for backward on one GPU for one micro-batch."""
+    return activations(spec, micro_batch, seq, tp, sequence_parallel, recompute).per_layer
+
+
+def _leaf(path: str) -> str:
+    return path.rsplit("/", 1)[-1]

@@ -1,0 +1,157 @@
+"""A parallel layout: how N GPUs split a training step, and the checks that it can run.
+
+    N = TP x PP x DP x CP     (Megatron-LM's ranks, innermost first: tensor, context, data, pipeline)
+
+- tensor (Shoeybi et al. 2019, "Megatron-LM"): heads and the FFN width split over TP ranks;
+- sequence parallel (Korthikanti et al. 2022): the norms, dropout and residuals between them
+  split along the sequence over the same TP ranks;
+- pipeline (Narayanan et al. 2021): layers split into PP stages (v interleaved chunks per device);
+- data (with ZeRO stages 1-3, Rajbhandari et al. 2020; FSDP is stage 3): replicas over DP ranks;
+- context (ring attention, Liu et al. 2023): the sequence split over CP ranks;
+- expert (GShard, Lepikhin et al. 2020): experts split over EP ranks carved out of DP x CP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from enum import Enum
+from typing import Any
+
+from costmodel.spec import Spec, SpecError
+
+
+class LayoutError(SpecError):
+    """A layout that cannot run: one line naming the option."""
+
+
+class Recompute(str, Enum):
+    none = "none"
+    selective = "selective"  # the attention core (Korthikanti et al. 2022)
+    full = "full"  # every layer from its input (Chen et al. 2016)
+
+
+@dataclass(frozen=True)
+class Layout:
+    global_batch: int  # sequences per step
+    micro_batch: int = 1
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    interleave: int = 1  # v: model chunks per pipeline device
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.none
+    zero: int = 0
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def micro_batches(self) -> int:
+        """m: micro-batches per DP rank per step."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def with_(self, **changes: Any) -> Layout:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"recompute": self.recompute.value, "gpus": self.gpus,
+                               "micro_batches": self.micro_batches}
+
+    def label(self) -> str:
+        parts = [f"TP{self.tp}", f"PP{self.pp}", f"DP{self.dp}"]
+        if self.cp > 1:
+            parts.append(f"CP{self.cp}")
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}")
+        if self.interleave > 1:
+            parts.append(f"v{self.interleave}")
+        parts.append(f"mb{self.micro_batch}")
+        if self.sequence_parallel:
+            parts.append("SP")
+        if self.recompute is not Recompute.none:
+            parts.append(f"rc-{self.recompute.value}")
+        if self.zero:
+            parts.append(f"ZeRO-{self.zero}")
+        return " ".join(parts)
+
+
+def experts(spec: Spec) -> tuple[int, int] | None:
+    """(routed experts E, top_k) of a mixture-of-experts spec, None for a dense one. Reads the
+    ``ffn: {kind: moe}`` union of SCHEMA.md where the spec has it."""
+    ffn = spec.ffn
+    kind: str = ffn.kind  # the MoE kind's fields are read by name: the union may not hold it yet
+    if kind == "moe":
+        return int(getattr(ffn, "n_experts")), int(getattr(ffn, "top_k"))
+    return None
+
+
+def check(layout: Layout, spec: Spec, gpus: int | None = None, seq: int | None = None) -> None:
+    """Raise LayoutError naming the first option that makes `layout` impossible for `spec`."""
+    t, p, v = layout.tp, layout.pp, layout.interleave
+    for name, value in (("--tp", t), ("--pp", p), ("--dp", layout.dp), ("--cp", layout.cp), ("--ep", layout.ep),
+                        ("--micro-batch", layout.micro_batch), ("--global-batch", layout.global_batch),
+                        ("--interleave", v)):
+        if value < 1:
+            raise LayoutError(f"{name}: must be at least 1 (got {value})")
+    if gpus is not None and gpus != layout.gpus:
+        raise LayoutError(
+            f"--gpus: {gpus} GPUs but TP {t} x PP {p} x DP {layout.dp} x CP {layout.cp} = {layout.gpus}"
+        )
+    if spec.is_encoder_decoder:
+        raise LayoutError(f"{spec.name}: parallel layouts are modelled for decoder-only specs")
+    if spec.n_heads % t:
+        raise LayoutError(f"--tp: {t} does not divide the {spec.n_heads} attention heads of {spec.name}")
+    k = spec.n_kv_heads
+    if k % t and t % k:
+        raise LayoutError(
+            f"--tp: {t} neither divides the {k} key/value heads of {spec.name} nor is a multiple of them"
+        )
+    if spec.d_ff % t:
+        raise LayoutError(f"--tp: {t} does not divide the FFN width {spec.d_ff} of {spec.name}")
+    layers = spec.n_layers or 0
+    if layers % p:
+        raise LayoutError(
+            f"--pp: {p} does not divide the {layers} layers of {spec.name} (equal stages: choose a divisor of {layers})"
+        )
+    if v > 1:
+        if p == 1:
+            raise LayoutError("--interleave: needs pipeline parallelism (--pp > 1)")
+        if layers % (p * v):
+            raise LayoutError(
+                f"--interleave: {v} chunks x PP {p} does not divide the {layers} layers of {spec.name}"
+            )
+    if layout.global_batch % layout.dp:
+        raise LayoutError(f"--global-batch: {layout.global_batch} is not divisible by DP {layout.dp}")
+    per_rank = layout.global_batch // layout.dp
+    if per_rank % layout.micro_batch:
+        raise LayoutError(
+            f"--micro-batch: {layout.micro_batch} does not divide the {per_rank} sequences per DP rank "
+            f"(global batch {layout.global_batch} / DP {layout.dp})"
+        )
+    if v > 1 and layout.micro_batches % p:
+        raise LayoutError(
+            f"--interleave: the interleaved schedule needs the {layout.micro_batches} micro-batches per "
+            f"DP rank to be a multiple of PP {p}"
+        )
+    if layout.sequence_parallel and t == 1:
+        raise LayoutError("--sequence-parallel: splits activations over the tensor-parallel ranks; needs --tp > 1")
+    if layout.zero not in (0, 1, 2, 3):
+        raise LayoutError(f"--zero: stage {layout.zero}; expected 0, 1, 2 or 3")
+    if seq is not None and layout.cp > 1 and seq % (2 * layout.cp):
+        raise LayoutError(
+            f"--cp: ring attention splits the sequence into 2 x CP = {2 * layout.cp} chunks; {seq} is not divisible"
+        )
+    moe = experts(spec)
+    if layout.ep > 1:
+        if moe is None:
+            raise LayoutError(f"--ep: {spec.name} has no experts to split")
+        if moe[0] % layout.ep:
+            raise LayoutError(f"--ep: {layout.ep} does not divide the {moe[0]} experts of {spec.name}")
+        if (layout.dp * layout.cp) % layout.ep:
+            raise LayoutError(
+                f"--ep: {layout.ep} expert-parallel ranks are carved out of DP x CP = {layout.dp * layout.cp}; "
+                "it must divide them"
+            )

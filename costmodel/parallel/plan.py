@@ -1,0 +1,80 @@
+"""Search every valid layout of a training step, drop those that do not fit, rank by step time.
+
+The space (for N GPUs, a global batch G, L layers, h heads): TP over the divisors of h within
+one node (TP crosses nodes only in a cluster whose NVLink domain is larger), PP over the divisors
+of L, DP = N / (TP x PP x CP), micro-batches dividing G / DP, interleaving v over the divisors
+of L / PP (when the micro-batches divide into PP), recompute none / selective / full, sequence
+parallelism on and off (with TP > 1), ZeRO 0-3 (with DP > 1). Each micro-batch shape (TP, b, CP)
+is analysed once and shared by every layout using it, so a layout costs a few arithmetic
+operations and collective formulas: thousands a second (bench/plan_speed.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
+from costmodel.parallel.step import Step, StepModel
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class Plan:
+    ranked: tuple[Step, ...]  # fitting layouts, fastest first
+    considered: int  # valid layouts evaluated
+    dropped: int  # valid layouts that do not fit
+
+    def best(self) -> Step | None:
+        return self.ranked[0] if self.ranked else None
+
+
+def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...] = (1,),
+            max_micro_batch: int = 16, zero: tuple[int, ...] = (0, 1, 2, 3)) -> Iterator[Layout]:
+    """Every layout `check` accepts for this spec, GPU count and global batch."""
+    spec = model.spec
+    L = spec.n_layers or 0
+    node = model.cluster.gpus_per_node
+    for tp in divisors(min(gpus, node)):
+        if spec.n_heads % tp or spec.d_ff % tp or (spec.n_kv_heads % tp and tp % spec.n_kv_heads):
+            continue
+        for cp in cps:
+            for pp in divisors(L):
+                if gpus % (tp * pp * cp):
+                    continue
+                dp = gpus // (tp * pp * cp)
+                if global_batch % dp:
+                    continue
+                per_rank = global_batch // dp
+                for b in divisors(per_rank):
+                    if b > max_micro_batch:
+                        break
+                    m = per_rank // b
+                    vs = [1] + ([v for v in divisors(L // pp)[1:] if v <= 8] if pp > 1 and m % pp == 0 else [])
+                    for v in vs:
+                        for rc in Recompute:
+                            for sp in ((False, True) if tp > 1 else (False,)):
+                                for z in (zero if dp * cp > 1 else (0,)):
+                                    yield Layout(global_batch, b, tp, pp, dp, cp, 1, v, sp, rc, z)
+
+
+def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None, **space: Any) -> Plan:
+    ranked: list[Step] = []
+    considered = dropped = 0
+    for layout in layouts(model, gpus, global_batch, **space):
+        try:
+            check(layout, model.spec, gpus, model.seq)
+        except LayoutError:
+            continue
+        considered += 1
+        first, last = model.memory(layout)  # cheaper than the step: most layouts stop here
+        if max(first.total, last.total) > model.hw.memory_bytes:
+            dropped += 1
+            continue
+        ranked.append(model.step(layout, checked=True, memory=(first, last)))
+    ranked.sort(key=lambda s: s.step_time_s)
+    return Plan(tuple(ranked[:top] if top else ranked), considered, dropped)

@@ -1,0 +1,549 @@
+"""One training step on a layout: per-GPU compute, every collective, the pipeline bubble, memory.
+
+The step, for m micro-batches per DP rank on p pipeline stages with v chunks per device
+(Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM", 1F1B and interleaved schedules):
+
+    step = m * t_stage(slowest) + (p - 1)/v * t_stage(mean)     the pipeline, bubble included
+         + exposed point-to-point + exposed data-parallel traffic + optimizer step
+
+where t_stage is one micro-batch's forward and backward through one device's layers, with its
+exposed tensor-, context- and expert-parallel communication. What overlaps is an option
+(``Overlap``); the default is what Megatron-LM did in Korthikanti et al. 2022: nothing
+overlaps but ring attention, which hides its transfers behind the attention it feeds.
+
+A GPU's share of the work comes from the exact formulas: a tensor-parallel rank runs the spec
+with its heads, key/value heads, FFN width and vocabulary split over t (``shard_spec``; the
+norms, residuals and dropout stay whole unless sequence parallelism splits them too), and its
+seconds and bytes come from the single-device models in ``device``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from costmodel.analysis import Row, analyze
+from costmodel.parallel import device
+from costmodel.parallel.cluster import Cluster
+from costmodel.parallel.collectives import Collective, collective
+from costmodel.parallel.layout import Layout, Recompute, check, experts
+from costmodel.spec import Spec
+from costmodel.symbols import DTYPE_BYTES
+
+ATTENTION_CORE = ("scores", "scale", "mask", "softmax", "av", "softcap", "position_bias")
+REPLICATED = ("norm", "post_norm", "residual", "dropout")  # whole on every TP rank unless SP
+FIRST_STAGE = ("embedding",)
+LAST_STAGE = ("final_norm", "final_dropout", "head_scale", "lm_head", "logit_scale", "logit_softcap", "loss")
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Which communication hides behind compute (each the most a perfect overlap would hide)."""
+
+    tp: bool = False  # TP collectives behind the layer's matmuls
+    cp: bool = True  # ring attention's K/V transfers behind the attention core
+    ep: bool = False  # expert all-to-all behind the layer's compute
+    pp: bool = False  # pipeline sends behind the next micro-batch
+    dp: bool = False  # gradient reduction behind the last micro-batch's backward
+
+    def to_dict(self) -> dict[str, bool]:
+        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "pp": self.pp, "dp": self.dp}
+
+
+def shard_spec(spec: Spec, tp: int, layers: int | None = None) -> Spec:
+    """One tensor-parallel rank's slice of `spec` as a spec (Shoeybi et al. 2019): column-parallel
+    Q, K, V and FFN-up, row-parallel output and FFN-down, a vocabulary-parallel embedding and head.
+    Key/value heads fewer than t are replicated, one per rank. `layers` sets n_layers (the
+    formulas then count that many layers). Every FFN width of the spec's kind splits over t."""
+    attention = spec.attention
+    if hasattr(attention, "n_kv_heads"):
+        k = attention.n_kv_heads
+        attention = attention.model_copy(update={"n_kv_heads": k // tp if k >= tp else 1})
+    widths = {f: getattr(spec.ffn, f) // tp for f in ("d_ff", "d_ff_expert", "d_ff_shared")
+              if getattr(spec.ffn, f, None)}
+    update: dict[str, Any] = dict(
+        n_heads=spec.n_heads // tp,
+        attention=attention,
+        ffn=spec.ffn.model_copy(update=widths),
+        vocab_size=-(-spec.vocab_size // tp),
+    )
+    if layers is not None:
+        update["n_layers"] = layers
+    return spec.model_copy(update=update)
+
+
+def _leaf(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _stage(path: str) -> str:
+    top = path.split("/", 1)[0]
+    if top.startswith("layers"):
+        return "layers"
+    if top in FIRST_STAGE:
+        return "first"
+    return "last"
+
+
+def category(path: str) -> str:
+    """Where a component's time is reported: a handful of groups a reader recognises."""
+    leaf, stage = _leaf(path), _stage(path)
+    if stage == "first":
+        return "embedding"
+    if stage == "last":
+        return "lm_head + loss" if leaf in ("lm_head", "cross_entropy", "z_loss") or path.startswith("loss") else "final norm"
+    if leaf in REPLICATED:
+        return "norms, residuals, dropout"
+    if "/ffn/" in path:
+        return "ffn"
+    if leaf in ATTENTION_CORE or leaf in ("rope", "qk_norm", "sinks"):
+        return "attention core"
+    return "attention projections"
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One GPU's work for one micro-batch, per layer and for the first and last stage extras."""
+
+    layer_s: dict[str, float]  # category -> seconds per layer (forward + backward)
+    layer_matmul_s: float
+    layer_core_s: float  # the attention core, per layer
+    recompute_s: float  # per layer
+    first_s: float
+    last_s: float
+    last_by_category: dict[str, float]
+    layer_flops: float
+    recompute_flops: float
+    first_flops: float
+    last_flops: float
+    layer_params: int
+    first_params: int
+    last_params: int
+    embedding_table: int  # the word-embedding rows this rank holds (tied copy on the last stage)
+
+
+@dataclass(frozen=True)
+class Memory:
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    recompute_working_set: float
+    stage: str
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.recompute_working_set
+
+    def to_dict(self) -> dict[str, Any]:
+        """Bytes as whole numbers; the total is the sum of the parts as printed."""
+        parts = {k: round(getattr(self, k)) for k in ("weights", "gradients", "optimizer", "activations",
+                                                      "recompute_working_set")}
+        return parts | {"total": sum(parts.values()), "stage": self.stage}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training step: where its time goes, what each GPU holds, and the rates."""
+
+    spec: Spec
+    cluster: Cluster
+    layout: Layout
+    seq: int
+    dtype: str
+    overlap: Overlap
+    recipe: device.Recipe
+    step_time_s: float
+    breakdown: dict[str, float]  # critical-path seconds by part; sums to step_time_s
+    compute_by_component: dict[str, float]
+    collectives: tuple[tuple[Collective, float, float], ...]  # (call, calls per step, exposed seconds)
+    memory: Memory
+    memory_last: Memory
+    model_flops: float
+    hardware_flops: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def tokens(self) -> int:
+        return self.layout.global_batch * self.seq
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.step_time_s
+
+    @property
+    def peak(self) -> float:
+        return self.cluster.hardware.peak(self.dtype) * self.layout.gpus
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation (Chowdhery et al. 2022): the model's FLOPs (no recompute) per
+        second over the peak of every GPU."""
+        return self.model_flops / self.step_time_s / self.peak
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation: recomputed work counted too."""
+        return self.hardware_flops / self.step_time_s / self.peak
+
+    @property
+    def per_gpu(self) -> Memory:
+        """The fuller of the first and last pipeline stages."""
+        return max(self.memory, self.memory_last, key=lambda m: m.total)
+
+    @property
+    def fits(self) -> bool:
+        return self.per_gpu.total <= self.cluster.hardware.memory_bytes
+
+    def by_collective(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for c, calls, exposed in self.collectives:
+            key = f"{c.group}/{c.kind}"
+            entry = out.setdefault(key, {"calls": 0.0, "bytes_sent": 0.0, "time_s": 0.0, "exposed_s": 0.0,
+                                         "ranks": c.ranks, "link": c.link})
+            entry["calls"] += calls
+            entry["bytes_sent"] += calls * c.bytes_sent
+            entry["time_s"] += calls * c.time_s
+            entry["exposed_s"] += exposed
+        return out
+
+    def train_time_s(self, tokens: float) -> float:
+        return tokens / self.tokens_per_s
+
+    def to_dict(self, tokens: float | None = None) -> dict[str, Any]:
+        hw = self.cluster.hardware
+        data: dict[str, Any] = {
+            "spec": self.spec.name, "cluster": self.cluster.name, "device": hw.name, "seq": self.seq,
+            "dtype": self.dtype, "layout": self.layout.to_dict(), "overlap": self.overlap.to_dict(),
+            "recipe": self.recipe.name,
+            "step_time_s": self.step_time_s, "breakdown_s": dict(self.breakdown),
+            "compute": {"by_component_s": dict(self.compute_by_component)},
+            "comm": {"by_collective": self.by_collective()},
+            "mfu": self.mfu, "hfu": self.hfu, "tokens_per_step": self.tokens, "tokens_per_s": self.tokens_per_s,
+            "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
+            "memory": {"per_gpu": self.per_gpu.to_dict(), "first_stage": self.memory.to_dict(),
+                       "last_stage": self.memory_last.to_dict(), "device_bytes": int(hw.memory_bytes)},
+            "fits": self.fits, "notes": list(self.notes),
+        }
+        if tokens is not None:
+            t = self.train_time_s(tokens)
+            data["train"] = {"tokens": tokens, "time_s": t, "days": t / 86400, "gpu_hours": t * self.layout.gpus / 3600}
+        return data
+
+
+class StepModel:
+    """Steps of one spec on one cluster at one sequence length; caches each shard's analysis."""
+
+    def __init__(self, spec: Spec, cluster: Cluster, seq: int = 2048, dtype: str = "bf16",
+                 recipe: device.Recipe = device.MEGATRON, overlap: Overlap = Overlap()) -> None:
+        self.spec, self.cluster, self.seq, self.dtype = spec, cluster, seq, dtype
+        self.recipe, self.overlap = recipe, overlap
+        self.hw = cluster.hardware
+        self.hw.peak(dtype)
+        self.act_bytes = DTYPE_BYTES[dtype]
+        self._micro: dict[tuple[int, int, int, bool, Recompute], MicroBatch] = {}
+        self._calls: dict[tuple[str, str, int, float, int], Collective] = {}
+        self._acts: dict[tuple[int, int, int, bool, Recompute], device.Activations] = {}
+        self._full = analyze(spec, "train", batch=1, seq=seq, dtype=dtype)
+        self._flops_per_sequence = float(self._full.total().flops)
+        self._recompute_per_sequence = {rc: self._recompute_flops(rc) for rc in Recompute}
+        self.period = len(spec.layer_pattern)
+        self.experts = experts(spec)
+
+    def collective(self, kind: str, group: str, ranks: int, size: float, stride: int = 1) -> Collective:
+        """``collectives.collective`` on this cluster, remembered: layouts share most calls."""
+        key = (kind, group, ranks, size, stride)
+        call = self._calls.get(key)
+        if call is None:
+            call = self._calls[key] = collective(self.cluster, kind, group, ranks, size, stride)
+        return call
+
+    # --- one micro-batch on one GPU -------------------------------------------------------------
+
+    def micro(self, tp: int, b: int, cp: int, sp: bool, recompute: Recompute) -> MicroBatch:
+        key = (tp, b, cp, sp, recompute)
+        if key not in self._micro:
+            self._micro[key] = self._micro_batch(*key)
+        return self._micro[key]
+
+    def _micro_batch(self, tp: int, b: int, cp: int, sp: bool, recompute: Recompute) -> MicroBatch:
+        shard = shard_spec(self.spec, tp, layers=self.period)
+        a = analyze(shard, "train", batch=b, seq=self.seq // cp, dtype=self.dtype)
+        secs = device.component_seconds(a, self.hw)
+        per = 1 / self.period
+        layer: dict[str, float] = {}
+        last_cat: dict[str, float] = {}
+        mm = core = rec = 0.0
+        flops = {"layers": 0.0, "first": 0.0, "last": 0.0}
+        params = {"layers": 0, "first": 0, "last": 0}
+        rec_flops = 0.0
+        for r in a.rows:
+            stage, leaf = _stage(r.path), _leaf(r.path)
+            t, f = secs.get(r.path, 0.0), float(r.flops)
+            params[stage] += r.params
+            if stage != "layers":
+                flops[stage] += f
+                if stage == "last":
+                    last_cat[category(r.path)] = last_cat.get(category(r.path), 0.0) + t
+                continue
+            if sp and leaf in REPLICATED:  # sequence parallel splits them along the sequence
+                t, f = t / tp, f / tp
+            if leaf in ATTENTION_CORE:  # ring attention: local queries against every key
+                t, f = t * cp, f * cp
+            t, f = t * per, f * per
+            layer[category(r.path)] = layer.get(category(r.path), 0.0) + t
+            flops["layers"] += f
+            if r.flops_matmul and leaf not in ATTENTION_CORE:
+                mm += t
+            if leaf in ATTENTION_CORE:
+                core += t
+            if recompute is Recompute.full or (recompute is Recompute.selective and leaf in ATTENTION_CORE):
+                rec += t / 3  # the forward again (a training row is forward + 2 x forward)
+                rec_flops += f / 3
+        first_s = sum(secs.get(r.path, 0.0) for r in a.rows if _stage(r.path) == "first")
+        embedding_table = next((r.params for r in a.rows if r.path == "embedding/tokens"), 0)
+        return MicroBatch(
+            layer, mm, core, rec, first_s, sum(last_cat.values()), last_cat,
+            flops["layers"], rec_flops, flops["first"], flops["last"],
+            params["layers"] // self.period, params["first"], params["last"], embedding_table,
+        )
+
+    # --- the step ------------------------------------------------------------------------------
+
+    def step(self, layout: Layout, checked: bool = False, memory: tuple[Memory, Memory] | None = None) -> Step:
+        """The step of `layout` (checked first, unless the caller has; its `memory` too)."""
+        if not checked:
+            check(layout, self.spec, seq=self.seq)
+        spec, lo, ov = self.spec, layout, self.overlap
+        call = self.collective
+        t, p, v, m, cp = lo.tp, lo.pp, lo.interleave, lo.micro_batches, lo.cp
+        sp, rc = lo.sequence_parallel, lo.recompute
+        s_local = self.seq // cp
+        mb = self.micro(t, lo.micro_batch, cp, sp, rc)
+        L = spec.n_layers or 0
+        per_stage = L // p
+        x = lo.micro_batch * s_local * spec.d_model * self.act_bytes  # b*s*h activations, in bytes
+        calls: list[tuple[Collective, float, float]] = []
+        notes: list[str] = []
+
+        # Tensor parallel: per layer, 2 all-reduces forward and 2 backward (Shoeybi et al. 2019);
+        # each an all-gather plus a reduce-scatter under sequence parallelism (Korthikanti et al.);
+        # full recompute runs the forward's two again.
+        n_tp = 4 + (2 if rc is Recompute.full else 0)
+        if sp:
+            tp_calls = [call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)]
+        else:
+            tp_calls = [call("all_reduce", "tp", t, x)]
+        tp_s = n_tp * sum(c.time_s for c in tp_calls)
+        tp_exposed = max(0.0, tp_s - mb.layer_matmul_s) if ov.tp else tp_s
+        # Megatron-LM does not keep the all-gathered input of a sequence-parallel column-parallel
+        # linear: it gathers it again in the backward, asynchronously, behind the input-gradient
+        # GEMMs (a third of the layer's matmul time) (tensor_parallel/layers.py,
+        # LinearWithGradAccumulationAndAsyncCommunication).
+        regather = call("all_gather", "tp", t, x) if sp else None
+        regather_s = 2 * regather.time_s if regather else 0.0
+        regather_exposed = max(0.0, regather_s - mb.layer_matmul_s / 3)
+        tp_exposed += regather_exposed
+
+        # Context parallel (ring attention): cp - 1 passes of the local K and V forward, of K, V
+        # and their gradients backward.
+        k_local = max(1, spec.n_kv_heads // t)
+        kv = 2 * lo.micro_batch * s_local * k_local * spec.head_dim * self.act_bytes
+        cp_call = call("p2p", "cp", 2 if cp > 1 else 1, kv, stride=t)
+        n_cp = 3 * (cp - 1)
+        cp_s = n_cp * cp_call.time_s
+        cp_exposed = max(0.0, cp_s - mb.layer_core_s) if ov.cp else cp_s
+
+        # Expert parallel: dispatch and combine all-to-all forward, and again backward, of the
+        # top_k copies of each token this rank routes (Lepikhin et al. 2020).
+        moe = self.experts
+        ep_s = ep_exposed = 0.0
+        ep_call = None
+        if moe and lo.ep > 1:
+            tokens_out = moe[1] * x / (t if sp else 1)
+            ep_call = call("all_to_all", "ep", lo.ep, tokens_out, stride=t * cp)
+            ep_s = 4 * ep_call.time_s
+            ep_exposed = max(0.0, ep_s - sum(mb.layer_s.values())) if ov.ep else ep_s
+
+        compute_layer = sum(mb.layer_s.values()) + mb.recompute_s
+        t_layer = compute_layer + tp_exposed + cp_exposed + ep_exposed
+        # The vocabulary-parallel embedding all-reduces its output; the head all-reduces the
+        # gradient of its input (all-gather and reduce-scatter under SP).
+        emb_call = call("reduce_scatter" if sp else "all_reduce", "tp", t, x)
+        head_calls = [call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)] if sp \
+            else [call("all_reduce", "tp", t, x)]
+        first_extra = mb.first_s + emb_call.time_s
+        last_extra = mb.last_s + sum(c.time_s for c in head_calls)
+        if p == 1:
+            t_first = t_last = t_max = t_mean = L * t_layer + first_extra + last_extra
+        else:
+            t_first = per_stage * t_layer + first_extra
+            t_last = per_stage * t_layer + last_extra
+            t_max = max(t_first, t_last)
+            t_mean = (t_first + t_last + (p - 2) * per_stage * t_layer) / p
+        bubble = (p - 1) / v * t_mean
+
+        # Pipeline sends: each device sends its activations forward and gradients back, per chunk
+        # per micro-batch, split over the TP ranks (Narayanan et al.'s scatter/gather).
+        pp_call = call("p2p", "pp", 2 if p > 1 else 1, x / t, stride=t * cp * lo.dp)
+        n_pp = 2 * v * m if p > 1 else 0
+        pp_exposed = 0.0 if ov.pp else n_pp * pp_call.time_s
+
+        # Data parallel: the gradients of this rank's parameters over DP x CP ranks.
+        params_gpu = max(per_stage * mb.layer_params + mb.first_params + (mb.last_params if p == 1 else 0),
+                         per_stage * mb.layer_params + mb.last_params
+                         + (mb.embedding_table if p > 1 and spec.tied_embeddings else 0))
+        n_dp = lo.dp * cp
+        grads, weights = params_gpu * self.recipe.grad_bytes, params_gpu * self.recipe.weight_bytes
+        dp_stride = t
+        per_step: list[Collective] = []
+        per_micro: list[Collective] = []
+        if lo.zero == 0:
+            per_step.append(call("all_reduce", "dp", n_dp, grads, dp_stride))
+        elif lo.zero == 1:
+            per_step += [call("reduce_scatter", "dp", n_dp, grads, dp_stride),
+                         call("all_gather", "dp", n_dp, weights, dp_stride)]
+        elif lo.zero == 2:
+            per_micro.append(call("reduce_scatter", "dp", n_dp, grads, dp_stride))
+            per_step.append(call("all_gather", "dp", n_dp, weights, dp_stride))
+        else:
+            per_micro += [call("all_gather", "dp", n_dp, weights, dp_stride)] * 2
+            per_micro.append(call("reduce_scatter", "dp", n_dp, grads, dp_stride))
+        dp_step_s = sum(c.time_s for c in per_step)
+        dp_micro_s = sum(c.time_s for c in per_micro)
+        backward = t_max * 2 / 3
+        if ov.dp:
+            dp_exposed = max(0.0, dp_step_s - backward) + m * max(0.0, dp_micro_s - t_max)
+        else:
+            dp_exposed = dp_step_s + m * dp_micro_s
+        # Tied embeddings on different stages: the first and last stage sum their gradients.
+        tie_s = 0.0
+        if p > 1 and spec.tied_embeddings:
+            tie = call("all_reduce", "pp", 2, mb.embedding_table * self.recipe.grad_bytes,
+                             stride=t * cp * lo.dp * (p - 1))
+            tie_s = tie.time_s
+            calls.append((tie, 1, tie_s))
+
+        shard = n_dp if lo.zero >= 1 else 1
+        opt_s = device.optimizer_seconds(params_gpu / shard, self.recipe, self.hw)
+
+        # --- what happens per step, on the critical path --------------------------------------
+        slow_is_last = p > 1 and t_last >= t_first
+        layers_on_slow = L if p == 1 else per_stage
+        compute: dict[str, float] = {}
+        for cat, sec in mb.layer_s.items():
+            compute[cat] = m * layers_on_slow * sec
+        if mb.recompute_s:
+            compute["recompute"] = m * layers_on_slow * mb.recompute_s
+        if p == 1 or not slow_is_last:
+            compute["embedding"] = m * mb.first_s
+        if p == 1 or slow_is_last:
+            for cat, sec in mb.last_by_category.items():
+                compute[cat] = compute.get(cat, 0.0) + m * sec
+        tp_per_mb = layers_on_slow * tp_exposed
+        tp_edge = (emb_call.time_s if (p == 1 or not slow_is_last) else 0.0) + \
+            (sum(c.time_s for c in head_calls) if (p == 1 or slow_is_last) else 0.0)
+        breakdown = {
+            "compute": sum(compute.values()),
+            "tp_comm": m * (tp_per_mb + tp_edge),
+            "cp_comm": m * layers_on_slow * cp_exposed,
+            "ep_comm": m * layers_on_slow * ep_exposed,
+            "pipeline_bubble": bubble,
+            "pp_comm": pp_exposed,
+            "dp_comm": dp_exposed,
+            "embedding_sync": tie_s,
+            "optimizer": opt_s,
+        }
+        step_time = sum(breakdown.values())
+
+        plain = tp_exposed - regather_exposed
+        for c in tp_calls:
+            calls.append((c, m * layers_on_slow * n_tp, m * layers_on_slow * n_tp * c.time_s * (plain / tp_s if tp_s else 0)))
+        if regather is not None:
+            calls.append((regather, m * layers_on_slow * 2, m * layers_on_slow * regather_exposed))
+        calls.append((emb_call, m, m * emb_call.time_s))
+        for c in head_calls:
+            calls.append((c, m, m * c.time_s))
+        if cp > 1:
+            calls.append((cp_call, m * layers_on_slow * n_cp, m * layers_on_slow * cp_exposed))
+        if ep_call is not None:
+            calls.append((ep_call, m * layers_on_slow * 4, m * layers_on_slow * ep_exposed))
+        if p > 1:
+            calls.append((pp_call, n_pp, pp_exposed))
+        if n_dp > 1:
+            total_dp = dp_step_s + m * dp_micro_s
+            for c in per_step:
+                calls.append((c, 1, dp_exposed * c.time_s / total_dp if total_dp else 0))
+            for c in per_micro:
+                calls.append((c, m, dp_exposed * m * c.time_s / total_dp if total_dp else 0))
+
+        mem_first, mem_last = memory or self.memory(lo, mb)
+        full = self._flops_per_sequence * lo.global_batch
+        rec_full = self._recompute_per_sequence[rc] * lo.global_batch
+        if not device.calibrated(self.hw, self.dtype):
+            notes.append(f"{self.hw.name} has no efficiency tables for {self.dtype}: compute times are the roofline "
+                         "lower bound")
+        if ov.tp or ov.dp or ov.pp or ov.ep:
+            notes.append("overlap: " + ", ".join(k for k, on in ov.to_dict().items() if on))
+        return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, step_time, breakdown, compute,
+                    tuple(calls), mem_first, mem_last, full, full + rec_full, tuple(notes))
+
+    def memory(self, layout: Layout, mb: MicroBatch | None = None) -> tuple[Memory, Memory]:
+        """What a GPU of the first and of the last pipeline stage holds (Korthikanti et al. 2022,
+        section 4.2.3: the first stage keeps p micro-batches in flight in 1F1B, times
+        1 + (p - 1)/(p v) when interleaved; the last keeps one)."""
+        spec, lo = self.spec, layout
+        t, p, v, m, cp = lo.tp, lo.pp, lo.interleave, lo.micro_batches, lo.cp
+        sp, rc = lo.sequence_parallel, lo.recompute
+        s_local = self.seq // cp
+        mb = mb or self.micro(t, lo.micro_batch, cp, sp, rc)
+        per_stage = (spec.n_layers or 0) // p
+        n_dp = lo.dp * cp
+        acts = self._activations(t, lo.micro_batch, s_local, sp, rc)
+        in_flight = min(m, p)
+        interleave = 1 + (p - 1) / (p * v) if v > 1 else 1.0
+        # The first stage: its layers for every micro-batch in flight, and the embedding's.
+        first_acts = (acts.per_layer * per_stage * interleave + acts.first) * in_flight + acts.shared
+        working = 0.0
+        if rc is Recompute.full:  # the layer being recomputed holds what it would without recompute
+            working = self._activations(t, lo.micro_batch, s_local, sp, Recompute.none).per_layer
+
+        def memory(stage_params: float, stage: str, activations: float) -> Memory:
+            r = self.recipe
+            return Memory(
+                weights=stage_params * r.weight_bytes / (n_dp if lo.zero >= 3 else 1),
+                gradients=stage_params * r.grad_bytes / (n_dp if lo.zero >= 2 else 1),
+                optimizer=stage_params * r.optimizer_bytes / (n_dp if lo.zero >= 1 else 1),
+                activations=activations, recompute_working_set=working, stage=stage,
+            )
+
+        first_params = per_stage * mb.layer_params + mb.first_params + (mb.last_params if p == 1 else 0)
+        last_params = per_stage * mb.layer_params + mb.last_params + (
+            mb.embedding_table if p > 1 and spec.tied_embeddings else 0)
+        if p == 1:
+            first_acts += acts.last * in_flight
+        mem_first = memory(first_params, "first", first_acts)
+        # The last stage holds one micro-batch in flight in 1F1B: its layers, the head and the loss.
+        last_acts = (acts.per_layer * per_stage + acts.last + acts.first * (p == 1)) * (1 if p > 1 else in_flight) \
+            + acts.shared
+        mem_last = memory(last_params, "last", last_acts)
+
+        return mem_first, mem_last
+
+    def _activations(self, tp: int, b: int, s: int, sp: bool, rc: Recompute) -> device.Activations:
+        key = (tp, b, s, sp, rc)
+        acts = self._acts.get(key)
+        if acts is None:
+            acts = self._acts[key] = device.activations(self.spec, b, s, tp, sp, rc)
+        return acts
+
+    def _recompute_flops(self, rc: Recompute) -> float:
+        """FLOPs recomputed per sequence (whole model): a forward of the layers (full), or of the
+        attention core (selective)."""
+        if rc is Recompute.none:
+            return 0.0
+        rows: list[Row] = [r for r in self._full.rows if _stage(r.path) == "layers"]
+        if rc is Recompute.selective:
+            rows = [r for r in rows if _leaf(r.path) in ATTENTION_CORE]
+        return sum(r.flops for r in rows) / 3

@@ -1,0 +1,52 @@
+"""Korthikanti et al. 2022 on DGX A100: Table 5's seconds per iteration and Figure 1's GiB per GPU
+beside ours. The bounds below are the errors this model achieves (docs/parallel.md, "Checked
+against Megatron-LM"), so that a change for the worse fails; the issue's targets are stricter
+for time (3.5% average, 8% worst) and are reported, not claimed."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.parallel.validation import PAPER, compare_all
+
+
+@pytest.fixture(scope="module")
+def comparisons():
+    return compare_all()
+
+
+def test_the_four_models_and_their_layouts(comparisons):
+    """Table 3's layouts as run: TP 8 everywhere, N = TP x PP x DP with DP = 1 for all four."""
+    for c in comparisons:
+        lo = c.full.layout
+        assert (lo.tp, lo.pp, lo.dp, lo.gpus) == (c.paper.tp, c.paper.pp, 1, c.paper.gpus)
+        assert lo.micro_batches == c.paper.global_batch // c.paper.micro_batch
+
+
+def test_activation_memory_matches_figure_1(comparisons):
+    """The first stage's layers' activations, no recompute or SP and SP + selective recompute, from
+    the memory model's exact count: Korthikanti's plus the LayerNorms' statistics (16sb a layer)."""
+    for c in comparisons:
+        e = c.errors()
+        assert 0 <= e["activations"] < 0.001, c.paper.spec
+        assert abs(e["activations_sp_selective"]) < 0.001, c.paper.spec
+
+
+def test_parameters_and_optimizer_match_figure_1(comparisons):
+    """18 bytes per parameter of the first stage's layers (exact count, biases and norms included)."""
+    for c in comparisons:
+        assert abs(c.errors()["params_optimizer"]) < 0.002, c.paper.spec
+
+
+def test_step_times_against_table_5(comparisons):
+    errors = [abs(c.errors()[k]) for c in comparisons for k in ("full_s", "selective_sp_s")]
+    assert len(errors) == 2 * len(PAPER)
+    assert sum(errors) / len(errors) < 0.10  # achieved: 8.8%
+    assert max(errors) < 0.16  # achieved: 14.5% (175B, selective + SP)
+
+
+def test_full_recompute_is_slower_than_selective_with_sp(comparisons):
+    """The paper's point: selective recompute + SP beats full recompute by 29-32% (Table 5)."""
+    for c in comparisons:
+        assert c.full.step_time_s > 1.2 * c.selective_sp.step_time_s
+        assert c.none.fits is False and c.full.fits and c.selective_sp.fits  # why recompute at all
