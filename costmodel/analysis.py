@@ -16,7 +16,7 @@ from costmodel import model
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost
 from costmodel.phases import PHASES, QUANTITIES, Phase
-from costmodel.spec import Position, Spec
+from costmodel.spec import ActiveConvention, Position, Spec
 from costmodel.symbols import DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class Analysis:
     rows: tuple[Row, ...]
     hardware: Hardware | None = field(default=None, compare=False)  # for the roofline
     mla: str = "naive"  # the convention latent attention ran in (components.mla)
+    routing: str = "uniform"  # experts a sparse layer reads (components.moe.Routing)
 
     @property
     def bytes_per_element(self) -> int:
@@ -90,6 +91,28 @@ class Analysis:
         """An untied output projection (0 when tied to the input embedding)."""
         return self.total("lm_head").params
 
+    def params_active(self, convention: ActiveConvention | None = None) -> int:
+        """Parameters one token uses: the total less the E - K routed experts it skips in every
+        sparse layer; without_embedding also less the input token table (DeepSeek, gpt-oss).
+        The default convention is the one the spec's publisher uses (with_embedding if none).
+        A dense spec's active parameters are its total (less the table, likewise)."""
+        convention = convention or self.active_convention
+        total = self.total().params
+        moe = self.spec.moe
+        if moe is not None:  # experts rows hold E experts each: a token uses K of them
+            experts = sum(r.params for r in self.rows if "/ffn/experts/" in r.path)
+            total -= experts * (moe.n_experts - moe.top_k) // moe.n_experts
+        if convention is ActiveConvention.without_embedding:
+            total -= self.total("embedding/tokens").params
+        return total
+
+    @property
+    def active_convention(self) -> ActiveConvention:
+        pub = self.spec.published
+        if pub is not None and pub.active_convention is not None:
+            return pub.active_convention
+        return ActiveConvention.with_embedding
+
     @property
     def bytes_weights(self) -> int:
         return self.total().params * self.bytes_per_element
@@ -104,6 +127,17 @@ class Analysis:
     def arithmetic_intensity_unfused(self) -> float:
         t = self.total()
         return t.flops / t.bytes_unfused
+
+    def _active_dict(self) -> dict[str, Any]:
+        """params.active for a mixture of experts: in the publisher's convention, and both.
+        (A dense spec's JSON keeps its keys: every parameter is active.)"""
+        if self.spec.moe is None:
+            return {}
+        return {
+            "active": self.params_active(),
+            "active_convention": self.active_convention.value,
+            "active_by_convention": {c.value: self.params_active(c) for c in ActiveConvention},
+        }
 
     def to_dict(self) -> dict[str, Any]:
         t = self.total()
@@ -127,8 +161,10 @@ class Analysis:
                 "embedding": self.params_embedding,
                 "lm_head": self.params_lm_head,
                 "non_embedding": t.params - self.params_embedding - self.params_lm_head,
+                **self._active_dict(),
                 "by_component": nonzero("params"),
             },
+            **({"routing": self.routing} if self.spec.moe is not None else {}),
             "flops": {
                 "total": t.flops,
                 "matmul": t.flops_matmul,
@@ -193,6 +229,7 @@ def analyze(
     enc_seq: int | None = None,
     hardware: Hardware | str | None = None,
     mla: str = "naive",
+    routing: str = "uniform",
 ) -> Analysis:
     """Evaluate every component of `spec` in one phase.
 
@@ -204,7 +241,11 @@ def analyze(
     encoder-decoder (default: `seq`). With `hardware` (a Hardware, or a profile's name or file
     as ``--hardware`` takes it), the result carries the roofline (``.roofline``, and in
     ``to_dict()``). RoPE past max_seq_len warns (ContextWarning); learned positions refuse.
+    `routing` is the experts a sparse layer reads over its tokens: ``uniform`` (the expectation,
+    E*(1 - (1 - K/E)^T)) or ``worst`` (min(E, T*K)).
     """
+    if routing not in ("uniform", "worst"):
+        raise AnalysisError(f"routing: unknown routing {routing!r}; expected one of uniform, worst")
     if phase not in PHASES:
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
     if dtype not in DTYPE_BYTES:
@@ -239,7 +280,7 @@ def analyze(
         hardware = load_hardware(hardware)
     if hardware is not None:
         hardware.peak(dtype)  # a dtype the device lacks is an error before any work
-    dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype], mla)
+    dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype], mla, routing)
     rows = tuple(_row(path, ph, cost) for path, cost in model.components(spec, dims).items())
     largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
                                               "kv_cache")) for r in rows)
@@ -247,7 +288,7 @@ def analyze(
         # Counts are exact ints at any size, but intensity, time and the sweep are floats.
         raise AnalysisError(f"{spec.name[:60]}: a count of {len(str(largest))} digits at this shape, past the "
                             f"{MAX_COUNT:.0e} that floating-point figures (intensity, time) can hold")
-    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, hardware, mla)
+    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, hardware, mla, routing)
 
 
 def count_params(spec: Spec) -> int:
@@ -270,12 +311,12 @@ FORMULA_QUANTITIES: dict[str, tuple[str, ...]] = {
 FORMULA_ALIASES = {"bytes": "bytes_unfused"}
 
 
-def symbolic_tree(spec: Spec, phase: str, mla: str = "naive") -> dict[str, dict[str, sympy.Expr]]:
+def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "uniform") -> dict[str, dict[str, sympy.Expr]]:
     """path -> quantity -> sympy expression in this phase, over the symbols of docs/reference.md."""
     import sympy
 
     ph = PHASES[phase]
-    costs = model.components(spec, model.symbolic_dims(spec, mla))
+    costs = model.components(spec, model.symbolic_dims(spec, mla, routing))
     tree = {}
     for path, cost in costs.items():
         quantities = ph.quantities(cost)
@@ -286,6 +327,7 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive") -> dict[str, dict[
 def formula(
     spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = False,
     mla: str = "naive",
+    routing: str = "uniform",
 ) -> sympy.Expr:
     """The expression for `quantity` summed over `component` (a path prefix; all by default).
 
@@ -301,7 +343,7 @@ def formula(
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
     import sympy
 
-    expr = sympy.expand(select(symbolic_tree(spec, phase, mla), quantity, component, spec.name))
+    expr = sympy.expand(select(symbolic_tree(spec, phase, mla, routing), quantity, component, spec.name))
     if not symbolic:
         return sympy.expand(expr.xreplace(model.spec_values(spec)))
     # Read per layer: the terms of each layer group gathered under its count (L, L_local, ...).

@@ -85,8 +85,9 @@ def comparison_tables(c: SideBySide) -> list[Table]:
     choice_notes = [f"same across all {len(names)}: {', '.join(same) if same else 'nothing'}",
                     f"{FLAG.strip()}: outside the rule of thumb (docs/reference.md, 'Shape rules of thumb'; the study note, "
                     f"section 4): {rules}"]
+    # A long choice (dropout sites) wraps in its model's column rather than crop the others.
     tables = [Table("Design choices", ("choice", "across", *names), choice_rows, choice_notes,
-                    numeric_from=2)]
+                    numeric_from=2, wrap=tuple(range(2, 2 + len(names))))]
 
     cost_rows = []
     for r in c.costs:

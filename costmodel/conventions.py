@@ -32,7 +32,8 @@ from typing import Any
 
 from costmodel.analysis import analyze, default_seq
 from costmodel.components.attention import heads_kind
-from costmodel.spec import Position, Spec
+from costmodel.components.ffn import dense_equivalent_d_ff
+from costmodel.spec import ActiveConvention, Position, Spec
 
 
 class ConventionName(str, Enum):
@@ -208,7 +209,9 @@ def selected(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 def paper_counts(spec: Spec, seq: int, names: tuple[str, ...] = PAPER_CONVENTIONS) -> list[PaperCount]:
     """Each named paper's count for `spec` at a training sequence of `seq` tokens."""
-    exact_params = analyze(spec, "decode", seq=1).total().params
+    # A mixture of experts: the papers' N is the parameters a token uses (the K of E experts),
+    # as 6N is applied to sparse models, and their d_ff the active width (_ff).
+    exact_params = analyze(spec, "decode", seq=1).params_active(ActiveConvention.with_embedding)
     out: list[PaperCount] = []
     for name in names:
         if spec.is_encoder_decoder:
@@ -235,9 +238,19 @@ def _attn_width(spec: Spec) -> int:
     return spec.n_heads * spec.head_dim
 
 
+def _ff(spec: Spec) -> int:
+    """The FFN width the dense formulas take: of a mixture of experts, the width with its sparse
+    layers' active FFN weights, K*f_e + n_s*f_s (components.ffn.dense_equivalent_d_ff)."""
+    return dense_equivalent_d_ff(spec.moe) if spec.moe is not None else spec.d_ff
+
+
 def _common_omissions(spec: Spec, counts_kv_full: bool = True) -> list[str]:
     """What none of the four formulas sees, for this spec."""
     out = []
+    if spec.moe is not None:
+        out.append(f"mixture of experts: counted as a dense FFN of the active width d_ff = {_ff(spec)} "
+                   f"(top-{spec.moe.top_k} of {spec.moe.n_experts} experts); the router and any dense "
+                   "layers' own width left out")
     h, k, d_h = spec.n_heads, spec.n_kv_heads, spec.head_dim
     if counts_kv_full and k < h:
         kind = heads_kind(h, k)
@@ -248,7 +261,7 @@ def _common_omissions(spec: Spec, counts_kv_full: bool = True) -> list[str]:
 
 
 def _kaplan(spec: Spec, seq: int, exact_params: int) -> PaperCount:
-    L, d, d_attn, f = spec.n_layers, spec.d_model, _attn_width(spec), spec.d_ff
+    L, d, d_attn, f = spec.n_layers, spec.d_model, _attn_width(spec), _ff(spec)
     N = kaplan_params(L, d, d_attn, f)
     fwd = kaplan_forward_flops_per_token(N, L, seq, d_attn)
     context = 6 * L * seq * d_attn
@@ -272,7 +285,7 @@ def _kaplan(spec: Spec, seq: int, exact_params: int) -> PaperCount:
 
 def _chinchilla(spec: Spec, seq: int, exact_params: int) -> PaperCount:
     fwd_seq = chinchilla_forward_flops(seq, spec.vocab_size, spec.d_model, spec.n_heads, spec.head_dim,
-                                       spec.n_layers, spec.d_ff)
+                                       spec.n_layers, _ff(spec))
     fwd = fwd_seq // seq  # every term carries one factor of seq_len
     leaves = ["embedding lookup counted as a matmul (2*S*V*d) a gather does not execute"]
     if spec.tied_embeddings:
@@ -290,7 +303,7 @@ def _chinchilla(spec: Spec, seq: int, exact_params: int) -> PaperCount:
 
 
 def _megatron(spec: Spec, seq: int) -> list[PaperCount]:
-    l, h, V, f = spec.n_layers, spec.d_model, spec.vocab_size, spec.d_ff
+    l, h, V, f = spec.n_layers, spec.d_model, spec.vocab_size, _ff(spec)
     P = megatron_params(l, h, V, seq)
     leaves = ["norms, softmax, activations and biases in FLOPs (matmuls only)"]
     if f != 4 * h or spec.activation.gated:
@@ -333,7 +346,8 @@ def _palm(spec: Spec, seq: int, exact_params: int) -> PaperCount:
     leaves.append("12LHQT is the dense T x T score matrix (no causal halving)")
     leaves += _common_omissions(spec, counts_kv_full=False)
     return PaperCount(
-        "palm", SOURCES["palm"], "6N + 12*L*H*Q*T per token", exact_params, "all parameters (our exact N)",
+        "palm", SOURCES["palm"], "6N + 12*L*H*Q*T per token", exact_params,
+        "all parameters (our exact N; active ones for a mixture of experts)",
         2 * exact_params + 4 * L * H * Q * seq, train, tuple(leaves),
     )
 

@@ -166,6 +166,7 @@ class Dims:
     sizes: dict[str, Num] = field(default_factory=dict)
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
     mla: str = "naive"  # how latent attention runs: "naive" or "absorbed" (components.mla)
+    routing: str = "uniform"  # experts a sparse layer reads: "uniform" or "worst" (components.moe)
 
     def __getattr__(self, name: str) -> Num:
         try:

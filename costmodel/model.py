@@ -41,24 +41,26 @@ class SubBlock:
     score_bias: bool
 
 
-def symbolic_dims(spec: Spec, mla: str = "naive") -> Dims:
+def symbolic_dims(spec: Spec, mla: str = "naive", routing: str = "uniform") -> Dims:
     """Every size a symbol: the formulas as a reader of the papers writes them."""
     return Dims(
         B=sym.B, S=sym.S, C=sym.C, S_e=sym.S_e, C_e=sym.C_e, p=sym.p,
         sizes={n: getattr(sym, n) for n in size_symbols()},
         layers={key: sym.layer_count(*key) for key in layer_groups(spec)},
         mla=mla,
+        routing=routing,
     )
 
 
-def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive") -> Dims:
+def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive", routing: str = "uniform") -> Dims:
     """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p.
 
     A size the spec has none of (no sliding window: w) is 0; no formula of the spec reads it.
-    `mla` is the convention latent attention runs in (``components.mla.Convention``).
+    `mla` is the convention latent attention runs in (``components.mla.Convention``); `routing`
+    says which experts a sparse layer reads (``components.moe.Routing``).
     """
     sizes: dict[str, Num] = {n: s.value(spec) or 0 for n, s in size_symbols().items()}
-    return Dims(**shape, p=p, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla)
+    return Dims(**shape, p=p, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla, routing=routing)
 
 
 def spec_values(spec: Spec) -> dict[Any, int]:
@@ -70,14 +72,37 @@ def spec_values(spec: Spec) -> dict[Any, int]:
 
 
 def layer_groups(spec: Spec) -> dict[tuple[str, str | None], int]:
-    """(stack, kind) -> number of layers. Kind is None when a stack has one kind of layer."""
+    """(stack, group) -> number of layers. Group is None when a stack has one kind of layer."""
     if spec.is_encoder_decoder:
         assert spec.n_encoder_layers is not None and spec.n_decoder_layers is not None
         return {("encoder", None): spec.n_encoder_layers, ("decoder", None): spec.n_decoder_layers}
-    counts = spec.kind_counts()
-    if len(counts) == 1:
-        return {("layers", None): spec.decoder_layers}
-    return {("layers", kind.value): n for kind, n in counts.items()}
+    names = group_names(spec)
+    order = sorted(set(names), key=lambda g: _group_order(spec, names, g))
+    return {("layers", g): names.count(g) for g in order}
+
+
+def group_names(spec: Spec) -> list[str | None]:
+    """The group of each decoder layer: its attention kind where the pattern mixes kinds, and
+    ``dense`` or ``moe`` where a mixture of experts leaves some layers dense (``local_moe``)."""
+    kinds, sparse = spec.layer_kinds(), spec.sparse_layers()
+    mixed_kinds, mixed_ffn = len(set(kinds)) > 1, len(set(sparse)) > 1
+    names: list[str | None] = []
+    for kind, moe in zip(kinds, sparse, strict=True):
+        parts = ([kind.value] if mixed_kinds else []) + (["moe" if moe else "dense"] if mixed_ffn else [])
+        names.append("_".join(parts) or None)
+    return names
+
+
+def _group_order(spec: Spec, names: list[str | None], group: str | None) -> tuple[int, bool]:
+    """Groups in the order of their attention kind (local before global), dense before sparse."""
+    i = names.index(group)
+    return list(LayerKind).index(spec.layer_kinds()[i]), spec.sparse_layers()[i]
+
+
+def group_kinds(spec: Spec, group: str | None) -> tuple[LayerKind, bool]:
+    """The attention kind of a decoder layer group and whether its FFN is sparse."""
+    i = group_names(spec).index(group)
+    return spec.layer_kinds()[i], spec.sparse_layers()[i]
 
 
 def components(spec: Spec, dims: Dims) -> dict[str, Cost]:
@@ -120,7 +145,8 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
             out[f"{prefix}position_bias"] = position.score_bias(spec, dims, q_len, spans[-1])
     for kind, count in groups:
         group = f"{prefix}layers" + (f"[{kind}]" if kind else "")
-        for name, cost in _layer(spec, dims, layers[kind], q_len):
+        sparse = stack == "layers" and group_kinds(spec, kind)[1]
+        for name, cost in _layer(spec, dims, layers[kind], q_len, sparse):
             out[f"{group}/{name}"] = cost.times(count)
     if spec.final_norm:
         out[f"{prefix}final_norm"] = norm(spec, dims, dims.B * q_len, dims.d)
@@ -131,10 +157,10 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
 
 def _sub_blocks(spec: Spec, dims: Dims, stack: str, kind: str | None) -> list[SubBlock]:
     """The attention sub-blocks of one layer of this stack and kind."""
-    if kind is not None:
-        layer_kind = LayerKind(kind)
-    else:  # a stack of one kind: the spec's only kind, or global in an encoder-decoder
-        layer_kind = spec.layer_pattern[0] if stack == "layers" else LayerKind.global_
+    if stack == "layers":
+        layer_kind = group_kinds(spec, kind)[0]
+    else:  # an encoder-decoder's layers are global
+        layer_kind = LayerKind.global_
     local = layer_kind is LayerKind.local
     if stack == "encoder":
         shape = attn.bidirectional(dims)
@@ -153,7 +179,7 @@ def _sub_blocks(spec: Spec, dims: Dims, stack: str, kind: str | None) -> list[Su
     return subs
 
 
-def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tuple[str, Cost]]:
+def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: bool = False) -> list[tuple[str, Cost]]:
     """One layer: its sub-blocks with norms, dropout and residual adds where the spec puts them.
 
     pre            x + F(norm(x))                  (GPT-2, LLaMA)
@@ -170,7 +196,9 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num) -> list[tup
     attention = ATTENTION_KINDS[spec.attention.kind]
     branches: list[tuple[str, list[tuple[str, Cost]], SubBlock | None]] = [
         (s.name, attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
-    branches.append(("ffn", FFN_KINDS[spec.ffn.kind](spec, dims, T), None))
+    # A mixture of experts' dense layers (DeepSeek's first k, Llama 4's interleave) are dense FFNs.
+    ffn = FFN_KINDS[spec.ffn.kind if sparse else "dense"]
+    branches.append(("ffn", ffn(spec, dims, T), None))
 
     def the_norm() -> Cost:
         return norm(spec, dims, T, dims.d)

@@ -93,10 +93,29 @@ def params_table(a: Analysis) -> Table:
     notes = [f"embedding {units.count(a.params_embedding)} · lm_head {units.count(a.params_lm_head)} · "
              f"non-embedding {units.count(total - a.params_embedding - a.params_lm_head)} · "
              f"weights {units.nbytes(a.bytes_weights)} in {a.dtype}"]
+    if a.spec.moe is not None:
+        notes.append(active_note(a))
     pub = published_note(a.spec, total)
     if pub:
         notes.append(pub)
     return Table("Parameters", ("component", "exact", "params", "share"), rows, notes)
+
+
+def active_note(a: Analysis) -> str:
+    """A mixture of experts' active parameters per token, in both conventions, the
+    publisher's first."""
+    from costmodel.spec import ActiveConvention
+
+    words = {ActiveConvention.with_embedding: "with the embedding",
+             ActiveConvention.without_embedding: "without the input embedding"}
+    first = a.active_convention
+    order = [first, *(c for c in ActiveConvention if c is not first)]
+    parts = [f"{a.params_active(c):,} ({units.count(a.params_active(c))}) {words[c]}" for c in order]
+    text = f"active per token: {parts[0]}; {parts[1]}"
+    pub = a.spec.published
+    if pub is not None and pub.active is not None:
+        text += f"; published {pub.active} ({first.value})"
+    return text
 
 
 def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Table:

@@ -106,6 +106,7 @@ PositiveInt = Annotated[StrictInt, Field(gt=0)]
 FiniteFloat = Annotated[StrictFloat, AllowInfNan(False)]
 PositiveFloat = Annotated[FiniteFloat, Field(gt=0)]
 Rate = Annotated[FiniteFloat, Field(ge=0, lt=1)]  # a dropout probability
+NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
 
 
 class Bias(BaseModel):
@@ -120,6 +121,13 @@ class Bias(BaseModel):
     lm_head: StrictBool = False
 
 
+class ActiveConvention(str, Enum):
+    """What 'active parameters' includes."""
+
+    with_embedding = "with_embedding"  # Mixtral, OLMoE: every parameter but the skipped experts
+    without_embedding = "without_embedding"  # DeepSeek-V3, gpt-oss: less the input token table
+
+
 class Published(BaseModel):
     """The parameter count a source publishes, and how closely ours must match it."""
 
@@ -131,6 +139,19 @@ class Published(BaseModel):
     note: str | None = None  # why a tolerance wider than the rounding is needed
     exact: PositiveInt | None = None  # count of the released implementation, tensor for tensor
     exact_source: str | None = None
+    # Mixture of experts: the active parameters per token as published, in the publisher's
+    # convention, and how closely ours must match (None: the rounding).
+    active: str | StrictInt | None = None
+    active_convention: ActiveConvention | None = None
+    active_tolerance: Annotated[FiniteFloat, Field(ge=0, lt=1)] | None = None
+
+    @model_validator(mode="after")
+    def _active_together(self) -> Published:
+        if (self.active is None) != (self.active_convention is None):
+            raise ValueError("active_convention: give it with active, and only with active")
+        if isinstance(self.active, str):
+            parse_count(self.active)
+        return self
 
     @field_validator("params")
     @classmethod
@@ -202,7 +223,87 @@ class MLA(BaseModel):
         return self.kv_lora_rank + self.qk_rope_head_dim
 
 
-FFN = Annotated[Union[DenseFFN], Field(discriminator="kind")]
+class Scoring(str, Enum):
+    """How router logits become gate weights."""
+
+    softmax = "softmax"  # Shazeer 2017, Switch, Mixtral, Qwen-MoE, OLMoE, DeepSeek-V2
+    sigmoid = "sigmoid"  # DeepSeek-V3, Llama 4: each expert scored on its own
+
+
+class MoEFFN(BaseModel):
+    """``ffn: {kind: moe, ...}`` (../notes/SCHEMA.md): a sparse FFN and the layers it replaces."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["moe"] = "moe"
+    activation: Activation  # of routed experts, shared experts and dense layers alike
+    n_experts: PositiveInt  # E routed experts
+    top_k: PositiveInt  # K experts per token
+    d_ff_expert: PositiveInt  # f_e, each routed expert's hidden width
+    n_shared_experts: NonNegativeInt = 0  # n_s experts every token passes through (DeepSeekMoE)
+    d_ff_shared: PositiveInt | None = None  # f_s of each shared expert; default f_e
+    shared_expert_gate: StrictBool = False  # sigmoid(x w) scales the shared output (Qwen2-MoE)
+    d_ff: PositiveInt | None = None  # width of the dense FFN in the layers that are not sparse
+    first_k_dense: NonNegativeInt = 0  # leading dense layers (DeepSeek's first_k_dense_replace)
+    moe_every: PositiveInt = 1  # after them, layer i is sparse when (i - first_k_dense + 1) % n == 0
+    moe_layers: tuple[NonNegativeInt, ...] | None = None  # or the sparse layers listed (0-based)
+    router_bias: StrictBool = False  # a bias on the router logits (gpt-oss)
+    expert_bias: StrictBool = False  # a bias on every routed expert's linears (gpt-oss)
+    router_dtype: Literal["fp32", "bf16", "fp16"] | None = None  # None: the model's dtype
+    scoring: Scoring = Scoring.softmax
+    norm_topk: StrictBool = False  # the K chosen weights renormalised to sum to 1
+    capacity_factor: PositiveFloat | None = None  # None: dropless
+    aux_loss: Annotated[FiniteFloat, Field(ge=0)] = 0.0  # coefficient; > 0 adds Switch's balance loss
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MoEFFN:
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k: {self.top_k} experts per token, but only {self.n_experts}")
+        if self.n_shared_experts == 0:
+            for name in ("d_ff_shared", "shared_expert_gate"):
+                if name in self.model_fields_set:
+                    raise ValueError(f"{name}: only with n_shared_experts > 0")
+        if self.moe_layers is not None:
+            for name in ("first_k_dense", "moe_every"):
+                if name in self.model_fields_set:
+                    raise ValueError(f"{name}: give either moe_layers or {name}, not both")
+            if not self.moe_layers:
+                raise ValueError("moe_layers: must list at least one layer")
+            if len(set(self.moe_layers)) != len(self.moe_layers):
+                raise ValueError("moe_layers: a layer is listed twice")
+        return self
+
+    @property
+    def gated(self) -> bool:
+        return self.activation.gated
+
+    @property
+    def shared_width(self) -> int:
+        """n_s * f_s: the shared experts as one MLP (0 without shared experts)."""
+        return self.n_shared_experts * (self.d_ff_shared or self.d_ff_expert)
+
+    def sparse_layers(self, n_layers: int) -> tuple[bool, ...]:
+        """For each of `n_layers` layers, whether its FFN is the sparse one."""
+        if self.moe_layers is not None:
+            chosen = set(self.moe_layers)
+            return tuple(i in chosen for i in range(n_layers))
+        k, n = self.first_k_dense, self.moe_every
+        return tuple(i >= k and (i - k + 1) % n == 0 for i in range(n_layers))
+
+    def check_layers(self, n_layers: int) -> None:
+        """The cross-field checks that need the layer count; ValueError naming the field."""
+        if self.moe_layers is not None and max(self.moe_layers) >= n_layers:
+            raise ValueError(f"moe_layers: layer {max(self.moe_layers)} of a {n_layers}-layer model")
+        sparse = self.sparse_layers(n_layers)
+        if not any(sparse):
+            raise ValueError(f"first_k_dense: no sparse layer among the {n_layers}")
+        if not all(sparse) and self.d_ff is None:
+            raise ValueError(f"d_ff: required, since {sparse.count(False)} layers are dense")
+        if all(sparse) and self.d_ff is not None:
+            raise ValueError("d_ff: every layer is sparse, so no dense FFN uses it")
+
+
+FFN = Annotated[Union[DenseFFN, MoEFFN], Field(discriminator="kind")]
 Attention = Annotated[Union[MHA, MLA], Field(discriminator="kind")]
 
 #: Old flat fields, still accepted (and written by bundled specs): shorthand -> its union field.
@@ -419,6 +520,15 @@ class Spec(BaseModel):
                 f"layer_pattern: {len(self.layer_pattern)} entries for "
                 f"{self.decoder_layers} layers"
             )
+        if isinstance(self.ffn, MoEFFN):
+            if enc_dec:
+                raise ValueError("ffn: a mixture of experts is supported in decoder-only models")
+            if self.ffn_dropout > 0:
+                raise ValueError("ffn_dropout: not supported with a mixture of experts")
+            try:
+                self.ffn.check_layers(self.decoder_layers)
+            except ValueError as e:
+                raise ValueError(f"ffn.{e}") from None
         return self
 
     # Derived views: computed from the fields, never stored twice.
@@ -426,7 +536,21 @@ class Spec(BaseModel):
     # The old flat names, read-only (SCHEMA.md, "Compatibility properties").
     @property
     def d_ff(self) -> int:
+        """The FFN width; of a mixture of experts, its dense layers' width when it has dense
+        layers, else each routed expert's (new code reads ``spec.ffn``)."""
+        if isinstance(self.ffn, MoEFFN):
+            return self.ffn.d_ff or self.ffn.d_ff_expert
         return self.ffn.d_ff
+
+    @property
+    def moe(self) -> MoEFFN | None:
+        """The sparse FFN, if the spec has one."""
+        return self.ffn if isinstance(self.ffn, MoEFFN) else None
+
+    def sparse_layers(self) -> tuple[bool, ...]:
+        """For each decoder layer, whether its FFN is the sparse one (all False: a dense FFN)."""
+        moe = self.moe
+        return moe.sparse_layers(self.decoder_layers) if moe else (False,) * self.decoder_layers
 
     @property
     def activation(self) -> Activation:
@@ -607,13 +731,18 @@ def _merge_union_branches(problems: list[Any]) -> list[Any]:
 def _one_line(problem: Any, data: dict[str, Any], origin: str, lines: dict[str, int]) -> str:
     """One validation problem as `file:line: field: problem`."""
     loc = [str(part) for part in problem["loc"] if not isinstance(part, int)]
+    msg: str = problem["msg"]
+    kind = problem["type"]
     if len(loc) >= 2 and loc[0] in _DEFAULT_KIND:
         if len(loc) >= 3:
             del loc[1]  # the union's tag: ffn.dense.d_ff -> ffn.d_ff
+        elif msg.startswith("Value error, ") and ": " in msg:
+            # a kind's own cross-field check names its field: ffn.moe + "top_k: ..." -> ffn.top_k
+            sub, _, msg = msg[len("Value error, "):].partition(": ")
+            loc = [loc[0], sub]
+            kind = "value_error_named"
         if loc[0] not in data and loc[-1] in SHORTHANDS:
             loc = loc[1:]  # the user wrote the shorthand: d_ff
-    msg: str = problem["msg"]
-    kind = problem["type"]
     if not loc and msg.startswith("Value error, ") and ": " in msg:
         # Our own cross-field checks name their field first: "n_kv_heads: ...".
         field, _, msg = msg[len("Value error, ") :].partition(": ")

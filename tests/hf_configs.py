@@ -154,3 +154,14 @@ RELEASED = {
                             use_qkv_bias=True, qk_layernorm=False, use_parallel_residual=False,
                             tie_word_embeddings=False, vocab_size=100352, layer_norm_eps=1e-5),
 }
+
+# Mixtures of experts (costmodel/hf/families/moe.py), sizes given (their configuration classes
+# default to full-size models: the bundled specs cover those).
+_MOE = {**SMALL, "num_key_value_heads": 2, "num_experts_per_tok": 2}
+CONFIGS.update({
+    "mixtral": [{**_MOE, "num_local_experts": 4, "sliding_window": 32}],
+    "qwen2_moe": [{**_MOE, "num_experts": 4, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 40,
+                       "decoder_sparse_step": 2, "mlp_only_layers": [3], "norm_topk_prob": True}],
+    "qwen3_moe": [{**_MOE, "num_experts": 8, "moe_intermediate_size": 24, "head_dim": 16, "mlp_only_layers": [0]}],
+    "olmoe": [{**_MOE, "num_experts": 4, "output_router_logits": True, "router_aux_loss_coef": 0.01}],
+})

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from costmodel import catalog, compare_report, report
+from costmodel.analysis import count_params
 from costmodel.compare import compare, expand
 from costmodel.conventions import compare_conventions
 from costmodel.spec import SpecError
@@ -33,7 +34,8 @@ def test_a_folder_expands_to_its_specs_ordered_by_year_then_size():
     years = [s.year for s in c.specs]
     assert years == sorted(years)
     assert c.names[:2] == ["transformer-base", "transformer-big"]
-    assert c.names[-1] == "gemma-3-27b"
+    latest = [sp for sp in c.specs if sp.year == years[-1]]
+    assert c.names[-1] == max(latest, key=count_params).name  # the largest of the latest year
     gpt3 = [n for n in c.names if n.startswith("gpt3")]
     assert gpt3 == ["gpt3-125m", "gpt3-1.3b", "gpt3-175b"]
 

@@ -188,7 +188,7 @@ def test_position_offset_only_with_learned_positions(tmp_path):
 # --- errors: one line, exit 2 -------------------------------------------------------------------
 
 ERRORS = [
-    ({"model_type": "mixtral"}, "model_type: mixtral is a mixture-of-experts model; mixture-of-experts is out of scope for now"),
+    ({"model_type": "dbrx"}, "model_type: dbrx is a mixture-of-experts model; mixture-of-experts is out of scope for now"),
     (cfg("llama", num_local_experts=8), "num_local_experts: 8: a mixture-of-experts llama is not supported"),
     ({"model_type": "bert"}, "model_type: \"bert\" is not supported; supported: gpt2, gptj"),
     ({"hidden_size": 8}, "model_type: required, one of gpt2"),
@@ -314,8 +314,8 @@ def test_readme_examples(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "path" / "to").mkdir(parents=True)
     write(tmp_path / "path" / "to", cfg("llama", max_position_embeddings=8192))
-    (tmp_path / "mixtral").mkdir()
-    write(tmp_path / "mixtral", {"model_type": "mixtral"})
+    (tmp_path / "dbrx").mkdir()
+    write(tmp_path / "dbrx", {"model_type": "dbrx"})
 
     result = runner.invoke(app, ["import-hf", "path/to/config.json", "-o", "my-model.yaml"])
     assert result.exit_code == 0 and result.stderr.strip() == "wrote my-model.yaml"
@@ -324,9 +324,9 @@ def test_readme_examples(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "n_layers: 32" in result.stdout
     result = runner.invoke(app, ["analyze", "path/to/config.json", "-p", "decode", "--seq", "4096"])
     assert result.exit_code == 0 and "6,738,415,616" in result.stdout  # LlamaConfig's defaults: LLaMA 2 7B
-    result = runner.invoke(app, ["import-hf", "mixtral/config.json"])
+    result = runner.invoke(app, ["import-hf", "dbrx/config.json"])
     assert result.exit_code == 2
-    assert result.stderr == ("error: mixtral/config.json: model_type: mixtral is a mixture-of-experts model; "
+    assert result.stderr == ("error: dbrx/config.json: model_type: dbrx is a mixture-of-experts model; "
                              "mixture-of-experts is out of scope for now\n")
 
 
@@ -538,6 +538,7 @@ def test_multimodal_wrappers_read_their_text_decoder(tmp_path):
 
 
 EXPORT_TYPES = {  # docs/hf.md's export table
+    "mixtral-8x7b": "mixtral", "olmoe-1b-7b": "olmoe", "qwen3-30b-a3b": "qwen3_moe", "qwen3-235b-a22b": "qwen3_moe",
     **dict.fromkeys(("gpt2-small", "gpt2-xl", "gpt3-125m", "gpt3-1.3b", "gpt3-175b"), "gpt2"), "gpt-j-6b": "gptj",
     **dict.fromkeys(("megatron-22b", "megatron-175b", "megatron-530b", "megatron-1t"), "gpt2"),
     **dict.fromkeys(("llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-405b"), "llama"),

@@ -16,7 +16,7 @@ import yaml
 pytest.importorskip("torch", reason="measuring needs the [measure] extra (torch)")
 
 import torch  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import assume, HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from costmodel.measure.reference import build  # noqa: E402
@@ -76,5 +76,8 @@ def decode_matches_prefill(spec: Spec, seq: int, enc_seq: int = 3, batch: int = 
 def test_random_specs_decode_from_cache(data: dict, seq: int) -> None:
     """A decode step from the prefill's cache computes what a full forward computes."""
     spec = _spec(data)
+    # The reference routes a mixture of experts by a token's index in its pass (round robin, for
+    # exact counts), so a token decoded alone meets other experts than in the prompt: by design.
+    assume(spec.moe is None)
     full, step = decode_matches_prefill(spec, seq)
     assert torch.allclose(full, step, atol=1e-5, rtol=1e-4), _show(data, seq=seq)

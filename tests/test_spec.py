@@ -135,9 +135,14 @@ def test_shorthand_is_the_dense_ffn_and_mha_attention():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"ffn": {"kind": "moe"}, "d_ff": None, "activation": None}, "ffn.kind: unknown kind 'moe'; expected one of dense"),
     ({"attention": {"kind": "gqa"}, "n_kv_heads": None}, "attention.kind: unknown kind 'gqa'; expected one of mha, mla"),
     ({"attention": {"kind": "mla"}, "n_kv_heads": None}, "attention.kv_lora_rank: field required"),
+    ({"ffn": {"kind": "sparse"}, "d_ff": None, "activation": None},
+     "ffn.kind: unknown kind 'sparse'; expected one of dense, moe"),
+    ({"ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 5, "d_ff_expert": 8},
+      "d_ff": None, "activation": None}, "ffn.top_k: 5 experts per token, but only 4"),
+    ({"ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 2, "d_ff_expert": 8,
+              "first_k_dense": 1}, "d_ff": None, "activation": None}, "ffn.d_ff: required, since 1 layers are dense"),
     ({"ffn": {"kind": "dense", "activation": "relu", "d_ff": 4}}, "give ffn or its shorthand fields, not both"),
     ({"d_ff": 0}, "d_ff: input should be greater than 0"),
     ({"ffn": {"kind": "dense", "activation": "relu", "d_ff": 0}, "d_ff": None, "activation": None},

@@ -26,9 +26,12 @@ from costmodel.cli.app import (
     emit,
 )
 from costmodel.components.mla import Convention
+from costmodel.components.moe import Routing
 from costmodel.conventions import ConventionName
 from costmodel.hardware import load_hardware
 from costmodel.spec import load_spec
+
+RoutingOpt = Annotated[Routing, typer.Option("--routing", help="Mixture of experts: the experts a sparse layer reads over T tokens, uniform (the expectation E*(1-(1-K/E)^T)) or worst (min(E, T*K)).")]
 
 #: `formula --quantity`: the library's formula quantities, and their older aliases.
 Quantity = Enum("Quantity", {q: q for q in (*FORMULA_QUANTITIES, *FORMULA_ALIASES)}, type=str)  # type: ignore[misc]
@@ -46,6 +49,7 @@ def analyze_cmd(
     fmt: FormatOpt = Format.table,
     convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
     mla: MlaOpt = Convention.naive,
+    routing: RoutingOpt = Routing.uniform,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
     the roofline time of each phase and whether it is compute- or memory-bound. A spec with latent
@@ -57,7 +61,7 @@ def analyze_cmd(
             hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
         phases = [phase.value] if phase else [p.value for p in PhaseName]
         analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw,
-                            mla=mla.value) for p in phases]
+                            mla=mla.value, routing=routing.value) for p in phases]
         latent = []
         if s.mla is not None:  # both conventions side by side
             from costmodel.attention_variants import compare_latent
@@ -110,6 +114,7 @@ def formula_cmd(
         "incremental MQA.")] = False,
     fmt: FormatOpt = Format.table,
     mla: MlaOpt = Convention.naive,
+    routing: RoutingOpt = Routing.uniform,
 ) -> None:
     """The sympy expression behind a number, over the symbols of docs/reference.md (with
     --symbolic, a legend of them on stderr)."""
@@ -122,7 +127,7 @@ def formula_cmd(
 
             results = shazeer(s)
         else:
-            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic, mla=mla.value)
+            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic, mla=mla.value, routing=routing.value)
     if asymptotic:
         from costmodel import report_attention
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from costmodel.components import attention, bias, block, embedding, ffn, loss, mla, norm, position, shape, stability
+from costmodel.components import attention, bias, block, embedding, ffn, loss, mla, moe, norm, position, shape, stability
 from costmodel.components.element import Element, Symbol
 from costmodel.cost import Cost, Dims, Num
 
@@ -42,7 +42,7 @@ FFNCost = Callable[..., Leaves]  # (spec, dims, tokens) -> leaves of one FFN sub
 AttentionCost = Callable[..., Leaves]  # (spec, dims, shape, rope, score_bias) -> leaves
 
 #: spec.ffn.kind -> the cost of one FFN sub-block of that kind.
-FFN_KINDS: dict[str, FFNCost] = {"dense": ffn.ffn}
+FFN_KINDS: dict[str, FFNCost] = {"dense": ffn.ffn, "moe": moe.moe}
 #: spec.attention.kind -> the cost of one attention sub-block of that kind.
 ATTENTION_KINDS: dict[str, AttentionCost] = {"mha": attention.attention, "mla": mla.latent_attention}
 

@@ -13,11 +13,12 @@ SiLU 4 (exp(-x), +1, divide, *x). The gate's elementwise product adds 1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from costmodel.components.element import Alternative, Choose, Element, Symbol
 from costmodel.cost import Cost, Dims, Num, elementwise, linear
-from costmodel.spec import Activation, Spec
+from costmodel.spec import Activation, MoEFFN, Spec
 
 RELU_FLOPS, GELU_FLOPS, SILU_FLOPS, GATE_FLOPS = 1, 8, 4, 1
 
@@ -64,6 +65,9 @@ def equal_params_d_ff(d_ff: int, to_gated: bool) -> int:
 
 
 def _swaps(spec: Spec, window: int) -> list[Alternative]:
+    moe = spec.moe
+    if moe is not None:
+        return _moe_swaps(spec)
     out: list[Alternative] = []
     act, f = spec.activation, spec.d_ff
     for alt in Activation:
@@ -76,19 +80,92 @@ def _swaps(spec: Spec, window: int) -> list[Alternative]:
             out.append((f"{act.value} -> {alt.value}, d_ff {f} -> {f2} (equal params)",
                         {"activation": alt.value, "d_ff": f2}))
             out.append((f"{act.value} -> {alt.value}, same d_ff", {"activation": alt.value}))
+    if f % 2 == 0 and not spec.is_encoder_decoder and spec.ffn_dropout == 0:
+        # 8 experts of half the width, top-2: the same FFN parameters per token, 4x in all
+        moe_ffn = {"kind": "moe", "activation": act.value, "n_experts": 8, "top_k": 2, "d_ff_expert": f // 2}
+        out.append((f"dense -> moe 8 experts top-2 of d_ff {f // 2} (equal active params)", {"ffn": moe_ffn}))
+    return out
+
+
+def dense_equivalent_d_ff(moe: MoEFFN) -> int:
+    """The dense width with a sparse layer's active FFN weights: top_k routed experts and the
+    shared ones, K*f_e + n_s*f_s (the router's d x E aside)."""
+    return moe.top_k * moe.d_ff_expert + moe.shared_width
+
+
+def _moe_swaps(spec: Spec) -> list[Alternative]:
+    moe = spec.moe
+    assert moe is not None
+    f = dense_equivalent_d_ff(moe)
+    dense = {"kind": "dense", "activation": moe.activation.value, "d_ff": f}
+    out: list[Alternative] = [(f"moe -> dense d_ff {f} (equal active params)", {"ffn": dense})]
+    data = moe.model_dump(exclude_unset=True)
+    if moe.top_k > 1:
+        out.append((f"top_k {moe.top_k} -> 1", {"ffn": {**data, "top_k": 1}}))
+    if moe.n_shared_experts:
+        fewer = {k: v for k, v in data.items() if k not in ("n_shared_experts", "d_ff_shared", "shared_expert_gate")}
+        out.append(("no shared experts", {"ffn": fewer}))
     return out
 
 
 def _sample(choose: Choose, data: dict[str, Any]) -> None:
-    data.update(d_ff=choose(range(2, 21)), activation=choose([a.value for a in Activation]))
+    activation = choose([a.value for a in Activation])
+    if data.get("architecture") == "encoder-decoder" or not choose([True, True, True, False]):
+        data.update(d_ff=choose(range(2, 21)), activation=activation)
+        return
+    # one in four decoders: a mixture of experts, some layers perhaps dense
+    moe: dict[str, Any] = {"kind": "moe", "activation": activation, "n_experts": choose([2, 3, 4, 8]),
+                           "d_ff_expert": choose(range(2, 9))}
+    moe["top_k"] = choose(range(1, moe["n_experts"] + 1))
+    if choose([True, False]):
+        moe.update(n_shared_experts=choose([1, 2]), shared_expert_gate=choose([True, False]))
+    if data.get("n_layers", 1) > 1 and choose([True, False]):
+        moe.update(first_k_dense=1, d_ff=choose(range(2, 21)))
+    moe.update(router_bias=choose([True, False]), expert_bias=choose([True, False]),
+               scoring=choose(["softmax", "sigmoid"]), norm_topk=choose([True, False]),
+               capacity_factor=choose([None, None, 1.25]), aux_loss=choose([0.0, 0.01]))
+    data["ffn"] = moe
+
+
+def _describe(spec: Spec) -> str:
+    moe = spec.moe
+    if moe is None:
+        return f"f={spec.d_ff} · {spec.activation.value}"
+    text = f"moe {moe.n_experts} experts top-{moe.top_k} f_e={moe.d_ff_expert}"
+    if moe.n_shared_experts:
+        text += f" + {moe.n_shared_experts} shared"
+    dense = spec.sparse_layers().count(False)
+    if dense:
+        text += f", {dense} dense layers f={moe.d_ff}"
+    return f"{text} · {moe.activation.value}"
+
+
+def _moe_value(attr: str) -> Callable[[Spec], Any]:
+    return lambda s: getattr(s.moe, attr) if s.moe is not None else "-"
+
+
+def _value(f: Callable[[MoEFFN], int | None]) -> Callable[[Spec], int | None]:
+    """A size of the sparse FFN (None for a dense one: no formula of it reads the symbol)."""
+    return lambda s: f(s.moe) if s.moe is not None else None
 
 
 ELEMENTS = (
     Element(
         "activation", ("ffn",),
-        describe=lambda s: f"f={s.d_ff} · {s.activation.value}",
-        choices=(("d_ff", lambda s: s.d_ff), ("activation", lambda s: s.activation.value)),
+        describe=_describe,
+        choices=(("d_ff", lambda s: s.d_ff), ("activation", lambda s: s.activation.value),
+                 ("experts", lambda s: f"{s.moe.n_experts} top-{s.moe.top_k}" if s.moe else "-"),
+                 ("d_ff_expert", _moe_value("d_ff_expert")), ("shared experts", _moe_value("n_shared_experts")),
+                 ("sparse layers", lambda s: s.sparse_layers().count(True) if s.moe else "-")),
         swaps=_swaps, sample=_sample,
-        symbols={"f": Symbol("FFN hidden width, d_ff", lambda s: s.d_ff)},
+        symbols={
+            "f": Symbol("FFN hidden width, d_ff (of the dense layers)", lambda s: s.ffn.d_ff),
+            "E": Symbol("routed experts per sparse layer", _value(lambda m: m.n_experts)),
+            "K": Symbol("experts each token is routed to (top_k)", _value(lambda m: m.top_k)),
+            "f_e": Symbol("hidden width of each routed expert", _value(lambda m: m.d_ff_expert)),
+            "n_s": Symbol("shared experts", _value(lambda m: m.n_shared_experts or None)),
+            "f_s": Symbol("hidden width of each shared expert",
+                          _value(lambda m: (m.d_ff_shared or m.d_ff_expert) if m.n_shared_experts else None)),
+        },
     ),
 )

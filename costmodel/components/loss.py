@@ -80,8 +80,9 @@ def _describe(spec: Spec) -> str | None:
 
 def _sample(choose: Choose, data: dict[str, Any]) -> None:
     data["dropout"] = choose([0.0, 0.1])
+    moe = isinstance(data.get("ffn"), dict) and data["ffn"].get("kind") == "moe"
     for site in SITES:
-        if choose([True, False]):
+        if choose([True, False]) and not (moe and site == "ffn_dropout"):  # no hidden dropout in experts
             data[site] = choose([0.0, 0.2])
 
 

@@ -432,7 +432,7 @@ class Layer(nn.Module):
     """Self-attention, cross-attention (a decoder of an encoder-decoder) and FFN, in series, or
     in parallel (GPT-J, PaLM: x + Attn(norm(x)) + FFN(norm(x)), one shared norm or one each)."""
 
-    def __init__(self, spec: Spec, kind: LayerKind, causal: bool, cross: bool):
+    def __init__(self, spec: Spec, kind: LayerKind, causal: bool, cross: bool, sparse: bool = False):
         super().__init__()
         self.parallel = spec.block is Block.parallel
         pre = spec.norm_position in (NormPosition.pre, NormPosition.sandwich)
@@ -452,7 +452,12 @@ class Layer(nn.Module):
             score_bias=positions and spec.position in (Position.t5_relative, Position.alibi),
         )
         self.cross_attention = Attention(spec, own, cross=True) if cross else None
-        self.ffn = FeedForward(spec, own)
+        if sparse:  # a mixture of experts (costmodel.measure.moe, round-robin routing)
+            from costmodel.measure.moe import SparseFeedForward
+
+            self.ffn: SubBlock = SparseFeedForward(spec, own)
+        else:
+            self.ffn = FeedForward(spec, own)
         self.norm = Norm(spec, spec.d_model) if shared or (self.parallel and self.post) else None
 
     def sub_blocks(self) -> list[SubBlock]:
@@ -473,9 +478,13 @@ class Stack(nn.Module):
     """The layers of a decoder (causal) or an encoder (bidirectional), the stack's position
     bias (built once, shared by its layers) and, unless post-norm, a final norm."""
 
-    def __init__(self, spec: Spec, kinds: list[LayerKind], causal: bool, cross: bool):
+    def __init__(self, spec: Spec, kinds: list[LayerKind], causal: bool, cross: bool,
+                 sparse: list[bool] | None = None):
         super().__init__()
-        self.layers = nn.ModuleList(Layer(spec, kind, causal, cross) for kind in kinds)
+        sparse = sparse or [False] * len(kinds)
+        self.layers = nn.ModuleList(
+            Layer(spec, kind, causal, cross, moe) for kind, moe in zip(kinds, sparse, strict=True)
+        )
         biased = any(layer.attention.score_bias for layer in self.layers)
         self.position_bias: nn.Module | None = None
         if biased and spec.position is Position.t5_relative:
@@ -586,7 +595,7 @@ class Transformer(nn.Module):
             decoder_kinds = [LayerKind.global_] * spec.n_decoder_layers
         else:
             decoder_kinds = spec.layer_kinds()
-        self.decoder = Stack(spec, decoder_kinds, causal=True, cross=enc_dec)
+        self.decoder = Stack(spec, decoder_kinds, causal=True, cross=enc_dec, sparse=list(spec.sparse_layers()))
         self.lm_head = LMHead(spec)
         self.cached = [m for m in self.decoder.modules() if isinstance(m, Attention)]
         self.stacks = [s for s in (self.encoder, self.decoder) if s is not None]
@@ -630,6 +639,10 @@ class Transformer(nn.Module):
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         if self.spec.z_loss > 0:
             loss = loss + self.spec.z_loss * torch.logsumexp(logits, dim=-1).pow(2).mean()
+        for module in self.decoder.modules():  # Switch's load-balancing loss of each sparse layer
+            aux = getattr(module, "aux", None)
+            if aux is not None:
+                loss = loss + aux
         return loss
 
     def new_cache(self, batch: int, context: int, enc_context: int = 0, *, random: bool = False) -> KVCache:
@@ -655,6 +668,10 @@ def build(spec: Spec, device: str = "meta", dtype: torch.dtype = torch.bfloat16,
     with torch.device("meta"):
         model = Transformer(spec)
     model = model.to(dtype=dtype)
+    if spec.moe is not None and spec.moe.router_dtype is not None:  # DeepSeek's fp32 router
+        from costmodel.measure.moe import keep_router_dtypes
+
+        keep_router_dtypes(model)
     if device == "meta":
         return model
     model = model.to_empty(device=device)

@@ -132,7 +132,26 @@ def keep_layers(spec: Spec, n: int) -> Spec:
             changes["window"] = None
         if LayerKind.chunked not in kinds:
             changes["attention_chunk"] = None
+        moe = spec.moe
+        if moe is not None:
+            changes.update(_keep_sparse_layers(spec, n))
     return variant(spec, changes, name=spec.name)
+
+
+def _keep_sparse_layers(spec: Spec, n: int) -> dict[str, Any]:
+    """The FFN of the first `n` layers: the same mixture of experts, a dense FFN if none of
+    them is sparse (DeepSeek's first 3), no dense width if all of them are."""
+    moe = spec.moe
+    assert moe is not None
+    sparse = spec.sparse_layers()[:n]
+    if not any(sparse):
+        return {"ffn": {"kind": "dense", "activation": moe.activation.value, "d_ff": moe.d_ff}}
+    data = moe.model_dump(mode="json", exclude_unset=True)
+    if moe.moe_layers is not None:
+        data["moe_layers"] = [i for i in moe.moe_layers if i < n]
+    if all(sparse):
+        data.pop("d_ff", None)
+    return {"ffn": data}
 
 
 # --- running a phase ------------------------------------------------------------------------
@@ -251,7 +270,9 @@ def measure(
     """
     if layers is not None:
         spec = keep_layers(spec, layers)
-    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=mla)
+    # The reference routes round robin: each sparse layer reads min(E, T*K) experts, the
+    # formulas' worst case (costmodel.measure.moe).
+    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=mla, routing="worst")
     # torch sizes are C longs: the largest tensor (B x C x h x d_h scores' sides) must fit one.
     elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim, spec.vocab_size)
     if elements >= 2**63:
@@ -316,7 +337,7 @@ def component_namer(spec: Spec) -> Callable[[str], str]:
     ``layers[local]/attention/q`` (decoder-only, local/global pattern) or
     ``decoder/layers/attention/q`` (encoder-decoder); other list indices drop out."""
     grouped = {stack for (stack, kind) in formulas.layer_groups(spec) if kind is not None}
-    kinds = spec.layer_kinds()
+    groups = formulas.group_names(spec) if not spec.is_encoder_decoder else []
 
     def name(module: str) -> str:
         parts = module.split(".") if module else []
@@ -326,7 +347,7 @@ def component_namer(spec: Spec) -> Callable[[str], str]:
         for part in parts:
             if part.isdigit():
                 if out and out[-1] == "layers" and (out[:-1] or ["layers"])[-1] in grouped:
-                    out[-1] = f"layers[{kinds[int(part)].value}]"
+                    out[-1] = f"layers[{groups[int(part)]}]"
                 continue
             out.append(part)
         return "/".join(out)
