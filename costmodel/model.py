@@ -76,33 +76,34 @@ def layer_groups(spec: Spec) -> dict[tuple[str, str | None], int]:
     if spec.is_encoder_decoder:
         assert spec.n_encoder_layers is not None and spec.n_decoder_layers is not None
         return {("encoder", None): spec.n_encoder_layers, ("decoder", None): spec.n_decoder_layers}
-    names = group_names(spec)
-    order = sorted(set(names), key=lambda g: _group_order(spec, names, g))
-    return {("layers", g): names.count(g) for g in order}
+    return {("layers", group): count for group, (_, _, count) in _groups(spec).items()}
+
+
+def _groups(spec: Spec) -> dict[str | None, tuple[LayerKind, bool, int]]:
+    """group name -> (attention kind, sparse FFN?, layers): the group is the attention kind where
+    the pattern mixes kinds, and ``dense`` or ``moe`` where a mixture of experts leaves some layers
+    dense (``local_moe``); local before global, dense before sparse. Counted, never listed."""
+    counts = spec.layer_group_counts()
+    mixed_kinds = len({kind for kind, _ in counts}) > 1
+    mixed_ffn = len({moe for _, moe in counts}) > 1
+    out: dict[str | None, tuple[LayerKind, bool, int]] = {}
+    for (kind, moe), count in sorted(counts.items(), key=lambda kv: (list(LayerKind).index(kv[0][0]), kv[0][1])):
+        parts = ([kind.value] if mixed_kinds else []) + (["moe" if moe else "dense"] if mixed_ffn else [])
+        out["_".join(parts) or None] = (kind, moe, count)
+    return out
 
 
 def group_names(spec: Spec) -> list[str | None]:
-    """The group of each decoder layer: its attention kind where the pattern mixes kinds, and
-    ``dense`` or ``moe`` where a mixture of experts leaves some layers dense (``local_moe``)."""
-    kinds, sparse = spec.layer_kinds(), spec.sparse_layers()
-    mixed_kinds, mixed_ffn = len(set(kinds)) > 1, len(set(sparse)) > 1
-    names: list[str | None] = []
-    for kind, moe in zip(kinds, sparse, strict=True):
-        parts = ([kind.value] if mixed_kinds else []) + (["moe" if moe else "dense"] if mixed_ffn else [])
-        names.append("_".join(parts) or None)
-    return names
-
-
-def _group_order(spec: Spec, names: list[str | None], group: str | None) -> tuple[int, bool]:
-    """Groups in the order of their attention kind (local before global), dense before sparse."""
-    i = names.index(group)
-    return list(LayerKind).index(spec.layer_kinds()[i]), spec.sparse_layers()[i]
+    """The group of each decoder layer, in order: a list of n_layers entries, for the reference
+    model's module names only (the formulas count groups with ``layer_groups``)."""
+    by_kind = {(kind, moe): name for name, (kind, moe, _) in _groups(spec).items()}
+    return [by_kind[(kind, moe)] for kind, moe in zip(spec.layer_kinds(), spec.sparse_layers(), strict=True)]
 
 
 def group_kinds(spec: Spec, group: str | None) -> tuple[LayerKind, bool]:
     """The attention kind of a decoder layer group and whether its FFN is sparse."""
-    i = group_names(spec).index(group)
-    return spec.layer_kinds()[i], spec.sparse_layers()[i]
+    kind, moe, _ = _groups(spec)[group]
+    return kind, moe
 
 
 def components(spec: Spec, dims: Dims) -> dict[str, Cost]:

@@ -290,16 +290,22 @@ class MoEFFN(BaseModel):
         k, n = self.first_k_dense, self.moe_every
         return tuple(i >= k and (i - k + 1) % n == 0 for i in range(n_layers))
 
+    def sparse_count(self, n_layers: int) -> int:
+        """How many of `n_layers` layers are sparse, counted, not listed (a billion layers is fine)."""
+        if self.moe_layers is not None:
+            return sum(1 for i in set(self.moe_layers) if i < n_layers)
+        return max(0, (n_layers - self.first_k_dense) // self.moe_every)
+
     def check_layers(self, n_layers: int) -> None:
         """The cross-field checks that need the layer count; ValueError naming the field."""
         if self.moe_layers is not None and max(self.moe_layers) >= n_layers:
             raise ValueError(f"moe_layers: layer {max(self.moe_layers)} of a {n_layers}-layer model")
-        sparse = self.sparse_layers(n_layers)
-        if not any(sparse):
+        n_sparse = self.sparse_count(n_layers)
+        if not n_sparse:
             raise ValueError(f"first_k_dense: no sparse layer among the {n_layers}")
-        if not all(sparse) and self.d_ff is None:
-            raise ValueError(f"d_ff: required, since {sparse.count(False)} layers are dense")
-        if all(sparse) and self.d_ff is not None:
+        if n_sparse < n_layers and self.d_ff is None:
+            raise ValueError(f"d_ff: required, since {n_layers - n_sparse} layers are dense")
+        if n_sparse == n_layers and self.d_ff is not None:
             raise ValueError("d_ff: every layer is sparse, so no dense FFN uses it")
 
 
@@ -546,6 +552,35 @@ class Spec(BaseModel):
     def moe(self) -> MoEFFN | None:
         """The sparse FFN, if the spec has one."""
         return self.ffn if isinstance(self.ffn, MoEFFN) else None
+
+    def layer_group_counts(self) -> dict[tuple[LayerKind, bool], int]:
+        """(attention kind, sparse FFN?) -> decoder layers, counted arithmetically from the
+        pattern and the sparse-layer rule: no list of n_layers entries is ever built."""
+        counts: dict[tuple[LayerKind, bool], int] = {
+            (kind, False): c for kind, c in self.kind_counts().items()}
+        moe, pattern, n_layers = self.moe, self.layer_pattern, self.decoder_layers
+        if moe is None:
+            return counts
+        P = len(pattern)
+        sparse_by_slot = [0] * P  # sparse layers at each pattern position
+        if moe.moe_layers is not None:
+            for i in set(moe.moe_layers):
+                if i < n_layers:
+                    sparse_by_slot[i % P] += 1
+        else:
+            # Sparse layers are i = k - 1 + n*j for j = 1 .. J; j mod P fixes i mod P.
+            k, n = moe.first_k_dense, moe.moe_every
+            J = max(0, (n_layers - k) // n)
+            for t in range(P):
+                j0 = t if t else P  # the smallest j >= 1 with j = t (mod P)
+                if j0 <= J:
+                    sparse_by_slot[(k - 1 + n * j0) % P] += (J - j0) // P + 1
+        for slot, c in enumerate(sparse_by_slot):
+            if c:
+                kind = pattern[slot]
+                counts[(kind, False)] -= c
+                counts[(kind, True)] = counts.get((kind, True), 0) + c
+        return {key: c for key, c in counts.items() if c}
 
     def sparse_layers(self) -> tuple[bool, ...]:
         """For each decoder layer, whether its FFN is the sparse one (all False: a dense FFN)."""

@@ -340,7 +340,10 @@ def test_saved_for_backward_of_the_block_equals_the_reference() -> None:
         params = {p.untyped_storage().data_ptr() for p in module.parameters()}
         kept: dict[int, int] = {}
 
-        def pack(t, kept=kept, params=params):
+        alive: list = []  # held, so that a freed storage's address is never reused in the count
+
+        def pack(t, kept=kept, params=params, alive=alive):
+            alive.append(t)
             storage = t.untyped_storage()
             if storage.data_ptr() not in params:
                 kept[storage.data_ptr()] = storage.nbytes()

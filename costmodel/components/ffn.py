@@ -134,7 +134,7 @@ def _describe(spec: Spec) -> str:
     text = f"moe {moe.n_experts} experts top-{moe.top_k} f_e={moe.d_ff_expert}"
     if moe.n_shared_experts:
         text += f" + {moe.n_shared_experts} shared"
-    dense = spec.sparse_layers().count(False)
+    dense = spec.decoder_layers - moe.sparse_count(spec.decoder_layers)
     if dense:
         text += f", {dense} dense layers f={moe.d_ff}"
     return f"{text} · {moe.activation.value}"
@@ -156,7 +156,7 @@ ELEMENTS = (
         choices=(("d_ff", lambda s: s.d_ff), ("activation", lambda s: s.activation.value),
                  ("experts", lambda s: f"{s.moe.n_experts} top-{s.moe.top_k}" if s.moe else "-"),
                  ("d_ff_expert", _moe_value("d_ff_expert")), ("shared experts", _moe_value("n_shared_experts")),
-                 ("sparse layers", lambda s: s.sparse_layers().count(True) if s.moe else "-")),
+                 ("sparse layers", lambda s: s.moe.sparse_count(s.decoder_layers) if s.moe else "-")),
         swaps=_swaps, sample=_sample,
         symbols={
             "f": Symbol("FFN hidden width, d_ff (of the dense layers)", lambda s: s.ffn.d_ff),

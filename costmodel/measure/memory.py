@@ -55,7 +55,10 @@ def saved_for_backward(model: Transformer, run: Callable[[], Any]) -> Saved:
     def post(module: torch.nn.Module, _args: Any, _out: Any) -> None:
         stack.pop()
 
+    alive: list[torch.Tensor] = []  # held until the count is done: a freed storage's key is reused
+
     def pack(t: torch.Tensor) -> torch.Tensor:
+        alive.append(t)
         k = _key(t)
         if k not in params and k not in seen:
             seen.add(k)
