@@ -353,3 +353,33 @@ def test_saved_for_backward_of_the_block_equals_the_reference() -> None:
             module(x)
         leaves = moe.sparse(cfg, 16, 2, moe.ExpertDims.of(cfg), 16, routing=Routing.worst)
         assert sum(kept.values()) == sum(c.saved for _, c in leaves), (E, K, norm)
+
+
+def test_layer_groups_are_counted_not_listed() -> None:
+    """The (attention kind, sparse) counts equal the per-layer list for small stacks, and a
+    billion-layer mixture of experts is counted without building that list."""
+    from collections import Counter
+
+    from costmodel.spec import spec_from_dict
+
+    base = {"name": "m", "d_model": 16, "n_heads": 2, "vocab_size": 32, "max_seq_len": 64, "norm": "rmsnorm",
+            "position": "rope", "window": 4}
+    for n_layers, pattern, moe in ((7, ["local", "global"], {"first_k_dense": 2, "moe_every": 3}),
+                                   (12, ["local", "local", "global"], {"moe_every": 2}),
+                                   (5, ["global"], {"moe_layers": [1, 4]}),
+                                   (9, ["local", "global"], {"first_k_dense": 1})):
+        pattern = pattern if "local" in pattern else ["global"]
+        data = {**base, "n_layers": n_layers, "layer_pattern": pattern,
+                "ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 2, "d_ff_expert": 8,
+                        "d_ff": 16, **moe}}
+        if "local" not in pattern:
+            data.pop("window")
+        spec = spec_from_dict(data)
+        listed = Counter(zip(spec.layer_kinds(), spec.sparse_layers()))
+        assert spec.layer_group_counts() == dict(listed), (n_layers, pattern, moe)
+    big = spec_from_dict({**base, "n_layers": 10**9, "layer_pattern": ["local", "global"],
+                          "ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 2,
+                                  "d_ff_expert": 8, "d_ff": 16, "first_k_dense": 3, "moe_every": 2}})
+    counts = big.layer_group_counts()
+    assert sum(counts.values()) == 10**9
+    assert sum(c for (_, sparse), c in counts.items() if sparse) == (10**9 - 3) // 2
