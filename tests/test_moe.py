@@ -364,19 +364,19 @@ def test_layer_groups_are_counted_not_listed() -> None:
 
     base = {"name": "m", "d_model": 16, "n_heads": 2, "vocab_size": 32, "max_seq_len": 64, "norm": "rmsnorm",
             "position": "rope", "window": 4}
-    for n_layers, pattern, moe in ((7, ["local", "global"], {"first_k_dense": 2, "moe_every": 3}),
+    for n_layers, pattern, rule in ((7, ["local", "global"], {"first_k_dense": 2, "moe_every": 3}),
                                    (12, ["local", "local", "global"], {"moe_every": 2}),
                                    (5, ["global"], {"moe_layers": [1, 4]}),
                                    (9, ["local", "global"], {"first_k_dense": 1})):
         pattern = pattern if "local" in pattern else ["global"]
         data = {**base, "n_layers": n_layers, "layer_pattern": pattern,
                 "ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 2, "d_ff_expert": 8,
-                        "d_ff": 16, **moe}}
+                        "d_ff": 16, **rule}}
         if "local" not in pattern:
             data.pop("window")
         spec = spec_from_dict(data)
         listed = Counter(zip(spec.layer_kinds(), spec.sparse_layers()))
-        assert spec.layer_group_counts() == dict(listed), (n_layers, pattern, moe)
+        assert spec.layer_group_counts() == dict(listed), (n_layers, pattern, rule)
     big = spec_from_dict({**base, "n_layers": 10**9, "layer_pattern": ["local", "global"],
                           "ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 2,
                                   "d_ff_expert": 8, "d_ff": 16, "first_k_dense": 3, "moe_every": 2}})
