@@ -41,10 +41,12 @@ def test_every_element_of_design_md_is_swapped():
 def test_attention_heads_matter_most_for_llama_2_7b():
     """MQA keeps 1 of 32 KV heads: the KV cache falls by 31/32 (-96.875%)."""
     r = rank_elements(LLAMA)
-    top = r.effects[0]
+    # Since the MoE swap (dense -> 8 experts top-2 at equal active params, total params x ~4)
+    # exists, it leads the overall ranking; on the KV cache the heads still lead.
+    top = max(r.effects, key=lambda e: abs(e.relative("kv_cache")))
     assert top.swap.label == "MHA k=32 -> MQA k=1"
     assert top.relative("kv_cache") == -31 / 32
-    assert r.elements()[0][0] == "attention heads"
+    assert "attention heads" in [name for name, *_ in r.elements()[:2]]
 
 
 def test_swaps_by_hand():

@@ -52,6 +52,8 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
     _check_depth(data, origin)
     warnings: list[str] = []
     model_type = data.get("model_type")
+    if not isinstance(model_type, str):  # before any lookup: a list is not hashable
+        raise SpecError(f"{origin}: model_type: required, one of {', '.join(FAMILIES)}")
     if model_type in MULTIMODAL and model_type not in FAMILIES:
         text = data.get("text_config")
         if not isinstance(text, dict):
