@@ -7,7 +7,13 @@ them on the local device, a datasheet profile may give published ones. Three tab
   grid of M, N, K (powers of two or any increasing values);
 - memory: the fraction of ``memory_bandwidth`` that an elementwise op moving B bytes reaches,
   on a grid of B;
-- floor_s: the least time any op takes (launch and dispatch overhead).
+- floor_s: the least time any op takes (launch and dispatch overhead);
+- first_touch (optional): seconds per byte that an op's freshly allocated output costs beyond
+  writing a reused buffer, by the allocation's size. On the CPU, glibc maps a large block
+  (32 MiB and more by default) fresh from the kernel on each allocation and returns it on
+  free, so every write to it page-faults (about 0.3 ns/B here, against 0.06 ns/B at copy
+  bandwidth); below that size the allocator reuses its heap and the cost is ~0. A GPU's
+  caching allocator reuses its blocks, so there it measures ~0 (datasheet profiles omit it).
 
 A matmul table may instead be by the FLOPs of one product (``FlopsTable``: 2MKN), the form
 Calculon (Isaev et al. 2023) publishes; a size table (``FlopsTable``, ``MemoryTable``) may be a
@@ -140,6 +146,29 @@ class MemoryTable(BaseModel):
         return _lookup(self.bytes, self.efficiency, nbytes, self.interpolation)
 
 
+class FirstTouchTable(BaseModel):
+    """s_per_byte[i]: the extra seconds per byte of writing a freshly allocated buffer of
+    bytes[i] (a step function: the value of the largest grid point <= the size; 0 below the grid,
+    where allocations come from the allocator's cache)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bytes: list[float]
+    s_per_byte: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]]
+
+    @model_validator(mode="after")
+    def _shape(self) -> FirstTouchTable:
+        _increasing("bytes", self.bytes)
+        if len(self.s_per_byte) != len(self.bytes):
+            raise ValueError(f"s_per_byte: must have {len(self.bytes)} values, one per size")
+        return self
+
+    def __call__(self, nbytes: float) -> float:
+        """Extra seconds of writing a fresh `nbytes` output."""
+        i = bisect_right(self.bytes, nbytes) - 1
+        return 0.0 if i < 0 else nbytes * self.s_per_byte[i]
+
+
 class Efficiency(BaseModel):
     """What operators reach on one device, and where the figures come from."""
 
@@ -149,3 +178,4 @@ class Efficiency(BaseModel):
     floor_s: Annotated[float, Field(ge=0)]  # the least time an op takes
     matmul: dict[str, MatmulTable | FlopsTable]  # dtype -> table
     memory: MemoryTable
+    first_touch: FirstTouchTable | None = None  # measured by calibrate; absent: no such cost

@@ -19,6 +19,17 @@ al. 2024), each component of a phase is timed on its own:
   any other weight (embedding tables, norm gains, biases) gets a dense gradient, zero-filled and
   then written (torch's ``embedding_dense_backward`` scatters into a V x d table of zeros):
   2 x params x p more bytes on that component;
+- the token table's gradient in a training step comes from each lookup (one per stack: an
+  encoder-decoder looks up twice) and, when the head is tied (Press & Wolf 2017), from the head's
+  dB product; autograd sums the n contributions with n - 1 out-of-place adds, each reading two
+  V x d tables and writing one: 3 x V x d x p more bytes per add on ``embedding/tokens``;
+- an op whose output is freshly allocated pays the profile's ``first_touch`` cost for it
+  (``efficiency.FirstTouchTable``: page faults of a block the CPU allocator maps anew, 0 on a GPU):
+  each product's output (count x M x N x p per op, forward and backward), each dense weight
+  gradient (params x p per layer: the token table's zero-filled gradient of each lookup) and each
+  add's output. Elementwise ops' outputs are not charged: a ``Cost`` does not carry their size,
+  and they are a few d-wide rows per token (below the CPU allocator's 32 MiB threshold at every
+  shape of docs/time-cpu.md);
 - every op takes at least the floor (launch and dispatch): a component of n ops takes at least
   n x floor_s; n is the number of layers it spans (x 3 in a training step: forward, and the
   backward's two ops).
@@ -47,6 +58,7 @@ from costmodel import model
 from costmodel.analysis import Analysis
 from costmodel.hardware import Hardware, roofline
 from costmodel.phases import PHASES
+from costmodel.spec import Spec
 
 #: Leaves of an attention sub-block that one flash-attention kernel runs.
 FLASH_LEAVES = {"scores", "scale", "position_bias", "mask", "softcap", "softmax", "av", "attention_dropout"}
@@ -77,6 +89,7 @@ class ComponentTime:
     time_s: float
     roofline_s: float  # max(flops / peak, bytes / bandwidth): its lower bound
     efficiency: float  # roofline_s / time_s (1: at the roof)
+    first_touch_s: float = 0.0  # of time_s: writing freshly allocated outputs
 
 
 @dataclass(frozen=True)
@@ -107,7 +120,7 @@ class Prediction:
             "roofline_fused_s": self.roofline_fused_s,
             "components": [{"path": r.path, "kind": r.kind, "ops": r.ops, "flops": r.flops,
                             "bytes": r.bytes, "time_s": r.time_s, "roofline_s": r.roofline_s,
-                            "efficiency": r.efficiency} for r in self.rows],
+                            "efficiency": r.efficiency, "first_touch_s": r.first_touch_s} for r in self.rows],
         }
 
 
@@ -164,6 +177,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
                                       row.flops, row.bytes_unfused, lower, lower, 1.0))
             continue
         flash = kernels.flash_attention and leaf in FLASH_LEAVES and _in_attention(row.path)
+        p = a.bytes_per_element
         if cost.gemms:
             table = eff.matmul[dtype]
             gemms = [g for c in cost.gemms for g in (backward_gemms(*c) if training else (c,))]
@@ -171,19 +185,23 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
             if flash and row.flops_matmul:  # only the unmasked pairs are executed
                 t *= row.flops_matmul_effective / row.flops_matmul
             ops = layers * len(gemms) // len(cost.gemms)
-            t = max(t, ops * eff.floor_s)
+            fresh = first_touch_s(eff, gemm_outputs(gemms, layers, p))
+            t = max(t, ops * eff.floor_s) + fresh
             rows.append(ComponentTime(row.path, "matmul", ops, row.flops, row.bytes_unfused, t, lower,
-                                      lower / t if t else 1.0))
+                                      lower / t if t else 1.0, fresh))
             continue
         if flash or (kernels.fused and leaf not in UNFUSIBLE):
             rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0))
             continue
-        ops = layers * (3 if training else 1)
-        moved = row.bytes_unfused + (gradient_bytes(row.params, a.bytes_per_element) if training else 0)
+        ops, moved, outputs = layers * (3 if training else 1), row.bytes_unfused, []
+        if training:
+            extra_ops, extra_bytes, outputs = weight_gradients(a.spec, row.path, row.params, layers, p)
+            ops, moved = ops + extra_ops, moved + extra_bytes
         per_op = moved / ops
-        t = max(ops * eff.floor_s, moved / (bw * eff.memory(per_op)) if per_op else 0.0)
+        fresh = first_touch_s(eff, outputs)
+        t = max(ops * eff.floor_s, moved / (bw * eff.memory(per_op)) if per_op else 0.0) + fresh
         rows.append(ComponentTime(row.path, "memory", ops, row.flops, moved, t, lower,
-                                  lower / t if t else 1.0))
+                                  lower / t if t else 1.0, fresh))
     return Prediction(
         hardware=hw.name, dtype=dtype, phase=a.phase, kernels=kernels, calibrated=calibrated,
         rows=tuple(rows), roofline_s=line.time_s, roofline_fused_s=fused_line.time_s,
@@ -195,6 +213,38 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
 def gradient_bytes(params, p: int):
     """A non-matmul weight's gradient in a training step: zero-filled, then written."""
     return 2 * params * p
+
+
+def table_gradients(spec: Spec) -> tuple[int, int]:
+    """(lookups, adds): the token table's gradient contributions from lookups (one per stack),
+    and the out-of-place adds that autograd sums all contributions with (a tied head adds one)."""
+    lookups = 2 if spec.is_encoder_decoder else 1
+    return lookups, lookups + int(spec.tied_embeddings) - 1
+
+
+def weight_gradients(spec: Spec, path: str, params, layers: int, p: int):
+    """A memory component's training-step extras: (ops, bytes, fresh outputs as (ops, bytes of
+    one)). Its weights' dense gradients, one per layer; for the token table one per lookup,
+    then the adds that sum them with a tied head's."""
+    if path != "embedding/tokens":
+        return 0, gradient_bytes(params, p), [(layers, params / layers * p)]
+    lookups, adds = table_gradients(spec)
+    table = params * p
+    return adds, lookups * gradient_bytes(params, p) + 3 * adds * table, [(lookups + adds, table)]
+
+
+def gemm_outputs(gemms, layers: int, p: int) -> list[tuple[int, Any]]:
+    """(ops, bytes of one op's output) of each product: a layer's batch of count / layers
+    products of M x N."""
+    return [(layers, count / layers * M * N * p) for count, M, K, N in gemms]
+
+
+def first_touch_s(eff, outputs) -> float:
+    """Seconds of writing freshly allocated outputs ((ops, bytes of one) pairs) on `eff`'s device."""
+    table = eff.first_touch
+    if table is None:
+        return 0.0
+    return sum(n * table(nbytes) for n, nbytes in outputs if n)
 
 
 def _in_attention(path: str) -> bool:

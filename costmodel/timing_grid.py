@@ -14,13 +14,13 @@ import math
 import numpy as np
 
 from costmodel import model
-from costmodel.efficiency import FlopsTable, MatmulTable, MemoryTable
+from costmodel.efficiency import Efficiency, FlopsTable, MatmulTable, MemoryTable
 from costmodel.hardware import Hardware
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.timing import (FLASH_LEAVES, UNFUSIBLE, Kernels, _in_attention, backward_gemms, gradient_bytes,
-                              layer_count)
+from costmodel.timing import (FLASH_LEAVES, UNFUSIBLE, Kernels, _in_attention, backward_gemms, gemm_outputs,
+                              layer_count, weight_gradients)
 
 
 def _position(grid: list[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -70,6 +70,20 @@ def memory_eff(table: MemoryTable, nbytes) -> np.ndarray:
     return size_eff(table.bytes, table.efficiency, table.interpolation, nbytes)
 
 
+def first_touch(eff: Efficiency, outputs) -> np.ndarray | float:
+    """Vectorised ``timing.first_touch_s``: (ops, bytes of one output) pairs, bytes arrays."""
+    table = eff.first_touch
+    if table is None:
+        return 0.0
+    grid, rate = np.asarray(table.bytes, dtype=float), np.asarray([0.0, *table.s_per_byte])
+    total: np.ndarray | float = 0.0
+    for n, nbytes in outputs:
+        if n:
+            x = np.asarray(nbytes, dtype=float)
+            total = total + n * x * rate[np.searchsorted(grid, x, side="right")]
+    return total
+
+
 def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware, dtype: str = "bf16",
                  kernels: Kernels = Kernels(), enc_seq: np.ndarray | None = None) -> np.ndarray:
     """Calibrated seconds of `phase` at every (batch, seq) (broadcast together), as ``predict``.
@@ -111,16 +125,20 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
                 t = t * np.where(dense > 0, q["flops_matmul_effective"] / np.maximum(dense, 1), 1.0)
             ops = layers * len(gemms) // len(cost.gemms)
             busy = np.asarray(q["flops_matmul"] + q["flops_other"] + q["bytes_unfused"]) > 0
-            total += np.where(busy, np.maximum(t, ops * floor), 0.0)  # a pass that does not run: 0
+            fresh = first_touch(eff, gemm_outputs(gemms, layers, p))
+            total += np.where(busy, np.maximum(t, ops * floor) + fresh, 0.0)  # a pass that does not run: 0
             continue
         nbytes = np.asarray(q["bytes_unfused"], dtype=float)
         if flash or (kernels.fused and leaf not in UNFUSIBLE):
             continue
         ops = layers * (3 if ph.training else 1)
         busy = (nbytes + np.asarray(q["flops_matmul"] + q["flops_other"], dtype=float)) > 0
+        fresh: np.ndarray | float = 0.0
         if ph.training:
-            nbytes = nbytes + gradient_bytes(q["params"], p)
+            extra_ops, extra_bytes, outputs = weight_gradients(spec, path, q["params"], layers, p)
+            ops, nbytes = ops + extra_ops, nbytes + extra_bytes
+            fresh = first_touch(eff, outputs)
         t = np.where(nbytes > 0, nbytes / (bw * memory_eff(eff.memory, nbytes / ops)), 0.0)
-        total += np.where(busy, np.maximum(t, ops * floor), 0.0)
+        total += np.where(busy, np.maximum(t, ops * floor) + fresh, 0.0)
     return total
 

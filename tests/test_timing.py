@@ -9,7 +9,7 @@ import pytest
 
 from costmodel import catalog, model
 from costmodel.analysis import analyze
-from costmodel.efficiency import Efficiency, MatmulTable, MemoryTable
+from costmodel.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
 from costmodel.hardware import Hardware, load_hardware
 from costmodel.spec import parse_spec
 from costmodel.timing import Kernels, predict
@@ -225,6 +225,78 @@ def test_analyze_on_a_datasheet_profile_is_calibrated() -> None:
     assert p.time_s > p.roofline_s  # efficiencies below 1
 
 
+# --- training's extra writes: the token table's gradient, fresh outputs -------------------------
+
+
+def with_first_touch(hw: Hardware, table: FirstTouchTable) -> Hardware:
+    assert hw.efficiency is not None
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"first_touch": table})})
+
+
+def test_first_touch_is_a_step_in_size_and_zero_below_the_grid() -> None:
+    t = FirstTouchTable(bytes=[2.0**25, 2.0**27], s_per_byte=[3e-10, 4e-10])
+    assert t(2.0**25 - 1) == 0.0
+    assert t(2.0**25) == pytest.approx(2**25 * 3e-10)
+    assert t(2.0**26) == pytest.approx(2**26 * 3e-10)
+    assert t(2.0**28) == pytest.approx(2**28 * 4e-10)
+    with pytest.raises(ValueError, match="s_per_byte"):
+        FirstTouchTable(bytes=[1.0, 2.0], s_per_byte=[1e-10])
+    with pytest.raises(ValueError):
+        FirstTouchTable(bytes=[1.0], s_per_byte=[float("inf")])
+
+
+def test_a_tied_table_sums_its_two_gradients_with_one_add() -> None:
+    """TINY tied, train, flat tables, no first touch: the token table's row moves its lookup bytes,
+    its zero-filled dense gradient (2 x V x d x 4 B) and one add of the head's dB into it (read 2
+    tables, write 1: 3 x V x d x 4 B); 3 + 1 ops. Untied: no add, and the head owns its gradient."""
+    V, d = 100, 64
+    for tied, adds in ((True, 1), (False, 0)):
+        spec = parse_spec(TINY + f"tied_embeddings: {str(tied).lower()}\n")
+        a = analyze(spec, "train", batch=2, seq=16, dtype="fp32")
+        rows = {r.path: r for r in predict(a, flat(0.5, 0.25)).rows}
+        lookup = {r.path: r for r in a.rows}["embedding/tokens"].bytes_unfused
+        assert rows["embedding/tokens"].bytes == lookup + 2 * V * d * 4 + adds * 3 * V * d * 4
+        assert rows["embedding/tokens"].ops == 3 + adds
+        assert rows["embedding/tokens"].time_s == pytest.approx(rows["embedding/tokens"].bytes / 2.5e10)
+
+
+def test_an_encoder_decoder_table_gets_a_gradient_per_lookup() -> None:
+    """T5 11B (tied, two stacks): three contributions to the shared table, two adds."""
+    spec = catalog.load("t5-11b")
+    a = analyze(spec, "train", batch=1, seq=8, dtype="fp32", enc_seq=8)
+    rows = {r.path: r for r in predict(a, flat(0.5, 0.25)).rows}
+    V, d = spec.vocab_size, spec.d_model
+    lookup = {r.path: r for r in a.rows}["embedding/tokens"].bytes_unfused
+    assert rows["embedding/tokens"].bytes == lookup + 2 * 2 * V * d * 4 + 2 * 3 * V * d * 4
+    assert rows["embedding/tokens"].ops == 3 + 2
+
+
+def test_fresh_outputs_pay_the_first_touch_rate_by_their_size() -> None:
+    """A 1 ns/B rate from 1 MiB: TINY's outputs are all smaller, so nothing changes; a spec with a
+    2048-wide, 50,000-token table: the train step's fresh outputs over 1 MiB are the token table's
+    gradient and the add's output (2 x V x d x 4 B, tied), the head's forward logits (T x V x 4)
+    and its dB output (d x V x 4), and the FFN's forward (T x f x 4) and dB outputs (d x f x 4)."""
+    rate = FirstTouchTable(bytes=[2.0**20], s_per_byte=[1e-9])
+    spec = parse_spec(TINY)
+    a = analyze(spec, "train", batch=2, seq=16, dtype="fp32")
+    assert predict(a, with_first_touch(flat(0.5, 0.25), rate)).time_s == pytest.approx(
+        predict(a, flat(0.5, 0.25)).time_s)
+    V, d, f, T = 50_000, 2048, 8192, 64
+    big = parse_spec(TINY.replace("d_model: 64", f"d_model: {d}").replace("d_ff: 256", f"d_ff: {f}")
+                     .replace("vocab_size: 100", f"vocab_size: {V}").replace("activation: swiglu", "activation: gelu")
+                     .replace("n_heads: 4", "n_heads: 16").replace("n_layers: 2", "n_layers: 1")
+                     + "tied_embeddings: true\n")
+    a = analyze(big, "train", batch=1, seq=T, dtype="fp32")
+    base = {r.path: r for r in predict(a, flat(0.5, 0.25)).rows}
+    rows = {r.path: r for r in predict(a, with_first_touch(flat(0.5, 0.25), rate)).rows}
+    assert rows["embedding/tokens"].first_touch_s == pytest.approx(2 * V * d * 4 * 1e-9)
+    assert rows["lm_head"].first_touch_s == pytest.approx((T * V + d * V) * 4 * 1e-9)  # dA: T x d, 512 KiB
+    # up: forward T x f (2 MiB) and dB d x f; dA T x d (512 KiB) is under the grid
+    assert rows["layers/ffn/up"].first_touch_s == pytest.approx((T * f + d * f) * 4 * 1e-9)
+    for path, r in rows.items():
+        assert r.time_s == pytest.approx(base[path].time_s + r.first_touch_s)
+
+
 # --- the grid (sweeps) ----------------------------------------------------------------------------
 
 
@@ -237,7 +309,8 @@ def test_the_grid_gives_the_point_by_point_times(name, phase) -> None:
     corners = {(m, n, k): 0.05 * (1 + i) for i, (m, n, k) in enumerate(
         (m, n, k) for m in (1, 4) for n in (64, 256) for k in (64, 256))}
     e = Efficiency(source="test", floor_s=2e-5, matmul={"bf16": table(corners)},
-                   memory=MemoryTable(bytes=[1e3, 1e6, 1e9], efficiency=[0.05, 0.5, 0.8]))
+                   memory=MemoryTable(bytes=[1e3, 1e6, 1e9], efficiency=[0.05, 0.5, 0.8]),
+                   first_touch=FirstTouchTable(bytes=[1e6, 3.3e7, 1e9], s_per_byte=[0.0, 3e-10, 4e-10]))
     hw = Hardware(name="t", peak_flops={"bf16": 1e14}, memory_bandwidth=1e12, memory_bytes=1e11,
                   source="test", efficiency=e)
     spec = catalog.load(name)

@@ -11,7 +11,10 @@ point the median of ``torch.utils.benchmark.Timer.blocked_autorange``:
   efficiency = achieved FLOP/s / peak;
 - memory: an out-of-place add (read 2, write 1) over sizes 4 KiB .. 256 MiB (1 GiB on a GPU);
   efficiency = achieved bytes/s / copy bandwidth;
-- floor: the time of an add of one element (launch and dispatch overhead).
+- floor: the time of an add of one element (launch and dispatch overhead);
+- first touch: over sizes 1 .. 256 MiB, a fill of a freshly allocated buffer against a fill of a
+  reused one; the difference per byte is what each fresh output of that size costs (page faults
+  on the CPU, where glibc maps large blocks fresh on every allocation; ~0 on a GPU).
 The profile serves the roofline and the time model: `costmodel measure` predicts time from it,
 and `--hardware local` finds it wherever a hardware profile is accepted.
 """
@@ -26,7 +29,7 @@ import statistics
 
 import torch
 
-from costmodel.efficiency import Efficiency, MatmulTable, MemoryTable
+from costmodel.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
 from costmodel.hardware import Hardware
 from costmodel.measure import MeasureError
 from costmodel.measure.run import TORCH_DTYPES, check_device, time_runs
@@ -36,9 +39,10 @@ DEFAULT_COPY_MIB = {"cuda": 2048, "cpu": 256}  # buffer copied to measure bandwi
 #: The grids of the efficiency tables (M, N, K of the matmuls; bytes of the memory op).
 GRID = {
     "cpu": {"M": [1, 4, 16, 64, 256, 1024], "N": [64, 256, 1024, 4096], "K": [16, 64, 256, 1024, 4096],
-            "bytes": [2**i for i in range(12, 29, 2)], "run_s": 0.1},
+            "bytes": [2**i for i in range(12, 29, 2)], "fresh": [2**i for i in range(20, 29)], "run_s": 0.1},
     "cuda": {"M": [1, 4, 16, 64, 256, 1024, 4096], "N": [64, 256, 1024, 4096, 16384],
-             "K": [16, 64, 256, 1024, 4096, 16384], "bytes": [2**i for i in range(12, 31, 2)], "run_s": 0.02},
+             "K": [16, 64, 256, 1024, 4096, 16384], "bytes": [2**i for i in range(12, 31, 2)],
+             "fresh": [2**i for i in range(20, 31, 2)], "run_s": 0.02},
 }
 #: A grid point runs enough products that one batched matmul has about this many M*N*K.
 AMORTISE_MNK = {"cpu": 2**22, "cuda": 2**30}
@@ -92,6 +96,23 @@ def memory_table(device: torch.device, bandwidth: float, grid: dict) -> MemoryTa
         sizes.append(12 * n)
         effs.append(round(12 * n / seconds / bandwidth, 5))
     return MemoryTable(bytes=sizes, efficiency=effs)
+
+
+def first_touch_table(device: torch.device, grid: dict) -> FirstTouchTable | None:
+    """Extra seconds per byte of writing a freshly allocated buffer, over the grid's sizes:
+    ``torch.empty(n).fill_`` against ``buf.fill_`` of a kept buffer (negative differences, noise
+    below the allocator's mmap threshold, are 0)."""
+    sizes = grid.get("fresh") or []
+    if not sizes:
+        return None
+    extra = []
+    for n in sizes:
+        kept = torch.empty(n, dtype=torch.uint8, device=device)
+        reused = timed(lambda kept=kept: kept.fill_(1), device, grid["run_s"])
+        del kept
+        fresh = timed(lambda n=n: torch.empty(n, dtype=torch.uint8, device=device).fill_(1), device, grid["run_s"])
+        extra.append(float(f"{max(0.0, (fresh - reused) / n):.4g}"))
+    return FirstTouchTable(bytes=[float(n) for n in sizes], s_per_byte=extra)
 
 
 def op_floor(device: torch.device) -> float:
@@ -166,11 +187,13 @@ def calibrate(
         grid = grid or GRID[dev.type]
         efficiency = Efficiency(
             source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N {grid['N']}, "
-                    f"K {grid['K']}; c = a + b over {len(grid['bytes'])} sizes; median of "
+                    f"K {grid['K']}; c = a + b over {len(grid['bytes'])} sizes; fresh against reused fills over "
+                    f"{len(grid.get('fresh') or [])} sizes; median of "
                     f"torch.utils.benchmark blocked_autorange; torch {torch.__version__}"),
             floor_s=op_floor(dev),
             matmul={dtype: matmul_table(dev, dtype, peaks[dtype], grid) for dtype in tables},
             memory=memory_table(dev, bandwidth, grid),
+            first_touch=first_touch_table(dev, grid),
         )
     return Hardware(
         name=name,
