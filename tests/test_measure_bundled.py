@@ -21,14 +21,24 @@ PHASES = ("prefill", "decode", "train")
 LONG = 5000  # beyond every bundled sliding window (1024, 4096), capped by learned tables
 
 
+def depth(spec: Spec) -> int:
+    """Layers enough to hold every kind of layer the spec has (attention kind x dense or sparse
+    FFN), and one more: every element is measured on them at both shapes and in every phase. The
+    full depth is measured once (test_full_depth_counts_equal_formulas): the formulas multiply a
+    layer's cost by its group's count, which the cut model does not check."""
+    layers = list(zip(spec.layer_kinds(), spec.sparse_layers()))
+    every = set(layers)
+    n = next(i for i in range(1, len(layers) + 1) if set(layers[:i]) == every)
+    return min(len(layers), max(2, n + 1))
+
+
 @lru_cache(maxsize=1)
 def _model(path: Path):
-    """One meta model per spec, shared by its shapes and phases (the tests run in order)."""
+    """One cut meta model per spec, shared by its shapes and phases (the tests run in order).
+    A mixture of experts runs each expert as its own module (qwen3-235b: 128 per layer), a Python
+    loop per expert: the cut keeps that cheap too."""
     spec = load_spec(path)
-    if spec.moe is not None:
-        # The reference runs each expert as its own module (qwen3-235b: 12,032 of them), a Python
-        # loop per expert: its first two layers measure every element of the spec as exactly.
-        spec = keep_layers(spec, 2)
+    spec = keep_layers(spec, depth(spec))
     return spec, build(spec)
 
 
@@ -54,3 +64,17 @@ def test_counts_equal_formulas(path: Path, which: int) -> None:
         where = [f"{r.path}: params {r.params}, matmul {r.flops_matmul}" for r in m.components
                  if r.params[0] != r.params[1] or r.flops_matmul[0] != r.flops_matmul[1]]
         assert not wrong, f"{spec.name} {phase} {shape}: {wrong}; components (formula, measured): {where}"
+
+
+DENSE = [p for p in catalog.bundled_paths() if load_spec(p).moe is None]
+
+
+@pytest.mark.parametrize("path", DENSE, ids=lambda p: p.stem)
+def test_full_depth_counts_equal_formulas(path: Path) -> None:
+    """The whole model (every layer; mixtures of experts excepted: their experts are a Python
+    loop), short prompt, prefill: parameters, matmul FLOPs and KV bytes equal the formulas, so the
+    layer groups' counts (the pattern repeated and cut at the last layer) are right too."""
+    spec = load_spec(path)
+    m = measure(spec, "prefill", **shapes(spec)[0], count_bytes=False, model=build(spec))
+    wrong = [f"{c.quantity}: formula {c.formula:,} measured {c.measured:,}" for c in m.comparisons if not c.agrees]
+    assert not wrong, f"{spec.name}: {wrong}"
