@@ -11,19 +11,16 @@ compute-bound when its intensity F / M exceeds the ridge point peak / bandwidth.
 
 from __future__ import annotations
 
-import difflib
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from costmodel.analysis import Analysis, AnalysisError, Row, sum_rows
 from costmodel.efficiency import Efficiency
-from costmodel.loading import LoadError, load_yaml, read_text, yaml_error
+from costmodel.profiles import Profiles
 from costmodel.spec import FiniteFloat, SpecError
 
 Positive = Annotated[FiniteFloat, Field(gt=0)]  # finite: .inf bandwidth is not a device
@@ -85,74 +82,14 @@ def roofline(flops: float, nbytes: float, hw: Hardware, dtype: str) -> Roofline:
 # --- finding profiles -----------------------------------------------------------------------
 
 
-def bundled_dir() -> Path:
-    from costmodel.catalog import specs_dir
-
-    return specs_dir() / "hardware"
-
-
-def user_dir() -> Path:
-    return Path(os.environ.get("COSTMODEL_HARDWARE_DIR", Path.home() / ".config" / "costmodel" / "hardware"))
-
-
-def profile_paths() -> dict[str, Path]:
-    """name -> file, bundled first; a user profile of the same name takes precedence."""
-    found: dict[str, Path] = {}
-    for folder in (bundled_dir(), user_dir()):
-        if folder.is_dir():
-            for path in sorted(folder.glob("*.yaml")):
-                found[path.stem] = path
-    return found
-
-
-def _key(name: str) -> str:
-    """How names are compared: case, spaces, dashes and underscores do not matter."""
-    return re.sub(r"[\s_-]+", "", name.lower())
-
-
-def find_profile(name: str) -> Path:
-    """The profile file of a name: exact, else the one name equal up to case and dashes
-    (``H100-SXM``, ``h100_sxm``), else the one name it starts (``h100`` -> ``h100-sxm``)."""
-    paths = profile_paths()
-    if name in paths:
-        return paths[name]
-    key = _key(name)
-    same = [n for n in paths if _key(n) == key]
-    if len(same) == 1:
-        return paths[same[0]]
-    prefixed = [n for n in paths if key and _key(n).startswith(key)]
-    if len(prefixed) == 1:
-        return paths[prefixed[0]]
-    shown = name if len(name) <= 60 else name[:57] + "..."
-    guesses = prefixed or difflib.get_close_matches(name.lower(), list(paths), n=3)
-    hint = f"did you mean {' or '.join(guesses)}? " if guesses else ""
-    known = ", ".join(paths) or "none"
-    raise SpecError(f"hardware {shown}: no such file or profile ({hint}known: {known})")
+PROFILES = Profiles("hardware", "hardware", "COSTMODEL_HARDWARE_DIR")
+bundled_dir, user_dir, profile_paths, find_profile = (PROFILES.bundled_dir, PROFILES.user_dir, PROFILES.paths,
+                                                      PROFILES.find)
 
 
 def load_hardware(name_or_path: str) -> Hardware:
-    """A profile by file or by name (see ``find_profile``); SpecError, one line per problem."""
-    path = Path(name_or_path)
-    try:
-        is_file = path.exists()
-    except OSError:  # a name too long for the file system
-        is_file = False
-    if not is_file:
-        path = find_profile(name_or_path)
-    try:
-        data, _ = load_yaml(read_text(path, "hardware profile"))
-    except LoadError as e:
-        raise SpecError(yaml_error(e, str(path)) if str(e)[:1].isdigit() else str(e)) from None
-    except yaml.YAMLError as e:
-        raise SpecError(yaml_error(e, str(path))) from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: a hardware profile is a YAML mapping, got {type(data).__name__}")
-    try:
-        return Hardware.model_validate(data)
-    except ValidationError as e:
-        raise SpecError("\n".join(
-            f"{path}: {'.'.join(str(p) for p in err['loc']) or 'profile'}: {err['msg']}"
-            for err in e.errors())) from None
+    """A profile by file or by name (``H100-SXM``, ``h100``: see ``Profiles.find``)."""
+    return PROFILES.load(name_or_path, Hardware)
 
 
 def save_hardware(hw: Hardware, path: Path) -> Path:

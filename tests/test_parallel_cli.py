@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +15,7 @@ from costmodel.parallel.cluster import cluster_paths, load_cluster
 from costmodel.spec import SpecError
 
 runner = CliRunner()
+CLUSTERS = Path(__file__).parent.parent / "specs" / "clusters"
 
 TRAIN_175B = ["train", "megatron-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64", "--tp", "8", "--pp", "8",
               "--interleave", "3", "--micro-batch", "1", "--global-batch", "64", "--recompute", "selective",
@@ -147,3 +149,23 @@ def load_cluster_text(name: str) -> str:
 def test_readme_tour(args, expect):
     """The README tour's parallel examples run and say what they promise."""
     assert expect in run(*args).stdout
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "is a directory, not a cluster profile"),
+    ("name: a\nname: b\n", ":2: name: duplicate key"),
+    ("- 1\n", "a cluster profile is a YAML mapping, got list"),
+    ((CLUSTERS / "dgx-h100.yaml").read_text().replace("bandwidth: 450.0e9", "bandwidth: .inf"),
+     "intra_node.bandwidth: Input should be a finite number"),
+])
+def test_a_bad_cluster_profile_is_one_line_and_exit_2(tmp_path, text, message):
+    """A cluster profile is read as every input is (regular file, duplicate keys, a mapping,
+    finite numbers): one line naming the file and the field, exit 2."""
+    path = tmp_path
+    if text is not None:
+        path = tmp_path / "c.yaml"
+        path.write_text(text)
+    result = runner.invoke(app, ["train", "megatron-22b", "--cluster", str(path), "--gpus", "8", "--tp", "8",
+                                 "--global-batch", "4", "--micro-batch", "1"])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output

@@ -11,19 +11,17 @@ rest, as NCCL's tuner assumes); every number carries its source.
 
 from __future__ import annotations
 
-import os
 from functools import cached_property
-from pathlib import Path
 from typing import Annotated
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from costmodel.hardware import Hardware, load_hardware
-from costmodel.spec import SpecError
+from costmodel.profiles import Profiles
+from costmodel.spec import FiniteFloat
 
-Positive = Annotated[float, Field(gt=0)]
-NonNegative = Annotated[float, Field(ge=0)]
+Positive = Annotated[FiniteFloat, Field(gt=0)]
+NonNegative = Annotated[FiniteFloat, Field(ge=0)]
 
 
 class Link(BaseModel):
@@ -70,40 +68,12 @@ class Cluster(BaseModel):
         return load_hardware(self.device)
 
 
-def bundled_dir() -> Path:
-    from costmodel.catalog import specs_dir
-
-    return specs_dir() / "clusters"
-
-
-def user_dir() -> Path:
-    return Path(os.environ.get("COSTMODEL_CLUSTER_DIR", Path.home() / ".config" / "costmodel" / "clusters"))
-
-
-def cluster_paths() -> dict[str, Path]:
-    """name -> file, bundled first; a user profile of the same name takes precedence."""
-    found: dict[str, Path] = {}
-    for folder in (bundled_dir(), user_dir()):
-        if folder.is_dir():
-            for path in sorted(folder.glob("*.yaml")):
-                found[path.stem] = path
-    return found
+PROFILES = Profiles("cluster", "clusters", "COSTMODEL_CLUSTER_DIR")
+cluster_paths = PROFILES.paths
 
 
 def load_cluster(name_or_path: str) -> Cluster:
-    path = Path(name_or_path)
-    if not path.exists():
-        paths = cluster_paths()
-        if name_or_path not in paths:
-            raise SpecError(f"cluster {name_or_path}: no such file or profile (known: {', '.join(paths) or 'none'})")
-        path = paths[name_or_path]
-    try:
-        cluster = Cluster.model_validate(yaml.safe_load(path.read_text()))
-    except yaml.YAMLError as e:
-        raise SpecError(f"{path}: malformed YAML: {getattr(e, 'problem', e)}") from None
-    except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "profile"
-        raise SpecError(f"{path}: {field}: {first['msg']}") from None
+    """A cluster profile by file or by name; its device profile is loaded here too."""
+    cluster = PROFILES.load(name_or_path, Cluster)
     cluster.hardware  # an unknown device is an error here, not in the middle of a plan
     return cluster
