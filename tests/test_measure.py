@@ -199,7 +199,7 @@ def test_readme_calibrate_then_measure_on_cpu(hardware_dir) -> None:
     # fresh outputs: a step per size from 1 MiB; past glibc's 32 MiB mmap threshold each write
     # to a fresh block page-faults, so the largest size costs more than a reused write (> 0)
     assert tables.first_touch is not None and tables.first_touch.bytes[0] == 2**20
-    assert tables.first_touch.s_per_byte[-1] > 0
+    assert tables.first_touch.s_per_byte[-1] > 0 and "fresh output" in cal.output
     analyzed = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "local", "--dtype", "fp32"])
     assert analyzed.exit_code == 0 and "predicted time " in analyzed.output and "no efficiency" not in analyzed.output
     result = runner.invoke(app, ["measure", "gpt2-small", "--device", "cpu", "--layers", "1", "-p", "prefill",
