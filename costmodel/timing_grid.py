@@ -19,8 +19,7 @@ from costmodel.hardware import Hardware
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.timing import (FLASH_LEAVES, UNFUSIBLE, Kernels, _in_attention, backward_gemms, gradient_bytes,
-                              layer_count)
+from costmodel.timing import FLASH_LEAVES, Kernels, _in_attention, backward_gemms, gradient_bytes, layer_count
 
 
 def _position(grid: list[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,11 +109,14 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
                 dense = np.asarray(q["flops_matmul"], dtype=float)
                 t = t * np.where(dense > 0, q["flops_matmul_effective"] / np.maximum(dense, 1), 1.0)
             ops = layers * len(gemms) // len(cost.gemms)
+            if not flash:  # no less than its bytes (timing.predict)
+                moved = np.asarray(q["bytes_unfused"], dtype=float)
+                t = np.maximum(t, np.where(moved > 0, moved / (bw * memory_eff(eff.memory, moved / ops)), 0.0))
             busy = np.asarray(q["flops_matmul"] + q["flops_other"] + q["bytes_unfused"]) > 0
             total += np.where(busy, np.maximum(t, ops * floor), 0.0)  # a pass that does not run: 0
             continue
         nbytes = np.asarray(q["bytes_unfused"], dtype=float)
-        if flash or (kernels.fused and leaf not in UNFUSIBLE):
+        if kernels.folds(path):
             continue
         ops = layers * (3 if ph.training else 1)
         busy = (nbytes + np.asarray(q["flops_matmul"] + q["flops_other"], dtype=float)) > 0
