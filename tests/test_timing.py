@@ -136,6 +136,20 @@ def test_flash_attention_fuses_the_score_pipeline_and_skips_masked_pairs() -> No
     assert frows["layers/ffn/up"].time_s == rows["layers/ffn/up"].time_s
 
 
+def test_the_fused_softmax_folds_scale_and_mask_and_keeps_the_rest() -> None:
+    """Megatron-LM's scale-mask-softmax kernel: the scale and mask passes move nothing, the
+    softmax still reads the scores and writes the probabilities, the matmuls are untouched."""
+    a = analyze(parse_spec(TINY), "train", batch=1, seq=32, dtype="fp32")
+    hw = flat(0.5, 0.25)
+    plain = {r.path: r for r in predict(a, hw).rows}
+    fused = {r.path: r for r in predict(a, hw, Kernels(fused_softmax=True)).rows}
+    for leaf in ("scale", "mask"):
+        assert plain[f"layers/attention/{leaf}"].time_s > 0
+        assert fused[f"layers/attention/{leaf}"].kind == "fused" and fused[f"layers/attention/{leaf}"].time_s == 0
+    assert {p: r.time_s for p, r in fused.items() if not p.endswith(("scale", "mask"))} == {
+        p: r.time_s for p, r in plain.items() if not p.endswith(("scale", "mask"))}
+
+
 def test_fused_kernels_leave_only_matmuls_lookups_cache_writes_and_loss() -> None:
     a = analyze(parse_spec(TINY), "decode", batch=1, seq=8, dtype="fp32")
     p = predict(a, flat(0.5, 0.25), Kernels(fused=True))
