@@ -37,6 +37,9 @@ Kernel assumptions (``Kernels``):
 - ``fused_softmax``: the 1/sqrt(d_h) scale and the causal mask fold into one softmax kernel that
   reads the scores once and writes the probabilities once (Megatron-LM's FusedScaleMaskSoftmax,
   the scale passed as the scores GEMM's alpha): the scale and mask components move no bytes;
+- ``fused_bias_dropout_add``: a sub-block's output dropout and its residual add are one kernel
+  (Megatron-LM's ``bias_dropout_add_fused_train``): the dropout's output never reaches memory,
+  so the residual add moves only the residual stream it reads, a third of its unfused bytes;
 - ``fused``: norms, activations, residual adds, RoPE, scales and dropout are fused into the
   neighbouring matmuls (their bytes never reach memory: the fused byte count's setting); the
   embedding lookup, KV-cache writes and the loss still move their bytes.
@@ -69,9 +72,21 @@ class Kernels:
     flash_attention: bool = False
     fused: bool = False
     fused_softmax: bool = False
+    fused_bias_dropout_add: bool = False
 
     def to_dict(self) -> dict[str, bool]:
-        return {"flash_attention": self.flash_attention, "fused": self.fused, "fused_softmax": self.fused_softmax}
+        return {"flash_attention": self.flash_attention, "fused": self.fused, "fused_softmax": self.fused_softmax,
+                "fused_bias_dropout_add": self.fused_bias_dropout_add}
+
+    def share(self, path: str, dropped: set[str]) -> float:
+        """The share of a non-matmul component's unfused bytes that reaches memory (`dropped`:
+        the sub-blocks with a dropout row, ``dropout_parents``)."""
+        if self.folds(path):
+            return 0.0
+        parent, _, leaf = path.rpartition("/")
+        if self.fused_bias_dropout_add and leaf == "residual" and parent in dropped:
+            return 1 / 3  # reads the residual stream; the dropout's output stays in registers
+        return 1.0
 
     def folds(self, path: str) -> bool:
         """Whether a non-matmul component's bytes never reach memory under these kernels."""
@@ -133,6 +148,11 @@ def no_tables_note(hw: Hardware, dtype: str) -> str:
             "(run `costmodel calibrate` on the device for calibrated times)")
 
 
+def dropout_parents(paths) -> set[str]:
+    """The sub-blocks (``layers/attention``) whose output has a dropout row."""
+    return {p.rpartition("/")[0] for p in paths if p.rpartition("/")[2] == "dropout"}
+
+
 def layer_count(groups: dict, path: str) -> int:
     """Layers a component spans: its group's count (``layers[local]/ffn/up``: L_local), else 1.
     `groups` is ``model.layer_groups(spec)``."""
@@ -169,6 +189,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element))
     rows = []
     groups = model.layer_groups(a.spec)
+    dropped = dropout_parents(r.path for r in a.rows if r.bytes_unfused)  # dropout runs in training only
     for row in a.rows:
         if row.flops == 0 and row.bytes_unfused == 0:
             continue
@@ -194,11 +215,12 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
             rows.append(ComponentTime(row.path, "matmul", ops, row.flops, row.bytes_unfused, t, lower,
                                       lower / t if t else 1.0))
             continue
-        if kernels.folds(row.path):
+        share = kernels.share(row.path, dropped)
+        if share == 0:
             rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0))
             continue
         ops = layers * (3 if training else 1)
-        moved = row.bytes_unfused + (gradient_bytes(row.params, a.bytes_per_element) if training else 0)
+        moved = share * row.bytes_unfused + (gradient_bytes(row.params, a.bytes_per_element) if training else 0)
         per_op = moved / ops
         t = max(ops * eff.floor_s, moved / (bw * eff.memory(per_op)) if per_op else 0.0)
         rows.append(ComponentTime(row.path, "memory", ops, row.flops, moved, t, lower,

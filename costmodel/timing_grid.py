@@ -19,7 +19,8 @@ from costmodel.hardware import Hardware
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.timing import FLASH_LEAVES, Kernels, _in_attention, backward_gemms, gradient_bytes, layer_count
+from costmodel.timing import (FLASH_LEAVES, Kernels, _in_attention, backward_gemms, dropout_parents, gradient_bytes,
+                              layer_count)
 
 
 def _position(grid: list[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,6 +93,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     peak, bw, floor = hw.peak(dtype), hw.memory_bandwidth, eff.floor_s
     table = eff.matmul[dtype]
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape))
+    dropped = dropout_parents(path for path, cost in costs.items() if not (cost.train_only and not ph.training))
     for path, cost in costs.items():
         if cost.train_only and not ph.training:
             continue
@@ -115,8 +117,9 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
             busy = np.asarray(q["flops_matmul"] + q["flops_other"] + q["bytes_unfused"]) > 0
             total += np.where(busy, np.maximum(t, ops * floor), 0.0)  # a pass that does not run: 0
             continue
-        nbytes = np.asarray(q["bytes_unfused"], dtype=float)
-        if kernels.folds(path):
+        share = kernels.share(path, dropped)
+        nbytes = share * np.asarray(q["bytes_unfused"], dtype=float)
+        if share == 0:
             continue
         ops = layers * (3 if ph.training else 1)
         busy = (nbytes + np.asarray(q["flops_matmul"] + q["flops_other"], dtype=float)) > 0

@@ -60,7 +60,9 @@ def test_train_json_keys():
 
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "64", "--tp", "7", "--pp", "8"], "--tp: 7 does not divide the 96 attention heads of megatron-175b"),
-    (["--gpus", "64", "--tp", "8", "--pp", "5"], "--pp: 5 does not divide the 96 layers of megatron-175b"),
+    (["--gpus", "1024", "--tp", "8", "--pp", "128"], "--pp: 128 stages for the 96 layers of megatron-175b"),
+    (["--gpus", "40", "--tp", "8", "--pp", "5", "--interleave", "2"],
+     "--interleave: 2 chunks x PP 5 does not divide the 96 layers"),
     (["--gpus", "64", "--tp", "8", "--pp", "8", "--dp", "2"], "--gpus: 64 GPUs but TP 8 x PP 8 x DP 2 x CP 1 = 128"),
     (["--gpus", "64", "--tp", "8", "--pp", "4", "--micro-batch", "5"],
      "--micro-batch: 5 does not divide the 32 sequences per DP rank (global batch 64 / DP 2)"),

@@ -150,6 +150,23 @@ def test_the_fused_softmax_folds_scale_and_mask_and_keeps_the_rest() -> None:
         p: r.time_s for p, r in plain.items() if not p.endswith(("scale", "mask"))}
 
 
+def test_the_fused_bias_dropout_add_leaves_the_residual_a_third() -> None:
+    """Megatron-LM's bias-dropout-add: the dropout's output is never written and read back, so the
+    residual add moves only the residual stream (1 of its 3 tensors); the dropout is unchanged."""
+    spec = parse_spec(TINY + "dropout: 0.1\n")
+    a = analyze(spec, "train", batch=1, seq=32, dtype="fp32")
+    hw = flat(0.5, 0.25)
+    plain = {r.path: r for r in predict(a, hw).rows}
+    fused = {r.path: r for r in predict(a, hw, Kernels(fused_bias_dropout_add=True)).rows}
+    for sub in ("attention", "ffn"):
+        res = next(r for r in a.rows if r.path == f"layers/{sub}/residual")
+        assert fused[f"layers/{sub}/residual"].time_s == pytest.approx(res.bytes_unfused / 3 / 2.5e10)
+        assert fused[f"layers/{sub}/dropout"].time_s == plain[f"layers/{sub}/dropout"].time_s
+    # in inference there is no dropout to fuse with
+    b = analyze(spec, "prefill", batch=1, seq=32, dtype="fp32")
+    assert predict(b, hw, Kernels(fused_bias_dropout_add=True)).time_s == predict(b, hw).time_s
+
+
 def test_fused_kernels_leave_only_matmuls_lookups_cache_writes_and_loss() -> None:
     a = analyze(parse_spec(TINY), "decode", batch=1, seq=8, dtype="fp32")
     p = predict(a, flat(0.5, 0.25), Kernels(fused=True))
@@ -272,7 +289,8 @@ def test_the_grid_gives_the_point_by_point_times(name, phase) -> None:
                   source="test", efficiency=e)
     spec = catalog.load(name)
     seq, batch = np.array([[5], [300], [5000]]), np.array([[1, 3, 17]])
-    for kernels in (Kernels(), Kernels(flash_attention=True, fused=True)):
+    for kernels in (Kernels(), Kernels(flash_attention=True, fused=True),
+                    Kernels(fused_softmax=True, fused_bias_dropout_add=True)):
         grid = predict_grid(spec, phase, batch, seq, hw, "bf16", kernels)
         for i in range(3):
             for j in range(3):

@@ -35,6 +35,7 @@ class OverlapName(str, Enum):
     ep = "ep"
     pp = "pp"
     dp = "dp"
+    tp_backward = "tp-backward"
     none = "none"
 
 
@@ -45,14 +46,14 @@ GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in all (N = TP 
 TrainSeqOpt = Annotated[Optional[int], typer.Option("--seq", "-s", min=1, help="Tokens per sequence. Default: 2048, or max_seq_len if shorter.")]
 TrainDtypeOpt = Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Compute dtype of the matmuls: bf16, fp16, fp8.")]
 RecipeOpt = Annotated[RecipeName, typer.Option("--recipe", metavar="RECIPE", help="megatron: fp16/bf16 weights, fp32 gradients, fp32 master + Adam (18 B/param); zero: bf16 gradients (16 B/param).")]
-OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option("--overlap", metavar="KIND", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, dp, or none. Default: cp only, as Megatron-LM in Korthikanti et al. 2022.")]
+OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option("--overlap", metavar="KIND", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, dp, tp-backward, or none. Default: what Megatron-LM ran in Korthikanti et al. 2022: tp-backward (the column-parallel linears' backward collectives beside their GEMMs) and cp.")]
 
 
 def _overlap(names: list[OverlapName] | None) -> Overlap:
     if not names:
         return Overlap()
     chosen = {n.value for n in names} - {"none"}
-    return Overlap(**{k: k in chosen for k in ("tp", "cp", "ep", "pp", "dp")})
+    return Overlap(**{k.replace("-", "_"): k in chosen for k in ("tp", "cp", "ep", "pp", "dp", "tp-backward")})
 
 
 def _seq(spec, seq: int | None) -> int:
