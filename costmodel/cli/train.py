@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, report, report_parallel, units
-from costmodel.cli.app import Format, FormatOpt, SpecArg, _user_errors, app, emit
+from costmodel.cli.app import Format, FormatOpt, MlaOpt, SpecArg, _user_errors, app, emit
+from costmodel.components.mla import Convention
 from costmodel.parallel import device
 from costmodel.parallel.cluster import cluster_paths, load_cluster
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
@@ -151,10 +152,12 @@ def serve_cmd(
     batch: Annotated[str, typer.Option("--batch", "-b", help="Sequences decoding together; a list such as 1,8,64.")] = "1",
     context: Annotated[int, typer.Option("--context", "-c", help="Tokens already cached per sequence.")] = 2048,
     dtype: Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")] = TrainDtype.bf16,
+    mla: MlaOpt = Convention.naive,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Decode at scale: per-token communication, time per output token (TPOT) and memory per GPU
-    of TP (and EP) ranks."""
+    of TP (and EP) ranks. With --ep, the GPUs are EP attention replicas of TP ranks each, the
+    batch split over the replicas and the routed experts over the EP ranks."""
     with _user_errors():
         s = catalog.load(spec)
         cl = load_cluster(cluster)
@@ -162,7 +165,7 @@ def serve_cmd(
             batches = [int(b) for b in batch.split(",")]
         except ValueError:
             raise LayoutError(f"--batch: {batch!r} is not a list of integers such as 1,8,64") from None
-        results = [decode(s, cl, tp, b, context, ep, dtype.value) for b in batches]
+        results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value) for b in batches]
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
 
