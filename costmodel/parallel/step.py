@@ -250,7 +250,8 @@ class Step:
             "mfu": self.mfu, "hfu": self.hfu, "tokens_per_step": self.tokens, "tokens_per_s": self.tokens_per_s,
             "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
             "memory": {"per_gpu": self.per_gpu.to_dict(), "first_stage": self.memory.to_dict(),
-                       "last_stage": self.memory_last.to_dict(), "device_bytes": int(hw.memory_bytes)},
+                       "last_stage": self.memory_last.to_dict(), "device_bytes": int(hw.memory_bytes)}
+                      | ({"middle_stage": self.memory_middle.to_dict()} if self.memory_middle else {}),
             "fits": self.fits, "notes": list(self.notes),
         }
         if tokens is not None:
