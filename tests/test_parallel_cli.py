@@ -58,6 +58,16 @@ def test_train_json_keys():
     assert finite(data)
 
 
+def test_train_splits_a_pipeline_the_layers_do_not_divide():
+    """48 layers on PP 5: stages of 9/10/10/10/9, said in a note; the fullest middle stage in the JSON."""
+    data = json.loads(run("train", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "40", "--tp", "8", "--pp", "5",
+                          "--micro-batch", "1", "--global-batch", "20", "--dtype", "fp16", "--format", "json").stdout)
+    assert "pipeline stages of 9/10/10/10/9 layers; stage 1 sets the pace" in data["notes"]
+    assert data["memory"]["middle_stage"]["stage"] == "stage 1"
+    assert data["memory"]["per_gpu"]["total"] == max(data["memory"][k]["total"]
+                                                     for k in ("first_stage", "middle_stage", "last_stage"))
+
+
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "64", "--tp", "7", "--pp", "8"], "--tp: 7 does not divide the 96 attention heads of megatron-175b"),
     (["--gpus", "1024", "--tp", "8", "--pp", "128"], "--pp: 128 stages for the 96 layers of megatron-175b"),
