@@ -66,15 +66,15 @@ def collectives_table(s: Step) -> Table:
 
 
 def memory_table(s: Step) -> Table:
-    a, b = s.memory, s.memory_last
+    stages = [s.memory, *([s.memory_middle] if s.memory_middle else []), s.memory_last]
     parts = (("weights", "weights"), ("gradients", "gradients"), ("optimizer states", "optimizer"),
              ("activations", "activations"), ("recompute working set", "recompute_working_set"))
-    rows = [(label, units.nbytes(getattr(a, f)), units.nbytes(getattr(b, f))) for label, f in parts]
-    rows.append(("total", units.nbytes(a.total), units.nbytes(b.total)))
+    rows = [(label, *(units.nbytes(getattr(m, f)) for m in stages)) for label, f in parts]
+    rows.append(("total", *(units.nbytes(m.total) for m in stages)))
     dev = s.cluster.hardware.memory_bytes
     verdict = "fits" if s.fits else f"DOES NOT FIT: {units.nbytes(s.per_gpu.total - dev)} over"
-    return Table("Memory per GPU", ("", "first stage", "last stage"), rows,
-                 (f"device {units.decimal_bytes(dev)}: {verdict}",))
+    heads = ("first stage", *([f"{s.memory_middle.stage} (fullest middle)"] if s.memory_middle else []), "last stage")
+    return Table("Memory per GPU", ("", *heads), rows, (f"device {units.decimal_bytes(dev)}: {verdict}",))
 
 
 def plan_table(p: Plan, top: int, seconds: float) -> Table:

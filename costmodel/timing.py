@@ -10,7 +10,10 @@ al. 2024), each component of a phase is timed on its own:
 - a **matmul** component (its ``Cost.gemms``: count x (M x K) @ (K x N)) takes, per product,
   2MKN / (peak[dtype] x e_mm(M, N, K)), with e_mm the profile's matmul table; a training step
   adds the two backward products of each, dA = dC B^T (M x N @ N x K) and dB = A^T dC
-  (K x M @ M x N), looked up at their own shapes;
+  (K x M @ M x N), looked up at their own shapes; and no less than its bytes at the memory
+  efficiency (the roofline's other side: the attention core's products, K = d_h, write or read
+  a score matrix of B h S^2 elements and sit below the ridge point of every GPU; a table
+  measured at large shapes does not know it);
 - a **memory** component (norms, activations, softmax, residual adds, cache writes, lookups)
   moves its unfused bytes (from the analysis, so a change of dtype or byte convention reaches
   the time) at bandwidth x e_mem(bytes per op); its FLOPs are not timed: they are a few per
@@ -42,6 +45,12 @@ Kernel assumptions (``Kernels``):
 - ``flash_attention``: scores, scale, bias, mask, soft-cap, softmax and AV run as one kernel
   (Dao et al. 2022): the score matrix is never written, the elementwise steps cost nothing,
   and the two matmuls execute only the unmasked pairs (``flops_matmul_effective``);
+- ``fused_softmax``: the 1/sqrt(d_h) scale and the causal mask fold into one softmax kernel that
+  reads the scores once and writes the probabilities once (Megatron-LM's FusedScaleMaskSoftmax,
+  the scale passed as the scores GEMM's alpha): the scale and mask components move no bytes;
+- ``fused_bias_dropout_add``: a sub-block's output dropout and its residual add are one kernel
+  (Megatron-LM's ``bias_dropout_add_fused_train``): the dropout's output never reaches memory,
+  so the residual add moves only the residual stream it reads, a third of its unfused bytes;
 - ``fused``: norms, activations, residual adds, RoPE, scales and dropout are fused into the
   neighbouring matmuls (their bytes never reach memory: the fused byte count's setting); the
   embedding lookup, KV-cache writes and the loss still move their bytes.
@@ -62,6 +71,8 @@ from costmodel.spec import Spec
 
 #: Leaves of an attention sub-block that one flash-attention kernel runs.
 FLASH_LEAVES = {"scores", "scale", "position_bias", "mask", "softcap", "softmax", "av", "attention_dropout"}
+#: Leaves the fused scale-mask-softmax kernel folds into the softmax.
+SOFTMAX_FUSED = {"scale", "mask"}
 #: Leaves that move their bytes even when everything fusible is fused.
 UNFUSIBLE = {"tokens", "positions", "kv_cache", "cross_entropy", "z_loss"}
 
@@ -72,9 +83,30 @@ class Kernels:
 
     flash_attention: bool = False
     fused: bool = False
+    fused_softmax: bool = False
+    fused_bias_dropout_add: bool = False
 
     def to_dict(self) -> dict[str, bool]:
-        return {"flash_attention": self.flash_attention, "fused": self.fused}
+        return {"flash_attention": self.flash_attention, "fused": self.fused, "fused_softmax": self.fused_softmax,
+                "fused_bias_dropout_add": self.fused_bias_dropout_add}
+
+    def share(self, path: str, dropped: set[str]) -> float:
+        """The share of a non-matmul component's unfused bytes that reaches memory (`dropped`:
+        the sub-blocks with a dropout row, ``dropout_parents``)."""
+        if self.folds(path):
+            return 0.0
+        parent, _, leaf = path.rpartition("/")
+        if self.fused_bias_dropout_add and leaf == "residual" and parent in dropped:
+            return 1 / 3  # reads the residual stream; the dropout's output stays in registers
+        return 1.0
+
+    def folds(self, path: str) -> bool:
+        """Whether a non-matmul component's bytes never reach memory under these kernels."""
+        leaf = path.rsplit("/", 1)[-1]
+        if (self.flash_attention or self.fused_softmax) and _in_attention(path):
+            if leaf in (FLASH_LEAVES if self.flash_attention else SOFTMAX_FUSED):
+                return True
+        return self.fused and leaf not in UNFUSIBLE
 
 
 @dataclass(frozen=True)
@@ -129,6 +161,11 @@ def no_tables_note(hw: Hardware, dtype: str) -> str:
             "(run `costmodel calibrate` on the device for calibrated times)")
 
 
+def dropout_parents(paths) -> set[str]:
+    """The sub-blocks (``layers/attention``) whose output has a dropout row."""
+    return {p.rpartition("/")[0] for p in paths if p.rpartition("/")[2] == "dropout"}
+
+
 def layer_count(groups: dict, path: str) -> int:
     """Layers a component spans: its group's count (``layers[local]/ffn/up``: L_local), else 1.
     `groups` is ``model.layer_groups(spec)``."""
@@ -165,6 +202,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element))
     rows = []
     groups = model.layer_groups(a.spec)
+    dropped = dropout_parents(r.path for r in a.rows if r.bytes_unfused)  # dropout runs in training only
     for row in a.rows:
         if row.flops == 0 and row.bytes_unfused == 0:
             continue
@@ -185,15 +223,18 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
             if flash and row.flops_matmul:  # only the unmasked pairs are executed
                 t *= row.flops_matmul_effective / row.flops_matmul
             ops = layers * len(gemms) // len(cost.gemms)
+            if not flash:  # flash attention never writes the scores
+                t = max(t, row.bytes_unfused / (bw * eff.memory(row.bytes_unfused / ops)))
             fresh = first_touch_s(eff, gemm_outputs(gemms, layers, p))
             t = max(t, ops * eff.floor_s) + fresh
             rows.append(ComponentTime(row.path, "matmul", ops, row.flops, row.bytes_unfused, t, lower,
                                       lower / t if t else 1.0, fresh))
             continue
-        if flash or (kernels.fused and leaf not in UNFUSIBLE):
+        share = kernels.share(row.path, dropped)
+        if share == 0:
             rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0))
             continue
-        ops, moved, outputs = layers * (3 if training else 1), row.bytes_unfused, []
+        ops, moved, outputs = layers * (3 if training else 1), share * row.bytes_unfused, []
         if training:
             extra_ops, extra_bytes, outputs = weight_gradients(a.spec, row.path, row.params, layers, p)
             ops, moved = ops + extra_ops, moved + extra_bytes

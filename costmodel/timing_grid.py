@@ -19,7 +19,7 @@ from costmodel.hardware import Hardware
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.timing import (FLASH_LEAVES, UNFUSIBLE, Kernels, _in_attention, backward_gemms, gemm_outputs,
+from costmodel.timing import (FLASH_LEAVES, Kernels, _in_attention, backward_gemms, dropout_parents, gemm_outputs,
                               layer_count, weight_gradients)
 
 
@@ -107,6 +107,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     peak, bw, floor = hw.peak(dtype), hw.memory_bandwidth, eff.floor_s
     table = eff.matmul[dtype]
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape))
+    dropped = dropout_parents(path for path, cost in costs.items() if not (cost.train_only and not ph.training))
     for path, cost in costs.items():
         if cost.train_only and not ph.training:
             continue
@@ -124,12 +125,16 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
                 dense = np.asarray(q["flops_matmul"], dtype=float)
                 t = t * np.where(dense > 0, q["flops_matmul_effective"] / np.maximum(dense, 1), 1.0)
             ops = layers * len(gemms) // len(cost.gemms)
+            if not flash:  # no less than its bytes (timing.predict)
+                moved = np.asarray(q["bytes_unfused"], dtype=float)
+                t = np.maximum(t, np.where(moved > 0, moved / (bw * memory_eff(eff.memory, moved / ops)), 0.0))
             busy = np.asarray(q["flops_matmul"] + q["flops_other"] + q["bytes_unfused"]) > 0
             fresh = first_touch(eff, gemm_outputs(gemms, layers, p))
             total += np.where(busy, np.maximum(t, ops * floor) + fresh, 0.0)  # a pass that does not run: 0
             continue
-        nbytes = np.asarray(q["bytes_unfused"], dtype=float)
-        if flash or (kernels.fused and leaf not in UNFUSIBLE):
+        share = kernels.share(path, dropped)
+        nbytes = share * np.asarray(q["bytes_unfused"], dtype=float)
+        if share == 0:
             continue
         ops = layers * (3 if ph.training else 1)
         busy = (nbytes + np.asarray(q["flops_matmul"] + q["flops_other"], dtype=float)) > 0

@@ -60,9 +60,21 @@ def test_train_json_keys():
     assert finite(data)
 
 
+def test_train_splits_a_pipeline_the_layers_do_not_divide():
+    """48 layers on PP 5: stages of 9/10/10/10/9, said in a note; the fullest middle stage in the JSON."""
+    data = json.loads(run("train", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "40", "--tp", "8", "--pp", "5",
+                          "--micro-batch", "1", "--global-batch", "20", "--dtype", "fp16", "--format", "json").stdout)
+    assert "pipeline stages of 9/10/10/10/9 layers; stage 1 sets the pace" in data["notes"]
+    assert data["memory"]["middle_stage"]["stage"] == "stage 1"
+    assert data["memory"]["per_gpu"]["total"] == max(data["memory"][k]["total"]
+                                                     for k in ("first_stage", "middle_stage", "last_stage"))
+
+
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "64", "--tp", "7", "--pp", "8"], "--tp: 7 does not divide the 96 attention heads of megatron-175b"),
-    (["--gpus", "64", "--tp", "8", "--pp", "5"], "--pp: 5 does not divide the 96 layers of megatron-175b"),
+    (["--gpus", "1024", "--tp", "8", "--pp", "128"], "--pp: 128 stages for the 96 layers of megatron-175b"),
+    (["--gpus", "40", "--tp", "8", "--pp", "5", "--interleave", "2"],
+     "--interleave: 2 chunks x PP 5 does not divide the 96 layers"),
     (["--gpus", "64", "--tp", "8", "--pp", "8", "--dp", "2"], "--gpus: 64 GPUs but TP 8 x PP 8 x DP 2 x CP 1 = 128"),
     (["--gpus", "64", "--tp", "8", "--pp", "4", "--micro-batch", "5"],
      "--micro-batch: 5 does not divide the 32 sequences per DP rank (global batch 64 / DP 2)"),
@@ -105,6 +117,19 @@ def test_serve_llama_405b_tp8_on_h200():
     assert one["tpot_s"] == pytest.approx(one["compute_s"] + one["comm_s"])
     assert one["fits"] and many["tokens_per_s"] > one["tokens_per_s"]
     assert "TPOT" in run("serve", "llama-3.1-405b", "--cluster", "dgx-h200").stdout
+
+
+def test_serve_deepseek_v3_with_expert_parallelism():
+    """DeepSeek-V3 (specs/pending until its branch lands) on 8 x H200, EP 8, absorbed MLA, fp8:
+    the all-to-alls in the JSON; a batch that does not split over the replicas: one line, exit 2."""
+    data = json.loads(run("serve", "specs/pending/deepseek-v3.yaml", "--cluster", "dgx-h200", "--tp", "1", "--ep", "8",
+                          "--batch", "64", "--mla", "absorbed", "--dtype", "fp8", "--format", "json").stdout)
+    (one,) = data["results"]
+    assert (one["gpus"], one["ep"]) == (8, 8) and one["fits"]
+    assert one["comm"]["by_collective"]["ep/all_to_all"]["calls"] == 116
+    bad = runner.invoke(app, ["serve", "specs/pending/deepseek-v3.yaml", "--cluster", "dgx-h200", "--tp", "1",
+                              "--ep", "8", "--batch", "4"])
+    assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--batch" in bad.stderr
 
 
 def test_serve_bad_batch():

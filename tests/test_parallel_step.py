@@ -160,3 +160,100 @@ def test_memory_per_gpu_of_the_first_stage():
     first = (12 * (1 + 7 / 24) * per_layer + acts.first) * 8 + acts.shared
     assert st.memory.activations == pytest.approx(first)
     assert st.memory_last.activations == pytest.approx(12 * per_layer + acts.last + acts.shared)
+
+
+# --- what Megatron-LM (June 2022) runs: overlap, kernels, optimizer, pipeline ------------------
+
+
+def test_the_column_parallel_backward_collectives_run_beside_their_gemms(m22):
+    """22B, TP 8, b 4: each layer's 2 forward all-reduces wait; the 2 backward ones (the input
+    gradients of QKV and of the FFN's first linear) run beside those linears' weight-gradient
+    GEMMs, 2 x 8192 x 6144 x 2304 FLOPs (0.87 ms) and 2 x 8192 x 6144 x 3072 (1.15 ms) at 85.9%
+    of 312 TFLOP/s, longer than an all-reduce of 4 x 2048 x 6144 fp16 (0.82 ms): hidden. Exposed:
+    2 per layer + the embedding's + the head's = 98 of 194. Without the overlap all 194."""
+    st = m22.step(Layout(4, 4, tp=8))
+    ar = st.by_collective()["tp/all_reduce"]
+    one = ar["time_s"] / ar["calls"]
+    assert 2 * 8192 * 6144 * 2304 / (312e12 * 0.859) > one
+    assert ar["exposed_s"] == pytest.approx((2 * 48 + 2) * one)
+    assert st.breakdown["tp_comm"] == pytest.approx(ar["exposed_s"])
+    off = StepModel(m22.spec, A100, seq=2048, dtype="fp16", overlap=Overlap(tp_backward=False)).step(Layout(4, 4, tp=8))
+    assert off.by_collective()["tp/all_reduce"]["exposed_s"] == pytest.approx(194 * one)
+    # SP: per layer 2 all-gathers + 2 reduce-scatters forward and the 2 all-gathers of the
+    # reduce-scatters' backward wait; the re-gathers and the input-gradient reduce-scatters hide.
+    sp = m22.step(Layout(4, 4, tp=8, sequence_parallel=True, recompute=Recompute.selective)).by_collective()
+    ag, rs = sp["tp/all_gather"], sp["tp/reduce_scatter"]
+    assert ag["exposed_s"] == pytest.approx((4 * 48 + 1) * ag["time_s"] / ag["calls"])
+    assert rs["exposed_s"] == pytest.approx((2 * 48 + 2) * rs["time_s"] / rs["calls"])
+
+
+def test_the_attention_core_as_megatron_runs_it(m22):
+    """22B shard (8 heads), b 4, s 2048, fp16, one layer forward + backward: the scale is the
+    scores GEMM's alpha and the mask is in the softmax kernel (no passes of their own); QK^T and
+    PV are memory-bound: each moves 3 x 2 B x (Q + K + scores) = 3 x 2 x (2 x 8192 x 768 +
+    4 x 8 x 2048^2) bytes; the softmax 3 x 2 x 2 B per score; the probabilities' dropout 3 x 5 B
+    per score (fp16 in and out, a 1-byte mask), all at 88% of 2.039 TB/s. Under SP none of it is
+    split further (the heads already are), and selective recompute replays its forward, a third."""
+    scores = 4 * 8 * 2048 ** 2
+    qk = 3 * 2 * (2 * 8192 * 768 + scores)
+    core = (2 * qk + 3 * 4 * scores + 3 * 5 * scores) / (0.88 * 2.039e12)
+    for sp in (False, True):
+        mb = m22.micro(8, 4, 1, sp, Recompute.selective)
+        assert mb.layer_s["attention core"] == pytest.approx(core)
+        assert mb.recompute_s == pytest.approx(core / 3)
+    # the output dropout (b s h, 5 B a element) stays with the norms and residuals, split by SP
+    plain, split = m22.micro(8, 4, 1, False, Recompute.none), m22.micro(8, 4, 1, True, Recompute.none)
+    assert split.layer_s["norms, residuals, dropout"] == pytest.approx(plain.layer_s["norms, residuals, dropout"] / 8)
+
+
+def test_megatrons_optimizer_step_moves_50_bytes_a_parameter(m22):
+    """Zero the fp32 gradient buffer (4), unscale and check in place (8), the gradient norm (4),
+    Adam (28), fp32 master to fp16 weights (6), at 88% of the A100's bandwidth."""
+    st = m22.step(Layout(4, 4, tp=8))
+    params = st.memory.weights / 2
+    assert st.breakdown["optimizer"] == pytest.approx(50 * params / (0.88 * 2.039e12))
+
+
+def test_pipeline_receives_are_gathered_over_nvlink_without_sp():
+    """175B, TP 8, PP 8, 64 micro-batches: each of the 2 x 64 receives of b s h / t over the
+    network is all-gathered over the 8 TP ranks (b s h fp16) without SP; with SP nothing is."""
+    model = StepModel(catalog.load("megatron-175b"), A100, seq=2048, dtype="fp16")
+    plain = model.step(Layout(64, 1, tp=8, pp=8, recompute=Recompute.full)).by_collective()
+    assert plain["tp/all_gather"]["calls"] == 2 * 64
+    assert plain["tp/all_gather"]["bytes_sent"] == pytest.approx(2 * 64 * 7 / 8 * 2048 * 12288 * 2)
+    sp = model.step(Layout(64, 1, tp=8, pp=8, sequence_parallel=True)).by_collective()
+    assert sp["tp/all_gather"]["calls"] == 64 * 12 * 6 + 64  # the layers' and the head's only
+
+
+# --- unequal pipeline stages ---------------------------------------------------------------
+
+
+def test_stage_layers_split_evenly_or_give_the_extras_to_the_middle():
+    from costmodel.parallel.layout import stage_layers
+
+    assert stage_layers(96, 8) == (12,) * 8
+    assert stage_layers(48, 5) == (9, 10, 10, 10, 9)
+    assert stage_layers(50, 8) == (6, 6, 6, 7, 7, 6, 6, 6)
+    assert stage_layers(7, 4) == (1, 2, 2, 2)  # 3 extras, 2 middle stages: the last takes one
+    assert stage_layers(9, 2) == (4, 5)
+    assert stage_layers(48, 48) == (1,) * 48
+
+
+def test_the_slowest_stage_sets_the_step(m22):
+    """22B's 48 layers on PP 5 (9/10/10/10/9): a 10-layer middle stage outweighs the first (9
+    layers + the embedding) and the last (9 + the head, 2 x 4 x 2048 x 6144 x 6400 x 3 FLOPs,
+    well under a layer): the step's compute is m x 10 layers; the bubble (p - 1) x the mean stage.
+    Memory: stage 1 keeps p - 1 = 4 micro-batches of its 10 layers."""
+    lo = Layout(20, 1, tp=8, pp=5, sequence_parallel=True, recompute=Recompute.selective)
+    st = m22.step(lo)
+    mb = m22.micro(8, 1, 1, True, Recompute.selective)
+    layer = sum(mb.layer_s.values()) + mb.recompute_s
+    assert st.breakdown["compute"] == pytest.approx(20 * 10 * layer)
+    assert "embedding" not in st.compute_by_component and "lm_head + loss" not in st.compute_by_component
+    assert any("9/10/10/10/9" in n for n in st.notes)
+    acts = m22._activations(8, 1, 2048, True, Recompute.selective)
+    assert st.memory_middle is not None and st.memory_middle.stage == "stage 1"
+    assert st.memory_middle.activations == pytest.approx(10 * acts.per_layer * 4 + acts.shared)
+    assert st.per_gpu.total == max(st.memory.total, st.memory_last.total, st.memory_middle.total)
+    even = m22.step(lo.with_(pp=4))  # 12 layers a stage: slower per micro-batch than 10
+    assert even.breakdown["compute"] > st.breakdown["compute"]

@@ -80,16 +80,32 @@ def test_a_malformed_table_is_rejected() -> None:
 @pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
 def test_phase_time_is_matmul_flops_at_their_rate_plus_other_bytes_at_theirs(phase) -> None:
     """Flat tables: every matmul at 0.5 x 1 TFLOP/s, every other op at 0.25 x 100 GB/s, no floor.
-    The phase is the sum: matmul FLOPs / 5e11 + bytes of the non-matmul components / 2.5e10; a
+    The phase is the sum: each matmul component's FLOPs / 5e11, or its bytes / 2.5e10 where more
+    (the tiny shapes sit below the ridge point), + bytes of the non-matmul components / 2.5e10; a
     training step also zero-fills and writes the gradient of each non-matmul weight (2 x 4 B)."""
     spec = parse_spec(TINY)
     a = analyze(spec, phase, batch=2, seq=16, dtype="fp32")
     p = predict(a, flat(0.5, 0.25))
     assert p.calibrated and p.note is None
-    matmul = a.total().flops_matmul
+    matmul = sum(max(r.flops_matmul / 5e11, r.bytes_unfused / 2.5e10) for r in a.rows if r.flops_matmul)
     other = sum(r.bytes_unfused + (8 * r.params if phase == "train" else 0) for r in a.rows if r.flops_matmul == 0)
-    assert p.time_s == pytest.approx(matmul / 5e11 + other / 2.5e10)
+    assert any(r.bytes_unfused / 2.5e10 > r.flops_matmul / 5e11 for r in a.rows if r.flops_matmul)
+    assert p.time_s == pytest.approx(matmul + other / 2.5e10)
     assert p.roofline_s == pytest.approx(max(a.total().flops / 1e12, a.total().bytes_unfused / 1e11))
+
+
+def test_a_matmul_takes_at_least_its_bytes() -> None:
+    """The attention core's products (K = d_h) sit below the ridge point: on the flat profile
+    (0.5 TFLOP/s, 25 GB/s reached), the scores of TINY's 2 layers of 4 heads, d_h = 16, over 64
+    tokens do 2 x 2 x 4 x 64^2 x 16 = 1,048,576 FLOPs (2.1 us) but read Q and K (2 x 64 x 64 x 4 B)
+    and write 4 x 64^2 fp32 scores in each layer: 196,608 bytes (7.9 us), which set the time."""
+    spec = parse_spec(TINY)
+    a = analyze(spec, "prefill", batch=1, seq=64, dtype="fp32")
+    rows = {r.path: r for r in predict(a, flat(0.5, 0.25)).rows}
+    scores = next(r for r in a.rows if r.path == "layers/attention/scores")
+    assert (scores.flops_matmul, scores.bytes_unfused) == (1_048_576, 196_608)
+    assert rows["layers/attention/scores"].time_s == pytest.approx(196_608 / 2.5e10)
+    assert rows["layers/attention/scores"].time_s > scores.flops_matmul / 5e11
 
 
 def test_every_op_takes_at_least_the_floor() -> None:
@@ -115,9 +131,40 @@ def test_flash_attention_fuses_the_score_pipeline_and_skips_masked_pairs() -> No
     for leaf in ("softmax", "mask", "scale"):
         assert frows[f"layers/attention/{leaf}"].kind == "fused" and frows[f"layers/attention/{leaf}"].time_s == 0
     scores = a.total("layers/attention/scores")
-    assert frows["layers/attention/scores"].time_s == pytest.approx(
-        rows["layers/attention/scores"].time_s * scores.flops_matmul_effective / scores.flops_matmul)
+    # the unmasked pairs at the matmul rate: the scores never reach memory
+    assert frows["layers/attention/scores"].time_s == pytest.approx(scores.flops_matmul_effective / 5e11)
     assert frows["layers/ffn/up"].time_s == rows["layers/ffn/up"].time_s
+
+
+def test_the_fused_softmax_folds_scale_and_mask_and_keeps_the_rest() -> None:
+    """Megatron-LM's scale-mask-softmax kernel: the scale and mask passes move nothing, the
+    softmax still reads the scores and writes the probabilities, the matmuls are untouched."""
+    a = analyze(parse_spec(TINY), "train", batch=1, seq=32, dtype="fp32")
+    hw = flat(0.5, 0.25)
+    plain = {r.path: r for r in predict(a, hw).rows}
+    fused = {r.path: r for r in predict(a, hw, Kernels(fused_softmax=True)).rows}
+    for leaf in ("scale", "mask"):
+        assert plain[f"layers/attention/{leaf}"].time_s > 0
+        assert fused[f"layers/attention/{leaf}"].kind == "fused" and fused[f"layers/attention/{leaf}"].time_s == 0
+    assert {p: r.time_s for p, r in fused.items() if not p.endswith(("scale", "mask"))} == {
+        p: r.time_s for p, r in plain.items() if not p.endswith(("scale", "mask"))}
+
+
+def test_the_fused_bias_dropout_add_leaves_the_residual_a_third() -> None:
+    """Megatron-LM's bias-dropout-add: the dropout's output is never written and read back, so the
+    residual add moves only the residual stream (1 of its 3 tensors); the dropout is unchanged."""
+    spec = parse_spec(TINY + "dropout: 0.1\n")
+    a = analyze(spec, "train", batch=1, seq=32, dtype="fp32")
+    hw = flat(0.5, 0.25)
+    plain = {r.path: r for r in predict(a, hw).rows}
+    fused = {r.path: r for r in predict(a, hw, Kernels(fused_bias_dropout_add=True)).rows}
+    for sub in ("attention", "ffn"):
+        res = next(r for r in a.rows if r.path == f"layers/{sub}/residual")
+        assert fused[f"layers/{sub}/residual"].time_s == pytest.approx(res.bytes_unfused / 3 / 2.5e10)
+        assert fused[f"layers/{sub}/dropout"].time_s == plain[f"layers/{sub}/dropout"].time_s
+    # in inference there is no dropout to fuse with
+    b = analyze(spec, "prefill", batch=1, seq=32, dtype="fp32")
+    assert predict(b, hw, Kernels(fused_bias_dropout_add=True)).time_s == predict(b, hw).time_s
 
 
 def test_fused_kernels_leave_only_matmuls_lookups_cache_writes_and_loss() -> None:
@@ -315,7 +362,8 @@ def test_the_grid_gives_the_point_by_point_times(name, phase) -> None:
                   source="test", efficiency=e)
     spec = catalog.load(name)
     seq, batch = np.array([[5], [300], [5000]]), np.array([[1, 3, 17]])
-    for kernels in (Kernels(), Kernels(flash_attention=True, fused=True)):
+    for kernels in (Kernels(), Kernels(flash_attention=True, fused=True),
+                    Kernels(fused_softmax=True, fused_bias_dropout_add=True)):
         grid = predict_grid(spec, phase, batch, seq, hw, "bf16", kernels)
         for i in range(3):
             for j in range(3):

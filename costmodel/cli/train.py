@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, report, report_parallel, units
-from costmodel.cli.app import Format, FormatOpt, SpecArg, _user_errors, app, emit
+from costmodel.cli.app import Format, FormatOpt, MlaOpt, SpecArg, _user_errors, app, emit
+from costmodel.components.mla import Convention
 from costmodel.parallel import device
 from costmodel.parallel.cluster import cluster_paths, load_cluster
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
@@ -35,6 +36,7 @@ class OverlapName(str, Enum):
     ep = "ep"
     pp = "pp"
     dp = "dp"
+    tp_backward = "tp-backward"
     none = "none"
 
 
@@ -45,14 +47,14 @@ GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in all (N = TP 
 TrainSeqOpt = Annotated[Optional[int], typer.Option("--seq", "-s", min=1, help="Tokens per sequence. Default: 2048, or max_seq_len if shorter.")]
 TrainDtypeOpt = Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Compute dtype of the matmuls: bf16, fp16, fp8.")]
 RecipeOpt = Annotated[RecipeName, typer.Option("--recipe", metavar="RECIPE", help="megatron: fp16/bf16 weights, fp32 gradients, fp32 master + Adam (18 B/param); zero: bf16 gradients (16 B/param).")]
-OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option("--overlap", metavar="KIND", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, dp, or none. Default: cp only, as Megatron-LM in Korthikanti et al. 2022.")]
+OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option("--overlap", metavar="KIND", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, dp, tp-backward, or none. Default: what Megatron-LM ran in Korthikanti et al. 2022: tp-backward (the column-parallel linears' backward collectives beside their GEMMs) and cp.")]
 
 
 def _overlap(names: list[OverlapName] | None) -> Overlap:
     if not names:
         return Overlap()
     chosen = {n.value for n in names} - {"none"}
-    return Overlap(**{k: k in chosen for k in ("tp", "cp", "ep", "pp", "dp")})
+    return Overlap(**{k.replace("-", "_"): k in chosen for k in ("tp", "cp", "ep", "pp", "dp", "tp-backward")})
 
 
 def _seq(spec, seq: int | None) -> int:
@@ -150,10 +152,12 @@ def serve_cmd(
     batch: Annotated[str, typer.Option("--batch", "-b", help="Sequences decoding together; a list such as 1,8,64.")] = "1",
     context: Annotated[int, typer.Option("--context", "-c", help="Tokens already cached per sequence.")] = 2048,
     dtype: Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")] = TrainDtype.bf16,
+    mla: MlaOpt = Convention.naive,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Decode at scale: per-token communication, time per output token (TPOT) and memory per GPU
-    of TP (and EP) ranks."""
+    of TP (and EP) ranks. With --ep, the GPUs are EP attention replicas of TP ranks each, the
+    batch split over the replicas and the routed experts over the EP ranks."""
     with _user_errors():
         s = catalog.load(spec)
         cl = load_cluster(cluster)
@@ -161,7 +165,7 @@ def serve_cmd(
             batches = [int(b) for b in batch.split(",")]
         except ValueError:
             raise LayoutError(f"--batch: {batch!r} is not a list of integers such as 1,8,64") from None
-        results = [decode(s, cl, tp, b, context, ep, dtype.value) for b in batches]
+        results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value) for b in batches]
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
 

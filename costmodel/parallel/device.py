@@ -27,14 +27,23 @@ from costmodel.timing import Kernels, predict
 
 @dataclass(frozen=True)
 class Recipe:
-    """Bytes per parameter held by one replica (before ZeRO shards them)."""
+    """Bytes per parameter held by one replica (before ZeRO shards them), and the bytes per
+    parameter the optimizer step moves.
+
+    The default is Megatron-LM's fp16 optimizer as it ran in Korthikanti et al. 2022
+    (NVIDIA/Megatron-LM of June 2022, megatron/optimizer/optimizer.py,
+    ``MixedPrecisionOptimizer.step``, and training.py), pass by pass over every parameter:
+    zero the fp32 gradient buffer (write 4); unscale and check for inf/NaN in place
+    (``_amp_foreach_non_finite_check_and_unscale_``: read 4, write 4); the gradient's L2 norm
+    for clipping (read 4; the rescale only runs when the norm exceeds the limit); Adam (apex
+    ``multi_tensor_adam``: read gradient, master, m, v, write master, m, v: 28); copy the fp32
+    master into the fp16 weights (read 4, write 2). 50 bytes."""
 
     name: str = "fp16-mixed (Megatron)"
     weight_bytes: int = 2  # fp16/bf16 weights
     grad_bytes: int = 4  # fp32 main gradients (Megatron accumulates in fp32)
     optimizer_bytes: int = 12  # fp32 master weights, Adam m and v
-    # The update reads master, m, v and the gradient and writes master, m, v and the weight.
-    update_bytes: int = 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2
+    update_bytes: int = 4 + (4 + 4) + 4 + (4 * 4 + 3 * 4) + (4 + 2)
 
     @property
     def state_bytes(self) -> int:
@@ -57,10 +66,13 @@ ZERO = _zero()
 
 # --- time: the calibrated operator model (costmodel.timing) --------------------------------------
 
-#: Megatron-LM's kernels in Korthikanti et al. 2022: no flash attention (the scores reach memory;
-#: a fused scale-mask-softmax), and its fusions join elementwise ops to each other (bias-GeLU,
-#: bias-dropout-add), not to the matmuls: every elementwise component moves its unfused bytes.
-MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False)
+#: Megatron-LM's kernels in Korthikanti et al. 2022: no flash attention (the scores reach memory);
+#: the 1/sqrt(d_h) scale is the scores GEMM's alpha (``torch.baddbmm``) and the causal mask and
+#: softmax one kernel (``FusedScaleMaskSoftmax``; megatron/model/transformer.py, CoreAttention);
+#: the output dropout and residual add one kernel (``bias_dropout_add_fused_train``, the default
+#: --bias-dropout-fusion); its other fusions (bias-GeLU) join elementwise ops to each other, not to
+#: the matmuls: every other elementwise component moves its unfused bytes.
+MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False, fused_softmax=True, fused_bias_dropout_add=True)
 
 
 def component_seconds(a: Analysis, hw: Hardware, kernels: Kernels = MEGATRON_KERNELS) -> dict[str, float]:

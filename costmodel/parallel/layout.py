@@ -78,6 +78,22 @@ class Layout:
         return " ".join(parts)
 
 
+def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
+    """Layers on each of `pp` pipeline stages, first to last. Equal when pp divides them;
+    otherwise the r = layers mod pp extra layers go to the middle stages, nearest the middle
+    first, and to the last and first stage only when there are more extras than middle stages:
+    the first and last already carry the embedding and the head, and the first stage keeps the
+    most micro-batches in flight. (Megatron-LM of 2022 refused a PP that does not divide the
+    layers, megatron/mpu/initialize.py; Megatron-Core takes the first and last stage's counts as
+    --decoder-first/last-pipeline-num-layers and splits the rest evenly; this split is automatic.)"""
+    base, extra = divmod(layers, pp)
+    counts = [base] * pp
+    middle = sorted(range(1, pp - 1), key=lambda i: (abs(2 * i - (pp - 1)), i))
+    for i in (middle + [pp - 1, 0])[:extra]:
+        counts[i] += 1
+    return tuple(counts)
+
+
 def experts(spec: Spec) -> tuple[int, int] | None:
     """(routed experts E, top_k) of a mixture-of-experts spec, None for a dense one. Reads the
     ``ffn: {kind: moe}`` union of SCHEMA.md where the spec has it."""
@@ -112,10 +128,8 @@ def check(layout: Layout, spec: Spec, gpus: int | None = None, seq: int | None =
     if spec.d_ff % t:
         raise LayoutError(f"--tp: {t} does not divide the FFN width {spec.d_ff} of {spec.name}")
     layers = spec.n_layers or 0
-    if layers % p:
-        raise LayoutError(
-            f"--pp: {p} does not divide the {layers} layers of {spec.name} (equal stages: choose a divisor of {layers})"
-        )
+    if p > layers:
+        raise LayoutError(f"--pp: {p} stages for the {layers} layers of {spec.name}; at most one stage per layer")
     if v > 1:
         if p == 1:
             raise LayoutError("--interleave: needs pipeline parallelism (--pp > 1)")

@@ -1,15 +1,27 @@
 """Decode at scale: one output token per sequence on TP (and EP) ranks, and what crosses the wire.
 
-Per decode step, a TP rank runs the spec's shard (``step.shard_spec``) over B new tokens against
-C cached ones, then all-reduces the attention and FFN outputs of every layer: 2 all-reduces of
-B x d elements per layer (Shoeybi et al. 2019), which at decode sizes are latency-bound. A
-mixture-of-experts layer on EP ranks sends each token's top_k copies to the experts' ranks and
-back: a dispatch and a combine all-to-all of top_k x B x d elements. Nothing overlaps:
+Per decode step, a TP rank runs the spec's shard (``step.shard_spec``) over its new tokens
+against C cached ones, then all-reduces the attention and FFN outputs of every layer: 2
+all-reduces of B x d elements per layer (Shoeybi et al. 2019), which at decode sizes are
+latency-bound.
+
+Expert parallelism (GShard, Lepikhin et al. 2020; as DeepSeek-V3 is served, DeepSeek-AI 2024,
+section 3.4, with the attention data-parallel): the TP x EP GPUs are EP attention replicas of
+TP ranks each, and the E routed experts are split over the EP ranks. Each replica decodes B/EP
+of the B sequences; in a sparse layer every rank sends each of its tokens' top_k copies to
+the ranks holding those experts (the dispatch all-to-all, top_k x B/EP x d elements, (EP-1)/EP
+of it off the GPU with the experts spread evenly) and gets the expert outputs back (the
+combine, the same again). Each rank's experts see B x top_k / EP token copies; the shard is
+analysed with E/EP experts and B/EP tokens of top_k picks each, which reads the local experts a
+uniform router touches (1 - top_k EP/E)^(B/EP) in place of (1 - top_k/E)^B for an idle expert:
+equal to first order in top_k/E. The shared experts and the dense layers run on every replica
+for its own tokens. A dispatch of each token once per destination rank (DeepEP) or a router
+limited to a few groups of experts would send less; not modelled. Nothing overlaps:
 
     TPOT = compute of one rank's shard + L x (2 all-reduce) + L_moe x (2 all-to-all)
 
-Memory per GPU: the shard's weights and KV cache (key/value heads split over TP, or one per rank
-when there are fewer heads than ranks).
+Memory per GPU: the shard's weights (its E/EP experts) and the KV cache of its B/EP sequences
+(key/value heads split over TP, or one per rank when there are fewer heads than ranks).
 """
 
 from __future__ import annotations
@@ -82,6 +94,10 @@ class Decode:
         }
 
 
+def _leaf(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
 def moe_layers(spec: Spec) -> int:
     """Sparse layers of a mixture-of-experts spec (the ``ffn: {kind: moe}`` of SCHEMA.md)."""
     ffn = getattr(spec, "ffn", None)
@@ -93,21 +109,41 @@ def moe_layers(spec: Spec) -> int:
 
 
 def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: int = 1,
-           dtype: str = "bf16") -> Decode:
-    """One decode step of `batch` sequences with `context` tokens cached, on TP x EP GPUs."""
+           dtype: str = "bf16", mla: str = "naive") -> Decode:
+    """One decode step of `batch` sequences with `context` tokens cached, on TP x EP GPUs
+    (`mla`: how latent attention runs, ``analyze``'s convention)."""
     if batch < 1 or context < 1:
         raise LayoutError(f"--batch and --context: must be at least 1 (got {batch}, {context})")
     check(Layout(global_batch=ep, tp=tp, dp=ep, ep=ep), spec)
+    moe = experts(spec)
+    shard = shard_spec(spec, tp)
+    local = batch
+    if moe and ep > 1:
+        if batch % ep:
+            raise LayoutError(f"--batch: {batch} sequences do not split over the {ep} expert-parallel attention replicas")
+        if moe[0] // ep < moe[1]:
+            raise LayoutError(f"--ep: {ep} ranks leave {moe[0] // ep} of the {moe[0]} experts on each, fewer than "
+                              f"top_k {moe[1]}")
+        local = batch // ep
+        shard = shard.model_copy(update={"ffn": shard.ffn.model_copy(update={"n_experts": moe[0] // ep})})
     hw = cluster.hardware
     hw.peak(dtype)
-    a = analyze(shard_spec(spec, tp), "decode", batch=batch, seq=context, dtype=dtype)
-    compute = sum(device.component_seconds(a, hw).values())
+    a = analyze(shard, "decode", batch=local, seq=context, dtype=dtype, mla=mla)
+    secs = device.component_seconds(a, hw)
+    params = a.total().params
+    if local != batch:
+        # Every replica scores its tokens against all E experts: the router and the top-k over
+        # E/EP experts in the shard cost EP times that (linear in the number of experts).
+        for r in a.rows:
+            if _leaf(r.path) in ("router", "routing"):
+                secs[r.path] = secs.get(r.path, 0.0) * ep
+                params += r.params * (ep - 1)
+    compute = sum(secs.values())
     p = DTYPE_BYTES[dtype]
-    x = batch * spec.d_model * p
+    x = local * spec.d_model * p
     L = spec.n_layers or 0
     calls: list[tuple[Collective, int]] = [(collective(cluster, "all_reduce", "tp", tp, x), 2 * L)]
-    moe = experts(spec)
-    weights = a.total().params * p
+    weights = params * p
     if moe and ep > 1:
         calls.append((collective(cluster, "all_to_all", "ep", ep, moe[1] * x, stride=tp), 2 * moe_layers(spec)))
     return Decode(spec, cluster, tp, ep, batch, context, dtype, compute, tuple(calls), weights, a.total().kv_cache)

@@ -27,9 +27,9 @@ from costmodel.analysis import Row, analyze
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective
-from costmodel.parallel.layout import Layout, Recompute, check, experts
+from costmodel.parallel.layout import Layout, Recompute, check, experts, stage_layers
 from costmodel.spec import Spec
-from costmodel.symbols import DTYPE_BYTES
+from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
 ATTENTION_CORE = ("scores", "scale", "mask", "softmax", "av", "softcap", "position_bias")
 REPLICATED = ("norm", "post_norm", "residual", "dropout")  # whole on every TP rank unless SP
@@ -39,16 +39,26 @@ LAST_STAGE = ("final_norm", "final_dropout", "head_scale", "lm_head", "logit_sca
 
 @dataclass(frozen=True)
 class Overlap:
-    """Which communication hides behind compute (each the most a perfect overlap would hide)."""
+    """Which communication hides behind compute (each the most a perfect overlap would hide).
 
-    tp: bool = False  # TP collectives behind the layer's matmuls
+    The default is what Megatron-LM ran in Korthikanti et al. 2022 (NVIDIA/Megatron-LM of June
+    2022, megatron/mpu/layers.py, ``LinearWithGradAccumulationAndAsyncCommunication``): in the
+    backward of a column-parallel linear (QKV, the FFN's first), the all-reduce of the input
+    gradient (the reduce-scatter under SP) is issued asynchronously and runs beside the weight-
+    gradient GEMM, and SP's re-gather of the input beside the input-gradient GEMM
+    (``tp_backward``); every other TP collective, the pipeline sends and the data-parallel
+    reduction wait; ring attention hides its transfers behind the attention it feeds."""
+
+    tp: bool = False  # every TP collective behind the layer's matmuls
     cp: bool = True  # ring attention's K/V transfers behind the attention core
     ep: bool = False  # expert all-to-all behind the layer's compute
     pp: bool = False  # pipeline sends behind the next micro-batch
     dp: bool = False  # gradient reduction behind the last micro-batch's backward
+    tp_backward: bool = True  # Megatron-LM's asynchronous column-parallel backward collectives
 
     def to_dict(self) -> dict[str, bool]:
-        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "pp": self.pp, "dp": self.dp}
+        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "pp": self.pp, "dp": self.dp,
+                "tp_backward": self.tp_backward}
 
 
 def shard_spec(spec: Spec, tp: int, layers: int | None = None) -> Spec:
@@ -86,6 +96,20 @@ def _stage(path: str) -> str:
     return "last"
 
 
+#: Row-parallel linears (Shoeybi et al. 2019): their input is already split; every other layer
+#: matmul outside the attention core is column-parallel (Q, K, V; the FFN's up and gate).
+ROW_PARALLEL = ("out", "down", "shared_down", "router")
+
+
+def _column_parallel(path: str) -> str | None:
+    """The column-parallel linear a layer's matmul row belongs to ("attention" for Q, K and V, one
+    GEMM in Megatron-LM; "ffn" for the FFN's first), or None for a row-parallel one."""
+    leaf = _leaf(path)
+    if leaf in ROW_PARALLEL or leaf in ATTENTION_CORE:
+        return None
+    return "ffn" if "/ffn/" in path else "attention"
+
+
 def category(path: str) -> str:
     """Where a component's time is reported: a handful of groups a reader recognises."""
     leaf, stage = _leaf(path), _stage(path)
@@ -108,6 +132,7 @@ class MicroBatch:
 
     layer_s: dict[str, float]  # category -> seconds per layer (forward + backward)
     layer_matmul_s: float
+    column_linear_s: tuple[float, ...]  # per layer: each column-parallel linear's matmuls, forward + backward
     layer_core_s: float  # the attention core, per layer
     recompute_s: float  # per layer
     first_s: float
@@ -163,6 +188,7 @@ class Step:
     model_flops: float
     hardware_flops: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    memory_middle: Memory | None = None  # the fullest middle stage, when the stages are unequal
 
     @property
     def tokens(self) -> int:
@@ -189,8 +215,9 @@ class Step:
 
     @property
     def per_gpu(self) -> Memory:
-        """The fuller of the first and last pipeline stages."""
-        return max(self.memory, self.memory_last, key=lambda m: m.total)
+        """The fullest pipeline stage (the first or the last, unless the stages are unequal)."""
+        stages = [self.memory, self.memory_last] + ([self.memory_middle] if self.memory_middle else [])
+        return max(stages, key=lambda m: m.total)
 
     @property
     def fits(self) -> bool:
@@ -223,7 +250,8 @@ class Step:
             "mfu": self.mfu, "hfu": self.hfu, "tokens_per_step": self.tokens, "tokens_per_s": self.tokens_per_s,
             "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
             "memory": {"per_gpu": self.per_gpu.to_dict(), "first_stage": self.memory.to_dict(),
-                       "last_stage": self.memory_last.to_dict(), "device_bytes": int(hw.memory_bytes)},
+                       "last_stage": self.memory_last.to_dict(), "device_bytes": int(hw.memory_bytes)}
+                      | ({"middle_stage": self.memory_middle.to_dict()} if self.memory_middle else {}),
             "fits": self.fits, "notes": list(self.notes),
         }
         if tokens is not None:
@@ -275,9 +303,22 @@ class StepModel:
         layer: dict[str, float] = {}
         last_cat: dict[str, float] = {}
         mm = core = rec = 0.0
+        column: dict[str, float] = {}
         flops = {"layers": 0.0, "first": 0.0, "last": 0.0}
         params = {"layers": 0, "first": 0, "last": 0}
         rec_flops = 0.0
+        softmax = {r.path.rsplit("/", 1)[0]: r.bytes_unfused for r in a.rows if _leaf(r.path) == "softmax"}
+
+        def add(path: str, cat: str, t: float, f: float, in_core: bool) -> None:
+            nonlocal core, rec, rec_flops
+            layer[cat] = layer.get(cat, 0.0) + t
+            flops["layers"] += f
+            if in_core:
+                core += t
+            if recompute is Recompute.full or (recompute is Recompute.selective and in_core):
+                rec += t / 3  # the forward again (a training row is forward + 2 x forward)
+                rec_flops += f / 3
+
         for r in a.rows:
             stage, leaf = _stage(r.path), _leaf(r.path)
             t, f = secs.get(r.path, 0.0), float(r.flops)
@@ -287,24 +328,33 @@ class StepModel:
                 if stage == "last":
                     last_cat[category(r.path)] = last_cat.get(category(r.path), 0.0) + t
                 continue
+            in_core = leaf in ATTENTION_CORE
+            if leaf == "dropout" and r.path.rsplit("/", 1)[0] in softmax:
+                # The attention sub-block's dropout row holds two dropouts: of the probabilities
+                # (B h S^2 elements, already split over the heads, recomputed with the core in
+                # selective recompute: Megatron-LM's checkpointed CoreAttention ends with it) and
+                # of the output (B S d, split by SP). The softmax row's bytes (2p per score)
+                # give the score elements; a dropout moves 2p + 1 bytes per element.
+                probs = softmax[r.path.rsplit("/", 1)[0]] / (2 * self.act_bytes) * (2 * self.act_bytes + MASK_BYTES)
+                share = min(1.0, probs / r.bytes_unfused) if self.spec.attention_dropout_rate > 0 else 0.0
+                add(r.path, "attention core", t * share * cp * per, f * share * cp * per, True)
+                t, f = t * (1 - share), f * (1 - share)
+                in_core = False
             if sp and leaf in REPLICATED:  # sequence parallel splits them along the sequence
                 t, f = t / tp, f / tp
-            if leaf in ATTENTION_CORE:  # ring attention: local queries against every key
+            if in_core:  # ring attention: local queries against every key
                 t, f = t * cp, f * cp
             t, f = t * per, f * per
-            layer[category(r.path)] = layer.get(category(r.path), 0.0) + t
-            flops["layers"] += f
-            if r.flops_matmul and leaf not in ATTENTION_CORE:
+            add(r.path, category(r.path), t, f, in_core)
+            if r.flops_matmul and not in_core:
                 mm += t
-            if leaf in ATTENTION_CORE:
-                core += t
-            if recompute is Recompute.full or (recompute is Recompute.selective and leaf in ATTENTION_CORE):
-                rec += t / 3  # the forward again (a training row is forward + 2 x forward)
-                rec_flops += f / 3
+                group = _column_parallel(r.path)
+                if group:
+                    column[group] = column.get(group, 0.0) + t
         first_s = sum(secs.get(r.path, 0.0) for r in a.rows if _stage(r.path) == "first")
         embedding_table = next((r.params for r in a.rows if r.path == "embedding/tokens"), 0)
         return MicroBatch(
-            layer, mm, core, rec, first_s, sum(last_cat.values()), last_cat,
+            layer, mm, tuple(column.values()), core, rec, first_s, sum(last_cat.values()), last_cat,
             flops["layers"], rec_flops, flops["first"], flops["last"],
             params["layers"] // self.period, params["first"], params["last"], embedding_table,
         )
@@ -322,29 +372,38 @@ class StepModel:
         s_local = self.seq // cp
         mb = self.micro(t, lo.micro_batch, cp, sp, rc)
         L = spec.n_layers or 0
-        per_stage = L // p
         x = lo.micro_batch * s_local * spec.d_model * self.act_bytes  # b*s*h activations, in bytes
         calls: list[tuple[Collective, float, float]] = []
         notes: list[str] = []
 
-        # Tensor parallel: per layer, 2 all-reduces forward and 2 backward (Shoeybi et al. 2019);
-        # each an all-gather plus a reduce-scatter under sequence parallelism (Korthikanti et al.);
-        # full recompute runs the forward's two again.
-        n_tp = 4 + (2 if rc is Recompute.full else 0)
+        # Tensor parallel (Shoeybi et al. 2019), per layer: the two row-parallel linears all-reduce
+        # their output forward (again in full recompute's replay), the two column-parallel ones
+        # the gradient of their input backward. Under sequence parallelism (Korthikanti et al.)
+        # each forward all-reduce is a reduce-scatter, each column-parallel input an all-gather
+        # (forward, and again backward: Megatron-LM does not keep the gathered input), the
+        # backward of each reduce-scatter an all-gather, each input gradient a reduce-scatter.
+        # Which of them run beside a GEMM: ``Overlap.tp_backward`` (the column-parallel
+        # backward's, each beside its own linear's weight- or input-gradient GEMM, a third of
+        # the linear's forward + backward time) and ``Overlap.tp`` (all, behind the matmuls).
+        replays = 2 if rc is Recompute.full else 1
+        ag, rs = call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)
+        ar = call("all_reduce", "tp", t, x)
+        column = mb.column_linear_s if t > 1 else ()
+        # (collective, calls per layer, of which asynchronous in the column-parallel backward)
         if sp:
-            tp_calls = [call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)]
+            tp_layer = [(ag, 2 * replays + 2 + 2, 2), (rs, 2 * replays + 2, 2)]
         else:
-            tp_calls = [call("all_reduce", "tp", t, x)]
-        tp_s = n_tp * sum(c.time_s for c in tp_calls)
-        tp_exposed = max(0.0, tp_s - mb.layer_matmul_s) if ov.tp else tp_s
-        # Megatron-LM does not keep the all-gathered input of a sequence-parallel column-parallel
-        # linear: it gathers it again in the backward, asynchronously, behind the input-gradient
-        # GEMMs (a third of the layer's matmul time) (tensor_parallel/layers.py,
-        # LinearWithGradAccumulationAndAsyncCommunication).
-        regather = call("all_gather", "tp", t, x) if sp else None
-        regather_s = 2 * regather.time_s if regather else 0.0
-        regather_exposed = max(0.0, regather_s - mb.layer_matmul_s / 3)
-        tp_exposed += regather_exposed
+            tp_layer = [(ar, 2 * replays + 2, 2)]
+        tp_s = sum(c.time_s * n for c, n, _ in tp_layer)
+        sync_s = sum(c.time_s * (n - (k if ov.tp_backward else 0)) for c, n, k in tp_layer)
+        async_exposed: dict[str, float] = {}
+        if ov.tp_backward:
+            for c, _, _ in tp_layer:  # one call per column-parallel linear, beside a third of it
+                async_exposed[c.kind] = sum(max(0.0, c.time_s - lin / 3) for lin in column) + \
+                    c.time_s * max(0, 2 - len(column))
+        tp_exposed = sync_s + sum(async_exposed.values())
+        if ov.tp:
+            tp_exposed = max(0.0, tp_s - mb.layer_matmul_s)
 
         # Context parallel (ring attention): cp - 1 passes of the local K and V forward, of K, V
         # and their gradients backward.
@@ -375,25 +434,26 @@ class StepModel:
             else [call("all_reduce", "tp", t, x)]
         first_extra = mb.first_s + emb_call.time_s
         last_extra = mb.last_s + sum(c.time_s for c in head_calls)
-        if p == 1:
-            t_first = t_last = t_max = t_mean = L * t_layer + first_extra + last_extra
-        else:
-            t_first = per_stage * t_layer + first_extra
-            t_last = per_stage * t_layer + last_extra
-            t_max = max(t_first, t_last)
-            t_mean = (t_first + t_last + (p - 2) * per_stage * t_layer) / p
+        stages = stage_layers(L, p)
+        t_stages = [n * t_layer + (first_extra if i == 0 else 0.0) + (last_extra if i == p - 1 else 0.0)
+                    for i, n in enumerate(stages)]
+        slow = max(range(p), key=lambda i: (t_stages[i], -i))  # the slowest stage sets the pace
+        t_max, t_mean = t_stages[slow], sum(t_stages) / p
         bubble = (p - 1) / v * t_mean
 
         # Pipeline sends: each device sends its activations forward and gradients back, per chunk
-        # per micro-batch, split over the TP ranks (Narayanan et al.'s scatter/gather).
+        # per micro-batch, split over the TP ranks (Narayanan et al.'s scatter/gather); without
+        # SP the receiving TP ranks all-gather the pieces over NVLink (Megatron-LM of June 2022,
+        # megatron/p2p_communication.py: gather_split_1d_tensor after each receive; under SP the
+        # tensor is already split along the sequence and is not gathered).
         pp_call = call("p2p", "pp", 2 if p > 1 else 1, x / t, stride=t * cp * lo.dp)
         n_pp = 2 * v * m if p > 1 else 0
-        pp_exposed = 0.0 if ov.pp else n_pp * pp_call.time_s
+        pp_gather = call("all_gather", "tp", t, x) if p > 1 and t > 1 and not sp else None
+        pp_s = n_pp * (pp_call.time_s + (pp_gather.time_s if pp_gather else 0.0))
+        pp_exposed = 0.0 if ov.pp else pp_s
 
         # Data parallel: the gradients of this rank's parameters over DP x CP ranks.
-        params_gpu = max(per_stage * mb.layer_params + mb.first_params + (mb.last_params if p == 1 else 0),
-                         per_stage * mb.layer_params + mb.last_params
-                         + (mb.embedding_table if p > 1 and spec.tied_embeddings else 0))
+        params_gpu = max(self._stage_params(lo, mb, i) for i in range(p))
         n_dp = lo.dp * cp
         grads, weights = params_gpu * self.recipe.grad_bytes, params_gpu * self.recipe.weight_bytes
         dp_stride = t
@@ -429,21 +489,20 @@ class StepModel:
         opt_s = device.optimizer_seconds(params_gpu / shard, self.recipe, self.hw)
 
         # --- what happens per step, on the critical path --------------------------------------
-        slow_is_last = p > 1 and t_last >= t_first
-        layers_on_slow = L if p == 1 else per_stage
+        has_first, has_last = slow == 0, slow == p - 1
+        layers_on_slow = stages[slow]
         compute: dict[str, float] = {}
         for cat, sec in mb.layer_s.items():
             compute[cat] = m * layers_on_slow * sec
         if mb.recompute_s:
             compute["recompute"] = m * layers_on_slow * mb.recompute_s
-        if p == 1 or not slow_is_last:
+        if has_first:
             compute["embedding"] = m * mb.first_s
-        if p == 1 or slow_is_last:
+        if has_last:
             for cat, sec in mb.last_by_category.items():
                 compute[cat] = compute.get(cat, 0.0) + m * sec
         tp_per_mb = layers_on_slow * tp_exposed
-        tp_edge = (emb_call.time_s if (p == 1 or not slow_is_last) else 0.0) + \
-            (sum(c.time_s for c in head_calls) if (p == 1 or slow_is_last) else 0.0)
+        tp_edge = (emb_call.time_s if has_first else 0.0) + (sum(c.time_s for c in head_calls) if has_last else 0.0)
         breakdown = {
             "compute": sum(compute.values()),
             "tp_comm": m * (tp_per_mb + tp_edge),
@@ -457,20 +516,25 @@ class StepModel:
         }
         step_time = sum(breakdown.values())
 
-        plain = tp_exposed - regather_exposed
-        for c in tp_calls:
-            calls.append((c, m * layers_on_slow * n_tp, m * layers_on_slow * n_tp * c.time_s * (plain / tp_s if tp_s else 0)))
-        if regather is not None:
-            calls.append((regather, m * layers_on_slow * 2, m * layers_on_slow * regather_exposed))
-        calls.append((emb_call, m, m * emb_call.time_s))
-        for c in head_calls:
-            calls.append((c, m, m * c.time_s))
+        for c, n, k in tp_layer:
+            if ov.tp:
+                exposed = c.time_s * n * (tp_exposed / tp_s if tp_s else 0.0)
+            else:
+                exposed = c.time_s * (n - (k if ov.tp_backward else 0)) + async_exposed.get(c.kind, 0.0)
+            calls.append((c, m * layers_on_slow * n, m * layers_on_slow * exposed))
+        if has_first:
+            calls.append((emb_call, m, m * emb_call.time_s))
+        if has_last:
+            for c in head_calls:
+                calls.append((c, m, m * c.time_s))
         if cp > 1:
             calls.append((cp_call, m * layers_on_slow * n_cp, m * layers_on_slow * cp_exposed))
         if ep_call is not None:
             calls.append((ep_call, m * layers_on_slow * 4, m * layers_on_slow * ep_exposed))
         if p > 1:
-            calls.append((pp_call, n_pp, pp_exposed))
+            calls.append((pp_call, n_pp, 0.0 if ov.pp else n_pp * pp_call.time_s))
+            if pp_gather is not None:
+                calls.append((pp_gather, n_pp, 0.0 if ov.pp else n_pp * pp_gather.time_s))
         if n_dp > 1:
             total_dp = dp_step_s + m * dp_micro_s
             for c in per_step:
@@ -479,6 +543,11 @@ class StepModel:
                 calls.append((c, m, dp_exposed * m * c.time_s / total_dp if total_dp else 0))
 
         mem_first, mem_last = memory or self.memory(lo, mb)
+        mem_middle = None
+        if len(set(stages)) > 1 and p > 2:  # a middle stage with an extra layer may hold the most
+            mem_middle = max((self.stage_memory(lo, i, mb) for i in range(1, p - 1)), key=lambda mem: mem.total)
+        if len(set(stages)) > 1:
+            notes.append("pipeline stages of " + "/".join(map(str, stages)) + f" layers; stage {slow} sets the pace")
         full = self._flops_per_sequence * lo.global_batch
         rec_full = self._recompute_per_sequence[rc] * lo.global_batch
         if not device.calibrated(self.hw, self.dtype):
@@ -487,49 +556,54 @@ class StepModel:
         if ov.tp or ov.dp or ov.pp or ov.ep:
             notes.append("overlap: " + ", ".join(k for k, on in ov.to_dict().items() if on))
         return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, step_time, breakdown, compute,
-                    tuple(calls), mem_first, mem_last, full, full + rec_full, tuple(notes))
+                    tuple(calls), mem_first, mem_last, full, full + rec_full, tuple(notes), mem_middle)
 
     def memory(self, layout: Layout, mb: MicroBatch | None = None) -> tuple[Memory, Memory]:
-        """What a GPU of the first and of the last pipeline stage holds (Korthikanti et al. 2022,
-        section 4.2.3: the first stage keeps p micro-batches in flight in 1F1B, times
-        1 + (p - 1)/(p v) when interleaved; the last keeps one)."""
-        spec, lo = self.spec, layout
+        """What a GPU of the first and of the last pipeline stage holds. With equal stages these
+        are the fullest two; ``stage_memory`` gives any stage's."""
+        return self.stage_memory(layout, 0, mb), self.stage_memory(layout, layout.pp - 1, mb)
+
+    def stage_memory(self, layout: Layout, stage: int, mb: MicroBatch | None = None) -> Memory:
+        """What a GPU of pipeline stage `stage` holds (Korthikanti et al. 2022, section 4.2.3: in
+        1F1B stage i keeps p - i micro-batches in flight, the first p, times 1 + (p - 1)/(p v)
+        when interleaved, the last one), its layers' and its share of the embedding and head."""
+        lo = layout
         t, p, v, m, cp = lo.tp, lo.pp, lo.interleave, lo.micro_batches, lo.cp
         sp, rc = lo.sequence_parallel, lo.recompute
         s_local = self.seq // cp
         mb = mb or self.micro(t, lo.micro_batch, cp, sp, rc)
-        per_stage = (spec.n_layers or 0) // p
+        n = stage_layers(self.spec.n_layers or 0, p)[stage]
         n_dp = lo.dp * cp
         acts = self._activations(t, lo.micro_batch, s_local, sp, rc)
-        in_flight = min(m, p)
-        interleave = 1 + (p - 1) / (p * v) if v > 1 else 1.0
-        # The first stage: its layers for every micro-batch in flight, and the embedding's.
-        first_acts = (acts.per_layer * per_stage * interleave + acts.first) * in_flight + acts.shared
+        first, last = stage == 0, stage == p - 1
+        in_flight = min(m, p - stage)
+        interleave = 1 + (p - 1) / (p * v) if v > 1 and first else 1.0
+        activations = (acts.per_layer * n * interleave + (acts.first if first else 0.0)) * in_flight \
+            + (acts.last * in_flight if last else 0.0) + acts.shared
         working = 0.0
         if rc is Recompute.full:  # the layer being recomputed holds what it would without recompute
             working = self._activations(t, lo.micro_batch, s_local, sp, Recompute.none).per_layer
+        params = self._stage_params(lo, mb, stage)
+        r = self.recipe
+        return Memory(
+            weights=params * r.weight_bytes / (n_dp if lo.zero >= 3 else 1),
+            gradients=params * r.grad_bytes / (n_dp if lo.zero >= 2 else 1),
+            optimizer=params * r.optimizer_bytes / (n_dp if lo.zero >= 1 else 1),
+            activations=activations, recompute_working_set=working,
+            stage="first" if first else "last" if last else f"stage {stage}",
+        )
 
-        def memory(stage_params: float, stage: str, activations: float) -> Memory:
-            r = self.recipe
-            return Memory(
-                weights=stage_params * r.weight_bytes / (n_dp if lo.zero >= 3 else 1),
-                gradients=stage_params * r.grad_bytes / (n_dp if lo.zero >= 2 else 1),
-                optimizer=stage_params * r.optimizer_bytes / (n_dp if lo.zero >= 1 else 1),
-                activations=activations, recompute_working_set=working, stage=stage,
-            )
-
-        first_params = per_stage * mb.layer_params + mb.first_params + (mb.last_params if p == 1 else 0)
-        last_params = per_stage * mb.layer_params + mb.last_params + (
-            mb.embedding_table if p > 1 and spec.tied_embeddings else 0)
-        if p == 1:
-            first_acts += acts.last * in_flight
-        mem_first = memory(first_params, "first", first_acts)
-        # The last stage holds one micro-batch in flight in 1F1B: its layers, the head and the loss.
-        last_acts = (acts.per_layer * per_stage + acts.last + acts.first * (p == 1)) * (1 if p > 1 else in_flight) \
-            + acts.shared
-        mem_last = memory(last_params, "last", last_acts)
-
-        return mem_first, mem_last
+    def _stage_params(self, lo: Layout, mb: MicroBatch, stage: int) -> int:
+        """Parameters on one GPU of `stage`: its layers' TP shard, the embedding on the first, the
+        final norm and head on the last (with the tied embedding's copy when the two differ)."""
+        p = lo.pp
+        n = stage_layers(self.spec.n_layers or 0, p)[stage]
+        params = n * mb.layer_params
+        if stage == 0:
+            params += mb.first_params
+        if stage == p - 1:
+            params += mb.last_params + (mb.embedding_table if p > 1 and self.spec.tied_embeddings else 0)
+        return params
 
     def _activations(self, tp: int, b: int, s: int, sp: bool, rc: Recompute) -> device.Activations:
         key = (tp, b, s, sp, rc)

@@ -1,0 +1,76 @@
+"""Decode at scale with expert parallelism: DeepSeek-V3 on 8 x H200 (issue 14). Figures by hand
+from the spec (DeepSeek-AI 2024, arXiv:2412.19437; the released config.json): d 7168, 61 layers of
+which the first 3 dense and 58 sparse, 256 routed experts of f_e 2048 (SwiGLU: 3 x d x f_e each),
+top-8, MLA caching a 512 latent + 64 RoPE key per token per layer.
+
+The spec is read from specs/pending/deepseek-v3.yaml: another branch moves it to
+specs/deepseek-v3.yaml; then this path (SPEC below) follows it."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel import catalog
+from costmodel.analysis import analyze
+from costmodel.parallel.cluster import load_cluster
+from costmodel.parallel.layout import LayoutError
+from costmodel.parallel.serve import decode, moe_layers
+
+SPEC = "specs/pending/deepseek-v3.yaml"
+H200 = load_cluster("dgx-h200")
+D, L_MOE, E, K, F = 7168, 58, 256, 8, 2048
+
+
+@pytest.fixture(scope="module")
+def v3():
+    return catalog.load(SPEC)
+
+
+@pytest.fixture(scope="module")
+def ep8(v3):
+    """EP 8, TP 1 (each GPU an attention replica), 64 sequences, 2048 cached tokens, fp8."""
+    return decode(v3, H200, tp=1, batch=64, context=2048, ep=8, dtype="fp8", mla="absorbed")
+
+
+def test_the_dispatch_and_combine_all_to_alls(ep8, v3):
+    """Per sparse layer a dispatch and a combine; each GPU sends its 64/8 = 8 tokens' 8 copies of
+    d fp8 elements, 7/8 of them to the other GPUs: 401,408 bytes an all-to-all, 116 a step."""
+    assert moe_layers(v3) == L_MOE
+    a2a = dict(ep8.to_dict()["comm"]["by_collective"])["ep/all_to_all"]
+    assert a2a["calls"] == 2 * L_MOE
+    assert a2a["bytes_sent"] == 2 * L_MOE * 7 * (K * 8 * D) // 8 == 2 * 58 * 401_408
+    assert a2a["link"] == "intra_node" and a2a["ranks"] == 8
+    assert ep8.comm_s == pytest.approx(a2a["time_s"])  # TP 1: no all-reduce
+    assert ep8.tpot_s == pytest.approx(ep8.compute_s + ep8.comm_s)
+    assert ep8.tokens_per_s == pytest.approx(64 / ep8.tpot_s)
+
+
+def test_each_gpu_holds_an_eighth_of_the_routed_experts(ep8, v3):
+    """All of the model but 7/8 of the routed experts (58 x 256 x 3 x 7168 x 2048 parameters);
+    the router scores all 256 experts on every replica; one byte a parameter in fp8."""
+    total = analyze(v3, "decode", batch=1, seq=1).total().params
+    assert total == 671_026_404_352  # the published exact count (spec: transformers' sum of numel)
+    routed = L_MOE * E * 3 * D * F
+    assert ep8.weights_bytes == total - routed * 7 // 8 == 98_856_229_888
+    assert ep8.fits
+
+
+def test_the_kv_cache_of_a_replicas_sequences(ep8):
+    """8 sequences per replica, 2049 tokens each (the cache and the new one), 61 layers x 576."""
+    assert ep8.kv_cache_bytes == 8 * 2049 * 61 * 576
+
+
+def test_tensor_parallel_replicates_the_latent_cache(v3):
+    """TP 8 splits the heads, but MLA's one latent per token is on every rank: 64 sequences' cache
+    on each GPU, 8 x EP 8's; the two all-reduces a layer of 64 x d fp8."""
+    tp8 = decode(v3, H200, tp=8, batch=64, context=2048, ep=1, dtype="fp8", mla="absorbed")
+    assert tp8.kv_cache_bytes == 64 * 2049 * 61 * 576
+    ar = tp8.to_dict()["comm"]["by_collective"]["tp/all_reduce"]
+    assert ar["calls"] == 2 * 61 and ar["bytes_sent"] == pytest.approx(2 * 61 * 2 * 7 / 8 * 64 * D)
+
+
+def test_ep_refusals_are_one_line(v3):
+    with pytest.raises(LayoutError, match="--batch: 4 sequences do not split over the 8"):
+        decode(v3, H200, tp=1, batch=4, context=2048, ep=8)
+    with pytest.raises(LayoutError, match="--ep: 64 ranks leave 4 of the 256 experts on each, fewer than top_k 8"):
+        decode(v3, H200, tp=1, batch=64, context=2048, ep=64)
