@@ -27,8 +27,9 @@ def _model(path: Path):
     spec = load_spec(path)
     if spec.moe is not None:
         # The reference runs each expert as its own module (qwen3-235b: 12,032 of them), a Python
-        # loop per expert: its first two layers measure every element of the spec as exactly.
-        spec = keep_layers(spec, 2)
+        # loop per expert: its first layers, up to the first sparse one and at least two, measure
+        # every element of the spec as exactly (DeepSeek-V3: its 3 dense layers and one sparse).
+        spec = keep_layers(spec, max(2, spec.sparse_layers().index(True) + 1))
     return spec, build(spec)
 
 
