@@ -93,7 +93,8 @@ def test_live_bytes_tracker_frees() -> None:
     assert live.peak == 400 and live.live == 0
 
 
-@pytest.mark.parametrize("name", ["llama-2-7b", "gpt2-small", "gemma-2-9b", "t5-v1.1-xxl", "command-r7b"])
+@pytest.mark.parametrize("name", ["llama-2-7b", "gpt2-small", "gemma-2-9b", "t5-v1.1-xxl", "command-r7b",
+                                  "deepseek-v3", "deepseek-v2-lite", "kimi-k2"])
 def test_inference_peak_gap(name: str) -> None:
     """The live-peak formula against the reference's high-water mark on the meta device: inside
     the gaps docs/memory.md states per spec (-25% .. +10%)."""
