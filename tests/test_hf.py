@@ -552,6 +552,7 @@ EXPORT_TYPES = {  # docs/hf.md's export table
     "mistral-7b": "mistral", "gemma-2-9b": "gemma2", "gemma-3-27b": "gemma3_text", "qwen2-7b": "qwen2",
     "olmo-2-7b": "olmo2", "falcon-7b": "falcon", "command-r7b": "cohere2", "palm-540b": "cohere",
     "t5-11b": "t5", "t5-v1.1-xxl": "t5",
+    "deepseek-v2-lite": "deepseek_v2", "deepseek-v3": "deepseek_v3", "kimi-k2": "deepseek_v3",
 }
 
 

@@ -87,9 +87,9 @@ def _deepseek_moe(c: Config, activation: str, first: int, dense: int) -> dict[st
     c.require("scoring_func", scoring.value, f"transformers' {c.model_type} router scores by {scoring.value}")
     norm_topk = c.bool("norm_topk_prob") and scoring is Scoring.sigmoid  # V2's router never renormalises
     c.read.update(_ROUTING)
-    ffn: dict[str, Any] = {
+    ffn: dict[str, Any] = {  # the sizes first: a missing one is named before V2's null top-k default
         "kind": "moe", "activation": activation, "n_experts": c.req_int("n_routed_experts"),
-        "top_k": c.req_int("num_experts_per_tok"), "d_ff_expert": c.req_int("moe_intermediate_size"),
+        "d_ff_expert": c.req_int("moe_intermediate_size"), "top_k": c.req_int("num_experts_per_tok"),
         "n_shared_experts": shared or 0, "scoring": scoring.value, "norm_topk": norm_topk,
         "router_dtype": "fp32",  # gate.weight in _keep_in_fp32_modules_strict
     }
