@@ -183,9 +183,11 @@ CONFIGS["deepseek_v3"] += [
      "n_group": 1, "topk_group": 1, "attention_bias": True},
 ]
 
-# The released config.json of the three bundled DeepSeek-architecture models, every field as
-# published (the Hugging Face hub URLs below; the copies read here are the verbatim ones public
-# repositories quote, e.g. DeepSeek-R1's, whose config.json is DeepSeek-V3's field for field).
+# The released config.json of the three bundled DeepSeek-architecture models (the Hugging Face
+# hub URLs below; no network here): DeepSeek-V3's as DeepSeek-R1's config, which has the same
+# architecture fields, is quoted verbatim in a public repository, plus V3's aux_loss_alpha and
+# seq_aux; DeepSeek-V2-Lite's and Kimi-K2-Instruct's assembled from public quotes of their
+# fields (architecture, routing, rope_scaling), the cost-free ids and versions as published.
 # Each ships fp8 weights (quantization_config), which the importer refuses (tests/test_moe_oracle.py);
 # without that field each imports as the bundled spec of the same name.
 DEEPSEEK_RELEASED = {
