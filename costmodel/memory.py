@@ -452,14 +452,27 @@ def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logit
     lm_head    + the logits (B*S*V, or B*V when only the last position's are computed), one
                more copy for a logit scale (Cohere) and two more for a final soft-cap (Gemma 2:
                z / cap and tanh of it are live with the logits)
+
+    Latent attention runs naive here (what transformers executes, ``components.mla``): the
+    attention site holds the queries (B*S*h*(d_n + d_r)) and the C cached latents re-expanded
+    through kv_b (B*C*h*(d_n + d_v)), their keys with the rotary part (B*h*C*(d_n + d_r)) and
+    their values (B*h*C*d_v), besides the scores: in decode, h*C*(2d_n + d_r + 2d_v) elements a
+    sequence where MHA's formula would have a few per head (DeepSeek-V3 at C = 2048: 740.6 MB
+    measured for 2 sequences, not 2.4 MB).
     """
     B, S, C = shape["B"], shape["S"], shape["C"]
     h, k, d_h, d, f, V = spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.d_model, spec.d_ff, spec.vocab_size
     stream = 2 * p * B * S * d
     scores = 0 if flash else 2 * p * B * h * S * C
     copies = 1 + (spec.logit_scale is not None) + 2 * (spec.final_softcap is not None)
+    m = spec.mla
+    if m is None:
+        qkv = p * B * (h + 2 * k) * S * d_h
+    else:
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        qkv = p * B * h * (S * qk + C * (m.qk_nope_head_dim + m.v_head_dim) + C * qk + C * m.v_head_dim)
     return {
-        "attention": stream + p * B * (h + 2 * k) * S * d_h + scores,
+        "attention": stream + qkv + scores,
         "ffn": stream + (3 if spec.activation.gated else 2) * p * B * S * f,
         "lm_head": stream + copies * p * B * (1 if last_logits else S) * V,
     }

@@ -11,6 +11,10 @@ A request is a prompt of P tokens and O generated tokens, B requests batched tog
   step time is smooth in the context); first and last are the steps j = 1 and O - 1.
 - **latency** = TTFT + (O - 1) x mean TPOT; **tokens/s per device** = B x O / latency.
 An encoder-decoder encodes the prompt (S_e = P) and starts its decoder from one token.
+Latent attention (MLA) runs in ``mla``'s convention (``costmodel.components.mla``): ``naive``
+(the cached latent re-expanded every step, as transformers runs it) or ``absorbed`` (W_UK and
+W_UV folded into query and output, as DeepSeek's kernels run it); the cache is the latent in
+both, so only the time changes.
 
 Each phase's time is ``costmodel.timing.predict``: calibrated when the profile has efficiency
 tables, else the roofline (and the result says so).
@@ -61,12 +65,14 @@ class Serving:
     calibrated: bool
     points: tuple[ServingPoint, ...]
     note: str | None
+    mla: str = "naive"  # the convention latent attention runs in (components.mla)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec.name, "hardware": self.hardware.name, "dtype": self.dtype,
             "prompt": self.prompt, "output": self.output,
             "logits": "all positions" if self.all_logits else "last position only",
+            **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
             "kernels": self.kernels.to_dict(), "calibrated": self.calibrated, "note": self.note,
             "batches": [p.to_dict() for p in self.points],
         }
@@ -102,8 +108,9 @@ def _head_time(p: Prediction, a: Analysis, hw: Hardware) -> float:
 
 
 def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int, ...], dtype: str = "bf16",
-          all_logits: bool = False, kernels: Kernels = Kernels()) -> Serving:
-    """TTFT, TPOT, latency and tokens/s of `spec` on `hw` for each batch size."""
+          all_logits: bool = False, kernels: Kernels = Kernels(), mla: str = "naive") -> Serving:
+    """TTFT, TPOT, latency and tokens/s of `spec` on `hw` for each batch size (latent attention
+    in the `mla` convention)."""
     if prompt < 1:
         raise AnalysisError(f"prompt: must be at least 1 token (got {prompt})")
     if output < 1:
@@ -116,14 +123,14 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
     def decode(B: int, j: int) -> tuple[Analysis, Prediction]:
         """Decode step j (1-based): P + j - 1 tokens cached (encoder-decoder: j decoder tokens)."""
         a = analyze(spec, "decode", batch=B, seq=j if encdec else prompt + j - 1, dtype=dtype,
-                    enc_seq=prompt if encdec else None)
+                    enc_seq=prompt if encdec else None, mla=mla)
         return a, predict(a, hw, kernels)
 
     points = []
     calibrated = hw.tables_for(dtype)
     for B in batches:
         pre = analyze(spec, "prefill", batch=B, seq=1 if encdec else prompt, dtype=dtype,
-                      enc_seq=prompt if encdec else None)
+                      enc_seq=prompt if encdec else None, mla=mla)
         p_pre = predict(pre, hw, kernels)
         first = decode(B, 1)
         if all_logits or encdec:  # an encoder-decoder's prefill has one decoder position already
@@ -147,8 +154,8 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
                                    fits(last[0], hw)))
     note = None if calibrated else points and predict(
         analyze(spec, "decode", batch=batches[0], seq=prompt, dtype=dtype,
-                enc_seq=prompt if encdec else None), hw).note
-    return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, calibrated, tuple(points), note)
+                enc_seq=prompt if encdec else None, mla=mla), hw).note
+    return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, calibrated, tuple(points), note, mla)
 
 
 def _integrate(js: list[int], times: dict[int, float]) -> float:

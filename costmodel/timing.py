@@ -199,7 +199,8 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     training = PHASES[a.phase].training
     calibrated = hw.tables_for(dtype)
     eff = hw.efficiency
-    costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element))
+    # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
+    costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
     rows = []
     groups = model.layer_groups(a.spec)
     dropped = dropout_parents(r.path for r in a.rows if r.bytes_unfused)  # dropout runs in training only

@@ -46,14 +46,17 @@ CLASS_SIZES = {
     "t5": dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8),
     "deepseek_v2": dict(vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                         num_attention_heads=32, max_position_embeddings=2048, kv_lora_rank=512,
-                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=64,
+                        num_experts_per_tok=None, moe_intermediate_size=1407),
     "deepseek_v3": dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
                         num_attention_heads=128, max_position_embeddings=4096, kv_lora_rank=512,
-                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256,
+                        num_experts_per_tok=8, moe_intermediate_size=2048),
 }
 
 # Latent attention (DeepSeek-V2/V3) before a dense FFN in every layer: first_k_dense_replace
-# covers the layers (the classes' defaults make the later layers mixture-of-experts ones).
+# covers the layers (the classes' defaults make the later layers mixture-of-experts ones; the
+# sparse configs follow below).
 MLA_SMALL = dict(SMALL, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, head_dim=8,
                  first_k_dense_replace=SMALL["num_hidden_layers"])
 
@@ -165,3 +168,90 @@ CONFIGS.update({
     "qwen3_moe": [{**_MOE, "num_experts": 8, "moe_intermediate_size": 24, "head_dim": 16, "mlp_only_layers": [0]}],
     "olmoe": [{**_MOE, "num_experts": 4, "output_router_logits": True, "router_aux_loss_coef": 0.01}],
 })
+
+# DeepSeek-V2/V3 with their sparse layers (costmodel/hf/families/deepseek.py), sizes given.
+_DS = {**MLA_SMALL, "num_hidden_layers": 3, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 24}
+CONFIGS["deepseek_v2"] += [
+    {**_DS, "first_k_dense_replace": 1, "q_lora_rank": None, "n_shared_experts": 2, "mlp_bias": True,
+     "topk_method": "group_limited_greedy", "n_group": 2, "topk_group": 1, "routed_scaling_factor": 16.0},
+    {**_DS, "first_k_dense_replace": 0, "q_lora_rank": 24, "n_shared_experts": 0, "norm_topk_prob": True},
+]
+CONFIGS["deepseek_v3"] += [
+    {**_DS, "first_k_dense_replace": 1, "q_lora_rank": 24, "num_key_value_heads": 4, "n_shared_experts": 1,
+     "n_group": 2, "topk_group": 1, "norm_topk_prob": False},
+    {**_DS, "first_k_dense_replace": 2, "q_lora_rank": None, "num_key_value_heads": 4, "n_shared_experts": 2,
+     "n_group": 1, "topk_group": 1, "attention_bias": True},
+]
+
+# The released config.json of the three bundled DeepSeek-architecture models (the Hugging Face
+# hub URLs below; no network here): DeepSeek-V3's as DeepSeek-R1's config, which has the same
+# architecture fields, is quoted verbatim in a public repository, plus V3's aux_loss_alpha and
+# seq_aux; DeepSeek-V2-Lite's and Kimi-K2-Instruct's assembled from public quotes of their
+# fields (architecture, routing, rope_scaling), the cost-free ids and versions as published.
+# Each ships fp8 weights (quantization_config), which the importer refuses (tests/test_moe_oracle.py);
+# without that field each imports as the bundled spec of the same name.
+DEEPSEEK_RELEASED = {
+    # https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json
+    "deepseek-v3": {
+        "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                     "AutoModel": "modeling_deepseek.DeepseekV3Model",
+                     "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+        "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3,
+        "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432,
+        "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+        "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+        "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8,
+        "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "pretraining_tp": 1,
+        "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                "weight_block_size": [128, 128]},
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                         "original_max_position_embeddings": 4096, "type": "yarn"},
+        "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": True,
+        "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+        "transformers_version": "4.33.1", "use_cache": True, "v_head_dim": 128, "vocab_size": 129280,
+    },
+    # https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json (bf16 weights: no quantization_config)
+    "deepseek-v2-lite": {
+        "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV2Config",
+                     "AutoModel": "modeling_deepseek.DeepseekV2Model",
+                     "AutoModelForCausalLM": "modeling_deepseek.DeepseekV2ForCausalLM"},
+        "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001, "first_k_dense_replace": 1,
+        "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 10944,
+        "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+        "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+        "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16, "num_experts_per_tok": 6,
+        "num_hidden_layers": 27, "num_key_value_heads": 16, "pretraining_tp": 1, "q_lora_rank": None,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                         "original_max_position_embeddings": 4096, "type": "yarn"},
+        "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True,
+        "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "torch_dtype": "bfloat16",
+        "transformers_version": "4.33.1", "use_cache": True, "v_head_dim": 128, "vocab_size": 102400,
+    },
+    # https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json (model_type kimi_k2)
+    "kimi-k2": {
+        "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+                     "AutoModel": "modeling_deepseek.DeepseekV3Model",
+                     "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+        "aux_loss_alpha": 0.001, "bos_token_id": 163584, "eos_token_id": 163585, "first_k_dense_replace": 1,
+        "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432,
+        "kv_lora_rank": 512, "max_position_embeddings": 131072, "model_type": "kimi_k2",
+        "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 384,
+        "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 64, "num_experts_per_tok": 8,
+        "num_hidden_layers": 61, "num_key_value_heads": 64, "num_nextn_predict_layers": 0, "pad_token_id": 163839,
+        "pretraining_tp": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                "weight_block_size": [128, 128]},
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                         "original_max_position_embeddings": 4096, "type": "yarn"},
+        "rope_theta": 50000.0, "routed_scaling_factor": 2.827, "scoring_func": "sigmoid", "seq_aux": True,
+        "tie_word_embeddings": False, "topk_group": 1, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+        "transformers_version": "4.48.3", "use_cache": True, "v_head_dim": 128, "vocab_size": 163840,
+    },
+}

@@ -151,8 +151,10 @@ def hf_flops_and_kv(config: dict) -> tuple[int, int]:
     kwargs = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures", "_name_or_path")}
     cfg = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
     cfg._attn_implementation = "eager"
+    # Sparse layers: grouped_mm (the default) is invisible to FlopCounterMode, batched_mm is counted.
+    experts = {"experts_implementation": "batched_mm"} if hf.spec_from_hf(config).moe is not None else {}
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, **experts)
     ids = torch.zeros(B, S, dtype=torch.long, device="meta")
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:

@@ -22,14 +22,15 @@ LONG = 5000  # beyond every bundled sliding window (1024, 4096), capped by learn
 
 
 def depth(spec: Spec) -> int:
-    """Layers enough to hold every kind of layer the spec has (attention kind x dense or sparse
-    FFN), and one more: every element is measured on them at both shapes and in every phase. The
+    """The fewest first layers that hold every kind of layer the spec has (attention kind x dense
+    or sparse FFN; DeepSeek-V3: its 3 dense layers and one sparse), at least two: every element
+    is measured on them at both shapes and in every phase. The
     full depth is measured once (test_full_depth_counts_equal_formulas): the formulas multiply a
     layer's cost by its group's count, which the cut model does not check."""
     layers = list(zip(spec.layer_kinds(), spec.sparse_layers()))
     every = set(layers)
     n = next(i for i in range(1, len(layers) + 1) if set(layers[:i]) == every)
-    return min(len(layers), max(2, n + 1))
+    return min(len(layers), max(2, n))
 
 
 @lru_cache(maxsize=1)

@@ -152,3 +152,99 @@ def test_imported_config_counts_as_transformers(model_type: str, tmp_path) -> No
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids)
     assert counter.get_total_flops() == a.total().flops_matmul
+
+
+# --- DeepSeek-V2/V3 whole models (costmodel/hf/families/deepseek.py) ----------------------------
+
+DEEPSEEK = {
+    # V2: no query compression, two shared experts with mlp_bias, group-limited routing and a scale
+    "deepseek_v2": dict(CASES["deepseek_v2"][0], num_hidden_layers=3, mlp_bias=True,
+                        topk_method="group_limited_greedy", n_group=2, topk_group=1, routed_scaling_factor=16.0),
+    # V3: two dense layers first, then sparse; query latent, attention biases, sigmoid + renormalised
+    "deepseek_v3": dict(CASES["deepseek_v3"][0], num_hidden_layers=4, first_k_dense_replace=2,
+                        num_key_value_heads=4, attention_bias=True),
+    # Kimi K2's shape in small: model_type kimi_k2 (read as deepseek_v3), one dense layer, one group
+    "kimi_k2": dict(CASES["deepseek_v3"][0], num_hidden_layers=3, num_key_value_heads=4, n_group=1, topk_group=1,
+                    n_routed_experts=12, num_experts_per_tok=3, routed_scaling_factor=2.827),
+}
+
+
+def deepseek_counts(model_type: str, batch: int, seq: int) -> tuple[int, int, int, int]:
+    """transformers on meta (eager attention, batched_mm experts): parameters, the prefill's
+    matmul FLOPs, the KV-cache elements after it, and one decode step's matmul FLOPs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    builds = "deepseek_v3" if model_type == "kimi_k2" else model_type
+    cfg = transformers.AutoConfig.for_model(builds, **copy.deepcopy(DEEPSEEK[model_type]))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            cfg, experts_implementation="batched_mm", attn_implementation="eager")
+    ids = torch.zeros(batch, seq + 1, dtype=torch.long, device="meta")
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as prefill:
+            out = model(input_ids=ids[:, :seq], use_cache=True)
+        kv = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
+        with FlopCounterMode(display=False) as decode:
+            model(input_ids=ids[:, seq:], cache=out.past_key_values, use_cache=True)
+    return sum(p.numel() for p in model.parameters()), prefill.get_total_flops(), kv, decode.get_total_flops()
+
+
+@pytest.mark.parametrize("model_type", DEEPSEEK)
+def test_deepseek_config_counts_as_transformers(model_type: str) -> None:
+    """A DeepSeek config with dense and sparse layers, imported: parameters, prefill and decode
+    matmul FLOPs (naive latent attention, what transformers runs) and the KV cache equal
+    transformers' exactly; the absorbed decode step is a different count."""
+    from costmodel import hf
+    from costmodel.analysis import analyze
+
+    config = {"model_type": model_type, "architectures": ["DeepseekV3ForCausalLM" if model_type != "deepseek_v2"
+                                                          else "DeepseekV2ForCausalLM"], **DEEPSEEK[model_type]}
+    spec = hf.spec_from_hf(config)
+    moe = spec.moe
+    assert moe is not None and moe.router_dtype == "fp32"
+    assert spec.sparse_layers() == tuple(i >= DEEPSEEK[model_type]["first_k_dense_replace"]
+                                         for i in range(spec.n_layers))
+    params, prefill, kv, decode = deepseek_counts(model_type, batch=2, seq=7)
+    a = analyze(spec, "prefill", batch=2, seq=7, dtype="bf16", routing="worst")
+    assert a.total().params == params
+    assert a.total().flops_matmul == prefill
+    assert a.total().kv_cache == kv * a.bytes_per_element
+    step = analyze(spec, "decode", batch=2, seq=7, routing="worst")
+    assert step.total().flops_matmul == decode
+    assert analyze(spec, "decode", batch=2, seq=7, mla="absorbed").total().flops_matmul != decode
+
+
+def test_deepseek_v3_correction_bias_is_a_buffer() -> None:
+    """DeepSeek-V3's e_score_correction_bias (the auxiliary-loss-free balancing bias): E fp32
+    values per sparse layer, a buffer transformers keeps beside the parameters, so the counts
+    (ours and sum of numel over parameters()) leave it out; V2 has none."""
+    config = DEEPSEEK["deepseek_v3"]
+    cfg = transformers.AutoConfig.for_model("deepseek_v3", **copy.deepcopy(config))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, experts_implementation="batched_mm")
+    biases = {n: b for n, b in model.named_buffers() if n.endswith("e_score_correction_bias")}
+    sparse = config["num_hidden_layers"] - config["first_k_dense_replace"]
+    assert len(biases) == sparse
+    assert all(b.shape == (config["n_routed_experts"],) and b.dtype == torch.float32 for b in biases.values())
+    assert not any(n.endswith("e_score_correction_bias") for n, _ in model.named_parameters())
+    cfg2 = transformers.AutoConfig.for_model("deepseek_v2", **copy.deepcopy(DEEPSEEK["deepseek_v2"]))
+    with torch.device("meta"):
+        v2 = transformers.AutoModelForCausalLM.from_config(cfg2, experts_implementation="batched_mm")
+    assert not any("correction" in n for n, _ in v2.named_buffers())
+
+
+def test_deepseek_routing_fields_refused_or_read() -> None:
+    """moe_layer_freq other than 1 (transformers ignores it, DeepSeek's code does not) and a
+    scoring_func the class does not run are refused, both in one line; V2's router never
+    renormalises, whatever norm_topk_prob says."""
+    from costmodel import hf
+    from costmodel.spec import SpecError
+
+    v3 = {"model_type": "deepseek_v3", **DEEPSEEK["deepseek_v3"]}
+    with pytest.raises(SpecError, match=r"moe_layer_freq: 2 is not supported: transformers makes every layer from "
+                                        r"first_k_dense_replace on sparse.*; scoring_func: \"softmax\" is not "
+                                        r"supported: transformers' deepseek_v3 router scores by sigmoid"):
+        hf.spec_from_hf({**v3, "moe_layer_freq": 2, "scoring_func": "softmax"})
+    v2 = {"model_type": "deepseek_v2", **DEEPSEEK["deepseek_v2"], "norm_topk_prob": True}
+    assert hf.spec_from_hf(v2).moe.norm_topk is False
+    assert hf.spec_from_hf({**v3, "norm_topk_prob": False}).moe.norm_topk is False

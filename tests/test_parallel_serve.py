@@ -1,10 +1,7 @@
 """Decode at scale with expert parallelism: DeepSeek-V3 on 8 x H200 (issue 14). Figures by hand
 from the spec (DeepSeek-AI 2024, arXiv:2412.19437; the released config.json): d 7168, 61 layers of
 which the first 3 dense and 58 sparse, 256 routed experts of f_e 2048 (SwiGLU: 3 x d x f_e each),
-top-8, MLA caching a 512 latent + 64 RoPE key per token per layer.
-
-The spec is read from specs/pending/deepseek-v3.yaml: another branch moves it to
-specs/deepseek-v3.yaml; then this path (SPEC below) follows it."""
+top-8, MLA caching a 512 latent + 64 RoPE key per token per layer (specs/deepseek-v3.yaml)."""
 
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ from costmodel.parallel.cluster import load_cluster
 from costmodel.parallel.layout import LayoutError
 from costmodel.parallel.serve import decode, moe_layers
 
-SPEC = "specs/pending/deepseek-v3.yaml"
+SPEC = "deepseek-v3"
 H200 = load_cluster("dgx-h200")
 D, L_MOE, E, K, F = 7168, 58, 256, 8, 2048
 

@@ -62,3 +62,53 @@ def test_rounding_of_published_figures() -> None:
     assert parse_count("175.0B") == (175e9, pytest.approx(0.05e9))
     assert parse_count("124M") == (124e6, 0.5e6)
     assert parse_count(124439808) == (124439808.0, 0.5)
+
+
+# --- DeepSeek-V3, DeepSeek-V2-Lite, Kimi K2: the released config.json and what the papers count --
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v2-lite", "kimi-k2"])
+def test_released_config_imports_as_the_bundled_spec(name: str) -> None:
+    """The published config.json, less its fp8 quantization_config (refused, naming it: the
+    weights' element type is --dtype), imports to the bundled spec's costs field for field,
+    with no field left unread; the balance loss is the spec's alone (transformers' DeepSeek
+    classes add none)."""
+    from costmodel import hf
+    from costmodel.hf.export import cost_fields
+    from costmodel.spec import SpecError
+    from tests.hf_configs import DEEPSEEK_RELEASED
+
+    config = DEEPSEEK_RELEASED[name]
+    if "quantization_config" in config:
+        with pytest.raises(SpecError, match="quantization_config: quantised weights are not modelled"):
+            hf.spec_from_hf(config, name)
+    plain = {k: v for k, v in config.items() if k != "quantization_config"}
+    imported = hf.spec_fields_from_hf(plain, name)
+    assert imported.ignored_fields == () and imported.warnings == ()
+    ours, bundled = hf.spec_from_hf(plain, name), load_spec(next(p for p in PATHS if p.stem == name))
+    assert count_params(ours) == count_params(bundled) == bundled.published.exact
+    theirs = cost_fields(bundled)
+    theirs["ffn"] = {**theirs["ffn"], "aux_loss": 0.0}
+    assert cost_fields(ours) == theirs
+
+
+def test_deepseek_v3_counts_the_main_model_as_the_paper() -> None:
+    """The paper's 671B is the main model (README_WEIGHTS.md: "Main Model Weights ... 671B";
+    the checkpoint's 685B adds the multi-token-prediction module), which is what transformers
+    builds and we count: 671,026,404,352. The MTP module's decoder layer is one more sparse
+    layer, 11,507,286,016 by our count, the README's "11.5B unique parameters" (besides it the
+    module holds eh_proj, d x 2d, and three RMSNorms of d)."""
+    from costmodel.analysis import analyze
+
+    spec = load_spec(next(p for p in PATHS if p.stem == "deepseek-v3"))
+    assert count_params(spec) == 671_026_404_352
+    moe = spec.moe
+    assert moe is not None
+    rows = analyze(spec, "decode").to_dict()["components"]
+    sparse = sum(r["params"] for r in rows if r["path"].startswith("layers[moe]/"))
+    layer = sparse // moe.sparse_count(spec.n_layers)
+    d, E, f_e = 7168, 256, 2048
+    attention = 187_107_328  # by hand in docs/latent.md (q_a, q_norm, q_b, kv_a, kv_norm, kv_b, out)
+    by_hand = attention + 2 * d + d * E + E * 3 * d * f_e + 3 * d * f_e  # 2 norms, router, experts, shared
+    assert layer * 58 == sparse and layer == by_hand == 11_507_286_016
+    assert abs(layer - 11.5e9) <= 0.05e9
+    assert layer + 2 * d * d + 3 * d == 11_610_067_968  # with eh_proj, enorm, hnorm, shared_head.norm

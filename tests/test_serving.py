@@ -108,3 +108,57 @@ def test_inference_bad_input_is_one_line_and_exit_2(args, message) -> None:
     result = runner.invoke(app, base + args)
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
+
+
+# --- latent attention in either convention (--mla) ------------------------------------------------
+
+
+def test_mla_convention_sets_the_serving_times_not_the_cache() -> None:
+    """DeepSeek-V3 served from a 32k prompt (roofline): each phase is the analysis in the chosen
+    convention; absorbed decode skips re-expanding 32k latents through kv_b (TPOT far lower),
+    absorbed prefill pays 2h(2 r_kv + d_r) FLOPs a pair instead of 2h(d_n + d_r + d_v) (TTFT
+    higher); the cache, and so what fits, is the latent in both."""
+    spec, hw = catalog.load("deepseek-v3"), roofline_h100()
+    P, O, B = 32768, 2, 4
+    points = {mla: serve(spec, hw, P, O, (B,), all_logits=True, mla=mla).points[0] for mla in ("naive", "absorbed")}
+    for mla, p in points.items():
+        assert p.tpot_first_s == predict(analyze(spec, "decode", batch=B, seq=P, mla=mla), hw).time_s
+        assert p.ttft_s == predict(analyze(spec, "prefill", batch=B, seq=P, mla=mla), hw).time_s
+    naive, absorbed = points["naive"], points["absorbed"]
+    assert absorbed.tpot_s < naive.tpot_s / 5 and absorbed.ttft_s > naive.ttft_s
+    assert absorbed.fits == naive.fits
+    kv = {mla: analyze(spec, "decode", batch=B, seq=P, mla=mla).total().kv_cache for mla in points}
+    assert kv["naive"] == kv["absorbed"] == B * (P + 1) * 576 * 61 * 2
+
+
+def test_calibrated_time_uses_the_analysis_convention() -> None:
+    """With efficiency tables every gemm is timed at its shape: the absorbed decode step times
+    the absorbed kv_b products (query tokens only), not the naive ones over the whole context."""
+    spec, hw = catalog.load("deepseek-v3"), load_hardware("h100-sxm")
+    a = {mla: analyze(spec, "decode", batch=8, seq=32768, mla=mla) for mla in ("naive", "absorbed")}
+    p = {mla: predict(a[mla], hw) for mla in a}
+    assert p["naive"].calibrated and p["absorbed"].calibrated
+    kv_b = {mla: sum(r.time_s for r in p[mla].rows if r.path.endswith("attention/kv_b")) for mla in p}
+    assert kv_b["absorbed"] < kv_b["naive"] / 100
+    assert p["absorbed"].time_s < p["naive"].time_s
+
+
+def test_inference_mla_option() -> None:
+    """`inference --mla absorbed` runs latent attention absorbed and says so (table and JSON);
+    naive is the default; a spec without latent attention has no such key."""
+    base = ["inference", "deepseek-v2-lite", "--hardware", "h100-sxm", "--prompt", "4096", "--output", "16",
+            "--batch", "1,8"]
+    out = {mla: runner.invoke(app, [*base, "--mla", mla, "--format", "json"]) for mla in ("naive", "absorbed")}
+    for mla, result in out.items():
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["mla_convention"] == mla
+    data = {mla: json.loads(r.output) for mla, r in out.items()}
+    assert data["absorbed"]["batches"][1]["tpot_s"] < data["naive"]["batches"][1]["tpot_s"]
+    assert json.loads(runner.invoke(app, [*base, "--format", "json"]).output)["mla_convention"] == "naive"
+    table = runner.invoke(app, [*base, "--mla", "absorbed"])
+    assert table.exit_code == 0 and "latent attention: absorbed" in table.output
+    dense = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--prompt", "64", "--output", "4",
+                                "--format", "json"])
+    assert "mla_convention" not in json.loads(dense.output)
+    bad = runner.invoke(app, [*base, "--mla", "fused"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output

@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, report, units
-from costmodel.cli.app import Dtype, DtypeOpt, Format, FormatOpt, SpecArg, _user_errors, app, emit
+from costmodel.cli.app import Dtype, DtypeOpt, Format, FormatOpt, MlaOpt, SpecArg, _user_errors, app, emit
+from costmodel.components.mla import Convention
 from costmodel.hardware import load_hardware
 from costmodel.serving import Serving, parse_batches, serve
 from costmodel.timing import Kernels
@@ -29,6 +30,8 @@ def serving_table(sv: Serving) -> report.Table:
         "tokens/s = batch x output / latency, per device",
         "fits: weights + KV cache at the last step within device memory (activations not counted)",
     ]
+    if sv.spec.mla is not None:
+        notes.append(f"latent attention: {sv.mla} (--mla naive|absorbed; the cached latent is the same in both)")
     if sv.note:
         notes.append(sv.note)
     else:
@@ -75,6 +78,7 @@ def inference_cmd(
     flash: Annotated[bool, typer.Option("--flash-attention", help="Attention as one fused kernel: "
                                         "scores never written.")] = False,
     fused: Annotated[bool, typer.Option("--fused", help="Norms and activations fused into the matmuls.")] = False,
+    mla: MlaOpt = Convention.naive,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Draw latency vs throughput over batch "
                                                 "into this file (.png, .svg, .pdf).")] = None,
     fmt: FormatOpt = Format.table,
@@ -84,7 +88,7 @@ def inference_cmd(
         batches = parse_batches(batch)
         hw = load_hardware(hardware)
         sv = serve(catalog.load(spec), hw, prompt, output, batches, dtype.value, all_logits,
-                   Kernels(flash_attention=flash, fused=fused))
+                   Kernels(flash_attention=flash, fused=fused), mla.value)
         written = plot_serving(sv, plot) if plot else None
     emit(fmt, lambda: [serving_table(sv)], sv.to_dict, sv.spec,
          csv=lambda: report.records_csv([{"spec": sv.spec.name, **p.to_dict()} for p in sv.points]))

@@ -28,6 +28,14 @@ MULTIMODAL: dict[str, tuple[str, bool, bool]] = {
 }
 
 
+# Model types a publisher names for itself whose config a transformers model type builds: the
+# type read instead, and why. Moonshot's Kimi K2 configs say kimi_k2 and name the architecture
+# DeepseekV3ForCausalLM; transformers' own kimi_k25 reads a kimi_k2 text_config as deepseek_v3.
+ALIASES: dict[str, tuple[str, str]] = {
+    "kimi_k2": ("deepseek_v3", "Kimi K2 is DeepseekV3ForCausalLM (transformers' kimi_k25 reads kimi_k2 as deepseek_v3)"),
+}
+
+
 def supported() -> tuple[str, ...]:
     return tuple(FAMILIES)
 
@@ -74,6 +82,10 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
         return Imported(got.fields, got.model_type, got.ignored_fields, (*warnings, *got.warnings))
     if not isinstance(model_type, str):
         raise SpecError(f"{origin}: model_type: required, one of {', '.join(FAMILIES)}")
+    source = f"{origin} (Hugging Face config, model_type {model_type})"
+    if model_type in ALIASES:
+        model_type, why = ALIASES[model_type]
+        source = f"{source[:-1]} read as {model_type}: {why})"
     family = FAMILIES.get(model_type)
     if family is None:
         if model_type in MIXTURE_OF_EXPERTS:
@@ -82,8 +94,7 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
         raise SpecError(f"{origin}: model_type: {show(model_type)} is not supported; "
                         f"supported: {', '.join(FAMILIES)}")
     c = Config(data, origin, model_type, family.defaults)
-    out: dict[str, Any] = {"name": name or _name(data, origin), "family": model_type,
-                           "source": f"{origin} (Hugging Face config, model_type {model_type})"}
+    out: dict[str, Any] = {"name": name or _name(data, origin), "family": model_type, "source": source}
     for check in (lambda: _check_head(c, family), lambda: family.read(c, out), lambda: _check_common(c)):
         try:
             check()
