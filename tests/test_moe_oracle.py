@@ -19,7 +19,8 @@ import copy
 import pytest
 
 from costmodel.components import moe
-from costmodel.spec import MoEFFN
+from costmodel.spec import LayerKind, MoEFFN, Position
+from tests.hf_configs import CONFIGS
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
@@ -152,3 +153,60 @@ def test_imported_config_counts_as_transformers(model_type: str, tmp_path) -> No
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids)
     assert counter.get_total_flops() == a.total().flops_matmul
+
+
+# --- gpt_oss and llama4_text, whole models: prefill, a decode step, the KV cache ------------------
+
+NEW = [(mt, i) for mt in ("gpt_oss", "llama4_text") for i in range(1, len(CONFIGS[mt]))]
+
+
+def _routed_matmul(a) -> int:
+    """Matmul FLOPs of the routed experts (our count: top_k experts per token)."""
+    return sum(r.flops_matmul for r in a.rows if "/ffn/experts/" in r.path)
+
+
+@pytest.mark.parametrize("model_type,i", NEW, ids=[f"{mt}-{i}" for mt, i in NEW])
+def test_gpt_oss_and_llama4_equal_transformers(model_type: str, i: int) -> None:
+    """Imported config vs transformers on meta (eager attention, batched_mm experts): parameters,
+    prefill matmul FLOPs, one decode step's from the cache, and the KV cache the prefill leaves,
+    at a prompt longer than the windows (8, 16) and chunks (4), so that they bite; the layers that
+    rotate are transformers' (no_rope_layers, use_rope). Llama4TextMoe
+    runs every expert on every token (the unchosen ones on inputs scaled by 0): its FLOPs are ours
+    plus (E - K)/K times our routed expert FLOPs, in both phases."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from costmodel import hf
+    from costmodel.analysis import analyze
+
+    fields = CONFIGS[model_type][i]
+    spec = hf.spec_from_hf({"model_type": model_type, **fields})
+    cfg = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(fields))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            cfg, experts_implementation="batched_mm", attn_implementation="eager")
+    B, S = 2, 19
+    ids = torch.zeros(B, S + 1, dtype=torch.long, device="meta")
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as prefill:
+            out = model(input_ids=ids[:, :S], use_cache=True)
+        kv = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
+        with FlopCounterMode(display=False) as decode:
+            model(input_ids=ids[:, S:], cache=out.past_key_values, use_cache=True)
+    if model_type == "llama4_text":
+        rope = [bool(layer.self_attn.use_rope) for layer in model.model.layers]
+        assert rope == [not (spec.position is Position.none or (spec.global_nope and k is LayerKind.global_))
+                        for k in spec.layer_kinds()]
+    pre, dec = analyze(spec, "prefill", B, S, "bf16"), analyze(spec, "decode", B, S, "bf16")
+    assert pre.total().params == sum(p.numel() for p in model.parameters())
+    extra = [0, 0]
+    if model_type == "llama4_text" and spec.moe is not None:
+        E, K = spec.moe.n_experts, spec.moe.top_k
+        extra = [_routed_matmul(a) * (E - K) // K for a in (pre, dec)]
+    assert prefill.get_total_flops() == pre.total().flops_matmul + extra[0]
+    assert decode.get_total_flops() == dec.total().flops_matmul + extra[1]
+    # transformers keeps w - 1 (c - 1) tokens of a local (chunked) layer between steps, the next
+    # token making w (cache_utils.DynamicSlidingWindowLayer); we count the w slots a step uses.
+    span = spec.window or spec.attention_chunk
+    short = sum(k is not LayerKind.global_ for k in spec.layer_kinds()) if span and S >= span else 0
+    assert pre.total().kv_cache == (kv + short * 2 * B * spec.n_kv_heads * spec.head_dim) * pre.bytes_per_element
+
