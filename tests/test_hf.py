@@ -601,6 +601,7 @@ def test_multimodal_wrappers_read_their_text_decoder(tmp_path):
 
 EXPORT_TYPES = {  # docs/hf.md's export table
     "mixtral-8x7b": "mixtral", "olmoe-1b-7b": "olmoe", "qwen3-30b-a3b": "qwen3_moe", "qwen3-235b-a22b": "qwen3_moe",
+    "gpt-oss-20b": "gpt_oss", "gpt-oss-120b": "gpt_oss", "llama-4-scout": "llama4_text", "llama-4-maverick": "llama4_text",
     **dict.fromkeys(("gpt2-small", "gpt2-xl", "gpt3-125m", "gpt3-1.3b", "gpt3-175b"), "gpt2"), "gpt-j-6b": "gptj",
     **dict.fromkeys(("megatron-22b", "megatron-175b", "megatron-530b", "megatron-1t"), "gpt2"),
     **dict.fromkeys(("llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-405b"), "llama"),

@@ -20,7 +20,7 @@ import pytest
 
 from costmodel.components import moe
 from costmodel.spec import LayerKind, MoEFFN, Position
-from tests.hf_configs import CONFIGS
+from tests.hf_configs import CONFIGS, RELEASED_MOE
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
@@ -210,3 +210,30 @@ def test_gpt_oss_and_llama4_equal_transformers(model_type: str, i: int) -> None:
     short = sum(k is not LayerKind.global_ for k in spec.layer_kinds()) if span and S >= span else 0
     assert pre.total().kv_cache == (kv + short * 2 * B * spec.n_kv_heads * spec.head_dim) * pre.bytes_per_element
 
+
+VISION = 871_932_416  # Llama 4's vision encoder and projector at the released vision_config
+
+
+@pytest.mark.parametrize("name", RELEASED_MOE)
+def test_released_config_imports_as_the_bundled_spec(name: str) -> None:
+    """The released config.json (Llama 4: the multimodal wrapper, through its text_config) reads
+    as the bundled spec, field for field, so every count of every phase is the same; and
+    transformers' model of it holds published.exact parameters (Llama 4: its language model; the
+    vision encoder and projector the spec's note leaves out hold the rest)."""
+    from costmodel import catalog, hf
+
+    config = RELEASED_MOE[name]
+    imported = hf.spec_fields_from_hf(config, name)
+    assert hf.cost_fields(hf.spec_from_hf(config, name)) == hf.cost_fields(catalog.load(name))
+    assert imported.ignored_fields == ()  # every field of the release is known
+    exact = catalog.load(name).published.exact
+    fields = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures")}
+    cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
+    with torch.device("meta"):
+        if name.startswith("llama-4"):
+            model = transformers.AutoModelForImageTextToText.from_config(cfg)
+            text = sum(p.numel() for p in model.language_model.parameters())
+            assert (text, sum(p.numel() for p in model.parameters()) - text) == (exact, VISION)
+        else:
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+            assert sum(p.numel() for p in model.parameters()) == exact
