@@ -388,7 +388,8 @@ def activations(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: in
                 out[f"{prefix}layers/position_bias"] = spec.n_heads * q_len * q_len * p
             continue
         if stack != "encoder" and not run.flash:
-            kinds = sum(1 for (s, _) in groups if s == stack)
+            # one mask per attention kind: a dense and a sparse group of one kind share theirs
+            kinds = len(spec.kind_counts())
             out[f"{prefix}layers/causal_mask"] = kinds * q_len * q_len * MASK_BYTES
         if any(path.endswith("/rope") for path in mine):
             out[f"{prefix}layers/rope_tables"] = 2 * q_len * spec.rotary_dims * p

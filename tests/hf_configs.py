@@ -52,6 +52,13 @@ CLASS_SIZES = {
                         num_attention_heads=128, max_position_embeddings=4096, kv_lora_rank=512,
                         qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256,
                         num_experts_per_tok=8, moe_intermediate_size=2048),
+    # Mixtures of experts whose classes default to a released model: gpt-oss-120b, Llama 4 Scout.
+    "gpt_oss": dict(num_hidden_layers=36, num_local_experts=128, vocab_size=201088, hidden_size=2880,
+                    intermediate_size=2880, num_attention_heads=64, max_position_embeddings=131072,
+                    num_experts_per_tok=4),
+    "llama4_text": dict(vocab_size=202048, hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384,
+                        num_hidden_layers=48, num_attention_heads=40, max_position_embeddings=4096 * 32,
+                        num_experts_per_tok=1, num_local_experts=16),
 }
 
 # Latent attention (DeepSeek-V2/V3) before a dense FFN in every layer: first_k_dense_replace
@@ -167,6 +174,22 @@ CONFIGS.update({
                        "decoder_sparse_step": 2, "mlp_only_layers": [3], "norm_topk_prob": True}],
     "qwen3_moe": [{**_MOE, "num_experts": 8, "moe_intermediate_size": 24, "head_dim": 16, "mlp_only_layers": [0]}],
     "olmoe": [{**_MOE, "num_experts": 4, "output_router_logits": True, "router_aux_loss_coef": 0.01}],
+    # gpt-oss: default layer_types (even layers slide), then explicit ones without biases.
+    "gpt_oss": [CLASS_SIZES["gpt_oss"],
+                {**_MOE, "num_local_experts": 4, "head_dim": 16, "sliding_window": 8},
+                {**_MOE, "num_local_experts": 4, "head_dim": 24, "sliding_window": 16, "attention_bias": False,
+                 "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                 "tie_word_embeddings": True}],
+    # Llama 4: Scout's defaults; Maverick's interleave with chunks of 4 and QK-norm; listed sparse
+    # layers and NoPE every other layer, top-2; every FFN dense and every layer full with RoPE.
+    "llama4_text": [CLASS_SIZES["llama4_text"],
+                    {**_MOE, "intermediate_size_mlp": 100, "num_local_experts": 4, "num_experts_per_tok": 1,
+                     "head_dim": 16, "interleave_moe_layer_step": 2, "attention_chunk_size": 4, "use_qk_norm": True},
+                    {**_MOE, "intermediate_size_mlp": 100, "num_local_experts": 4, "head_dim": 16,
+                     "moe_layers": [0, 3], "no_rope_layers": [1, 0, 1, 0], "attention_chunk_size": 4,
+                     "attention_bias": True, "tie_word_embeddings": True, "use_qk_norm": False},
+                    {**_MOE, "intermediate_size_mlp": 100, "num_local_experts": 4, "head_dim": 16, "moe_layers": [],
+                     "no_rope_layers": [1, 1, 1, 1], "attention_chunk_size": None}],
 })
 
 # DeepSeek-V2/V3 with their sparse layers (costmodel/hf/families/deepseek.py), sizes given.
@@ -254,4 +277,65 @@ DEEPSEEK_RELEASED = {
         "tie_word_embeddings": False, "topk_group": 1, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
         "transformers_version": "4.48.3", "use_cache": True, "v_head_dim": 128, "vocab_size": 163840,
     },
+}
+
+# The released configs of the bundled gpt-oss and Llama 4 specs (cost-free fields kept, as
+# published), for the import == bundled spec check (tests/test_moe_oracle.py).
+_GPT_OSS = dict(
+    architectures=["GptOssForCausalLM"], model_type="gpt_oss", attention_bias=True, attention_dropout=0.0,
+    eos_token_id=200002, experts_per_token=4, head_dim=64, hidden_act="silu", hidden_size=2880,
+    initial_context_length=4096, initializer_range=0.02, intermediate_size=2880, max_position_embeddings=131072,
+    num_attention_heads=64, num_experts_per_tok=4, num_key_value_heads=8, output_router_logits=False,
+    pad_token_id=199999, rms_norm_eps=1e-05, rope_theta=150000, router_aux_loss_coef=0.9, sliding_window=128,
+    swiglu_limit=7.0, tie_word_embeddings=False, transformers_version="4.55.0.dev0", use_cache=True,
+    vocab_size=201088,
+    quantization_config={"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                    "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+    rope_scaling={"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                  "rope_type": "yarn", "truncate": False},
+)
+_LLAMA4 = dict(
+    attention_bias=False, attention_chunk_size=8192, attention_dropout=0.0, bos_token_id=200000,
+    eos_token_id=[200001, 200007, 200008], for_llm_compressor=False, head_dim=128, hidden_act="silu",
+    hidden_size=5120, initializer_range=0.02, intermediate_size=8192, intermediate_size_mlp=16384,
+    model_type="llama4_text", num_attention_heads=40, num_experts_per_tok=1, num_hidden_layers=48,
+    num_key_value_heads=8, output_router_logits=False, pad_token_id=200018, rms_norm_eps=1e-05, rope_theta=500000.0,
+    router_aux_loss_coef=0.001, router_jitter_noise=0.0, torch_dtype="bfloat16", use_cache=True, vocab_size=202048,
+)
+_LLAMA4_WRAPPER = dict(
+    architectures=["Llama4ForConditionalGeneration"], boi_token_index=200080, eoi_token_index=200081,
+    image_token_index=200092, model_type="llama4", tie_word_embeddings=False,
+    vision_config=dict(attention_dropout=0.0, hidden_act="gelu", hidden_size=1408, image_size=336,
+                       initializer_range=0.02, intermediate_size=5632, model_type="llama4_vision_model",
+                       multi_modal_projector_bias=False, norm_eps=1e-05, num_attention_heads=16, num_channels=3,
+                       num_hidden_layers=34, patch_size=14, pixel_shuffle_ratio=0.5, projector_dropout=0.0,
+                       projector_input_dim=4096, projector_output_dim=4096, rope_theta=10000,
+                       vision_feature_layer=-1, vision_feature_select_strategy="default", vision_output_dim=4096),
+)
+RELEASED_MOE = {
+    # https://huggingface.co/openai/gpt-oss-120b/raw/main/config.json, every field as a public test
+    # quotes it (code search: "REAL = {  # https://huggingface.co/openai/gpt-oss-120b/raw/main/config.json";
+    # layer_types: 18 x [sliding, full]).
+    "gpt-oss-120b": dict(_GPT_OSS, num_hidden_layers=36, num_local_experts=128,
+                         layer_types=["sliding_attention", "full_attention"] * 18),
+    # https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json as mirrored in EchoCog/gpt-oss-20b
+    # (config.json, commit 52971a17): the 120b's fields with 24 layers and 32 experts. The mirror's
+    # quantization_config names gptq; the release's is mxfp4 (model card, section 2.1), as the 120b's.
+    "gpt-oss-20b": dict(_GPT_OSS, num_hidden_layers=24, num_local_experts=32,
+                        layer_types=["sliding_attention", "full_attention"] * 12),
+    # https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E/blob/main/config.json, as AMD-AGI/Primus
+    # pull request 165 quotes it (text_config up to router_jitter_noise; use_qk_norm true and vocab_size
+    # 202048 from its pull request 163 and a printed Llama4Config of the same checkpoint).
+    "llama-4-scout": dict(_LLAMA4_WRAPPER, text_config=dict(
+        _LLAMA4, interleave_moe_layer_step=1, max_position_embeddings=262144, no_rope_layers=[],
+        num_local_experts=16, use_qk_norm=True,
+        rope_scaling={"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"})),
+    # https://huggingface.co/meta-llama/Llama-4-Maverick-17B-128E/blob/main/config.json, as NVIDIA/TensorRT-LLM
+    # tests/unittest/_torch/modeling/test_modeling_llama_min_latency.py quotes it, there cut to 2 of its 48
+    # layers (with no_rope_layer_interval 2 added "so that both RoPE and no-RoPE layers are present"): here
+    # the 48 layers and the class's default interval, 4 (AMD-AGI/Primus pull request 172 cites the same file).
+    "llama-4-maverick": dict(_LLAMA4_WRAPPER, text_config=dict(
+        _LLAMA4, _attn_implementation_autoset=True, interleave_moe_layer_step=2, max_position_embeddings=1048576,
+        num_local_experts=128, rope_scaling=None, use_qk_norm=False)),
 }

@@ -205,6 +205,17 @@ ERRORS = [
     (cfg("falcon", hidden_dropout=0.1), "hidden_dropout: Falcon's dropout sites differ"),
     (cfg("cohere2", head_dim=64), "head_dim: cohere2 always uses hidden_size / heads = 128"),
     (cfg("gemma2", layer_types=["chunked_attention"] * 26), 'layer_types: layer type "chunked_attention" is not supported'),
+    (cfg("gpt_oss", quantization_config={"quant_method": "gptq"}), "quantization_config: quantised weights are not modelled"),
+    (cfg("llama4_text", layer_types=["sliding_attention"] * 48),
+     "layer_types: should give chunked_attention or full_attention for each of the 48 layers"),
+    (cfg("llama4_text", attention_chunk_size=None, layer_types=["chunked_attention"] * 48),
+     "attention_chunk_size: null, but layer_types has chunked_attention layers"),
+    (cfg("llama4_text", layer_types=["chunked_attention"] * 48), "no_rope_layers: a chunked layer without RoPE"),
+    (cfg("llama4_text", attention_chunk_size=None), "no_rope_layers: RoPE on some full-attention layers and not"),
+    (cfg("llama4_text", no_rope_layers=[1, 2] * 24), "no_rope_layers: should list 1 (RoPE) or 0 (NoPE)"),
+    (cfg("llama4_text", moe_layers=["1"]), 'moe_layers: should list layer indices (got ["1"])'),
+    ({k: v for k, v in cfg("llama4_text", interleave_moe_layer_step=2).items() if k != "intermediate_size_mlp"},
+     "intermediate_size_mlp: required for model_type llama4_text"),
 ]
 
 
@@ -217,6 +228,55 @@ def test_bad_configs_fail_in_one_line(tmp_path, config, message):
         assert result.exit_code == 2, result.output
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error: {path}: {message}")
+
+
+def test_gpt_oss_reads_sinks_windows_and_biased_experts():
+    """gpt-oss (GptOssConfig's defaults are gpt-oss-120b's sizes): even layers slide over 128
+    tokens, odd ones attend fully; a sink per head; q, k, v, o biased; 128 experts of 2880, top-4,
+    with biases on the router and on every expert linear; the top-4 softmax renormalised."""
+    spec = hf.spec_from_hf(cfg("gpt_oss"))
+    assert spec.layer_kinds()[:4] == [L, G, L, G] and spec.window == 128 and spec.attention_sinks
+    assert (spec.bias.qkv, spec.bias.attn_out, spec.bias.ffn) == (True, True, False)
+    moe = spec.moe
+    assert moe is not None and (moe.n_experts, moe.top_k, moe.d_ff_expert) == (128, 4, 2880)
+    assert moe.router_bias and moe.expert_bias and moe.norm_topk and moe.n_shared_experts == 0
+    # hidden_act is not read by GptOssExperts: the clamped SwiGLU whatever it says
+    assert hf.spec_from_hf(cfg("gpt_oss", hidden_act="gelu")).activation.value == "swiglu"
+
+
+def test_gpt_oss_mxfp4_checkpoint_is_counted_in_elements(tmp_path):
+    """The released configs carry quantization_config mxfp4: read as the dequantised model, with
+    one warning line; any other quantisation is refused (ERRORS)."""
+    path = write(tmp_path, cfg("gpt_oss", quantization_config={"quant_method": "mxfp4"}))
+    result = runner.invoke(app, ["analyze", str(path), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"warning: {path}: quantization_config: mxfp4: the experts' weights in 4-bit blocks with shared scales "
+        "(transformers dequantises them): parameters are counted as elements, their bytes at --dtype"]
+    assert json.loads(result.stdout)["phases"]["prefill"]["params"]["total"] == count_params(hf.spec_from_hf(cfg("gpt_oss")))
+
+
+def test_llama4_reads_rope_chunks_and_sparse_layers():
+    """Llama4TextConfig's defaults (Scout's sizes): every 4th layer NoPE and full, the others
+    chunked (8192) with RoPE; every layer sparse, 16 experts of 8192 and one shared, sigmoid.
+    interleave_moe_layer_step 2: layers 1, 3, ... sparse, the others dense of intermediate_size_mlp;
+    a moe_layers list off that rule is kept as listed; moe_layers [] makes every FFN dense."""
+    C = LayerKind.chunked
+    scout = hf.spec_from_hf(cfg("llama4_text"))
+    assert scout.layer_kinds()[:8] == [C, C, C, G] * 2 and scout.global_nope and scout.attention_chunk == 8192
+    moe = scout.moe
+    assert moe is not None and (moe.n_experts, moe.top_k, moe.d_ff_expert, moe.n_shared_experts) == (16, 1, 8192, 1)
+    assert moe.scoring.value == "sigmoid" and not moe.norm_topk and moe.d_ff is None
+    maverick = hf.spec_from_hf(cfg("llama4_text", interleave_moe_layer_step=2)).moe
+    assert maverick is not None and (maverick.moe_every, maverick.d_ff) == (2, 16384)
+    listed = hf.spec_from_hf(cfg("llama4_text", moe_layers=[47, 0, 0, 99])).moe  # as `layer_idx in moe_layers`
+    assert listed is not None and listed.moe_layers == (0, 47)
+    dense = hf.spec_from_hf(cfg("llama4_text", moe_layers=[]))
+    assert dense.moe is None and dense.d_ff == 16384
+    every_rope = hf.spec_from_hf(cfg("llama4_text", no_rope_layers=[1] * 48))
+    assert every_rope.layer_pattern == (C,) and not every_rope.global_nope
+    none = hf.spec_from_hf(cfg("llama4_text", no_rope_layers=[0] * 48))  # no chunks without RoPE by default
+    assert none.position is Position.none and none.layer_pattern == (G,)
 
 
 def test_malformed_json(tmp_path):
@@ -546,6 +606,7 @@ def test_multimodal_wrappers_read_their_text_decoder(tmp_path):
 
 EXPORT_TYPES = {  # docs/hf.md's export table
     "mixtral-8x7b": "mixtral", "olmoe-1b-7b": "olmoe", "qwen3-30b-a3b": "qwen3_moe", "qwen3-235b-a22b": "qwen3_moe",
+    "gpt-oss-20b": "gpt_oss", "gpt-oss-120b": "gpt_oss", "llama-4-scout": "llama4_text", "llama-4-maverick": "llama4_text",
     **dict.fromkeys(("gpt2-small", "gpt2-xl", "gpt3-125m", "gpt3-1.3b", "gpt3-175b"), "gpt2"), "gpt-j-6b": "gptj",
     **dict.fromkeys(("megatron-22b", "megatron-175b", "megatron-530b", "megatron-1t"), "gpt2"),
     **dict.fromkeys(("llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-405b"), "llama"),

@@ -53,12 +53,15 @@ def hf_params(config: dict) -> int:
 
 
 def hf_layer_kinds(cfg) -> list[LayerKind] | None:
-    """Which layers slide, as transformers derives it (None: this family has no windows)."""
+    """Which layers slide (or attend within chunks, Llama 4), as transformers derives it (None:
+    this family has no windows)."""
     n = cfg.num_hidden_layers
     types = getattr(cfg, "layer_types", None)
     if types is not None:
         window = getattr(cfg, "sliding_window", None)
-        return [LayerKind.local if t == "sliding_attention" and window else LayerKind.global_ for t in types]
+        kind = {"sliding_attention": LayerKind.local if window else LayerKind.global_,
+                "chunked_attention": LayerKind.chunked}
+        return [kind.get(t, LayerKind.global_) for t in types]
     if hasattr(cfg, "sliding_window"):  # mistral, phi3: one window on every layer, or none
         return [LayerKind.local if cfg.sliding_window else LayerKind.global_] * n
     return None
@@ -102,6 +105,8 @@ def test_imported_count_equals_transformers(model_type, i, fields):
         assert spec.layer_kinds() == kinds
         if LayerKind.local in kinds:
             assert spec.window == cfg.sliding_window
+        if LayerKind.chunked in kinds:
+            assert spec.attention_chunk == cfg.attention_chunk_size
 
 
 def test_rotary_widths_match_transformers():

@@ -18,19 +18,21 @@ from costmodel.measure.run import keep_layers, measure  # noqa: E402
 from costmodel.spec import Spec, load_spec  # noqa: E402
 
 PHASES = ("prefill", "decode", "train")
-LONG = 5000  # beyond every bundled sliding window (1024, 4096), capped by learned tables
+LONG = 9000  # beyond every bundled sliding window (128 to 4096) and chunk (8192), capped by learned tables
 
 
 def depth(spec: Spec) -> int:
     """The fewest first layers that hold every kind of layer the spec has (attention kind x dense
-    or sparse FFN; DeepSeek-V3: its 3 dense layers and one sparse), at least two: every element
-    is measured on them at both shapes and in every phase. The
+    or sparse FFN; DeepSeek-V3: its 3 dense layers and one sparse; Llama 4 Maverick: 3 chunked
+    layers, dense and sparse in turn, then a global NoPE one), at least two for a dense FFN: every
+    element is measured on them at both shapes and in every phase. A mixture of experts runs
+    each expert as its own module, so one layer suffices where all are alike (Qwen3). The
     full depth is measured once (test_full_depth_counts_equal_formulas): the formulas multiply a
     layer's cost by its group's count, which the cut model does not check."""
     layers = list(zip(spec.layer_kinds(), spec.sparse_layers()))
     every = set(layers)
     n = next(i for i in range(1, len(layers) + 1) if set(layers[:i]) == every)
-    return min(len(layers), max(2, n))
+    return min(len(layers), max(1 if spec.moe is not None else 2, n))
 
 
 @lru_cache(maxsize=1)

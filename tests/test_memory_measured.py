@@ -12,7 +12,7 @@ import yaml
 pytest.importorskip("torch", reason="measuring needs the [measure] extra (torch)")
 
 import torch  # noqa: E402
-from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from costmodel import catalog  # noqa: E402
@@ -30,20 +30,13 @@ def _formula(spec, batch, seq, recompute, precision="bf16-mixed", enc_seq=None) 
     return memory(spec, "train", batch=batch, seq=seq, enc_seq=enc_seq, run=run).total("activations")
 
 
-# The sparse FFN's saved bytes equal the measured ones for the block alone (tests/test_moe.py),
-# but inside a whole model a few storages per layer (16 to 248 bytes) are shared differently:
-# not yet found, so these fail loudly as expected failures rather than pass by a tolerance.
-MOE_GAP = pytest.mark.xfail(strict=True, reason="MoE layer saved bytes: a 16-248 byte per-layer gap in a whole model")
-
-
 def _kept(name: str):
     """A bundled spec cut to the layers of one pattern (at least two)."""
     spec = catalog.load(name)
     return keep_layers(spec, max(2, len(spec.layer_pattern)))
 
 
-# DeepSeek-V3's first two layers are dense: no sparse layer, no gap.
-@pytest.mark.parametrize("name", [pytest.param(n, marks=MOE_GAP) if _kept(n).moe else n for n in BUNDLED])
+@pytest.mark.parametrize("name", BUNDLED)
 def test_bundled_saved_for_backward_exact(name: str) -> None:
     """Every bundled spec, cut to the layers of one pattern: none and full recompute, exact."""
     spec = _kept(name)
@@ -65,7 +58,6 @@ def test_fp32_recipe_saved_exact() -> None:
 def test_random_specs_saved_exact(data: dict, batch: int, seq: int) -> None:
     """Random specs mixing every element: the saved bytes equal the formula, both modes."""
     spec = spec_from_dict(data, "hypothesis")
-    assume(spec.moe is None)  # a mixture of experts: the gap of MOE_GAP above
     for recompute in ("none", "full"):
         measured = training_saved(spec, batch, seq, recompute == "full").total
         got = _formula(spec, batch, seq, recompute, enc_seq=seq if spec.is_encoder_decoder else None)

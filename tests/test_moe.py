@@ -329,12 +329,12 @@ def test_published_active_params(name: str) -> None:
 def test_saved_for_backward_of_the_block_equals_the_reference() -> None:
     """Training: the tensors the sparse block keeps for backward (each storage once, parameters
     aside) are the formulas' saved bytes exactly (router input, scores, ids, weights, expert
-    inputs and hiddens, outputs and their weighted products)."""
+    inputs and hiddens, outputs and their weighted products; with a balance loss, its E counts)."""
     torch = pytest.importorskip("torch")
     from costmodel.measure.moe import SparseMLP
 
-    for E, K, norm in ((64, 8, False), (8, 2, True), (16, 4, True)):
-        cfg = MoEFFN(activation="swiglu", n_experts=E, top_k=K, d_ff_expert=32, norm_topk=norm)
+    for E, K, norm, aux in ((64, 8, False, 0.0), (8, 2, True, 0.01), (16, 4, True, 0.0)):
+        cfg = MoEFFN(activation="swiglu", n_experts=E, top_k=K, d_ff_expert=32, norm_topk=norm, aux_loss=aux)
         module = SparseMLP(cfg, 16).to(torch.bfloat16)
         x = torch.randn(2, 8, 16, dtype=torch.bfloat16, requires_grad=True)
         params = {p.untyped_storage().data_ptr() for p in module.parameters()}

@@ -19,7 +19,8 @@ import copy
 import pytest
 
 from costmodel.components import moe
-from costmodel.spec import MoEFFN
+from costmodel.spec import LayerKind, MoEFFN, Position
+from tests.hf_configs import CONFIGS, RELEASED_MOE
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
@@ -248,3 +249,87 @@ def test_deepseek_routing_fields_refused_or_read() -> None:
     v2 = {"model_type": "deepseek_v2", **DEEPSEEK["deepseek_v2"], "norm_topk_prob": True}
     assert hf.spec_from_hf(v2).moe.norm_topk is False
     assert hf.spec_from_hf({**v3, "norm_topk_prob": False}).moe.norm_topk is False
+
+
+# --- gpt_oss and llama4_text, whole models: prefill, a decode step, the KV cache ------------------
+
+NEW = [(mt, i) for mt in ("gpt_oss", "llama4_text") for i in range(1, len(CONFIGS[mt]))]
+
+
+def _routed_matmul(a) -> int:
+    """Matmul FLOPs of the routed experts (our count: top_k experts per token)."""
+    return sum(r.flops_matmul for r in a.rows if "/ffn/experts/" in r.path)
+
+
+@pytest.mark.parametrize("model_type,i", NEW, ids=[f"{mt}-{i}" for mt, i in NEW])
+def test_gpt_oss_and_llama4_equal_transformers(model_type: str, i: int) -> None:
+    """Imported config vs transformers on meta (eager attention, batched_mm experts): parameters,
+    prefill matmul FLOPs, one decode step's from the cache, and the KV cache the prefill leaves,
+    at a prompt longer than the windows (8, 16) and chunks (4), so that they bite; the layers that
+    rotate are transformers' (no_rope_layers, use_rope). Llama4TextMoe
+    runs every expert on every token (the unchosen ones on inputs scaled by 0): its FLOPs are ours
+    plus (E - K)/K times our routed expert FLOPs, in both phases."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from costmodel import hf
+    from costmodel.analysis import analyze
+
+    fields = CONFIGS[model_type][i]
+    spec = hf.spec_from_hf({"model_type": model_type, **fields})
+    cfg = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(fields))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            cfg, experts_implementation="batched_mm", attn_implementation="eager")
+    B, S = 2, 19
+    ids = torch.zeros(B, S + 1, dtype=torch.long, device="meta")
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as prefill:
+            out = model(input_ids=ids[:, :S], use_cache=True)
+        kv = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
+        with FlopCounterMode(display=False) as decode:
+            model(input_ids=ids[:, S:], cache=out.past_key_values, use_cache=True)
+    if model_type == "llama4_text":
+        rope = [bool(layer.self_attn.use_rope) for layer in model.model.layers]
+        assert rope == [not (spec.position is Position.none or (spec.global_nope and k is LayerKind.global_))
+                        for k in spec.layer_kinds()]
+    pre, dec = analyze(spec, "prefill", B, S, "bf16"), analyze(spec, "decode", B, S, "bf16")
+    assert pre.total().params == sum(p.numel() for p in model.parameters())
+    extra = [0, 0]
+    if model_type == "llama4_text" and spec.moe is not None:
+        E, K = spec.moe.n_experts, spec.moe.top_k
+        extra = [_routed_matmul(a) * (E - K) // K for a in (pre, dec)]
+    assert prefill.get_total_flops() == pre.total().flops_matmul + extra[0]
+    assert decode.get_total_flops() == dec.total().flops_matmul + extra[1]
+    # transformers keeps w - 1 (c - 1) tokens of a local (chunked) layer between steps, the next
+    # token making w (cache_utils.DynamicSlidingWindowLayer); we count the w slots a step uses.
+    span = spec.window or spec.attention_chunk
+    short = sum(k is not LayerKind.global_ for k in spec.layer_kinds()) if span and S >= span else 0
+    assert pre.total().kv_cache == (kv + short * 2 * B * spec.n_kv_heads * spec.head_dim) * pre.bytes_per_element
+
+
+VISION = 871_932_416  # Llama 4's vision encoder and projector at the released vision_config
+
+
+@pytest.mark.parametrize("name", RELEASED_MOE)
+def test_released_config_imports_as_the_bundled_spec(name: str) -> None:
+    """The released config.json (Llama 4: the multimodal wrapper, through its text_config) reads
+    as the bundled spec, field for field, so every count of every phase is the same; and
+    transformers' model of it holds published.exact parameters (Llama 4: its language model; the
+    vision encoder and projector the spec's note leaves out hold the rest)."""
+    from costmodel import catalog, hf
+
+    config = RELEASED_MOE[name]
+    imported = hf.spec_fields_from_hf(config, name)
+    assert hf.cost_fields(hf.spec_from_hf(config, name)) == hf.cost_fields(catalog.load(name))
+    assert imported.ignored_fields == ()  # every field of the release is known
+    exact = catalog.load(name).published.exact
+    fields = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures")}
+    cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
+    with torch.device("meta"):
+        if name.startswith("llama-4"):
+            model = transformers.AutoModelForImageTextToText.from_config(cfg)
+            text = sum(p.numel() for p in model.language_model.parameters())
+            assert (text, sum(p.numel() for p in model.parameters()) - text) == (exact, VISION)
+        else:
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+            assert sum(p.numel() for p in model.parameters()) == exact

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from costmodel import catalog
 from costmodel.analysis import count_params
 from costmodel.catalog import bundled_paths
 from costmodel.spec import load_spec
@@ -112,3 +113,78 @@ def test_deepseek_v3_counts_the_main_model_as_the_paper() -> None:
     assert layer * 58 == sparse and layer == by_hand == 11_507_286_016
     assert abs(layer - 11.5e9) <= 0.05e9
     assert layer + 2 * d * d + 3 * d == 11_610_067_968  # with eh_proj, enorm, hnorm, shared_head.norm
+
+
+# --- the sparse specs of issue 11: both active conventions, by hand -----------------------------------
+
+GPT_OSS_EXPERT = (2880 * 2 * 2880 + 2 * 2880) + (2880 * 2880 + 2880)  # gate_up_proj and down_proj, with biases
+LLAMA4_EXPERT = 3 * 5120 * 8192  # gate, up, down; the shared expert has the same shape
+# name: (total, the parameters of the experts a token skips, the input token table)
+ACTIVE_BY_HAND = {
+    "gpt-oss-20b": (20_914_757_184, 24 * 28 * GPT_OSS_EXPERT, 201_088 * 2880),
+    "gpt-oss-120b": (116_829_156_672, 36 * 124 * GPT_OSS_EXPERT, 201_088 * 2880),
+    "llama-4-scout": (107_769_861_120, 48 * 15 * LLAMA4_EXPERT, 202_048 * 5120),
+    "llama-4-maverick": (400_711_848_960, 24 * 127 * LLAMA4_EXPERT, 202_048 * 5120),
+}
+# Both conventions, written out: (with the input embedding, without it).
+ACTIVE = {
+    "gpt-oss-20b": (4_187_440_704, 3_608_307_264),  # OpenAI publishes without: 3.61B
+    "gpt-oss-120b": (5_711_982_912, 5_132_849_472),  # OpenAI publishes without: 5.13B
+    "llama-4-scout": (17_172_894_720, 16_138_408_960),  # Meta publishes with: 17B
+    "llama-4-maverick": (17_184_691_200, 16_150_205_440),  # Meta publishes with: 17B
+}
+
+
+def test_totals_of_the_sparse_specs_by_hand() -> None:
+    """Per layer, from the released configs. Llama 4 Scout: attention 5120 * (5120 + 2 * 1024) +
+    5120 * 5120, two norms, router 5120 * 16, 16 routed experts and one shared of 3 * 5120 * 8192,
+    48 layers, two 202,048 x 5120 tables and the final norm. Maverick: 24 dense layers of
+    3 * 5120 * 16384 and 24 sparse ones of 128 experts. gpt-oss-120b: q, k, v, o with biases and 64
+    sinks, two norms, a biased router 2880 x 128, 128 biased experts, 36 layers."""
+    att = 5120 * (5120 + 2 * 1024) + 5120 * 5120
+    scout = 48 * (att + 2 * 5120 + 5120 * 16 + 17 * LLAMA4_EXPERT) + 2 * 202_048 * 5120 + 5120
+    maverick = (24 * (att + 2 * 5120 + 3 * 5120 * 16384) + 24 * (att + 2 * 5120 + 5120 * 128 + 129 * LLAMA4_EXPERT)
+                + 2 * 202_048 * 5120 + 5120)
+    oss_att = (2880 * 4096 + 4096) + 2 * (2880 * 512 + 512) + (4096 * 2880 + 2880) + 64
+    oss = 36 * (oss_att + 2 * 2880 + 2880 * 128 + 128 + 128 * GPT_OSS_EXPERT) + 2 * 201_088 * 2880 + 2880
+    oss20 = 24 * (oss_att + 2 * 2880 + 2880 * 32 + 32 + 32 * GPT_OSS_EXPERT) + 2 * 201_088 * 2880 + 2880
+    assert (scout, maverick, oss, oss20) == tuple(ACTIVE_BY_HAND[n][0] for n in
+                                                  ("llama-4-scout", "llama-4-maverick", "gpt-oss-120b", "gpt-oss-20b"))
+    for name, (total, _, _) in ACTIVE_BY_HAND.items():
+        assert count_params(catalog.load(name)) == total == catalog.load(name).published.exact
+
+
+@pytest.mark.parametrize("name", ACTIVE)
+def test_active_params_in_both_conventions(name: str) -> None:
+    """Active = total less the experts a token skips (with the embedding: Meta's Llama 4 convention),
+    and less the input token table too (OpenAI's gpt-oss convention, keeping the unembedding).
+    The published figure matches the publisher's convention within its rounding, and not the other."""
+    from costmodel.analysis import analyze
+    from costmodel.spec import ActiveConvention, parse_count
+
+    total, skipped, table = ACTIVE_BY_HAND[name]
+    assert ACTIVE[name] == (total - skipped, total - skipped - table)
+    spec = catalog.load(name)
+    a = analyze(spec, "decode", 1, 16)
+    ours = tuple(a.params_active(c) for c in (ActiveConvention.with_embedding, ActiveConvention.without_embedding))
+    assert ours == ACTIVE[name]
+    pub = spec.published
+    value, half_unit = parse_count(pub.active)
+    theirs = ACTIVE[name][0 if pub.active_convention is ActiveConvention.with_embedding else 1]
+    other = ACTIVE[name][1 if pub.active_convention is ActiveConvention.with_embedding else 0]
+    assert abs(theirs - value) <= half_unit < abs(other - value)
+    assert a.params_active() == theirs
+
+
+def test_gpt_oss_table_1_breakdown() -> None:
+    """The model card's Table 1 splits the totals: MLP 114.71B / 19.12B (router and experts),
+    attention 0.96B / 0.64B (q, k, v, o with their biases, and the sinks), embed + unembed 1.16B
+    for both; each within half a unit of its last digit (the norms, 0.2M, are in none)."""
+    from costmodel.analysis import analyze
+
+    for name, mlp, attention in (("gpt-oss-120b", 114.71e9, 0.96e9), ("gpt-oss-20b", 19.12e9, 0.64e9)):
+        rows = analyze(catalog.load(name), "prefill", 1, 16).rows
+        ffn = sum(r.params for r in rows if "/ffn/" in r.path and not r.path.endswith("/norm"))
+        att = sum(r.params for r in rows if "/attention/" in r.path and not r.path.endswith("/norm"))
+        tables = sum(r.params for r in rows if r.path in ("embedding/tokens", "lm_head"))
+        assert abs(ffn - mlp) <= 0.005e9 and abs(att - attention) <= 0.005e9 and abs(tables - 1.16e9) <= 0.005e9

@@ -83,9 +83,10 @@ def chunked(dims: Dims) -> Shape:
         F(n) = floor(n/c) * T(c) + T(n - c*floor(n/c)),
     the S queries at C-S+1 .. C allow F(C) - F(C-S) pairs: prefill C(C+1)/2 while C <= c, then
     about C*c/2 (a window of the same size allows about C*w). The keys live in a rolling buffer of
-    min(C, c) slots, as transformers keeps them (cache_utils: "sliding and chunked are the same
-    in how they should behave, only the mask differs"); a decode step's dense scores span it,
-    masking the slots of the previous chunk; a prompt spans its own S keys.
+    min(C, c) slots during a step, as in transformers (cache_utils: "sliding and chunked are the
+    same in how they should behave, only the mask differs"; it keeps the last c - 1 between steps,
+    the next token making c); a decode step's dense scores span it, masking the slots of the
+    previous chunk; a prompt spans its own S keys.
     """
     S, C, c = dims.S, dims.C, dims.c
 

@@ -274,20 +274,22 @@ def sparse(cfg: MoEFFN, d: Num, p: Num, e: ExpertDims, tokens: Num, *, ffn_bias:
             gate = linear(tokens, d, 1, False, p, saves_input=False) + elementwise(tokens, SIGMOID_FLOPS, p, saves=1)
             out.append(("shared_gate", gate + elementwise(tokens * d, 1, p, inputs=2) + Cost(saved=p * tokens * d)))
     if cfg.aux_loss > 0:
-        out.append(("aux_loss", aux_loss(p, e, tokens)))
+        out.append(("aux_loss", aux_loss(p, e, tokens, DTYPE_BYTES[cfg.router_dtype] if cfg.router_dtype else p)))
     return out
 
 
-def aux_loss(p: Num, e: ExpertDims, tokens: Num) -> Cost:
+def aux_loss(p: Num, e: ExpertDims, tokens: Num, p_scores: Num | None = None) -> Cost:
     """Switch's load-balancing loss alpha * E * sum_i f_i * P_i (Fedus et al. 2021, eq. 4-6).
 
     P_i: the router probabilities summed over the T tokens (T*E adds, reading T x E);
     f_i: the T*K assignments counted per expert (T*K adds, reading the ids); then E products,
-    E adds, and the scaling by alpha * E / T^2 (2). Training only.
+    E adds, and the scaling by alpha * E / T^2 (2). Training only. Kept for backward: the E
+    counts f_i, at the scores' width `p_scores` (the gradient of f_i * P_i in P_i is f_i).
     """
     return Cost(
         other=tokens * e.E + tokens * e.K + 2 * e.E + 2,
         bytes_unfused=p * tokens * e.E + ID_BYTES * tokens * e.K + 2 * p * e.E,
+        saved=(p if p_scores is None else p_scores) * e.E,
         train_only=True,
     )
 

@@ -4,7 +4,9 @@ A family holds everything this tool knows about one ``model_type``: how it reads
 (``read``), the configuration class's defaults, the fields that are required (the sizes: a
 config that leaves one out is an error naming it, never the class default silently taken), the
 fields it reads but that change no cost (``ignored``, each with the reason), how it writes a
-spec back as a config (``export``) and whether a spec can be one of its models (``matches``).
+spec back as a config (``export``), whether a spec can be one of its models (``matches``), and
+the quantisations of its released checkpoints that are read as the unquantised model
+(``quantized``).
 
 Adding a model type is one ``register(Family(...))`` call in a module of
 ``costmodel/hf/families/`` (every module there is imported): nothing else lists families.
@@ -40,6 +42,9 @@ class Family:
     matches: Callable[[Spec], bool] = _decoder_only
     # Fields the importer refuses when non-zero that export writes: re-read at 0 and reported lost.
     unreadable_on_export: tuple[str, ...] = ()
+    # quantization_config quant_methods of released checkpoints that transformers dequantises into
+    # the same modules (gpt-oss: mxfp4), each with the line warned; any other one is refused.
+    quantized: Mapping[str, str] = field(default_factory=dict)
 
 
 # model_type -> Family, in registration order (export prefers the earlier of two exact matches).

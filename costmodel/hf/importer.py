@@ -95,7 +95,8 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
                         f"supported: {', '.join(FAMILIES)}")
     c = Config(data, origin, model_type, family.defaults)
     out: dict[str, Any] = {"name": name or _name(data, origin), "family": model_type, "source": source}
-    for check in (lambda: _check_head(c, family), lambda: family.read(c, out), lambda: _check_common(c)):
+    for check in (lambda: _check_head(c, family), lambda: family.read(c, out),
+                  lambda: _check_common(c, family, warnings)):
         try:
             check()
         except Abort:
@@ -146,9 +147,13 @@ def _check_head(c: Config, family: Family) -> None:
         _check_architectures(c.data["architectures"], c.origin, family.architecture)
 
 
-def _check_common(c: Config) -> None:
+def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
     """Fields every PretrainedConfig carries that would change a cost when set."""
-    if c.data.get("quantization_config"):
+    quant = c.data.get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if isinstance(method, str) and method in family.quantized:
+        warnings.append(f"warning: {c.origin}: quantization_config: {method}: {family.quantized[method]}")
+    elif quant:
         c.problems.append("quantization_config: quantised weights are not modelled (the element type is --dtype); "
                           "remove the field to import the unquantised architecture")
     c.read.add("quantization_config")
