@@ -283,14 +283,13 @@ def test_round_robin_routing() -> None:
 
 
 def _moe_specs():
-    """Every bundled spec with a mixture of experts, as YAML data (specs/pending/ holds those
-    whose attention kinds are not yet merged)."""
+    """Every bundled spec with a mixture of experts, as YAML data."""
     import pathlib
 
     import yaml
 
     root = pathlib.Path(__file__).resolve().parent.parent / "specs"
-    paths = sorted([*root.glob("*.yaml"), *root.glob("pending/*.yaml")])
+    paths = sorted(root.glob("*.yaml"))
     data = {p.stem: yaml.safe_load(p.read_text()) for p in paths}
     return {name: d for name, d in data.items() if isinstance(d.get("ffn"), dict) and d["ffn"]["kind"] == "moe"}
 

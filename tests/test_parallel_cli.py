@@ -120,14 +120,14 @@ def test_serve_llama_405b_tp8_on_h200():
 
 
 def test_serve_deepseek_v3_with_expert_parallelism():
-    """DeepSeek-V3 (specs/pending until its branch lands) on 8 x H200, EP 8, absorbed MLA, fp8:
+    """DeepSeek-V3 on 8 x H200, EP 8, absorbed MLA, fp8:
     the all-to-alls in the JSON; a batch that does not split over the replicas: one line, exit 2."""
-    data = json.loads(run("serve", "specs/pending/deepseek-v3.yaml", "--cluster", "dgx-h200", "--tp", "1", "--ep", "8",
+    data = json.loads(run("serve", "deepseek-v3", "--cluster", "dgx-h200", "--tp", "1", "--ep", "8",
                           "--batch", "64", "--mla", "absorbed", "--dtype", "fp8", "--format", "json").stdout)
     (one,) = data["results"]
     assert (one["gpus"], one["ep"]) == (8, 8) and one["fits"]
     assert one["comm"]["by_collective"]["ep/all_to_all"]["calls"] == 116
-    bad = runner.invoke(app, ["serve", "specs/pending/deepseek-v3.yaml", "--cluster", "dgx-h200", "--tp", "1",
+    bad = runner.invoke(app, ["serve", "deepseek-v3", "--cluster", "dgx-h200", "--tp", "1",
                               "--ep", "8", "--batch", "4"])
     assert bad.exit_code == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--batch" in bad.stderr
 
