@@ -73,6 +73,13 @@ class MatmulTable(BaseModel):
             raise ValueError(f"efficiency: must be {len(self.M)} x {len(self.N)} x {len(self.K)} (M x N x K)")
         return self
 
+    @property
+    def sees_bytes(self) -> bool:
+        """Whether the table was taken over skinny and wide shapes (more than one M: calibrate's
+        M = 1 .. 1024), so that what a product's bytes cost is in its efficiencies; a one-point
+        table (a published best shape) does not know it."""
+        return len(self.M) > 1
+
     def __call__(self, M: float, N: float, K: float) -> float:
         """The efficiency of one (M x K) @ (K x N), interpolated in log space."""
         (i, ti), (j, tj), (k, tk) = _position(self.M, M), _position(self.N, N), _position(self.K, K)
@@ -121,6 +128,11 @@ class FlopsTable(BaseModel):
         if len(self.efficiency) != len(self.flops):
             raise ValueError(f"efficiency: must have {len(self.flops)} values, one per size")
         return self
+
+    @property
+    def sees_bytes(self) -> bool:
+        """By op size alone: a product's bytes are not in it (``MatmulTable.sees_bytes``)."""
+        return False
 
     def __call__(self, M: float, N: float, K: float) -> float:
         return _lookup(self.flops, self.efficiency, 2 * M * N * K, self.interpolation)

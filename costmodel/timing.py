@@ -10,10 +10,13 @@ al. 2024), each component of a phase is timed on its own:
 - a **matmul** component (its ``Cost.gemms``: count x (M x K) @ (K x N)) takes, per product,
   2MKN / (peak[dtype] x e_mm(M, N, K)), with e_mm the profile's matmul table; a training step
   adds the two backward products of each, dA = dC B^T (M x N @ N x K) and dB = A^T dC
-  (K x M @ M x N), looked up at their own shapes; and no less than its bytes at the memory
-  efficiency (the roofline's other side: the attention core's products, K = d_h, write or read
-  a score matrix of B h S^2 elements and sit below the ridge point of every GPU; a table
-  measured at large shapes does not know it);
+  (K x M @ M x N), looked up at their own shapes; on a table by op size (``FlopsTable``,
+  Calculon's form) or of one published point, no less than its bytes at the memory efficiency
+  (the roofline's other side: the attention core's products, K = d_h, write or read a score
+  matrix of B h S^2 elements and sit below the ridge point of every GPU; such a table does not
+  know it). A table over shapes (what calibrate measures, M = 1 .. 1024: ``sees_bytes``)
+  already holds what a skinny product's bytes cost, so no floor is added on it (it would charge
+  the weights' stream again, at an elementwise add's efficiency);
 - a **memory** component (norms, activations, softmax, residual adds, cache writes, lookups)
   moves its unfused bytes (from the analysis, so a change of dtype or byte convention reaches
   the time) at bandwidth x e_mem(bytes per op); its FLOPs are not timed: they are a few per
@@ -224,7 +227,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
             if flash and row.flops_matmul:  # only the unmasked pairs are executed
                 t *= row.flops_matmul_effective / row.flops_matmul
             ops = layers * len(gemms) // len(cost.gemms)
-            if not flash:  # flash attention never writes the scores
+            if not flash and not table.sees_bytes:  # flash attention never writes the scores
                 t = max(t, row.bytes_unfused / (bw * eff.memory(row.bytes_unfused / ops)))
             fresh = first_touch_s(eff, gemm_outputs(gemms, layers, p))
             t = max(t, ops * eff.floor_s) + fresh

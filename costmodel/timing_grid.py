@@ -125,7 +125,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
                 dense = np.asarray(q["flops_matmul"], dtype=float)
                 t = t * np.where(dense > 0, q["flops_matmul_effective"] / np.maximum(dense, 1), 1.0)
             ops = layers * len(gemms) // len(cost.gemms)
-            if not flash:  # no less than its bytes (timing.predict)
+            if not flash and not table.sees_bytes:  # no less than its bytes (timing.predict)
                 moved = np.asarray(q["bytes_unfused"], dtype=float)
                 t = np.maximum(t, np.where(moved > 0, moved / (bw * memory_eff(eff.memory, moved / ops)), 0.0))
             busy = np.asarray(q["flops_matmul"] + q["flops_other"] + q["bytes_unfused"]) > 0

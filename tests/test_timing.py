@@ -400,3 +400,23 @@ def test_analyze_cli_says_a_datasheet_profile_is_calibrated_by_its_tables() -> N
     assert "no efficiency tables" not in text and "(unfused roofline: no tables)" not in text
     js = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "h100-sxm", "--format", "json"])
     assert json.loads(js.stdout)["phases"]["prefill"]["time"]["calibrated"] is True
+
+
+def test_the_byte_floor_applies_only_where_the_table_cannot_see_bytes() -> None:
+    """A decode GEMV at 0.5 of 1 TFLOP/s against 0.25 of 100 GB/s: on a one-point table (or one
+    by op size) a product takes no less than its bytes at the memory efficiency; on a table over
+    shapes (M = 1 and 4, as calibrate measures M = 1 .. 1024) its measured efficiency already
+    holds them, and the FLOP time stands."""
+    spec = parse_spec(TINY)
+    a = analyze(spec, "decode", batch=1, seq=8, dtype="fp32")
+    row = {r.path: r for r in a.rows}["layers/ffn/up"]
+    flops_s, bytes_s = row.flops_matmul / 5e11, row.bytes_unfused / 2.5e10
+    assert bytes_s > flops_s
+    one_point = {r.path: r for r in predict(a, flat(0.5, 0.25)).rows}["layers/ffn/up"]
+    assert one_point.time_s == pytest.approx(bytes_s)
+    e = Efficiency(source="test", floor_s=0.0,
+                   matmul={"fp32": MatmulTable(M=[1, 4], N=[1], K=[1], efficiency=[[[0.5]], [[0.5]]])},
+                   memory=MemoryTable(bytes=[1.0], efficiency=[0.25]))
+    shaped = Hardware(name="t", peak_flops={"fp32": 1e12}, memory_bandwidth=1e11, memory_bytes=1e10,
+                      source="test", efficiency=e)
+    assert {r.path: r for r in predict(a, shaped).rows}["layers/ffn/up"].time_s == pytest.approx(flops_s)
