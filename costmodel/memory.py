@@ -22,7 +22,9 @@ One formula per idea; the phase is a substitution, as everywhere else:
   layer keeps its input only), and flash attention (Dao et al. 2022: the S x S scores are never
   kept; the output and the fp32 log-sum-exp of every query row are);
 - **KV cache** (inference): the element formulas' cache, at the KV dtype;
-- **peak of live activations** (inference): the largest live set of one pass (``live_peak``).
+- **peak of live activations** (inference): the largest live set of one pass (``live_peak``);
+  latent attention's in the convention it runs in (``Run.mla``: naive or absorbed), its
+  training always naive (``mla_convention``).
 
 The split across devices is a parameter (``Parallel``): data parallel and ZeRO are modelled;
 tensor and pipeline parallel sizes are accepted by the API for the parallelism work (issue 14)
@@ -36,9 +38,10 @@ from typing import Any
 
 from costmodel import model
 from costmodel.analysis import AnalysisError, analyze
+from costmodel.components.mla import Convention
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
-from costmodel.spec import Spec
+from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
 FP32 = 4
@@ -157,6 +160,8 @@ class Run:
                  native_dropout, Korthikanti et al.), the activation width for a composite one
                  (the reference model on CPU and meta)
     last_logits  prefill computes the logits of the last position only (serving stacks do)
+    mla          the convention latent attention runs in at inference (``components.mla``):
+                 naive or absorbed; training runs naive whatever it says (``mla_convention``)
     """
 
     optimizer: str = "adamw"
@@ -169,6 +174,7 @@ class Run:
     dtype: str = "bf16"  # inference activations
     group_size: int = DEFAULT_GROUP
     last_logits: bool = False
+    mla: str = Convention.naive.value
 
     def check(self, spec: Spec) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -191,6 +197,20 @@ class Run:
                 raise MemoryConfigError(f"{name}: unknown {value!r}; expected one of {', '.join(DTYPE_BYTES)}")
         if self.group_size < 1:
             raise MemoryConfigError(f"group-size: must be at least 1 (got {self.group_size})")
+        if self.mla not in Convention.__members__:
+            raise MemoryConfigError(
+                f"mla: unknown convention {self.mla!r}; expected one of {', '.join(Convention.__members__)}")
+
+
+def mla_convention(spec: Spec, phase: str, mla: str) -> str | None:
+    """The convention latent attention runs in for `phase` (None: the spec has none): `mla` in
+    prefill and decode; naive in training, whatever `mla` says. Absorbing W_UK into the queries
+    and W_UV into the output is an inference rewrite of trained weights (DeepSeek-V2, section
+    2.1.2): training learns kv_b itself, and at S = C the naive pair costs less (2h(d_n + d_r +
+    d_v) FLOPs against absorbed's 2h(2 r_kv + d_r)), so its activations are the naive pass's."""
+    if spec.mla is None:
+        return None
+    return Convention.naive.value if PHASES[phase].training else mla
 
 
 # --- the result ------------------------------------------------------------------------------
@@ -228,6 +248,7 @@ class Memory:
     items: tuple[Item, ...]
     peak_activations: int  # inference: the live peak of the pass; training: all saved
     notes: tuple[str, ...] = field(default=())
+    mla: str | None = None  # latent attention's convention in these figures (None: no MLA)
 
     def total(self, category: str) -> int:
         return sum(i.bytes for i in self.items if i.category == category)
@@ -251,6 +272,7 @@ class Memory:
         out["by_component"] = [{"category": i.category, "path": i.path, "bytes": i.bytes} for i in self.items]
         return {
             "spec": self.spec, "phase": self.phase, "batch": self.batch, "seq": self.seq,
+            **({"mla_convention": self.mla} if self.mla is not None else {}),
             "shape": dict(self.shape),
             "run": {"optimizer": self.run.optimizer, "precision": self.run.precision,
                     "recompute": self.run.recompute, "flash": self.run.flash,
@@ -281,13 +303,19 @@ def memory(spec: Spec, phase: str = "train", batch: int = 1, seq: int | None = N
     training = PHASES[phase].training
     p = PRECISIONS[run.precision].activations if training else DTYPE_BYTES[run.dtype]
     dtype = {2: "bf16", 4: "fp32", 1: "fp8"}[p]
-    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq)
-    costs = model.components(spec, model.numeric_dims(spec, dict(a.shape), p))
+    mla = mla_convention(spec, phase, run.mla)
+    conv = mla or Convention.naive.value
+    a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=conv)
+    costs = model.components(spec, model.numeric_dims(spec, dict(a.shape), p, conv))
     if training:
         items, peak, notes = _training(spec, costs, dict(a.shape), p, run, parallel)
+        if mla is not None and run.mla != mla:
+            notes.append(f"latent attention: training runs the naive form; --mla {run.mla} applies to "
+                         "prefill and decode only")
     else:
-        items, peak, notes = _inference(spec, phase, costs, dict(a.shape), p, run, a.total().kv_cache)
-    return Memory(spec.name, phase, batch, a.seq, dict(a.shape), run, parallel, tuple(items), peak, tuple(notes))
+        items, peak, notes = _inference(spec, phase, costs, dict(a.shape), p, run, a.total().kv_cache, conv)
+    return Memory(spec.name, phase, batch, a.seq, dict(a.shape), run, parallel, tuple(items), peak, tuple(notes),
+                  mla)
 
 
 def _training(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run,
@@ -429,20 +457,23 @@ def weight_bytes(costs: dict[str, Cost], weights_dtype: str, p: int, group_size:
 
 
 def _inference(spec: Spec, phase: str, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run,
-               kv_cache: int) -> tuple[list[Item], int, list[str]]:
+               kv_cache: int, mla: str) -> tuple[list[Item], int, list[str]]:
     items = [Item("weights", path, n) for path, n in weight_bytes(costs, run.weights_dtype, p,
                                                                  run.group_size).items()]
     kv_p = DTYPE_BYTES[run.kv_dtype or run.dtype]
     items.append(Item("kv_cache", "kv_cache", kv_cache * kv_p // p))
-    live = live_peak(spec, shape, p, run.flash, run.last_logits and phase == "prefill")
+    live = live_peak(spec, shape, p, run.flash, run.last_logits and phase == "prefill", mla)
     site = max(live, key=lambda k: live[k])
     items.append(Item("activations", f"live at the {site} peak", live[site]))
     others = ", ".join(f"{k} {n:,}" for k, n in live.items() if k != site)
     notes = [f"activations: the largest live set of one pass, at the {site}; the other sites: {others}"]
+    if spec.mla is not None:
+        notes.append(f"latent attention: {mla} (--mla naive|absorbed; the cached latent is the same in both)")
     return items, live[site], notes
 
 
-def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logits: bool) -> dict[str, int]:
+def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logits: bool,
+              mla: str = Convention.naive.value) -> dict[str, int]:
     """The live activation bytes at the three sites where an inference pass peaks.
 
     Every site holds the residual stream x and the sub-block's normalised input (B*S*d each):
@@ -454,12 +485,23 @@ def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logit
                more copy for a logit scale (Cohere) and two more for a final soft-cap (Gemma 2:
                z / cap and tanh of it are live with the logits)
 
-    Latent attention runs naive here (what transformers executes, ``components.mla``): the
-    attention site holds the queries (B*S*h*(d_n + d_r)) and the C cached latents re-expanded
-    through kv_b (B*C*h*(d_n + d_v)), their keys with the rotary part (B*h*C*(d_n + d_r)) and
-    their values (B*h*C*d_v), besides the scores: in decode, h*C*(2d_n + d_r + 2d_v) elements a
-    sequence where MHA's formula would have a few per head (DeepSeek-V3 at C = 2048: 740.6 MB
-    measured for 2 sequences, not 2.4 MB).
+    Latent attention (``components.mla``, DeepSeek-V2 section 2.1) holds, in either convention,
+    the queries (B*S*h*(d_n + d_r)) and, with RoPE, their rotated rotary part beside them
+    (B*S*h*d_r: q_nope stays a view of the projection's output). Then, in `mla`:
+
+    naive     the C cached latents re-expanded through kv_b (B*C*h*(d_n + d_v)), their keys with
+              the rotary part (B*h*C*(d_n + d_r)) and their values (B*h*C*d_v), besides the
+              scores: in decode, h*C*(2d_n + d_r + 2d_v) elements a sequence where MHA's formula
+              would have a few per head (DeepSeek-V3 at C = 2048: 740.6 MB measured for 2
+              sequences, not 2.4 MB)
+    absorbed  the queries taken into the latent space through W_UK (B*S*h*r_kv), then the larger
+              of two moments: forming the scores, the latent and the rotary products and their
+              sum (3 x B*h*S*C, as DeepSeek's inference code adds two einsums); applying W_UV,
+              the scores, the probabilities, AV's latent output (B*S*h*r_kv) and the values it
+              makes (B*S*h*d_v). W_UV's matmul is batched over heads, so with B > 1 and S > 1
+              AV's batch-major output is first copied head-major (B*S*h*r_kv more; one sequence
+              or one query token is laid out alike both ways). With flash no score is held.
+              No per-head key or value is ever made: the scores read the cached latent.
     """
     B, S, C = shape["B"], shape["S"], shape["C"]
     h, k, d_h, d, f, V = spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.d_model, spec.d_ff, spec.vocab_size
@@ -468,12 +510,21 @@ def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logit
     copies = 1 + (spec.logit_scale is not None) + 2 * (spec.final_softcap is not None)
     m = spec.mla
     if m is None:
-        qkv = p * B * (h + 2 * k) * S * d_h
+        attention = p * B * (h + 2 * k) * S * d_h + scores
     else:
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        qkv = p * B * h * (S * qk + C * (m.qk_nope_head_dim + m.v_head_dim) + C * qk + C * m.v_head_dim)
+        d_n, d_r, d_v, r_kv = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+        rotated = d_r if spec.position is Position.rope else 0
+        queries = p * B * S * h * (d_n + d_r + rotated)
+        if Convention(mla) is Convention.naive:
+            attention = queries + p * B * h * C * ((d_n + d_v) + (d_n + d_r) + d_v) + scores
+        else:
+            one = p * B * h * S * C  # one tensor of scores
+            forming = 0 if flash else 3 * one
+            head_major = 2 if B > 1 and S > 1 else 1
+            output = scores + p * B * S * h * (head_major * r_kv + d_v)
+            attention = queries + p * B * S * h * r_kv + max(forming, output)
     return {
-        "attention": stream + qkv + scores,
+        "attention": stream + attention,
         "ffn": stream + (3 if spec.activation.gated else 2) * p * B * S * f,
         "lm_head": stream + copies * p * B * (1 if last_logits else S) * V,
     }
@@ -537,13 +588,14 @@ def fit(spec: Spec, phase: str, memory_bytes: float, over: str = "batch", batch:
 
 
 def fit_warning(spec: Spec, phase: str, batch: int, seq: int | None, enc_seq: int | None, dtype: str,
-                device: str, memory_bytes: float) -> str | None:
+                device: str, memory_bytes: float, mla: str = Convention.naive.value) -> str | None:
     """One line when the shape does not fit on the device (None when it does), naming the
     shortfall. Training is counted with the default recipe (AdamW, bf16-mixed, no recompute, one
-    device); inference with weights, KV cache and activations at `dtype`."""
+    device); inference with weights, KV cache and activations at `dtype`, latent attention in
+    `mla` (training: naive, ``mla_convention``)."""
     from costmodel.units import decimal_bytes, nbytes
 
-    run = Run() if PHASES[phase].training else Run(dtype=dtype, weights_dtype=dtype)
+    run = Run(mla=mla) if PHASES[phase].training else Run(dtype=dtype, weights_dtype=dtype, mla=mla)
     m = memory(spec, phase, batch, seq, enc_seq, run)
     if m.fits(memory_bytes):
         return None

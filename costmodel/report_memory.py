@@ -45,9 +45,14 @@ def memory_csv(m: Memory) -> str:
     return buf.getvalue()
 
 
-def fit_table(results: list[tuple[str, int, Memory | None]], over: str, hw: Hardware, cap: int) -> Table:
+def fit_table(results: list[tuple[str, int, Memory | None]], over: str, hw: Hardware, cap: int,
+              mla: str | None = None) -> Table:
+    """`mla`: the convention latent attention runs in at inference (None: the spec has none)."""
     rows = [(phase, f"{n:,}" if n else "none fits", f"{m.peak:,}" if m else "",
              units.nbytes(m.peak) if m else "") for phase, n, m in results]
-    notes = (f"seq is capped at the spec's max_seq_len ({cap:,})",) if over == "seq" else ()
+    notes = [f"seq is capped at the spec's max_seq_len ({cap:,})"] if over == "seq" else []
+    if mla is not None:
+        notes.append(f"latent attention: {mla} in prefill and decode (--mla naive|absorbed); "
+                     "training runs the naive form")
     return Table(f"Largest {over} that fits on {hw.name} ({units.decimal_bytes(hw.memory_bytes)})",
                  ("phase", f"max {over}", "peak bytes", ""), rows, notes=notes)

@@ -157,6 +157,95 @@ def test_kv_cache_dtype() -> None:
     assert bf16 == 2 * (2 * 2 * 1 * 4 * 8 * 2) and fp8 == bf16 // 2
 
 
+#: tiny with latent attention: d=8, h=2, r_q=6, r_kv=4, d_n=4, d_r=2, d_v=3 (RoPE), f=12, V=10, L=2.
+TINY_MLA = dict(kind="mla", q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=4, qk_rope_head_dim=2, v_head_dim=3)
+
+
+def _sites(spec, phase: str, batch: int, seq: int, run: Run) -> dict[str, int]:
+    from costmodel.memory import live_peak
+
+    m = memory(spec, phase, batch, seq, run=run)
+    return live_peak(spec, m.shape, 2, run.flash, False, m.mla or "naive")
+
+
+def test_latent_attention_live_peak_by_hand() -> None:
+    """Both conventions of tiny MLA, bf16 (p = 2), B = 2. Every site holds the stream 2*p*B*S*d;
+    latent attention the queries p*B*S*h*(d_n + d_r) and their rotated part p*B*S*h*d_r; naive
+    the C latents re-expanded p*B*h*C*(d_n + d_v), keys p*B*h*C*(d_n + d_r), values p*B*h*C*d_v,
+    scores and probabilities 2*p*B*h*S*C; absorbed the absorbed queries p*B*S*h*r_kv, then the
+    larger of 3 score tensors (two products and their sum) and scores + probabilities + AV's
+    latent output (twice, head-major copy, when B > 1 and S > 1) + values p*B*S*h*d_v."""
+    spec = tiny(n_kv_heads=None, attention=TINY_MLA)
+    naive, absorbed = Run(mla="naive"), Run(mla="absorbed")
+    # decode after 31 cached: S = 1, C = 32
+    stream, queries = 2 * 2 * 2 * 1 * 8, 2 * 2 * 1 * 2 * (4 + 2 + 2)  # 64, 64
+    assert _sites(spec, "decode", 2, 31, naive) == {
+        "attention": stream + queries + 2 * 2 * 2 * 32 * (7 + 6 + 3) + 2 * 2 * 2 * 2 * 1 * 32,  # 4,736
+        "ffn": stream + 3 * 2 * 2 * 1 * 12, "lm_head": stream + 2 * 2 * 1 * 10}
+    one = 2 * 2 * 2 * 1 * 32  # a tensor of scores: 256
+    latent = 2 * 2 * 1 * 2 * 4  # 32
+    assert _sites(spec, "decode", 2, 31, absorbed)["attention"] == stream + queries + latent + max(
+        3 * one, 2 * one + latent + 2 * 2 * 1 * 2 * 3) == 928
+    # prefill of 16: S = C = 16
+    stream, queries, one, latent = 1024, 1024, 2 * 2 * 2 * 16 * 16, 2 * 2 * 16 * 2 * 4
+    values = 2 * 2 * 16 * 2 * 3
+    assert _sites(spec, "prefill", 2, 16, naive)["attention"] == stream + queries + 2 * 2 * 2 * 16 * 16 + 2 * one == 8192
+    assert _sites(spec, "prefill", 2, 16, absorbed)["attention"] == stream + queries + latent + 3 * one == 8704
+    assert 2 * one + 2 * latent + values == 5504 < 3 * one  # W_UV's moment is the lesser here
+    # flash keeps no scores: absorbed is then W_UV's moment alone, naive the expanded C terms
+    flash = _sites(spec, "prefill", 2, 16, Run(mla="absorbed", flash=True))["attention"]
+    assert flash == stream + queries + latent + 2 * latent + values == 3968
+    assert _sites(spec, "prefill", 2, 16, Run(flash=True))["attention"] == 4096
+    # the peak is the attention site; weights and the latent cache are the same in both
+    for phase, seq, expected in (("decode", 31, (4736, 928)), ("prefill", 16, (8192, 8704))):
+        a, b = (memory(spec, phase, 2, seq, run=r) for r in (naive, absorbed))
+        assert (a.peak_activations, b.peak_activations) == expected
+        assert a.total("weights") == b.total("weights")
+        assert a.total("kv_cache") == b.total("kv_cache") == 2 * 2 * (seq + (phase == "decode")) * (4 + 2) * 2
+        assert (a.mla, b.mla) == ("naive", "absorbed")
+
+
+def test_training_runs_latent_attention_naive() -> None:
+    """--mla absorbed changes no training figure: the activations are the naive pass's, said."""
+    spec = tiny(n_kv_heads=None, attention=TINY_MLA)
+    naive, absorbed = (memory(spec, "train", 2, 8, run=Run(mla=c)) for c in ("naive", "absorbed"))
+    assert absorbed.items == naive.items and absorbed.mla == naive.mla == "naive"
+    assert any("training runs the naive form" in n for n in absorbed.notes)
+    assert memory(tiny(), "train", 2, 8).mla is None and "mla_convention" not in memory(tiny()).to_dict()
+    with pytest.raises(MemoryConfigError, match="mla: unknown convention 'fused'"):
+        memory(spec, "decode", run=Run(mla="fused"))
+
+
+def test_memory_and_fit_take_mla() -> None:
+    """`memory` and `fit` --mla: JSON says the convention per phase (train: naive); absorbed
+    decode holds no per-head keys, so more sequences fit."""
+    def json_of(*args: str) -> dict:
+        r = runner.invoke(app, list(args))
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    naive = json_of("memory", "deepseek-v2-lite", "-p", "decode", "-b", "2", "-f", "json")
+    absorbed = json_of("memory", "deepseek-v2-lite", "-p", "decode", "-b", "2", "--mla", "absorbed", "-f", "json")
+    assert (naive["mla_convention"], absorbed["mla_convention"]) == ("naive", "absorbed")
+    assert absorbed["memory"]["activations"] < naive["memory"]["activations"]
+    assert absorbed["memory"]["kv_cache"] == naive["memory"]["kv_cache"]
+    fits = json_of("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "--mla", "absorbed", "-f", "json")["phases"]
+    assert {ph: v["mla_convention"] for ph, v in fits.items()} == {
+        "train": "naive", "prefill": "absorbed", "decode": "absorbed"}
+    plain = json_of("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "-f", "json")["phases"]
+    assert fits["decode"]["max_batch"] > plain["decode"]["max_batch"]
+    assert "mla_convention" not in json_of("fit", "gpt2-small", "--hardware", "l4", "-f", "json")["phases"]["decode"]
+
+
+def test_analyze_fit_warning_follows_mla() -> None:
+    """analyze --hardware warns on the peak of its own convention: DeepSeek-V2-Lite decode at
+    B = 600 on an H100 needs more than 80 GB naive (the re-expanded keys), not absorbed."""
+    args = ["analyze", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "-b", "600", "-f", "json"]
+    naive, absorbed = runner.invoke(app, args), runner.invoke(app, [*args, "--mla", "absorbed"])
+    assert naive.exit_code == absorbed.exit_code == 0
+    assert naive.stderr.startswith("warning: decode at B=600") and absorbed.stderr == ""
+
+
 def test_fit_is_the_boundary() -> None:
     hw = load_hardware("h100-sxm")
     spec = catalog.load("llama-2-7b")

@@ -81,3 +81,15 @@ def test_memory_csv_and_markdown() -> None:
     assert run("memory", "gpt2-small", "-p", "prefill", "-f", "markdown").stdout.startswith("## gpt2-small")
     fit_csv = run("fit", "gpt2-small", "--hardware", "l4", "-f", "csv").stdout.splitlines()
     assert fit_csv[0] == "spec,phase,max_batch,peak" and len(fit_csv) == 4
+
+
+def test_readme_fit_latent_absorbed() -> None:
+    """DeepSeek-V2-Lite on an H100: absorbed decode holds no per-head keys or values, so more
+    sequences fit than naive; training is naive either way (none fits)."""
+    absorbed = run("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "--mla", "absorbed").stdout
+    naive = run("fit", "deepseek-v2-lite", "--hardware", "h100-sxm").stdout
+
+    def decode(out: str) -> int:
+        line = next(x for x in out.splitlines() if x.strip().startswith("decode"))
+        return int(line.split()[1].replace(",", ""))
+    assert decode(absorbed) > decode(naive) and "training runs the naive form" in absorbed

@@ -74,7 +74,8 @@ def analyze_cmd(
             from costmodel.memory import fit_warning
 
             for a in analyses:
-                warning = fit_warning(s, a.phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes)
+                warning = fit_warning(s, a.phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes,
+                                      mla.value)
                 if warning:
                     typer.echo(warning, err=True)
     def data() -> dict[str, object]:

@@ -13,6 +13,7 @@ from costmodel.cli.app import (
     Format,
     FormatOpt,
     HardwareOpt,
+    MlaOpt,
     PhaseName,
     SeqOpt,
     SpecArg,
@@ -20,6 +21,7 @@ from costmodel.cli.app import (
     app,
     emit,
 )
+from costmodel.components.mla import Convention
 from costmodel.hardware import load_hardware
 from costmodel.memory import (
     OPTIMIZERS,
@@ -33,7 +35,9 @@ from costmodel.memory import (
     is_layer,
     korthikanti,
     memory,
+    mla_convention,
 )
+from costmodel.spec import Spec
 
 PhaseOpt = Annotated[PhaseName, typer.Option("--phase", "-p", metavar="PHASE", help="train, prefill or decode.")]
 OptimizerOpt = Annotated[Optional[str], typer.Option(
@@ -60,7 +64,7 @@ LastOpt = Annotated[bool, typer.Option(
 
 
 def _config(phase: str, optimizer, precision, zero, dp, recompute, flash, weights_dtype, kv_dtype,
-            dtype, group_size, mask_bytes, last_logits) -> tuple[Run, Parallel]:
+            dtype, group_size, mask_bytes, last_logits, mla) -> tuple[Run, Parallel]:
     """The options as a Run and a Parallel; options of the other kind of phase are an error."""
     training = phase == "train"
     given = {"--optimizer": optimizer, "--precision": precision, "--zero": zero, "--recompute": recompute}
@@ -73,8 +77,14 @@ def _config(phase: str, optimizer, precision, zero, dp, recompute, flash, weight
     run = Run(optimizer=optimizer or "adamw", precision=precision or "bf16-mixed",
               recompute=recompute or "none", flash=flash, mask_bytes=mask_bytes,
               weights_dtype=weights_dtype, kv_dtype=kv_dtype, dtype=dtype, group_size=group_size,
-              last_logits=last_logits)
+              last_logits=last_logits, mla=mla.value)
     return run, Parallel(dp=1 if dp is None else dp, zero=zero or 0)
+
+
+def _convention(spec: Spec, phase: str, mla: Convention) -> dict[str, str]:
+    """JSON's `mla_convention` of a phase, for a spec with latent attention."""
+    conv = mla_convention(spec, phase, mla.value)
+    return {"mla_convention": conv} if conv is not None else {}
 
 
 @app.command("memory")
@@ -96,17 +106,19 @@ def memory_cmd(
     group_size: GroupOpt = 128,
     mask_bytes: MaskOpt = 1,
     last_logits: LastOpt = False,
+    mla: MlaOpt = Convention.naive,
     hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """What one device holds in a phase: weights, gradients, optimizer states, activations kept
     for backward (training) or live at the peak (inference), KV cache; with --hardware, whether
-    it fits and by how much."""
+    it fits and by how much. Latent attention's live peak follows --mla in prefill and decode
+    (training runs the naive form)."""
     with _user_errors():
         s = catalog.load(spec)
         hw = load_hardware(hardware) if hardware else None
         run, par = _config(phase.value, optimizer, precision, zero, dp, recompute, flash, weights_dtype,
-                           kv_dtype, dtype, group_size, mask_bytes, last_logits)
+                           kv_dtype, dtype, group_size, mask_bytes, last_logits, mla)
         m = memory(s, phase.value, batch, seq, enc_seq, run, par)
     from costmodel import report_memory
 
@@ -141,10 +153,12 @@ def fit_cmd(
     group_size: GroupOpt = 128,
     mask_bytes: MaskOpt = 1,
     last_logits: LastOpt = False,
+    mla: MlaOpt = Convention.naive,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """The largest batch (or, with --over seq, sequence length) whose peak memory fits on the
-    device, per phase; the other held at --batch / --seq. Training options apply to train only."""
+    device, per phase; the other held at --batch / --seq. Training options apply to train only;
+    --mla to prefill and decode (training runs latent attention naive)."""
     with _user_errors():
         s = catalog.load(spec)
         hw = load_hardware(hardware)
@@ -154,14 +168,14 @@ def fit_cmd(
             training = ph == "train"
             run, par = _config(ph, optimizer if training else None, precision if training else None,
                                zero if training else None, dp, recompute if training else None, flash,
-                               weights_dtype, kv_dtype, dtype, group_size, mask_bytes, last_logits)
+                               weights_dtype, kv_dtype, dtype, group_size, mask_bytes, last_logits, mla)
             n, m = fit(s, ph, hw.memory_bytes, over, batch, seq, enc_seq, run, par)
             results.append((ph, n, m))
     from costmodel import report_memory
 
-    emit(fmt, lambda: [report_memory.fit_table(results, over, hw, s.max_seq_len)],
+    emit(fmt, lambda: [report_memory.fit_table(results, over, hw, s.max_seq_len, mla_convention(s, "decode", mla.value))],
          lambda: {"spec": s.name, "hardware": hw.name, "device_bytes": int(hw.memory_bytes), "over": over,
-                  "phases": {ph: {f"max_{over}": n, "memory": m.to_dict(hw.memory_bytes)["memory"] if m else None}
-                             for ph, n, m in results}},
+                  "phases": {ph: {f"max_{over}": n, "memory": m.to_dict(hw.memory_bytes)["memory"] if m else None,
+                                  **_convention(s, ph, mla)} for ph, n, m in results}},
          s, csv=lambda: report.records_csv([{"spec": s.name, "phase": ph, f"max_{over}": n,
                                              "peak": m.peak if m else None} for ph, n, m in results]))

@@ -120,13 +120,17 @@ def training_saved(spec: Spec, batch: int, seq: int, recompute: bool = False,
     return saved_for_backward(model, lambda: model.loss(model(ids[0], enc), ids[1]))
 
 
-def inference_live_peak(spec: Spec, phase: str, batch: int, seq: int, enc_seq: int | None = None) -> int:
+def inference_live_peak(spec: Spec, phase: str, batch: int, seq: int, enc_seq: int | None = None,
+                        mla: str = "naive") -> int:
     """High-water mark of the activations live in one prefill or decode pass of the reference
-    model on the meta device (weights, KV cache and token ids excluded), in bf16."""
+    model on the meta device (weights, KV cache and token ids excluded), in bf16, latent
+    attention run in the convention `mla` (``costmodel.measure.latent``)."""
     from costmodel.analysis import analyze
+    from costmodel.measure.latent import set_convention
     from costmodel.measure.run import phase_runner
 
     model = build(spec, "meta", torch.bfloat16)
+    set_convention(model, mla)
     shape = analyze(spec, phase, batch=batch, seq=seq, enc_seq=enc_seq).shape
     run = phase_runner(model, phase, dict(shape))
     # everything live before the pass (weights, the cache the runner made, the ids) is excluded
