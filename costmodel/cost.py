@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 Num = Union[int, "sympy.Expr"]
 
 
-def _array(x: object) -> bool:
+def is_array(x: object) -> bool:
     """A numpy array (costmodel.timing_grid evaluates the tree over many shapes at once)."""
     return hasattr(x, "__array_ufunc__")
 
@@ -33,7 +33,7 @@ def _array(x: object) -> bool:
 def smin(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
-    if _array(a) or _array(b):
+    if is_array(a) or is_array(b):
         import numpy
 
         return numpy.minimum(a, b)
@@ -45,7 +45,7 @@ def smin(a: Num, b: Num) -> Num:
 def smax(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
-    if _array(a) or _array(b):
+    if is_array(a) or is_array(b):
         import numpy
 
         return numpy.maximum(a, b)
@@ -57,6 +57,8 @@ def smax(a: Num, b: Num) -> Num:
 def floor_div(a: Num, b: Num) -> Num:
     """floor(a / b) for sizes: exact integer division, or sympy's floor of a symbol."""
     if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    if is_array(a) or is_array(b):
         return a // b
     import sympy
 
@@ -70,7 +72,7 @@ def half(x: Num) -> Num:
         if rem:
             raise ArithmeticError(f"half of an odd count {x}")
         return q
-    if _array(x):
+    if is_array(x):
         return x // 2
     return x / 2
 
@@ -132,6 +134,8 @@ class Cost:
 
     def times(self, n: Num) -> Cost:
         """The cost of n identical instances (n layers of one kind)."""
+        if isinstance(n, int) and n == 1:  # the grid evaluates one layer of each kind
+            return self
         return Cost(**{q: getattr(self, q) * n for q in _QUANTITIES}, train_only=self.train_only,
                     gemms=tuple((c * n, m, k, nn) for c, m, k, nn in self.gemms))
 
@@ -196,15 +200,18 @@ def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num, saves_input: 
     input another already keeps (k and v beside q, up beside gate)."""
     params = d_in * d_out + (d_out if bias else 0)
     read = p * params * runs(tokens)
+    # Sizes before tokens in products: one array operation each when tokens is an array (the
+    # time grid); the same integers and sympy products either way.
+    flops = 2 * d_in * d_out * tokens
     return Cost(
         params=params,
-        matmul=2 * tokens * d_in * d_out,
-        matmul_eff=2 * tokens * d_in * d_out,
-        other=tokens * d_out if bias else 0,
-        bytes_unfused=p * (tokens * d_in + tokens * d_out) + read,
+        matmul=flops,
+        matmul_eff=flops,
+        other=d_out * tokens if bias else 0,
+        bytes_unfused=p * (d_in * tokens + d_out * tokens) + read,
         weights_read=read,
         gemms=(gemm(1, tokens, d_in, d_out),),
-        saved=p * tokens * d_in if saves_input else 0,
+        saved=p * d_in * tokens if saves_input else 0,
         matrices=d_in * d_out,
         factored=d_in + d_out + (d_out if bias else 0),
     )
@@ -214,5 +221,5 @@ def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_by
                 saves: int = 0) -> Cost:
     """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`);
     `saves` tensors of that size are kept for backward (softmax and tanh keep their output)."""
-    return Cost(other=flops_per * elements, bytes_unfused=p * elements * (inputs + 1) + extra_bytes,
-                saved=p * elements * saves)
+    return Cost(other=flops_per * elements, bytes_unfused=p * (inputs + 1) * elements + extra_bytes,
+                saved=p * saves * elements if saves else 0)

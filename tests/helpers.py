@@ -43,3 +43,41 @@ def random_spec_data(draw: Any) -> dict[str, Any]:
     for e in ELEMENTS:
         e.sample(lambda options: draw(st.sampled_from(list(options))), data)
     return data
+
+
+
+#: The grid ``costmodel calibrate`` measures on this CPU (``costmodel.measure.calibrate.GRID["cpu"]``,
+#: held equal by tests/test_timing_grid.py): M, N, K of the matmuls, bytes of the memory op,
+#: sizes of the first-touch fills.
+CALIBRATE_GRID: dict[str, list[int]] = {
+    "M": [1, 4, 16, 64, 256, 1024], "N": [64, 256, 1024, 4096], "K": [16, 64, 256, 1024, 4096],
+    "bytes": [2**i for i in range(12, 29, 2)], "fresh": [2**i for i in range(20, 29)],
+}
+
+
+def calibrated_profile(dtypes: tuple[str, ...] = ("bf16", "fp32")) -> Any:
+    """A profile shaped as ``costmodel calibrate`` writes one on the CPU: a multi-point (M, N, K)
+    matmul table per dtype, an interpolated memory table and a first-touch table over
+    CALIBRATE_GRID, a floor above zero. The values are made up but vary along every axis (and
+    not monotonically), so a lookup that took a wrong cell or axis would show: they are for
+    comparing two evaluations of the model (and timing them), not for any prediction."""
+    from costmodel.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
+    from costmodel.hardware import Hardware
+
+    g = CALIBRATE_GRID
+
+    def value(i: int, j: int, k: int) -> float:
+        return round(0.05 + 0.9 * ((7 * i + 3 * j + 5 * k + i * j * k) % 17) / 16, 5)
+
+    table = MatmulTable(M=g["M"], N=g["N"], K=g["K"],
+                        efficiency=[[[value(i, j, k) for k in range(len(g["K"]))] for j in range(len(g["N"]))]
+                                    for i in range(len(g["M"]))])
+    memory = MemoryTable(bytes=g["bytes"], efficiency=[round(0.05 + 0.9 * ((3 * i) % 7) / 6, 5)
+                                                        for i in range(len(g["bytes"]))])
+    fresh = FirstTouchTable(bytes=[float(n) for n in g["fresh"]],
+                            s_per_byte=[(0.0, 3e-10, 2.5e-10, 3.5e-10)[i % 4] for i in range(len(g["fresh"]))])
+    return Hardware(name="calibrated-style", peak_flops={"bf16": 2e12, "fp32": 1e12, "fp16": 2e12},
+                    memory_bandwidth=2e10, memory_bytes=24e9, source="tests.helpers.calibrated_profile",
+                    measured=True, efficiency=Efficiency(source="made-up values on calibrate's CPU grid",
+                                                         floor_s=4e-6, matmul={d: table for d in dtypes},
+                                                         memory=memory, first_touch=fresh))

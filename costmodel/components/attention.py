@@ -154,14 +154,16 @@ def attention(
     """The leaves of one attention sub-block (norms, dropout and residual are the block's)."""
     B, h, k, d_h, p = dims.B, dims.h, dims.k, dims.d_h, dims.p
     q_tokens, kv_tokens = B * shape.q_len, B * shape.kv_len
+    # (Sizes before the shape in products: fewer array operations in the time grid; the same
+    # integers and sympy products.)
     scores = B * h * shape.q_len * shape.span  # elements of the score matrix
     kv_row = 2 * B * k * d_h * p  # bytes of K and V for one token of every sequence
-    dense = 2 * B * h * shape.q_len * shape.span * d_h
-    effective = 2 * B * h * shape.pairs * d_h
+    dense = 2 * d_h * scores
+    effective = 2 * h * d_h * B * shape.pairs
 
     # For backward: q keeps the sub-block's input, which k and v share (cross-attention's
     # k, v input is the encoder output, kept once for every layer: ``costmodel.memory``).
-    q_heads, kv_heads = p * q_tokens * h * d_h, p * B * shape.span * k * d_h
+    q_heads, kv_heads = p * h * d_h * q_tokens, p * k * d_h * B * shape.span
     out: list[tuple[str, Cost]] = [
         ("q", linear(q_tokens, dims.d, h * d_h, spec.bias.qkv, p)),
         ("k", linear(kv_tokens, dims.d, k * d_h, spec.bias.qkv, p, saves_input=False)),
@@ -187,7 +189,7 @@ def attention(
     out.append(("scores", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes_unfused=p * (q_tokens * h * d_h + B * shape.span * k * d_h + scores),
+        bytes_unfused=p * (h * d_h * q_tokens + k * d_h * B * shape.span + scores),
         gemms=(gemm(B * k, rows, d_h, shape.span),),
         saved=q_heads + kv_heads,  # Q and K
     )))
@@ -196,7 +198,7 @@ def attention(
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes_unfused=p * (scores + B * shape.span * k * d_h + q_tokens * h * d_h),
+        bytes_unfused=p * (scores + k * d_h * B * shape.span + h * d_h * q_tokens),
         gemms=(gemm(B * k, rows, shape.span, d_h),),
         saved=kv_heads + (p * scores if dropped else 0),  # V (and the probabilities)
     )))

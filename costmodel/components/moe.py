@@ -53,7 +53,7 @@ from typing import Any
 
 from costmodel.components.attention import SOFTMAX_FLOPS
 from costmodel.components.ffn import ACTIVATION_FLOPS, GATE_FLOPS
-from costmodel.cost import Cost, Dims, Num, elementwise, gemm, linear, runs, smin
+from costmodel.cost import Cost, Dims, Num, elementwise, gemm, is_array, linear, runs, smin
 from costmodel.spec import Activation, ActiveConvention, MoEFFN, Scoring, Spec
 from costmodel.symbols import DTYPE_BYTES, ID_BYTES
 
@@ -122,6 +122,12 @@ def expected_experts(E: Num, K: Num, tokens: Num) -> Num:
         if tokens * E.bit_length() <= _EXACT_BITS:  # exactly (E^T - (E-K)^T) / E^(T-1)
             return float(Fraction(E**tokens - (E - K) ** tokens, E ** (tokens - 1)))
         return -E * math.expm1(tokens * math.log1p(-K / E))
+    if is_array(tokens):  # the time grid (costmodel.timing_grid): the same expectation in floats
+        import numpy
+
+        if K >= E:
+            return numpy.where(tokens > 0, float(E), 0.0)
+        return -E * numpy.expm1(tokens * math.log1p(-K / E))
     import sympy
 
     E, K = sympy.sympify(E), sympy.sympify(K)
@@ -138,6 +144,8 @@ def capacity(capacity_factor: float, E: Num, K: Num, tokens: Num) -> Num:
     factor = Fraction(str(capacity_factor))  # 1.25 exactly, not its binary neighbour
     if _ints(E, K, tokens):
         return math.ceil(factor * tokens * K / E)
+    if is_array(tokens):  # ceil(a / b) = -(-a // b), exact on integer-valued floats below 2^53
+        return -((-factor.numerator * K * tokens) // (factor.denominator * E))
     import sympy
 
     return sympy.ceiling(sympy.Rational(factor.numerator, factor.denominator) * tokens * K / E)
@@ -161,6 +169,10 @@ def expert_rows(cfg: MoEFFN, e: ExpertDims, tokens: Num) -> Num:
 
 def _whole(x: Num) -> Num:
     """An expected byte count rounded to a whole byte (integers stay exact)."""
+    if is_array(x):
+        import numpy
+
+        return numpy.round(x)  # as round(): halves to even
     return round(x) if isinstance(x, float) else x
 
 
