@@ -67,13 +67,25 @@ class Phase:
             kv = cost.kv_cache
         return {
             "params": cost.params,
-            "flops_matmul": n * cost.matmul,
-            "flops_matmul_effective": n * cost.matmul_eff,
-            "flops_other": n * cost.other,
-            "bytes_unfused": n * cost.bytes_unfused,
+            **{q: n * getattr(cost, f) for q, f in PER_PASS.items()},
             "bytes_fused": fused,
             "kv_cache": kv,
         }
+
+    def quantity(self, cost: Cost, name: str) -> Num:
+        """``quantities(cost)[name]``, computing that one only (the sweep grid reads a few)."""
+        if cost.train_only and not self.training:
+            return 0
+        if name == "params":
+            return cost.params
+        if name in PER_PASS:
+            return self.passes * getattr(cost, PER_PASS[name])
+        return self.quantities(cost)[name]
+
+
+#: The quantities a phase counts once per pass, and the forward cost's field each comes from.
+PER_PASS = {"flops_matmul": "matmul", "flops_matmul_effective": "matmul_eff", "flops_other": "other",
+            "bytes_unfused": "bytes_unfused"}
 
 
 QUANTITIES = ("params", "flops_matmul", "flops_matmul_effective", "flops_other", "bytes_unfused",

@@ -63,11 +63,13 @@ A profile without tables for the dtype falls back to the roofline, and the predi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from costmodel import model
 from costmodel.analysis import Analysis
+from costmodel.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.hardware import Hardware, roofline
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
@@ -193,6 +195,114 @@ def backward_gemms(count: int, M: int, K: int, N: int) -> tuple[tuple[int, int, 
     return ((count, M, K, N), (count, M, N, K), (count, K, M, N))
 
 
+class Rates(Protocol):
+    """What a device takes for the parts of a component, before the floor: ``ScalarRates`` for
+    one shape (``predict``), ``timing_grid.GridRates`` for numpy arrays of shapes (sweeps). The
+    rule that puts the parts together (``component_time``) is written once, over either."""
+
+    floor_s: float
+    table: MatmulTable | FlopsTable  # the dtype's matmul table
+
+    def gemm(self, count: Any, M: Any, K: Any, N: Any) -> Any:
+        """Seconds of `count` products (M x K) @ (K x N) (0 when any is 0)."""
+
+    def memory(self, moved: Any, ops: int) -> Any:
+        """Seconds to move `moved` bytes in `ops` equal ops (0 when nothing moves)."""
+
+    def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
+        """max(t, memory(moved, ops))."""
+
+    def first_touch(self, outputs: list[tuple[int, tuple]]) -> Any:
+        """Seconds of writing freshly allocated outputs, (ops, factors of one's bytes) pairs."""
+
+    def maximum(self, a: Any, b: Any) -> Any: ...
+
+    def scale(self, t: Any, num: Any, den: Any) -> Any:
+        """t * num / den, and t where den is 0."""
+
+
+class Quantities(Protocol):
+    """What the rule reads of a component's phase numbers (an ``analysis.Row``), all its layers."""
+
+    flops_matmul: Any
+    flops_matmul_effective: Any
+    bytes_unfused: Any
+    params: Any
+
+
+@dataclass(frozen=True)
+class Part:
+    """One component's time by the rule: its kind, kernels launched, seconds (first touch
+    included, and apart), and for a memory component the bytes it moves (gradients included)."""
+
+    kind: str  # "matmul", "memory", "fused" (folded into another kernel)
+    ops: int
+    time_s: Any
+    first_touch_s: Any = 0.0
+    moved: Any = None
+
+
+def component_time(spec: Spec, path: str, gemms: tuple, q: Quantities, layers: int, training: bool,
+                   kernels: Kernels, dropped: set[str], p: int, rates: Rates) -> Part:
+    """One component's time on a calibrated profile, by the rule of the module docstring.
+
+    `gemms` are its forward products over all its layers (``Cost.gemms``), `q` its phase
+    numbers, `layers` the layers it spans, `dropped` the sub-blocks with a dropout row
+    (``dropout_parents``), `p` bytes per element. A component that does nothing in the phase
+    (no FLOPs, no bytes) takes no time, floor included: the caller skips it.
+    """
+    leaf = path.rsplit("/", 1)[-1]
+    flash = kernels.flash_attention and leaf in FLASH_LEAVES and _in_attention(path)
+    if gemms:
+        run = [g for c in gemms for g in (backward_gemms(*c) if training else (c,))]
+        t = sum(rates.gemm(*g) for g in run)
+        if flash:  # only the unmasked pairs are executed
+            t = rates.scale(t, q.flops_matmul_effective, q.flops_matmul)
+        ops = layers * len(run) // len(gemms)
+        if not flash and not rates.table.sees_bytes:  # flash attention never writes the scores
+            t = rates.at_least_memory(t, q.bytes_unfused, ops)
+        fresh = rates.first_touch(gemm_outputs(run, layers, p))
+        return Part("matmul", ops, rates.maximum(t, ops * rates.floor_s) + fresh, fresh)
+    share = kernels.share(path, dropped)
+    if share == 0:
+        return Part("fused", 0, 0.0)
+    ops, moved, outputs = layers * (3 if training else 1), share * q.bytes_unfused, []
+    if training:
+        extra_ops, extra_bytes, outputs = weight_gradients(spec, path, q.params, layers, p)
+        ops, moved = ops + extra_ops, moved + extra_bytes
+    fresh = rates.first_touch(outputs)
+    return Part("memory", ops, rates.maximum(ops * rates.floor_s, rates.memory(moved, ops)) + fresh, fresh, moved)
+
+
+class ScalarRates:
+    """``Rates`` at one shape, from a profile's tables (Python numbers; no numpy)."""
+
+    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> None:
+        self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
+        self.table = eff.matmul[dtype]
+
+    def gemm(self, count: Any, M: Any, K: Any, N: Any) -> float:
+        return gemm_time(count, M, K, N, self.peak, self.table)
+
+    def memory(self, moved: Any, ops: int) -> float:
+        per_op = moved / ops
+        return moved / (self.bandwidth * self.eff.memory(per_op)) if per_op else 0.0
+
+    def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
+        return max(t, self.memory(moved, ops))
+
+    def first_touch(self, outputs: list[tuple[int, tuple]]) -> float:
+        return first_touch_s(self.eff, outputs)
+
+    @staticmethod
+    def maximum(a: Any, b: Any) -> Any:
+        return max(a, b)
+
+    @staticmethod
+    def scale(t: Any, num: Any, den: Any) -> Any:
+        return t * (num / den) if den else t
+
+
 def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Prediction:
     """The calibrated time of `a`'s phase on `hw` (the roofline when `hw` has no tables)."""
     dtype, total = a.dtype, a.total()
@@ -202,6 +312,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     training = PHASES[a.phase].training
     calibrated = hw.tables_for(dtype)
     eff = hw.efficiency
+    rates = ScalarRates(eff, peak, bw, dtype) if calibrated and eff is not None else None
     # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
     costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
     rows = []
@@ -211,42 +322,21 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
         if row.flops == 0 and row.bytes_unfused == 0:
             continue
         cost = costs[row.path]
-        leaf = row.path.rsplit("/", 1)[-1]
         layers = layer_count(groups, row.path)
         lower = max(row.flops / peak, row.bytes_unfused / bw)
-        if not calibrated or eff is None:
+        if rates is None:
             rows.append(ComponentTime(row.path, "matmul" if cost.gemms else "memory", layers,
                                       row.flops, row.bytes_unfused, lower, lower, 1.0))
             continue
-        flash = kernels.flash_attention and leaf in FLASH_LEAVES and _in_attention(row.path)
-        p = a.bytes_per_element
-        if cost.gemms:
-            table = eff.matmul[dtype]
-            gemms = [g for c in cost.gemms for g in (backward_gemms(*c) if training else (c,))]
-            t = sum(gemm_time(*g, peak, table) for g in gemms)
-            if flash and row.flops_matmul:  # only the unmasked pairs are executed
-                t *= row.flops_matmul_effective / row.flops_matmul
-            ops = layers * len(gemms) // len(cost.gemms)
-            if not flash and not table.sees_bytes:  # flash attention never writes the scores
-                t = max(t, row.bytes_unfused / (bw * eff.memory(row.bytes_unfused / ops)))
-            fresh = first_touch_s(eff, gemm_outputs(gemms, layers, p))
-            t = max(t, ops * eff.floor_s) + fresh
-            rows.append(ComponentTime(row.path, "matmul", ops, row.flops, row.bytes_unfused, t, lower,
-                                      lower / t if t else 1.0, fresh))
-            continue
-        share = kernels.share(row.path, dropped)
-        if share == 0:
+        part = component_time(a.spec, row.path, cost.gemms, row, layers, training, kernels, dropped,
+                              a.bytes_per_element, rates)
+        if part.kind == "fused":
             rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0))
             continue
-        ops, moved, outputs = layers * (3 if training else 1), share * row.bytes_unfused, []
-        if training:
-            extra_ops, extra_bytes, outputs = weight_gradients(a.spec, row.path, row.params, layers, p)
-            ops, moved = ops + extra_ops, moved + extra_bytes
-        per_op = moved / ops
-        fresh = first_touch_s(eff, outputs)
-        t = max(ops * eff.floor_s, moved / (bw * eff.memory(per_op)) if per_op else 0.0) + fresh
-        rows.append(ComponentTime(row.path, "memory", ops, row.flops, moved, t, lower,
-                                  lower / t if t else 1.0, fresh))
+        t = part.time_s
+        rows.append(ComponentTime(row.path, part.kind, part.ops, row.flops,
+                                  part.moved if part.kind == "memory" else row.bytes_unfused, t, lower,
+                                  lower / t if t else 1.0, part.first_touch_s))
     return Prediction(
         hardware=hw.name, dtype=dtype, phase=a.phase, kernels=kernels, calibrated=calibrated,
         rows=tuple(rows), roofline_s=line.time_s, roofline_fused_s=fused_line.time_s,
@@ -268,28 +358,30 @@ def table_gradients(spec: Spec) -> tuple[int, int]:
 
 
 def weight_gradients(spec: Spec, path: str, params, layers: int, p: int):
-    """A memory component's training-step extras: (ops, bytes, fresh outputs as (ops, bytes of
-    one)). Its weights' dense gradients, one per layer; for the token table one per lookup,
-    then the adds that sum them with a tied head's."""
+    """A memory component's training-step extras: (ops, bytes, fresh outputs as (ops, factors
+    of one's bytes)). Its weights' dense gradients, one per layer; for the token table one per
+    lookup, then the adds that sum them with a tied head's."""
     if path != "embedding/tokens":
-        return 0, gradient_bytes(params, p), [(layers, params / layers * p)]
+        return 0, gradient_bytes(params, p), [(layers, (params / layers, p))]
     lookups, adds = table_gradients(spec)
     table = params * p
-    return adds, lookups * gradient_bytes(params, p) + 3 * adds * table, [(lookups + adds, table)]
+    return adds, lookups * gradient_bytes(params, p) + 3 * adds * table, [(lookups + adds, (params, p))]
 
 
-def gemm_outputs(gemms, layers: int, p: int) -> list[tuple[int, Any]]:
-    """(ops, bytes of one op's output) of each product: a layer's batch of count / layers
-    products of M x N."""
-    return [(layers, count / layers * M * N * p) for count, M, K, N in gemms]
+def gemm_outputs(gemms, layers: int, p: int) -> list[tuple[int, tuple]]:
+    """(ops, factors of one op's output bytes) of each product: a layer's batch of
+    count / layers products of M x N (the factors, not their product: the grid shares the
+    lookups of outputs that differ by a number only)."""
+    return [(layers, (count / layers, M, N, p)) for count, M, K, N in gemms]
 
 
 def first_touch_s(eff, outputs) -> float:
-    """Seconds of writing freshly allocated outputs ((ops, bytes of one) pairs) on `eff`'s device."""
+    """Seconds of writing freshly allocated outputs ((ops, factors of one's bytes) pairs) on
+    `eff`'s device."""
     table = eff.first_touch
     if table is None:
         return 0.0
-    return sum(n * table(nbytes) for n, nbytes in outputs if n)
+    return sum(n * table(math.prod(factors)) for n, factors in outputs if n)
 
 
 def _in_attention(path: str) -> bool:

@@ -1,94 +1,332 @@
 """The calibrated time model over many shapes at once (numpy): ``costmodel.timing`` vectorised.
 
-The component tree is evaluated once with numpy arrays for B and the sequence lengths (the
-formulas are the same code: ``cost.smin``/``smax``/``half`` take arrays), and every lookup of
-the efficiency tables is an array operation. ``predict_grid`` gives the same times as
-``timing.predict`` point by point (tests/test_timing.py), about a million points a second
-(bench/time_sweep_speed.py). numpy is imported here, never by ``analyze``.
+``predict_grid`` applies ``timing.component_time``, the rule ``predict`` applies, to numpy
+arrays of batch and sequence length. The component tree is evaluated once with array-valued B
+and S (the formulas are the same code: ``cost.smin``/``smax``/``half`` take arrays; a quantity
+that depends on one axis keeps that axis's size; sizes are float64), for one layer of each kind;
+the rule is given the layers a component spans (a component that costs the same per layer in
+several layer groups, an FFN beside local and global attention, is timed once over all of
+them: its time is linear in its layers). ``GridRates`` does the table lookups on arrays:
+
+- a product with one array among M, N, K (every linear: M = T forward and in dA, K = T in dB)
+  reads the matmul table reduced to a curve over that axis, one ``np.interp`` in log space (the
+  lookup is multilinear in log M, log N, log K, so fixing two axes first gives the same
+  values); two or three array axes read the reduced table's corners;
+- each distinct lookup runs once per call (``GridRates._lookup``, keyed by the arrays'
+  identity, then their values): a layer's linears share one T array, a weight's forward and
+  backward products the same shapes in another order, two norms the same bytes; a
+  ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
+  linear share one lookup; a step table of a few sizes is a few comparisons;
+- a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
+  bytes at the table's least efficiency could exceed the product's time.
+
+The times equal ``predict``'s point by point to 1e-12 (the float operations differ in order
+only: tests/test_timing_grid.py compares the two over every bundled spec, phase and kernel
+option); the speed is bench/time_sweep_speed.py's. numpy is imported here, never by ``analyze``.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from costmodel import model
-from costmodel.efficiency import Efficiency, FlopsTable, MatmulTable, MemoryTable
+from costmodel.cost import Cost
+from costmodel.efficiency import Efficiency, FlopsTable, MatmulTable, _lookup, _position
 from costmodel.hardware import Hardware
-from costmodel.phases import PHASES
+from costmodel.phases import PHASES, Phase
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.timing import (FLASH_LEAVES, Kernels, _in_attention, backward_gemms, dropout_parents, gemm_outputs,
-                              layer_count, weight_gradients)
+from costmodel.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
+
+#: A step table of at most this many sizes is read by comparisons (faster than a search).
+_COMPARE = 4
 
 
-def _position(grid: list[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised ``efficiency._position``: (i, t) in log space, clamped."""
-    g = np.log(np.asarray(grid, dtype=float))
-    if len(g) == 1:
-        return np.zeros(np.shape(x), dtype=int), np.zeros(np.shape(x))
-    lx = np.log(np.maximum(np.asarray(x, dtype=float), 1e-300))
-    # np.minimum/maximum, not np.clip: clip looks up the dtype's limits on every call
-    i = np.minimum(np.maximum(np.searchsorted(g, lx, side="right") - 1, 0), len(g) - 2)
-    t = np.minimum(np.maximum((lx - g[i]) / (g[i + 1] - g[i]), 0.0), 1.0)
-    return i, t
+def _array(x: Any) -> bool:
+    return isinstance(x, np.ndarray) and x.ndim > 0
 
 
-def size_eff(grid: list[float], efficiency: list[float], interpolation: str, x) -> np.ndarray:
-    """Vectorised ``efficiency._lookup``: one size table at every x."""
-    if interpolation == "step":
-        i = np.maximum(np.searchsorted(np.asarray(grid, dtype=float), x, side="right") - 1, 0)
-        return np.asarray(efficiency, dtype=float)[i]
-    return np.exp(np.interp(np.log(np.maximum(x, 1e-300)), np.log(grid), np.log(efficiency)))
+def _positive(x: Any) -> bool:
+    """x > 0 everywhere."""
+    return bool((x > 0).all()) if _array(x) else x > 0
 
 
-def matmul_eff(table: MatmulTable | FlopsTable, M, N, K) -> np.ndarray:
-    if isinstance(table, FlopsTable):
-        return size_eff(table.flops, table.efficiency, table.interpolation, 2.0 * np.asarray(M, dtype=float) * N * K)
-    if np.ndim(N) == 0 and np.ndim(K) == 0:
-        # A weight's N and K are fixed: collapse the table to a curve over the M grid (the
-        # interpolation is multilinear, so doing N, K first gives the same values), then 1-D.
-        curve = [math.log(table(m, float(N), float(K))) for m in table.M]
-        return np.exp(np.interp(np.log(np.maximum(np.asarray(M, dtype=float), 1e-300)), np.log(table.M), curve))
-    e = np.log(np.asarray(table.efficiency, dtype=float))
-    (i, ti), (j, tj), (k, tk) = _position(table.M, M), _position(table.N, N), _position(table.K, K)
-    if e.shape[0] == 1:
-        i, ti = np.zeros_like(i), np.zeros_like(ti)
-    total = 0.0
-    for di, wi in ((0, 1 - ti), (1, ti)):
-        ii = np.minimum(i + di, e.shape[0] - 1)
-        for dj, wj in ((0, 1 - tj), (1, tj)):
-            jj = np.minimum(j + dj, e.shape[1] - 1)
-            for dk, wk in ((0, 1 - tk), (1, tk)):
-                kk = np.minimum(k + dk, e.shape[2] - 1)
-                total = total + wi * wj * wk * e[ii, jj, kk]
-    return np.exp(total)
+def _nonzero(x: Any) -> bool:
+    """x != 0 somewhere."""
+    return bool(x.any()) if _array(x) else bool(x)
 
 
-def memory_eff(table: MemoryTable, nbytes) -> np.ndarray:
-    return size_eff(table.bytes, table.efficiency, table.interpolation, nbytes)
+def _number(x: Any) -> Any:
+    """A 0-d array or numpy scalar as a Python number (so the scalar code path reads it)."""
+    if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
+        return x.item()
+    return x
 
 
-def first_touch(eff: Efficiency, outputs) -> np.ndarray | float:
-    """Vectorised ``timing.first_touch_s``: (ops, bytes of one output) pairs, bytes arrays."""
-    table = eff.first_touch
-    if table is None:
-        return 0.0
-    grid, rate = np.asarray(table.bytes, dtype=float), np.asarray([0.0, *table.s_per_byte])
-    total: np.ndarray | float = 0.0
-    for n, nbytes in outputs:
-        if n:
-            x = np.asarray(nbytes, dtype=float)
-            total = total + n * x * rate[np.searchsorted(grid, x, side="right")]
-    return total
+def _product(*xs: Any) -> Any:
+    """The product, numbers first (one array multiply per array factor)."""
+    numbers = math.prod(x for x in xs if not _array(x))
+    out: Any = numbers
+    for x in xs:
+        if _array(x):
+            out = out * x
+    return out
+
+
+def _step(grid: list[float], values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """values[number of grid points <= x] (values has one more entry than grid, for below it)."""
+    if len(grid) <= _COMPARE:
+        i = np.zeros(x.shape, dtype=np.intp)
+        for g in grid:
+            i += x >= g
+        return values.take(i)
+    return values.take(np.searchsorted(np.asarray(grid, dtype=float), x, side="right"))
+
+
+class GridRates:
+    """``timing.Rates`` over numpy arrays, looking each distinct shape up once per instance."""
+
+    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> None:
+        self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
+        self.table = eff.matmul[dtype]
+        if isinstance(self.table, MatmulTable):
+            self._log_table = np.log(np.asarray(self.table.efficiency, dtype=float)) + math.log(peak)
+            self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in (self.table.M, self.table.N, self.table.K))
+        self._least_memory = min(eff.memory.efficiency)
+        fresh = eff.first_touch  # the least size with a first-touch cost
+        self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte) if r), None) if fresh else None
+        self._memo: dict[tuple, tuple[list[np.ndarray], Any]] = {}
+        self._by_value: dict[tuple, list[tuple[np.ndarray, Any]]] = {}
+
+    # --- Rates --------------------------------------------------------------------------------
+
+    def gemm(self, count: Any, M: Any, K: Any, N: Any) -> Any:
+        count, M, K, N = (_number(x) for x in (count, M, K, N))
+        if not any(_array(x) for x in (count, M, K, N)):
+            if count == 0 or M == 0 or K == 0 or N == 0:
+                return 0.0
+            return count * 2 * M * K * N / (self.peak * self.table(M, N, K))
+        # A zero anywhere makes the product 0; the lookup there is clamped, so finite.
+        return _product(2, count, M, K, N) / self._denominator(M, N, K)
+
+    def memory(self, moved: Any, ops: int) -> Any:
+        moved = _number(moved)
+        if not _array(moved):
+            per_op = moved / ops
+            return moved / (self.bandwidth * self.eff.memory(per_op)) if per_op else 0.0
+        table = self.eff.memory
+        per_op = moved / ops
+        rate = self._lookup("memory", (), [per_op], lambda: self.bandwidth * self._size_efficiency(
+            table.bytes, table.efficiency, table.interpolation, per_op))
+        return moved / rate
+
+    def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
+        # The bytes at the memory table's least efficiency bound the memory time from above:
+        # where that bound is below t (a linear is compute-bound), t is the maximum exactly, so
+        # the table is read only at the other points.
+        moved = _number(moved)
+        if not _array(moved) and not _array(t):
+            return max(t, self.memory(moved, ops))
+        over = moved / (self.bandwidth * self._least_memory) > t
+        if not over.any():
+            return t
+        if over.mean() > 0.5:
+            return np.maximum(t, self.memory(moved, ops))
+        out = np.array(np.broadcast_to(t, over.shape))
+        some = np.broadcast_to(moved, over.shape)[over]
+        table = self.eff.memory
+        e = self._size_efficiency(table.bytes, table.efficiency, table.interpolation, some / ops, memo=False)
+        out[over] = np.maximum(out[over], some / (self.bandwidth * e))
+        return out
+
+    def first_touch(self, outputs: list[tuple[int, tuple]]) -> Any:
+        table = self.eff.first_touch
+        if table is None:
+            return 0.0
+        total: Any = 0.0
+        rate = np.asarray([0.0, *table.s_per_byte])  # below the grid: 0
+        for n, factors in outputs:
+            factors = [_number(x) for x in factors]
+            arrays = [x for x in factors if _array(x)]
+            if not n:
+                continue
+            if not arrays:
+                total = total + first_touch_s(self.eff, [(n, factors)])
+                continue
+            number = math.prod(x for x in factors if not _array(x))
+
+            def one(number: Any = number, arrays: list = arrays) -> Any:
+                x = _product(number, *arrays)
+                if self._fresh_from is None or not (x >= self._fresh_from).any():
+                    return 0.0  # every size at a rate of 0
+                return x * _step(table.bytes, rate, x)
+
+            total = total + n * self._lookup("fresh", (number,), arrays, one)
+        return total
+
+    @staticmethod
+    def maximum(a: Any, b: Any) -> Any:
+        return np.maximum(a, b) if _array(a) or _array(b) else max(a, b)
+
+    @staticmethod
+    def scale(t: Any, num: Any, den: Any) -> Any:
+        if not _array(num) and not _array(den):
+            return t * (num / den) if den else t
+        return t * np.where(den > 0, num / np.maximum(den, 1), 1.0)
+
+    # --- lookups ------------------------------------------------------------------------------
+
+    def _lookup(self, kind: str, numbers: tuple, arrays: list[np.ndarray], compute: Any) -> Any:
+        """compute(), once per (kind, numbers, arrays): by identity, then by value (a T array
+        built twice, or two norms' equal byte counts; candidates share three sampled values)."""
+        key = (kind, numbers, tuple(id(a) for a in arrays))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit[1]
+        prints = (kind, numbers, tuple((a.shape, a.flat[0], a.flat[-1], a.flat[a.size // 2]) for a in arrays))
+        seen = self._by_value.setdefault(prints, [])
+        for other, value in seen:
+            if all(np.array_equal(a, b) for a, b in zip(arrays, other)):
+                break
+        else:
+            value = compute()
+            seen.append((arrays, value))
+        self._memo[key] = (arrays, value)  # holds the arrays: their ids stay theirs
+        return value
+
+    def _log(self, x: np.ndarray) -> np.ndarray:
+        return self._lookup("log", (), [x], lambda: np.log(np.maximum(x, 1e-300)))
+
+    def _denominator(self, M: Any, N: Any, K: Any) -> np.ndarray:
+        """peak x the table's efficiency of (M x K) @ (K x N), some of them arrays (the peak
+        folded into the log table: exp(log peak + log e), equal to 1e-16)."""
+        table = self.table
+        if isinstance(table, FlopsTable):  # by 2MNK alone: forward and backward share it
+            arrays = sorted((x for x in (M, N, K) if _array(x)), key=id)
+            scalar = math.prod(x for x in (M, N, K) if not _array(x))
+            return self._lookup("flops", (scalar,), arrays, lambda: self.peak * self._size_efficiency(
+                table.flops, table.efficiency, table.interpolation, _product(2, scalar, *arrays)))
+        numbers = tuple(None if _array(x) else x for x in (M, N, K))
+        arrays = [x for x in (M, N, K) if _array(x)]
+        return self._lookup("mnk", numbers, arrays, lambda: np.exp(self._log_efficiency(M, N, K)))
+
+    def _log_efficiency(self, M: Any, N: Any, K: Any) -> np.ndarray:
+        """log(peak x e(M, N, K)) of a MatmulTable: the table reduced over its number axes (and
+        axes of one grid point), then interpolated over the array axes."""
+        e = self._log_table  # log(peak x efficiency)
+        free = []  # (axis, log grid, log x) of the array axes
+        for axis, (x, grid) in enumerate(zip((M, N, K), (self.table.M, self.table.N, self.table.K))):
+            if _array(x) and len(grid) > 1:
+                free.append((axis, self._axes[axis], self._log(x)))
+                continue
+            i, t = _position(grid, x) if not _array(x) else (0, 0.0)
+            # the weights ``MatmulTable.__call__`` gives this axis (a zero weight is skipped)
+            parts = [(w, i + d) for d, w in ((0, 1 - t), (1, t)) if w]
+            e = sum(w * np.take(e, [j], axis=axis) for w, j in parts)
+        reduced = e.reshape([e.shape[a] for a, _, _ in free]) if free else e.reshape(())
+        if not free:
+            return reduced
+        if len(free) == 1:
+            _, grid, lx = free[0]
+            return np.interp(lx, grid, reduced)
+        # corners: (i, t) per axis, from the fractional index np.interp gives
+        corners = []
+        for _, grid, lx in free:
+            f = np.interp(lx, grid, np.arange(len(grid), dtype=float))
+            i = np.minimum(f.astype(np.intp), len(grid) - 2)
+            corners.append((i, f - i))
+        flat, strides = reduced.ravel(), np.cumprod([1, *reduced.shape[:0:-1]])[::-1]
+        base = sum(i * s for (i, _), s in zip(corners, strides))
+        total: Any = 0.0
+        for bits in range(2 ** len(free)):
+            w: Any = 1.0
+            offset = 0
+            for a, ((_, t), s) in enumerate(zip(corners, strides)):
+                up = bits >> a & 1
+                w = w * (t if up else 1 - t)
+                offset += up * int(s)
+            total = total + w * flat.take(base + offset)
+        return total
+
+    def _size_efficiency(self, grid: list[float], efficiency: list[float], interpolation: str,
+                         x: np.ndarray, memo: bool = True) -> np.ndarray:
+        """A size table (``efficiency._lookup``) at every x (`memo`: x's log kept for reuse)."""
+        if not _array(x):
+            return _lookup(grid, efficiency, x, interpolation)  # type: ignore[arg-type]
+        if len(grid) == 1:  # one size: its value everywhere, as ``_lookup`` holds it
+            return efficiency[0]
+        if interpolation == "step":  # below the grid: its first value
+            return _step(grid[1:], np.asarray(efficiency, dtype=float), x)
+        lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
+        return np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
+
+
+class _Whole:
+    """A component's phase quantities over all its layers, from one layer's cost, each computed
+    when the rule first reads it (``Phase.quantity`` times the layers)."""
+
+    def __init__(self, phase: Phase, cost: Cost, layers: int) -> None:
+        self._phase, self._cost, self._layers = phase, cost, layers
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        value = self._phase.quantity(self._cost, name)
+        value = value if self._layers == 1 else value * self._layers
+        setattr(self, name, value)
+        return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if _array(a) or _array(b):
+        return _array(a) and _array(b) and a.shape == b.shape and bool(np.array_equal(a, b))
+    return bool(a == b)
+
+
+#: What the rule reads of a component's cost (``Phase.quantity`` of these, and the products).
+_READ = ("params", "matmul", "matmul_eff", "other", "bytes_unfused", "train_only")
+
+
+def _merged(costs: dict[str, Cost], groups: dict, kernels: Kernels, dropped: set[str]) -> dict[str, tuple[Cost, int]]:
+    """path -> (one layer's cost, layers): a component of several layer groups whose one layer
+    costs the same in each (an FFN beside local and global attention) once, over all their
+    layers. Its time is linear in its layers (each product, op, byte and gradient is per layer,
+    as ``timing.component_time`` counts them), so this is the sum of the groups' times."""
+    out: dict[str, tuple[Cost, int]] = {}
+    first: dict[tuple[str, str], str] = {}
+    for path, cost in costs.items():
+        layers = layer_count(groups, path)
+        group, sep, rest = path.partition("]/")
+        key = (group.partition("[")[0], rest)
+        if sep and key in first:
+            head = first[key]
+            other, count = out[head]
+            if (kernels.share(head, dropped) == kernels.share(path, dropped)
+                    and all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
+                    and len(cost.gemms) == len(other.gemms)
+                    and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms) for x, y in zip(g, h))):
+                out[head] = (other, count + layers)
+                continue
+        elif sep:
+            first[key] = path
+        out[path] = (cost, layers)
+    return out
 
 
 def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware, dtype: str = "bf16",
-                 kernels: Kernels = Kernels(), enc_seq: np.ndarray | None = None) -> np.ndarray:
-    """Calibrated seconds of `phase` at every (batch, seq) (broadcast together), as ``predict``.
+                 kernels: Kernels = Kernels(), enc_seq: np.ndarray | None = None, mla: str = "naive",
+                 routing: str = "uniform") -> np.ndarray:
+    """Calibrated seconds of `phase` at every (batch, seq) (broadcast together), as ``predict``
+    of ``analyze(spec, phase, batch, seq, dtype, enc_seq, mla=mla, routing=routing)``.
 
-    Needs a profile with tables for `dtype` (``Hardware.tables_for``)."""
+    Needs a profile with tables for `dtype` (``Hardware.tables_for``). Sizes are float64: exact
+    below 2^53, and never wrapping as int64 would past 2^63."""
     if not hw.tables_for(dtype):
         from costmodel.analysis import AnalysisError
         from costmodel.timing import no_tables_note
@@ -98,52 +336,30 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     assert eff is not None
     ph = PHASES[phase]
     # Not broadcast up front: a quantity that depends on one axis stays that axis's size.
-    B, seq = np.asarray(batch, dtype=np.int64), np.asarray(seq, dtype=np.int64)
-    enc = np.asarray(enc_seq if enc_seq is not None else seq, dtype=np.int64) if spec.is_encoder_decoder else 0
-    shape = ph.shape(B, seq, enc)
+    B, seq = np.asarray(batch, dtype=float), np.asarray(seq, dtype=float)
+    enc = np.asarray(enc_seq if enc_seq is not None else seq, dtype=float) if spec.is_encoder_decoder else 0
     p = DTYPE_BYTES[dtype]
-    costs = model.components(spec, model.numeric_dims(spec, shape, p))
+    dims = model.numeric_dims(spec, ph.shape(B, seq, enc), p, mla, routing)
+    # One layer of each kind: the rule multiplies by the layers (``Cost.times`` on arrays is
+    # the tree's largest cost); nothing else in the tree reads the layer counts.
+    dims = replace(dims, layers=dict.fromkeys(dims.layers, 1))
     groups = model.layer_groups(spec)
-    peak, bw, floor = hw.peak(dtype), hw.memory_bandwidth, eff.floor_s
-    table = eff.matmul[dtype]
-    total = np.zeros(np.broadcast_shapes(B.shape, seq.shape))
-    dropped = dropout_parents(path for path, cost in costs.items() if not (cost.train_only and not ph.training))
-    for path, cost in costs.items():
-        if cost.train_only and not ph.training:
-            continue
-        q = ph.quantities(cost)
-        leaf = path.rsplit("/", 1)[-1]
-        layers = layer_count(groups, path)
-        flash = kernels.flash_attention and leaf in FLASH_LEAVES and _in_attention(path)
-        if cost.gemms:
-            gemms = [g for c in cost.gemms for g in (backward_gemms(*c) if ph.training else (c,))]
-            t = 0.0
-            for count, M, K, N in gemms:
-                work = 2.0 * np.asarray(count) * M * K * N
-                t = t + np.where(work > 0, work / (peak * matmul_eff(table, M, N, K)), 0.0)
-            if flash:
-                dense = np.asarray(q["flops_matmul"], dtype=float)
-                t = t * np.where(dense > 0, q["flops_matmul_effective"] / np.maximum(dense, 1), 1.0)
-            ops = layers * len(gemms) // len(cost.gemms)
-            if not flash and not table.sees_bytes:  # no less than its bytes (timing.predict)
-                moved = np.asarray(q["bytes_unfused"], dtype=float)
-                t = np.maximum(t, np.where(moved > 0, moved / (bw * memory_eff(eff.memory, moved / ops)), 0.0))
-            busy = np.asarray(q["flops_matmul"] + q["flops_other"] + q["bytes_unfused"]) > 0
-            fresh = first_touch(eff, gemm_outputs(gemms, layers, p))
-            total += np.where(busy, np.maximum(t, ops * floor) + fresh, 0.0)  # a pass that does not run: 0
-            continue
-        share = kernels.share(path, dropped)
-        nbytes = share * np.asarray(q["bytes_unfused"], dtype=float)
-        if share == 0:
-            continue
-        ops = layers * (3 if ph.training else 1)
-        busy = (nbytes + np.asarray(q["flops_matmul"] + q["flops_other"], dtype=float)) > 0
-        fresh: np.ndarray | float = 0.0
-        if ph.training:
-            extra_ops, extra_bytes, outputs = weight_gradients(spec, path, q["params"], layers, p)
-            ops, nbytes = ops + extra_ops, nbytes + extra_bytes
-            fresh = first_touch(eff, outputs)
-        t = np.where(nbytes > 0, nbytes / (bw * memory_eff(eff.memory, nbytes / ops)), 0.0)
-        total += np.where(busy, np.maximum(t, ops * floor) + fresh, 0.0)
+    rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype)
+    total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
+    costs = {path: cost for path, cost in model.components(spec, dims).items() if ph.training or not cost.train_only}
+    dropped = dropout_parents(path for path, cost in costs.items() if _nonzero(cost.bytes_unfused))
+    for path, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
+        # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
+        idle = None
+        if not _positive(cost.bytes_unfused):
+            busy = cost.matmul + cost.other + cost.bytes_unfused
+            if not _array(busy):
+                if busy == 0:
+                    continue
+            elif (busy == 0).any():
+                idle = busy == 0
+        gemms = tuple((c * layers, m, k, n) for c, m, k, n in cost.gemms)
+        part = component_time(spec, path, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels, dropped, p,
+                              rates)
+        total += part.time_s if idle is None else np.where(idle, 0.0, part.time_s)
     return total
-
