@@ -55,29 +55,41 @@ CALIBRATE_GRID: dict[str, list[int]] = {
 }
 
 
-def calibrated_profile(dtypes: tuple[str, ...] = ("bf16", "fp32")) -> Any:
+def calibrated_profile(dtypes: tuple[str, ...] = ("bf16", "fp32"), realistic: bool = False) -> Any:
     """A profile shaped as ``costmodel calibrate`` writes one on the CPU: a multi-point (M, N, K)
     matmul table per dtype, an interpolated memory table and a first-touch table over
-    CALIBRATE_GRID, a floor above zero. The values are made up but vary along every axis (and
-    not monotonically), so a lookup that took a wrong cell or axis would show: they are for
-    comparing two evaluations of the model (and timing them), not for any prediction."""
+    CALIBRATE_GRID, a floor above zero. Made-up values, for comparing two evaluations of the
+    model and timing them, never for a prediction:
+
+    - by default they vary along every axis, and not monotonically, so a lookup that took a
+      wrong cell or axis would show;
+    - `realistic`: they rise with size as a measured table does (a product's efficiency with
+      each of M, N, K; an op's with its bytes; first touch from glibc's 32 MiB mmap threshold),
+      at the peak, bandwidth and floor this machine's calibration measured (docs/measure.md:
+      26.8 GFLOP/s, 3.34 GB/s, 10.9 us).
+    """
     from costmodel.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
     from costmodel.hardware import Hardware
 
     g = CALIBRATE_GRID
 
     def value(i: int, j: int, k: int) -> float:
+        if realistic:
+            m, n, kk = g["M"][i], g["N"][j], g["K"][k]
+            return round(0.95 * m / (m + 8) * n / (n + 48) * kk / (kk + 32), 5)
         return round(0.05 + 0.9 * ((7 * i + 3 * j + 5 * k + i * j * k) % 17) / 16, 5)
 
     table = MatmulTable(M=g["M"], N=g["N"], K=g["K"],
                         efficiency=[[[value(i, j, k) for k in range(len(g["K"]))] for j in range(len(g["N"]))]
                                     for i in range(len(g["M"]))])
-    memory = MemoryTable(bytes=g["bytes"], efficiency=[round(0.05 + 0.9 * ((3 * i) % 7) / 6, 5)
-                                                        for i in range(len(g["bytes"]))])
-    fresh = FirstTouchTable(bytes=[float(n) for n in g["fresh"]],
-                            s_per_byte=[(0.0, 3e-10, 2.5e-10, 3.5e-10)[i % 4] for i in range(len(g["fresh"]))])
-    return Hardware(name="calibrated-style", peak_flops={"bf16": 2e12, "fp32": 1e12, "fp16": 2e12},
-                    memory_bandwidth=2e10, memory_bytes=24e9, source="tests.helpers.calibrated_profile",
-                    measured=True, efficiency=Efficiency(source="made-up values on calibrate's CPU grid",
-                                                         floor_s=4e-6, matmul={d: table for d in dtypes},
-                                                         memory=memory, first_touch=fresh))
+    memory = MemoryTable(bytes=g["bytes"], efficiency=[
+        round(0.9 * x / (x + 2**15), 5) if realistic else round(0.05 + 0.9 * ((3 * i) % 7) / 6, 5)
+        for i, x in enumerate(g["bytes"])])
+    fresh = FirstTouchTable(bytes=[float(n) for n in g["fresh"]], s_per_byte=[
+        (3e-10 if n >= 2**25 else 0.0) if realistic else (0.0, 3e-10, 2.5e-10, 3.5e-10)[i % 4]
+        for i, n in enumerate(g["fresh"])])
+    peak, bandwidth, floor = (26.8e9, 3.34e9, 10.9e-6) if realistic else (2e12, 2e10, 4e-6)
+    return Hardware(name="calibrated-style", peak_flops=dict.fromkeys(dtypes, peak), memory_bandwidth=bandwidth,
+                    memory_bytes=24e9, source="tests.helpers.calibrated_profile", measured=True,
+                    efficiency=Efficiency(source="made-up values on calibrate's CPU grid", floor_s=floor,
+                                          matmul=dict.fromkeys(dtypes, table), memory=memory, first_touch=fresh))

@@ -1,0 +1,126 @@
+"""The sweep grid (``costmodel.timing_grid.predict_grid``) gives ``timing.predict``'s time at
+every point, to 1e-12, for every bundled spec and phase (training's backward products
+included), every kernel option, the datasheet profiles and a calibrated-style one (a
+multi-point (M, N, K) table as ``costmodel calibrate`` writes), MoE routing and MLA conventions,
+windows, chunks, encoder lengths and shapes past int64. Generic on purpose: a term added to
+the time model in one evaluation and not the other fails here."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import itertools
+import warnings
+
+import pytest
+
+from costmodel import catalog
+from costmodel.analysis import AnalysisError, analyze
+from costmodel.hardware import load_hardware
+from costmodel.timing import Kernels, predict
+from tests.helpers import CALIBRATE_GRID, calibrated_profile
+
+np = pytest.importorskip("numpy")
+from costmodel.timing_grid import predict_grid  # noqa: E402  (numpy first)
+
+KERNELS = (Kernels(), Kernels(flash_attention=True), Kernels(fused=True),
+           Kernels(fused_softmax=True, fused_bias_dropout_add=True), Kernels(flash_attention=True, fused=True))
+PENDING = sorted(glob.glob("specs/pending/*.yaml"))
+
+
+@functools.cache
+def profiles() -> dict:
+    return {"h100-sxm": load_hardware("h100-sxm"), "a100-80gb": load_hardware("a100-80gb"),
+            "calibrated": calibrated_profile(), "calibrated-realistic": calibrated_profile(realistic=True)}
+
+
+def assert_grid_is_predict(spec, phase, batch, seq, hw, kernels, enc_seq=None, **options) -> None:
+    """predict_grid over (batch, seq) broadcast equals predict(analyze(...)) at each point."""
+    grid = predict_grid(spec, phase, batch, seq, hw, "bf16", kernels, enc_seq=enc_seq, **options)
+    b, s = np.broadcast_arrays(batch, seq)
+    e = np.broadcast_to(enc_seq, b.shape) if enc_seq is not None else None
+    assert grid.shape == b.shape
+    for index in np.ndindex(b.shape):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # RoPE past max_seq_len: a warning, the counts stand
+            a = analyze(spec, phase, batch=int(b[index]), seq=int(s[index]),
+                        enc_seq=None if e is None else int(e[index]), **options)
+        want = predict(a, hw, kernels).time_s
+        assert grid[index] == pytest.approx(want, rel=1e-12), (spec.name, phase, kernels, hw.name, index)
+
+
+def shape_for(spec):
+    """Two lengths: 3, and the largest of 9000 and the spec's positions (past every window and
+    Llama 4's 8192 chunk where positions allow), for batch 1 and 6."""
+    return np.array([[1, 6]]), np.array([[3], [min(9000, spec.max_seq_len - 1)]])
+
+
+@pytest.mark.parametrize("name", catalog.bundled_names() + PENDING)
+@pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
+def test_the_grid_is_predict_on_every_spec(name, phase) -> None:
+    """Each profile with a kernel option, every option in turn over the specs and phases."""
+    spec = catalog.load(name)
+    batch, seq = shape_for(spec)
+    turn = (catalog.bundled_names() + PENDING).index(name) + ["prefill", "decode", "train"].index(phase)
+    cases = zip(("calibrated", "calibrated", "h100-sxm", "a100-80gb", "calibrated-realistic"),
+                (KERNELS[(turn + i) % len(KERNELS)] for i in range(5)))
+    for hw, kernels in cases:
+        assert_grid_is_predict(spec, phase, batch, seq, profiles()[hw], kernels)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("deepseek-v3", {"mla": "absorbed"}), ("deepseek-v2-lite", {"mla": "absorbed", "routing": "worst"}),
+    ("mixtral-8x7b", {"routing": "worst"}), ("qwen3-30b-a3b", {"routing": "worst"})])
+@pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
+def test_the_grid_is_predict_in_each_mla_convention_and_routing(name, options, phase) -> None:
+    spec = catalog.load(name)
+    batch, seq = shape_for(spec)
+    for hw, kernels in itertools.product(("calibrated", "h100-sxm"), KERNELS[:2]):
+        assert_grid_is_predict(spec, phase, batch, seq, profiles()[hw], kernels, **options)
+
+
+@pytest.mark.parametrize("name", ["gemma-3-27b", "mistral-7b", "specs/pending/llama-4-scout.yaml"])
+def test_the_grid_is_predict_across_windows_and_chunks(name) -> None:
+    """Lengths below, at and past the window (gemma-3: 1024 local; mistral: 4096) or chunk
+    (Llama 4: 8192), including the pairs formula's edges, as a 3 x 3 grid and as scattered
+    (batch, seq) pairs (then every array is the points' own, two array axes per product)."""
+    spec = catalog.load(name)
+    edge = spec.window or spec.attention_chunk
+    lengths = np.array([edge - 1, edge, edge + 1, 2 * edge + 3])
+    hw = profiles()["calibrated"]
+    for phase in ("prefill", "decode", "train"):
+        assert_grid_is_predict(spec, phase, np.array([[1, 2, 5]]), lengths[:3, None], hw, Kernels())
+        assert_grid_is_predict(spec, phase, np.array([3, 1, 2, 4]), lengths, hw, Kernels(flash_attention=True))
+
+
+def test_the_grid_is_predict_for_encoder_lengths_of_their_own() -> None:
+    spec = catalog.load("t5-11b")
+    for phase in ("prefill", "decode", "train"):
+        assert_grid_is_predict(spec, phase, np.array([[1, 4]]), np.array([[5], [300]]), profiles()["calibrated"],
+                               Kernels(), enc_seq=np.array([[7], [500]]))
+
+
+def test_sizes_past_int64_do_not_wrap() -> None:
+    """LLaMA 3.1 405B, a training step of 4096 x 131,072 tokens: 1.3e21 FLOPs, past int64's
+    9.2e18 (the grid once held sizes as int64 and gave 1.2e6 s where predict gives 1.7e7 s)."""
+    spec = catalog.load("llama-3.1-405b")
+    assert_grid_is_predict(spec, "train", np.array([4096]), np.array([131072]), profiles()["h100-sxm"], Kernels())
+    assert_grid_is_predict(spec, "train", np.array([4096]), np.array([131072]), profiles()["calibrated"], Kernels())
+
+
+def test_a_profile_without_tables_is_refused_in_one_line() -> None:
+    with pytest.raises(AnalysisError, match="no efficiency tables") as e:
+        predict_grid(catalog.load("llama-3-8b"), "decode", np.array([1]), np.array([8]), load_hardware("h100-sxm"),
+                     "fp32")
+    assert "\n" not in str(e.value)
+
+
+def test_the_calibrated_style_grid_is_calibrates() -> None:
+    pytest.importorskip("torch")
+    from costmodel.measure.calibrate import GRID
+
+    assert {k: GRID["cpu"][k] for k in CALIBRATE_GRID} == CALIBRATE_GRID
+    hw = calibrated_profile()
+    table = hw.efficiency.matmul["bf16"]
+    assert (table.M, table.N, table.K) == (GRID["cpu"]["M"], GRID["cpu"]["N"], GRID["cpu"]["K"])
+    assert len({v for plane in table.efficiency for row in plane for v in row}) > 10  # varies, not flat
