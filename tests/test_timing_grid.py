@@ -8,7 +8,6 @@ the time model in one evaluation and not the other fails here."""
 from __future__ import annotations
 
 import functools
-import glob
 import itertools
 import warnings
 
@@ -25,7 +24,6 @@ from costmodel.timing_grid import predict_grid  # noqa: E402  (numpy first)
 
 KERNELS = (Kernels(), Kernels(flash_attention=True), Kernels(fused=True),
            Kernels(fused_softmax=True, fused_bias_dropout_add=True), Kernels(flash_attention=True, fused=True))
-PENDING = sorted(glob.glob("specs/pending/*.yaml"))
 
 
 @functools.cache
@@ -55,13 +53,13 @@ def shape_for(spec):
     return np.array([[1, 6]]), np.array([[3], [min(9000, spec.max_seq_len - 1)]])
 
 
-@pytest.mark.parametrize("name", catalog.bundled_names() + PENDING)
+@pytest.mark.parametrize("name", catalog.bundled_names())
 @pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
 def test_the_grid_is_predict_on_every_spec(name, phase) -> None:
     """Each profile with a kernel option, every option in turn over the specs and phases."""
     spec = catalog.load(name)
     batch, seq = shape_for(spec)
-    turn = (catalog.bundled_names() + PENDING).index(name) + ["prefill", "decode", "train"].index(phase)
+    turn = catalog.bundled_names().index(name) + ["prefill", "decode", "train"].index(phase)
     cases = zip(("calibrated", "calibrated", "h100-sxm", "a100-80gb", "calibrated-realistic"),
                 (KERNELS[(turn + i) % len(KERNELS)] for i in range(5)))
     for hw, kernels in cases:
@@ -79,7 +77,7 @@ def test_the_grid_is_predict_in_each_mla_convention_and_routing(name, options, p
         assert_grid_is_predict(spec, phase, batch, seq, profiles()[hw], kernels, **options)
 
 
-@pytest.mark.parametrize("name", ["gemma-3-27b", "mistral-7b", "specs/pending/llama-4-scout.yaml"])
+@pytest.mark.parametrize("name", ["gemma-3-27b", "mistral-7b", "llama-4-scout"])
 def test_the_grid_is_predict_across_windows_and_chunks(name) -> None:
     """Lengths below, at and past the window (gemma-3: 1024 local; mistral: 4096) or chunk
     (Llama 4: 8192), including the pairs formula's edges, as a 3 x 3 grid and as scattered
