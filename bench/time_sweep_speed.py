@@ -1,63 +1,100 @@
-"""How fast the calibrated time model evaluates a sweep: 10,000 (seq, batch) points of one spec.
+"""How fast the calibrated time model evaluates a sweep: 10,000 (seq, batch) points of a spec.
 
-    python bench/time_sweep_speed.py [SPEC] [--hardware PROFILE]
+    python bench/time_sweep_speed.py [SPEC ...] [--all] [--hardware PROFILE ...] [--repeat N]
 
-``timing_grid.predict_grid`` over 100 seq x 100 batch values, per phase, best of 7 runs
-(the whole evaluation: the component tree over numpy arrays and every table lookup), and
-``timing.predict`` point by point for comparison. Target: >= 1e6 points/s. The profile must
-carry efficiency tables (`costmodel calibrate`, or bench/time_validation.py's `local`); without
-one a flat test profile is used (the speed does not depend on the values).
+``timing_grid.predict_grid`` over 100 seq x 100 batch values (seq geometric from 512 to 8192,
+or to the spec's positions; batch 1 .. 100), per phase, best of N runs (default 7) of the whole
+evaluation: the component tree over numpy arrays and every table lookup, nothing kept between
+runs. Profiles: the datasheet h100-sxm (Calculon's step tables by op size) and a100-80gb (one
+point), and two calibrated-style ones (``tests.helpers.calibrated_profile``: a multi-point
+(M, N, K) matmul table, a memory table and a first-touch table on ``costmodel calibrate``'s CPU
+grid, made-up values, non-monotone or `realistic`). Target: >= 1e6 points/s. The load average
+is printed before and after: on a shared machine it sets the figure as much as the code does.
+``--check`` also times ``timing.predict`` point by point on a sample, for comparison.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from costmodel import catalog
-from costmodel.analysis import analyze
-from costmodel.efficiency import Efficiency, MatmulTable, MemoryTable
-from costmodel.hardware import Hardware, load_hardware
-from costmodel.timing import predict
-from costmodel.timing_grid import predict_grid
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers, from any folder
+
+from costmodel import catalog  # noqa: E402
+from costmodel.analysis import analyze  # noqa: E402
+from costmodel.hardware import Hardware, load_hardware  # noqa: E402
+from costmodel.timing import predict  # noqa: E402
+from costmodel.timing_grid import predict_grid  # noqa: E402
+from tests.helpers import calibrated_profile  # noqa: E402
+
+DEFAULT_SPECS = ["llama-3-8b", "gemma-3-27b", "mixtral-8x7b", "deepseek-v3", "t5-11b"]
+PHASES = ("decode", "prefill", "train")
 
 
-def flat_profile() -> Hardware:
-    grid = [1, 16, 256, 4096]
-    table = MatmulTable(M=grid, N=grid, K=grid, efficiency=[[[0.5] * 4] * 4] * 4)
-    return Hardware(name="flat", peak_flops={"bf16": 1e15}, memory_bandwidth=3e12, memory_bytes=8e10,
-                    source="bench", efficiency=Efficiency(source="bench", floor_s=5e-6, matmul={"bf16": table},
-                                                          memory=MemoryTable(bytes=[1e3, 1e9], efficiency=[0.1, 0.9])))
+def profile(name: str) -> Hardware:
+    if name == "calibrated":
+        return calibrated_profile()
+    if name == "calibrated-realistic":
+        return calibrated_profile(realistic=True)
+    return load_hardware(name)
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("spec", nargs="?", default="llama-3-8b")
-    parser.add_argument("--hardware", default=None)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("specs", nargs="*")
+    parser.add_argument("--all", action="store_true", help="every bundled spec")
+    parser.add_argument("--hardware", nargs="+",
+                        default=["h100-sxm", "a100-80gb", "calibrated", "calibrated-realistic"])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--check", action="store_true", help="also time predict point by point")
     args = parser.parse_args()
-    spec = catalog.load(args.spec)
-    hw = load_hardware(args.hardware) if args.hardware else flat_profile()
-    dtype = next(iter(hw.efficiency.matmul)) if hw.efficiency else "bf16"
-    seq = np.unique(np.rint(np.geomspace(512, 8192, 100)).astype(np.int64))
-    batch = np.arange(1, 101, dtype=np.int64)
-    points = seq.size * batch.size
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {spec.name}, {points} points, {dtype}")
-    for phase in ("decode", "prefill", "train"):
-        best = float("inf")
-        for _ in range(7):
+    names = catalog.bundled_names() if args.all else (args.specs or DEFAULT_SPECS)
+    hws = {h: profile(h) for h in args.hardware}
+    print(f"load average before: {load()}; best of {args.repeat}; M points/s per phase")
+    print(f"{'spec':18s} {'points':>6s}  " + "  ".join(f"{h[:20]:>20s}" for h in hws))
+    print(f"{'':18s} {'':6s}  " + "  ".join(f"{'  '.join(p[:5] for p in PHASES):>20s}" for _ in hws))
+    worst = float("inf")
+    for name in names:
+        spec = catalog.load(name)
+        top = min(8192, spec.max_seq_len - 1)
+        lo = min(512, top // 16)
+        seq = np.unique(np.rint(np.geomspace(lo, top, 100)).astype(np.int64))
+        if seq.size < 100:  # few positions (T5: 512): evenly spaced instead
+            seq = np.unique(np.rint(np.linspace(lo, top, 100)).astype(np.int64))
+        seq = seq[:, np.newaxis]
+        batch = np.arange(1, 101, dtype=np.int64)[np.newaxis, :]
+        points = seq.size * batch.size
+        cells = []
+        for hw in hws.values():
+            rates = []
+            for phase in PHASES:
+                best = float("inf")
+                for _ in range(args.repeat):
+                    t0 = time.perf_counter()
+                    predict_grid(spec, phase, batch, seq, hw, "bf16")
+                    best = min(best, time.perf_counter() - t0)
+                rates.append(points / best / 1e6)
+                worst = min(worst, rates[-1])
+            cells.append("  ".join(f"{r:5.2f}" for r in rates))
+        print(f"{name:18s} {points:6d}  " + "  ".join(f"{c:>20s}" for c in cells), flush=True)
+        if args.check:
+            hw = next(iter(hws.values()))
+            sample = [(int(s), int(b)) for s, b in zip(seq[::25, 0], batch[0, ::25])]
             t0 = time.perf_counter()
-            predict_grid(spec, phase, batch[np.newaxis, :], seq[:, np.newaxis], hw, dtype)
-            best = min(best, time.perf_counter() - t0)
-        sample = [(int(s), int(b)) for s, b in zip(seq[::10], batch[::10])]
-        t0 = time.perf_counter()
-        for s, b in sample:
-            predict(analyze(spec, phase, batch=b, seq=s, dtype=dtype), hw)
-        one = (time.perf_counter() - t0) / len(sample)
-        print(f"{phase:8s} grid: {1e3 * best:7.2f} ms, {points / best:,.0f} points/s;  "
-              f"point by point: {1e6 * one:6.0f} us a point")
+            for s, b in sample:
+                predict(analyze(spec, "train", batch=b, seq=s), hw)
+            print(f"{'':18s} predict point by point (train, {hw.name}): "
+                  f"{1e6 * (time.perf_counter() - t0) / len(sample):.0f} us a point")
+    print(f"load average after: {load()}; slowest {worst:.2f} M points/s")
 
 
 if __name__ == "__main__":
