@@ -78,6 +78,29 @@ def test_tiny_activations_by_hand() -> None:
     assert memory(tiny(), "train", 2, 8).total("activations") == L * (attention + ffn) + outside + shared
 
 
+@pytest.mark.parametrize("name, masks", [
+    ("llama-3-8b", 1), ("gemma-3-27b", 2),  # global; local and global
+    ("deepseek-v2-lite", 1), ("kimi-k2", 1),  # dense and sparse layers, all global: one mask
+    ("llama-4-maverick", 2)])  # chunked and global, each dense and sparse
+def test_one_causal_mask_per_attention_kind_not_per_layer_group(name: str, masks: int) -> None:
+    """The reference builds one S x S bool mask per (window, chunk) and every layer of that kind
+    reads it (``measure.reference``: ``step.once(("mask", window, chunk))``); a stack's dense and
+    sparse layers of one kind share it (it was once counted per layer group: 64 B too many at
+    S = 8 on DeepSeek-V2-Lite and Kimi K2)."""
+    items = {i.path: i.bytes for i in memory(catalog.load(name), "train", 2, 8).items if i.category == "activations"}
+    assert items["layers/causal_mask"] == masks * 8 * 8
+
+
+def test_the_balance_loss_keeps_the_expert_counts() -> None:
+    """Switch's loss alpha E sum_i f_i P_i: the product keeps f (E counts in the scores' dtype)
+    for P's gradient, per sparse layer: Mixtral 8 x 2 B, DeepSeek-V3 (fp32 router) 256 x 4 B."""
+    for name, per_layer in (("mixtral-8x7b", 8 * 2), ("deepseek-v3", 256 * 4)):
+        spec = catalog.load(name)
+        items = {i.path: i.bytes for i in memory(spec, "train", 2, 8).items if i.category == "activations"}
+        aux = next(v for k, v in items.items() if k.endswith("ffn/aux_loss"))
+        assert aux == per_layer * sum(spec.sparse_layers())
+
+
 def test_recompute_modes_by_hand() -> None:
     spec = tiny()
     none = memory(spec, "train", 2, 8).total("activations")

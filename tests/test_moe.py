@@ -332,9 +332,12 @@ def test_saved_for_backward_of_the_block_equals_the_reference() -> None:
     torch = pytest.importorskip("torch")
     from costmodel.measure.moe import SparseMLP
 
-    for E, K, norm, aux in ((64, 8, False, 0.0), (8, 2, True, 0.01), (16, 4, True, 0.0)):
-        cfg = MoEFFN(activation="swiglu", n_experts=E, top_k=K, d_ff_expert=32, norm_topk=norm, aux_loss=aux)
+    for E, K, norm, aux, router in ((64, 8, False, 0.0, None), (8, 2, True, 0.01, None), (16, 4, True, 0.0, None),
+                                    (16, 4, False, 0.01, "fp32")):
+        cfg = MoEFFN(activation="swiglu", n_experts=E, top_k=K, d_ff_expert=32, norm_topk=norm, aux_loss=aux,
+                     router_dtype=router)
         module = SparseMLP(cfg, 16).to(torch.bfloat16)
+        module.keep_router_dtype()  # before the parameters are listed: the fp32 router is a new storage
         x = torch.randn(2, 8, 16, dtype=torch.bfloat16, requires_grad=True)
         params = {p.untyped_storage().data_ptr() for p in module.parameters()}
         kept: dict[int, int] = {}
@@ -351,7 +354,9 @@ def test_saved_for_backward_of_the_block_equals_the_reference() -> None:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             module(x)
         leaves = moe.sparse(cfg, 16, 2, moe.ExpertDims.of(cfg), 16, routing=Routing.worst)
-        assert sum(kept.values()) == sum(c.saved for _, c in leaves), (E, K, norm)
+        assert sum(kept.values()) == sum(c.saved for _, c in leaves), (E, K, norm, aux, router)
+        # the product f * P keeps f for P's gradient: E counts at the scores' width
+        assert dict(leaves).get("aux_loss", moe.Cost()).saved == (E * (4 if router else 2) if aux else 0)
 
 
 def test_layer_groups_are_counted_not_listed() -> None:
