@@ -241,3 +241,21 @@ def test_bad_input_is_one_line_and_exit_2(args, message) -> None:
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.output
+
+
+def test_calibration_weights_are_disjoint_and_outgrow_the_cache() -> None:
+    """The matmul grid's weights: disjoint slices of one pool (so successive calls read memory,
+    not the cache), stored (N, K) and used as W^T; a product larger than the pool gets its own."""
+    import torch
+
+    from costmodel.measure.calibrate import POOL_BYTES, weight_views
+
+    pool = torch.zeros(POOL_BYTES["cpu"] // 4)
+    views = weight_views(pool, 2, 64, 16)
+    assert len(views) == 64 and all(v.shape == (2, 16, 64) and v.stride() == (1024, 1, 16) for v in views)
+    starts = [v.storage_offset() for v in views]
+    assert starts == [i * 2 * 64 * 16 for i in range(64)]
+    big = weight_views(pool, 1, 4096, 4096)  # 64 MiB: two of them in the 128 MiB pool
+    assert len(big) == 2 and big[1].storage_offset() == 4096 * 4096
+    alone = weight_views(torch.zeros(10), 1, 4, 4)
+    assert len(alone) == 1 and alone[0].untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()

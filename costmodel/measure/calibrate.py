@@ -7,7 +7,8 @@ The peaks, each the median of repeated runs after a warm-up:
 The efficiency tables of the time model (``costmodel.efficiency``, ``costmodel.timing``), each
 point the median of ``torch.utils.benchmark.Timer.blocked_autorange``:
 - matmul: a grid of (M, N, K), M = 1 .. 1024 (4096 on a GPU) including the skinny decode
-  shapes, run as a batched matmul of enough products that launch overhead is amortised;
+  shapes, run as a batched matmul of enough products that launch overhead is amortised, each
+  call on weights the cache does not hold (a model's forward reads each weight once);
   efficiency = achieved FLOP/s / peak;
 - memory: an out-of-place add (read 2, write 1) over sizes 4 KiB .. 256 MiB (1 GiB on a GPU);
   efficiency = achieved bytes/s / copy bandwidth;
@@ -22,6 +23,7 @@ and `--hardware local` finds it wherever a hardware profile is accepted.
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 import platform
 import re
@@ -44,6 +46,9 @@ GRID = {
              "K": [16, 64, 256, 1024, 4096, 16384], "bytes": [2**i for i in range(12, 31, 2)],
              "fresh": [2**i for i in range(20, 31, 2)], "run_s": 0.02},
 }
+#: Weights the matmul grid cycles through, well past the last-level cache (16 MiB of L3 on this
+#: CPU; 50 MiB of L2 on an H100), so that each call reads its weights from memory.
+POOL_BYTES = {"cpu": 2**27, "cuda": 2**30}
 #: A grid point runs enough products that one batched matmul has about this many M*N*K.
 AMORTISE_MNK = {"cpu": 2**22, "cuda": 2**30}
 
@@ -65,11 +70,24 @@ def block_times(run, device: torch.device, min_run_s: float) -> list[float]:
     return list(timer.blocked_autorange(min_run_time=min_run_s).times)
 
 
+def weight_views(pool: torch.Tensor, b: int, N: int, K: int) -> list[torch.Tensor]:
+    """Disjoint (b, K, N) weights cut from `pool` (stored (N, K), as nn.Linear stores them: x @ W^T),
+    as many as it holds (at most 64, at least one): cycling through them, each call reads weights
+    that the last-level cache does not hold, as a model's forward reads each weight once."""
+    size = b * N * K
+    if size > pool.numel():
+        return [torch.randn(b, N, K, device=pool.device).to(pool.dtype).transpose(1, 2)]
+    return [pool[i * size:(i + 1) * size].view(b, N, K).transpose(1, 2)
+            for i in range(min(64, pool.numel() // size))]
+
+
 def matmul_table(device: torch.device, dtype: str, peak: float, grid: dict) -> MatmulTable:
-    """Efficiency of (M x K) @ (K x N) over the grid, as a fraction of `peak`."""
+    """Efficiency of (M x K) @ (K x N) over the grid, as a fraction of `peak`; the weights of
+    successive calls are distinct (``weight_views``), so a small product is not timed from cache."""
     kind = device.type
     t_dtype = TORCH_DTYPES[dtype]
     points = [(M, N, K) for M in grid["M"] for N in grid["N"] for K in grid["K"]]
+    pool = torch.randn(POOL_BYTES[kind] // torch.empty(0, dtype=t_dtype).element_size(), device=device).to(t_dtype)
     # Two passes in opposite orders, the median of both passes' blocks: a burst of load on a
     # shared machine then hits one half of a point's samples, not a whole row of the grid.
     times: dict[tuple[int, int, int], list[float]] = {p: [] for p in points}
@@ -77,10 +95,10 @@ def matmul_table(device: torch.device, dtype: str, peak: float, grid: dict) -> M
         for M, N, K in order:
             b = max(1, min(256, AMORTISE_MNK[kind] // (M * N * K)))
             a = torch.randn(b, M, K, device=device).to(t_dtype)
-            # weights stored (N, K), as nn.Linear stores them: x @ W^T
-            w = torch.randn(b, N, K, device=device).to(t_dtype).transpose(1, 2)
-            per_call = block_times(lambda a=a, w=w: torch.bmm(a, w), device, grid["run_s"] / 2)
+            weights = itertools.cycle(weight_views(pool, b, N, K))
+            per_call = block_times(lambda a=a, w=weights: torch.bmm(a, next(w)), device, grid["run_s"] / 2)
             times[(M, N, K)].extend(t / b for t in per_call)
+    del pool
     table = [[[round(2 * M * N * K / statistics.median(times[(M, N, K)]) / peak, 5) for K in grid["K"]]
               for N in grid["N"]] for M in grid["M"]]
     return MatmulTable(M=grid["M"], N=grid["N"], K=grid["K"], efficiency=table)
