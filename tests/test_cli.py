@@ -49,6 +49,33 @@ def test_analyze_does_not_import_sympy() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_commands_map_to_the_modules_that_register_them() -> None:
+    """costmodel.cli.COMMANDS names each module's commands (the console script imports one
+    command's module alone): it must be what the modules register."""
+    from costmodel.cli import COMMANDS, app, modules_for
+
+    registered = {c.name: c.callback.__module__ for c in app.registered_commands if c.callback}
+    assert registered == {n: m for m, names in COMMANDS.items() for n in names}
+    assert modules_for(["/venv/bin/costmodel", "memory", "llama-2-7b", "--zero", "3"]) == ["costmodel.cli.memory"]
+    assert modules_for(["/venv/bin/costmodel", "--help"]) == list(COMMANDS)
+    assert modules_for(["/venv/bin/costmodel", "no-such-command"]) == list(COMMANDS)
+    assert modules_for(["pytest", "analyze"]) == list(COMMANDS)
+
+
+def test_the_analyze_command_imports_neither_the_planner_nor_the_hf_families() -> None:
+    """`costmodel analyze` (the console script) loads its own module: the parallel planner and
+    the Hugging Face families stay out of its start-up; and it still works."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['costmodel', 'analyze', 'llama-2-7b']; from costmodel.cli import main\n"
+            "try: main()\nexcept SystemExit: pass\n"
+            "print([m for m in ('costmodel.parallel.step', 'costmodel.hf.families', 'costmodel.cli.train') "
+            "if m in sys.modules], file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "6,738,415,616" in out.stdout and out.stderr.strip().splitlines()[-1] == "[]"
+
+
 def test_analyze_one_phase_components() -> None:
     out = run("analyze", "llama-2-7b", "--phase", "decode", "--batch", "8", "--seq", "4096").stdout
     assert "decode: components" in out and "layers/attention/scores" in out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 from costmodel.cli.app import (
     HARDWARE_HELP,
@@ -32,19 +33,34 @@ from costmodel.cli.app import (
     user_errors,
 )
 
-#: Every command module, in the order `costmodel --help` lists their commands. Registering a new
-#: one (costmodel/cli/x.py, or an old-style costmodel/cli_x.py) is one line here.
-COMMANDS = (
-    "costmodel.cli.analyze",  # analyze, formula, list
-    "costmodel.cli.compare",  # compare, ablate, elements
-    "costmodel.cli.hf",  # import-hf
-    "costmodel.cli.attention",  # attention, sweep, hardware
-    "costmodel.cli.measure",  # measure, calibrate
-    "costmodel.cli.inference",  # inference
-    "costmodel.cli.memory",  # memory, fit
-    "costmodel.cli.train",  # train, plan, serve, clusters
-)
-for _module in COMMANDS:
+#: Every command module and the commands it registers, in the order `costmodel --help` lists
+#: them. Registering a new one (costmodel/cli/x.py) is one entry here; tests/test_cli.py checks
+#: that the names are the ones each module registers.
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "costmodel.cli.analyze": ("analyze", "formula", "list"),
+    "costmodel.cli.compare": ("compare", "ablate", "elements"),
+    "costmodel.cli.hf": ("import-hf",),
+    "costmodel.cli.attention": ("attention", "sweep", "hardware"),
+    "costmodel.cli.measure": ("measure", "calibrate"),
+    "costmodel.cli.inference": ("inference",),
+    "costmodel.cli.memory": ("memory", "fit"),
+    "costmodel.cli.train": ("train", "plan", "serve", "clusters"),
+}
+
+
+def modules_for(argv: list[str]) -> list[str]:
+    """The command modules to import for this process. The console script naming one command
+    imports that command's module alone (each pulls in the library it needs: `analyze` never
+    imports the parallel planner, the HF families or the memory model, about half its start-up
+    time); anything else (``--help``, an unknown name, ``from costmodel.cli import app`` in
+    Python or a test) imports them all."""
+    if not argv or Path(argv[0]).name != "costmodel":
+        return list(COMMANDS)
+    first = next((a for a in argv[1:] if not a.startswith("-")), None)
+    return [m for m, names in COMMANDS.items() if first in names] or list(COMMANDS)
+
+
+for _module in modules_for(sys.argv):
     importlib.import_module(_module)
 
 
