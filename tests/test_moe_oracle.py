@@ -170,13 +170,12 @@ DEEPSEEK = {
 }
 
 
-def deepseek_counts(model_type: str, batch: int, seq: int) -> tuple[int, int, int, int]:
-    """transformers on meta (eager attention, batched_mm experts): parameters, the prefill's
-    matmul FLOPs, the KV-cache elements after it, and one decode step's matmul FLOPs."""
+def transformers_counts(model_type: str, fields: dict, batch: int, seq: int):
+    """transformers on meta (eager attention, batched_mm experts): the model, its parameters, the
+    prefill's matmul FLOPs, the KV-cache elements after it, and one decode step's matmul FLOPs."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    builds = "deepseek_v3" if model_type == "kimi_k2" else model_type
-    cfg = transformers.AutoConfig.for_model(builds, **copy.deepcopy(DEEPSEEK[model_type]))
+    cfg = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(fields))
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
             cfg, experts_implementation="batched_mm", attn_implementation="eager")
@@ -187,7 +186,14 @@ def deepseek_counts(model_type: str, batch: int, seq: int) -> tuple[int, int, in
         kv = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
         with FlopCounterMode(display=False) as decode:
             model(input_ids=ids[:, seq:], cache=out.past_key_values, use_cache=True)
-    return sum(p.numel() for p in model.parameters()), prefill.get_total_flops(), kv, decode.get_total_flops()
+    params = sum(p.numel() for p in model.parameters())
+    return model, params, prefill.get_total_flops(), kv, decode.get_total_flops()
+
+
+def deepseek_counts(model_type: str, batch: int, seq: int) -> tuple[int, int, int, int]:
+    """``transformers_counts`` of a DeepSeek case (Kimi K2 builds as deepseek_v3)."""
+    builds = "deepseek_v3" if model_type == "kimi_k2" else model_type
+    return transformers_counts(builds, DEEPSEEK[model_type], batch, seq)[1:]
 
 
 @pytest.mark.parametrize("model_type", DEEPSEEK)
@@ -269,37 +275,26 @@ def test_gpt_oss_and_llama4_equal_transformers(model_type: str, i: int) -> None:
     rotate are transformers' (no_rope_layers, use_rope). Llama4TextMoe
     runs every expert on every token (the unchosen ones on inputs scaled by 0): its FLOPs are ours
     plus (E - K)/K times our routed expert FLOPs, in both phases."""
-    from torch.utils.flop_counter import FlopCounterMode
 
     from costmodel import hf
     from costmodel.analysis import analyze
 
     fields = CONFIGS[model_type][i]
     spec = hf.spec_from_hf({"model_type": model_type, **fields})
-    cfg = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(fields))
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(
-            cfg, experts_implementation="batched_mm", attn_implementation="eager")
     B, S = 2, 19
-    ids = torch.zeros(B, S + 1, dtype=torch.long, device="meta")
-    with torch.no_grad():
-        with FlopCounterMode(display=False) as prefill:
-            out = model(input_ids=ids[:, :S], use_cache=True)
-        kv = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
-        with FlopCounterMode(display=False) as decode:
-            model(input_ids=ids[:, S:], cache=out.past_key_values, use_cache=True)
+    model, params, prefill_flops, kv, decode_flops = transformers_counts(model_type, fields, B, S)
     if model_type == "llama4_text":
         rope = [bool(layer.self_attn.use_rope) for layer in model.model.layers]
         assert rope == [not (spec.position is Position.none or (spec.global_nope and k is LayerKind.global_))
                         for k in spec.layer_kinds()]
     pre, dec = analyze(spec, "prefill", B, S, "bf16"), analyze(spec, "decode", B, S, "bf16")
-    assert pre.total().params == sum(p.numel() for p in model.parameters())
+    assert pre.total().params == params
     extra = [0, 0]
     if model_type == "llama4_text" and spec.moe is not None:
         E, K = spec.moe.n_experts, spec.moe.top_k
         extra = [_routed_matmul(a) * (E - K) // K for a in (pre, dec)]
-    assert prefill.get_total_flops() == pre.total().flops_matmul + extra[0]
-    assert decode.get_total_flops() == dec.total().flops_matmul + extra[1]
+    assert prefill_flops == pre.total().flops_matmul + extra[0]
+    assert decode_flops == dec.total().flops_matmul + extra[1]
     # transformers keeps w - 1 (c - 1) tokens of a local (chunked) layer between steps, the next
     # token making w (cache_utils.DynamicSlidingWindowLayer); we count the w slots a step uses.
     span = spec.window or spec.attention_chunk
