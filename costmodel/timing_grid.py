@@ -20,6 +20,9 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time.
 
+``predict_grid`` first asks glibc to keep freed heap (``keep_freed_heap``): the arrays of a
+sweep are allocated and freed hundreds of times a call, and without it each is faulted in anew.
+
 The times equal ``predict``'s point by point to 1e-12 (the float operations differ in order
 only: tests/test_timing_grid.py compares the two over every bundled spec, phase and kernel
 option); the speed is bench/time_sweep_speed.py's. numpy is imported here, never by ``analyze``.
@@ -120,7 +123,7 @@ def keep_freed_heap() -> bool:
             mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
             _heap_kept = bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES)) and bool(
                 mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES))
-        except (OSError, AttributeError):
+        except (OSError, AttributeError, TypeError):  # no C library by that name, or no mallopt
             _heap_kept = False
     return _heap_kept
 
