@@ -20,6 +20,9 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time.
 
+``predict_grid`` first asks glibc to keep freed heap (``keep_freed_heap``): the arrays of a
+sweep are allocated and freed hundreds of times a call, and without it each is faulted in anew.
+
 The times equal ``predict``'s point by point to 1e-12 (the float operations differ in order
 only: tests/test_timing_grid.py compares the two over every bundled spec, phase and kernel
 option); the speed is bench/time_sweep_speed.py's. numpy is imported here, never by ``analyze``.
@@ -41,6 +44,12 @@ from costmodel.phases import PHASES, Phase
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 from costmodel.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
+
+#: glibc ``mallopt`` parameters (malloc.h) and the values ``keep_freed_heap`` sets: freed heap
+#: kept up to 64 MiB; allocations from 32 MiB mmapped (the most glibc's dynamic threshold reaches).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_TRIM_BYTES, _MMAP_BYTES = 64 << 20, 32 << 20
+_heap_kept: bool | None = None
 
 #: A step table of at most this many sizes is read by comparisons (faster than a search).
 _COMPARE = 4
@@ -77,14 +86,46 @@ def _product(*xs: Any) -> Any:
     return out
 
 
-def _step(grid: list[float], values: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """values[number of grid points <= x] (values has one more entry than grid, for below it)."""
-    if len(grid) <= _COMPARE:
+def _step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
+    """values[number of grid points <= x] (values has one more entry than grid, for below it).
+
+    Grid points where the value does not change are dropped first (the same function): a
+    first-touch table is 0 up to the allocator's threshold, then one rate, so one comparison."""
+    kept = [k for k in range(len(grid)) if values[k + 1] != values[k]]
+    points = [grid[k] for k in kept]
+    steps = np.asarray([values[0], *(values[k + 1] for k in kept)], dtype=float)
+    if len(points) == 1:
+        return np.where(x >= points[0], steps[1], steps[0])
+    if len(points) <= _COMPARE:
         i = np.zeros(x.shape, dtype=np.intp)
-        for g in grid:
+        for g in points:
             i += x >= g
-        return values.take(i)
-    return values.take(np.searchsorted(np.asarray(grid, dtype=float), x, side="right"))
+        return steps.take(i)
+    return steps.take(np.searchsorted(np.asarray(points, dtype=float), x, side="right"))
+
+
+def keep_freed_heap() -> bool:
+    """Ask glibc's malloc to keep freed heap (up to 64 MiB) instead of returning it to the OS.
+
+    A sweep allocates and frees hundreds of arrays of 80 KB (10,000 points) a call; with glibc's
+    default (trim above 128 KiB) the heap's top is handed back after each, and the next
+    allocation's pages are faulted in and zeroed by the kernel again: a quarter of the time of a
+    10,000-point ``predict_grid`` (bench/README.md). ``mallopt(M_TRIM_THRESHOLD)`` turns
+    glibc's dynamic mmap threshold off, so it is set too, to the dynamic one's ceiling (32 MiB):
+    larger arrays stay as they were. Process-wide, once; False where the C library has no
+    ``mallopt`` (not glibc)."""
+    global _heap_kept
+    if _heap_kept is None:
+        try:
+            import ctypes
+
+            mallopt = ctypes.CDLL(None).mallopt
+            mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            _heap_kept = bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES)) and bool(
+                mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES))
+        except (OSError, AttributeError, TypeError):  # no C library by that name, or no mallopt
+            _heap_kept = False
+    return _heap_kept
 
 
 class GridRates:
@@ -97,6 +138,11 @@ class GridRates:
             self._log_table = np.log(np.asarray(self.table.efficiency, dtype=float)) + math.log(peak)
             self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in (self.table.M, self.table.N, self.table.K))
         self._least_memory = min(eff.memory.efficiency)
+        memory = eff.memory  # a log-log table: its logs, for ``memory``
+        self._memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
+                             np.log(np.asarray(memory.efficiency, dtype=float)))
+                            if memory.interpolation == "log" and len(memory.bytes) > 1 else None)
+        self._log_bandwidth = math.log(bandwidth)
         fresh = eff.first_touch  # the least size with a first-touch cost
         self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte) if r), None) if fresh else None
         self._memo: dict[tuple, tuple[list[np.ndarray], Any]] = {}
@@ -119,6 +165,12 @@ class GridRates:
             per_op = moved / ops
             return moved / (self.bandwidth * self.eff.memory(per_op)) if per_op else 0.0
         table = self.eff.memory
+        if self._memory_log is not None:
+            # In log space: moved / (bandwidth x e(moved / ops)) with log e read at log moved
+            # on the grid shifted by log ops (no per-op array), exponentiated once.
+            grid, log_e = self._memory_log
+            return self._lookup("memory", (ops,), [moved], lambda: moved * np.exp(
+                -(np.interp(self._log(moved), grid + math.log(ops), log_e) + self._log_bandwidth)))
         per_op = moved / ops
         rate = self._lookup("memory", (), [per_op], lambda: self.bandwidth * self._size_efficiency(
             table.bytes, table.efficiency, table.interpolation, per_op))
@@ -148,7 +200,7 @@ class GridRates:
         if table is None:
             return 0.0
         total: Any = 0.0
-        rate = np.asarray([0.0, *table.s_per_byte])  # below the grid: 0
+        rate = [0.0, *table.s_per_byte]  # below the grid: 0
         for n, factors in outputs:
             factors = [_number(x) for x in factors]
             arrays = [x for x in factors if _array(x)]
@@ -260,7 +312,7 @@ class GridRates:
         if len(grid) == 1:  # one size: its value everywhere, as ``_lookup`` holds it
             return efficiency[0]
         if interpolation == "step":  # below the grid: its first value
-            return _step(grid[1:], np.asarray(efficiency, dtype=float), x)
+            return _step(grid[1:], efficiency, x)
         lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
         return np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
 
@@ -334,6 +386,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
         raise AnalysisError(no_tables_note(hw, dtype))
     eff = hw.efficiency
     assert eff is not None
+    keep_freed_heap()
     ph = PHASES[phase]
     # Not broadcast up front: a quantity that depends on one axis stays that axis's size.
     B, seq = np.asarray(batch, dtype=float), np.asarray(seq, dtype=float)

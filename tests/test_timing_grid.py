@@ -122,3 +122,35 @@ def test_the_calibrated_style_grid_is_calibrates() -> None:
     table = hw.efficiency.matmul["bf16"]
     assert (table.M, table.N, table.K) == (GRID["cpu"]["M"], GRID["cpu"]["N"], GRID["cpu"]["K"])
     assert len({v for plane in table.efficiency for row in plane for v in row}) > 10  # varies, not flat
+
+
+@pytest.mark.parametrize("values", [
+    [0.0, 0.0, 0.0, 3e-10, 3e-10, 3e-10],  # a first-touch table: 0 to a threshold, then one rate
+    [0.5, 0.5, 0.7, 0.7, 0.9, 0.9],  # two changes: comparisons
+    [0.1, 0.2, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],  # more changes than _COMPARE: a search
+    [0.4, 0.4, 0.4],  # no change: one value everywhere
+])
+def test_a_step_table_with_repeated_values_reads_as_the_whole_table(values) -> None:
+    """``_step`` drops the grid points where the value does not change; it still gives
+    values[number of grid points <= x] (bisect over the whole grid) at every size, on the
+    points themselves and between them."""
+    from bisect import bisect_right
+
+    from costmodel.timing_grid import _step
+
+    grid = [2.0 ** (10 + 2 * k) for k in range(len(values) - 1)]
+    x = np.array(sorted({0.0, 1.0, *grid, *(g * 1.5 for g in grid), *(g * (1 - 1e-12) for g in grid), 1e30}))
+    want = np.array([values[bisect_right(grid, v)] for v in x])
+    assert np.array_equal(_step(grid, values, x), want)
+
+
+def test_freed_heap_is_kept_on_glibc() -> None:
+    """``keep_freed_heap`` sets glibc's trim and mmap thresholds (once: it answers the same
+    after); elsewhere it does nothing and says so."""
+    import platform
+
+    from costmodel.timing_grid import keep_freed_heap
+
+    first = keep_freed_heap()
+    assert keep_freed_heap() is first
+    assert first is (platform.libc_ver()[0] == "glibc")
