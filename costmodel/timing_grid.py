@@ -20,8 +20,11 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time.
 
-``predict_grid`` first asks glibc to keep freed heap (``keep_freed_heap``): the arrays of a
-sweep are allocated and freed hundreds of times a call, and without it each is faulted in anew.
+A program that sweeps at scale should first ask glibc to keep freed heap (``keep_freed_heap``):
+the arrays of a sweep are allocated and freed hundreds of times a call, and without it each is
+faulted in anew (about 1.4x in prefill and train at 10,000 points). ``predict_grid`` does not do
+it itself: a library does not change its host process's allocator behind its back (nor under a
+calibration or a measurement running in the same process); bench/time_sweep_speed.py does.
 
 The times equal ``predict``'s point by point to 1e-12 (the float operations differ in order
 only: tests/test_timing_grid.py compares the two over every bundled spec, phase and kernel
@@ -386,7 +389,6 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
         raise AnalysisError(no_tables_note(hw, dtype))
     eff = hw.efficiency
     assert eff is not None
-    keep_freed_heap()
     ph = PHASES[phase]
     # Not broadcast up front: a quantity that depends on one axis stays that axis's size.
     B, seq = np.asarray(batch, dtype=float), np.asarray(seq, dtype=float)
