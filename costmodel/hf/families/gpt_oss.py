@@ -17,22 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from costmodel.hf.families.llama import _rope_trunk
 from costmodel.hf.families.moe import _experts
 from costmodel.hf.family import Family, register
-from costmodel.hf.reader import Config, no_partial_rotary, read_dropout, read_heads, read_layer_pattern, read_tied
-from costmodel.spec import Activation, LayerKind, Norm, NormPosition, Position, QKNorm, Spec
+from costmodel.hf.reader import Config, no_partial_rotary, read_layer_pattern
+from costmodel.spec import Activation, LayerKind, Norm, NormPosition, QKNorm, Spec
 
 
 def _gpt_oss(c: Config, out: dict[str, Any]) -> None:
-    out["d_model"] = c.req_int("hidden_size")
-    out["n_layers"] = c.req_int("num_hidden_layers")
-    read_heads(c, out, "num_attention_heads", "num_key_value_heads", "head_dim")
-    out["vocab_size"] = c.req_int("vocab_size")
-    out["max_seq_len"] = c.req_int("max_position_embeddings")
-    out["norm"], out["position"] = Norm.rmsnorm.value, Position.rope.value
+    _rope_trunk(c, out)
     no_partial_rotary(c)
-    read_tied(c, out)
-    read_dropout(c, out, None, None, "attention_dropout")
     b = c.bool("attention_bias")  # q, k, v and o_proj; the experts' biases are expert_bias
     out["bias"] = {"qkv": b, "attn_out": b, "ffn": False, "lm_head": False}
     out["attention_sinks"] = True  # GptOssAttention.sinks: one logit per head, always

@@ -20,19 +20,24 @@ from costmodel.hf.reader import (
 )
 from costmodel.spec import Activation, Block, LayerKind, Norm, NormPosition, Position, QKNorm, Spec
 
-def _rope_decoder(c: Config, out: dict[str, Any], act_key: str = "hidden_act") -> None:
-    """What LLaMA and its descendants share: RMSNorm, gated FFN, RoPE, GQA, head_dim."""
+def _rope_trunk(c: Config, out: dict[str, Any]) -> None:
+    """What LLaMA's descendants share outside the FFN: sizes, GQA, head_dim, RMSNorm, RoPE, the
+    head's tying, attention dropout (gpt_oss and llama4_text read their FFNs their own way)."""
     out["d_model"] = c.req_int("hidden_size")
     out["n_layers"] = c.req_int("num_hidden_layers")
     read_heads(c, out, "num_attention_heads", "num_key_value_heads", "head_dim")
-    out["d_ff"] = c.req_int("intermediate_size")
     out["vocab_size"] = c.req_int("vocab_size")
     out["max_seq_len"] = c.req_int("max_position_embeddings")
-    out["norm"] = Norm.rmsnorm.value
-    out["activation"] = read_activation(c, act_key, gated=True).value
-    out["position"] = Position.rope.value
+    out["norm"], out["position"] = Norm.rmsnorm.value, Position.rope.value
     read_tied(c, out)
     read_dropout(c, out, None, None, "attention_dropout")
+
+
+def _rope_decoder(c: Config, out: dict[str, Any], act_key: str = "hidden_act") -> None:
+    """What LLaMA and its descendants share: RMSNorm, gated FFN, RoPE, GQA, head_dim."""
+    _rope_trunk(c, out)
+    out["d_ff"] = c.req_int("intermediate_size")
+    out["activation"] = read_activation(c, act_key, gated=True).value
 
 
 def _attention_bias(c: Config, out: dict[str, Any], mlp: bool | None = False) -> None:

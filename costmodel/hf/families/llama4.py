@@ -22,16 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodel.hf.families.llama import _attention_bias, _export_rope_decoder
+from costmodel.hf.families.llama import _attention_bias, _export_rope_decoder, _rope_trunk
 from costmodel.hf.family import Family, register
 from costmodel.hf.reader import (
     Config,
     _period,
     no_partial_rotary,
     read_activation,
-    read_dropout,
-    read_heads,
-    read_tied,
     show,
 )
 from costmodel.spec import Block, LayerKind, Norm, NormPosition, Position, QKNorm, Scoring, Spec
@@ -42,15 +39,9 @@ _EXPERT_KEYS = ("num_local_experts", "num_experts_per_tok", "intermediate_size")
 
 
 def _llama4_text(c: Config, out: dict[str, Any]) -> None:
-    out["d_model"] = c.req_int("hidden_size")
-    n = out["n_layers"] = c.req_int("num_hidden_layers")
-    read_heads(c, out, "num_attention_heads", "num_key_value_heads", "head_dim")
-    out["vocab_size"] = c.req_int("vocab_size")
-    out["max_seq_len"] = c.req_int("max_position_embeddings")
-    out["norm"], out["position"] = Norm.rmsnorm.value, Position.rope.value
+    _rope_trunk(c, out)
     no_partial_rotary(c)
-    read_tied(c, out)
-    read_dropout(c, out, None, None, "attention_dropout")
+    n = out["n_layers"]
     _attention_bias(c, out)  # q, k, v and o_proj; the MLPs and experts never
     activation = read_activation(c, "hidden_act", gated=True).value  # experts, shared expert, dense MLP
     _layers(c, out, n)
