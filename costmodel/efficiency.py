@@ -43,6 +43,13 @@ def _increasing(name: str, values: Sequence[float]) -> None:
         raise ValueError(f"{name}: must be positive and strictly increasing")
 
 
+def _one_per_size(grid_name: str, grid: Sequence[float], values_name: str, values: Sequence[float]) -> None:
+    """A size table's shape: an increasing grid and one value per size."""
+    _increasing(grid_name, grid)
+    if len(values) != len(grid):
+        raise ValueError(f"{values_name}: must have {len(grid)} values, one per size")
+
+
 def _position(grid: Sequence[float], x: float) -> tuple[int, float]:
     """(i, t): x sits between grid[i] and grid[i+1], a fraction t of the way in log space;
     clamped to the ends (t = 0 at the last point)."""
@@ -124,9 +131,7 @@ class FlopsTable(BaseModel):
 
     @model_validator(mode="after")
     def _shape(self) -> FlopsTable:
-        _increasing("flops", self.flops)
-        if len(self.efficiency) != len(self.flops):
-            raise ValueError(f"efficiency: must have {len(self.flops)} values, one per size")
+        _one_per_size("flops", self.flops, "efficiency", self.efficiency)
         return self
 
     @property
@@ -149,9 +154,7 @@ class MemoryTable(BaseModel):
 
     @model_validator(mode="after")
     def _shape(self) -> MemoryTable:
-        _increasing("bytes", self.bytes)
-        if len(self.efficiency) != len(self.bytes):
-            raise ValueError(f"efficiency: must have {len(self.bytes)} values, one per size")
+        _one_per_size("bytes", self.bytes, "efficiency", self.efficiency)
         return self
 
     def __call__(self, nbytes: float) -> float:
@@ -170,9 +173,7 @@ class FirstTouchTable(BaseModel):
 
     @model_validator(mode="after")
     def _shape(self) -> FirstTouchTable:
-        _increasing("bytes", self.bytes)
-        if len(self.s_per_byte) != len(self.bytes):
-            raise ValueError(f"s_per_byte: must have {len(self.bytes)} values, one per size")
+        _one_per_size("bytes", self.bytes, "s_per_byte", self.s_per_byte)
         return self
 
     def __call__(self, nbytes: float) -> float:
