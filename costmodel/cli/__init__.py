@@ -54,7 +54,7 @@ def modules_for(argv: list[str]) -> list[str]:
     imports the parallel planner, the HF families or the memory model, about half its start-up
     time); anything else (``--help``, an unknown name, ``from costmodel.cli import app`` in
     Python or a test) imports them all."""
-    if not argv or Path(argv[0]).name != "costmodel":
+    if not argv or Path(argv[0]).stem != "costmodel":  # costmodel, or costmodel.exe
         return list(COMMANDS)
     first = next((a for a in argv[1:] if not a.startswith("-")), None)
     return [m for m, names in COMMANDS.items() if first in names] or list(COMMANDS)
