@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -70,10 +71,28 @@ def test_the_analyze_command_imports_neither_the_planner_nor_the_hf_families() -
 
     code = ("import sys; sys.argv = ['costmodel', 'analyze', 'llama-2-7b']; from costmodel.cli import main\n"
             "try: main()\nexcept SystemExit: pass\n"
-            "print([m for m in ('costmodel.parallel.step', 'costmodel.hf.families', 'costmodel.cli.train') "
+            "print([m for m in ('costmodel.parallel.step', 'costmodel.hf.families', 'costmodel.cli.train', "
+            "'costmodel.compare', 'costmodel.variants', 'costmodel.timing') "
             "if m in sys.modules], file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "6,738,415,616" in out.stdout and out.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_every_command_runs_from_the_console_script_that_imports_its_module_alone() -> None:
+    """The console script imports one command's module: a module that registers one command
+    (inference, import-hf) must still be run by name, not as the whole program."""
+    import subprocess
+    import sys
+
+    from costmodel.cli import COMMANDS
+
+    for name in (names[0] for names in COMMANDS.values()):  # one per module: the group is the module's
+        code = (f"import sys; sys.argv = ['costmodel', {name!r}, '--help']; from costmodel.cli import main\n"
+                "try: main()\nexcept SystemExit as e: sys.exit(e.code)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": "200"})
+        assert out.returncode == 0, (name, out.stderr)
+        assert f"Usage: costmodel {name} [OPTIONS]" in out.stdout, (name, out.stdout[:300])
 
 
 def test_analyze_one_phase_components() -> None:

@@ -29,6 +29,15 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _commands() -> None:
+    # A callback keeps `costmodel` a group of commands when the console script has registered one
+    # command's module alone (costmodel.cli.modules_for): a typer app with a single command and
+    # no callback runs that command as the whole program, and `costmodel inference SPEC` would
+    # read "inference" as the spec.
+    pass
+
+
 class PhaseName(str, Enum):
     train = "train"
     prefill = "prefill"
