@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, compare_report, conventions, report, symbols
+from costmodel import catalog, conventions, report, symbols
 from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, analyze, count_params, default_seq, formula
 from costmodel.cli.app import (
     BatchOpt,
@@ -93,6 +93,8 @@ def analyze_cmd(
     if phase:
         tables.append(report.components_table(analyses[0]))
     if paper_rows:
+        from costmodel import compare_report  # with compare and variants: kept out of plain analyze's start-up
+
         tables.append(compare_report.conventions_table(paper_rows, train_seq))
     if latent:
         from costmodel import report_attention
