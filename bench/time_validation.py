@@ -8,7 +8,8 @@ prediction (``costmodel.timing``) and the roofline beside the measured median.
 Each case is a bundled spec cut to its first N layers, a phase and a shape; none is a shape the
 calibration measured (the calibration times single matmuls on a power-of-two grid and an add).
 Measured: ``torch.utils.benchmark.Timer.blocked_autorange`` over the reference model's phase
-(``costmodel.measure.run.phase_runner``), median and inter-quartile range; the whole table is
+(``costmodel.measure.run.phase_runner``), topped up to at least five timed runs where a run is
+longer than the block time, median and inter-quartile range; the whole table is
 run `--rounds` times, and the spread between rounds is reported. The load average (`uptime`)
 is recorded before calibrating and after each round: on a shared machine it is most of the error.
 Writes a markdown table to stdout (and to --out).
@@ -74,6 +75,7 @@ CASES = {
     ],
 }
 DTYPE = {"cuda": "bf16", "cpu": "fp32"}
+MIN_SAMPLES = 5  # timed runs per case and round, at least
 TINY_GRID = {"M": [1, 16], "N": [64, 256], "K": [64, 256], "bytes": [2**12, 2**20], "run_s": 0.01}
 
 
@@ -104,11 +106,16 @@ def run_case(case: tuple, device: str, dtype: str, hw: Hardware, min_run_s: floa
     run()
     if dev.type == "cuda":
         torch.cuda.synchronize()
-    m = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads()).blocked_autorange(
-        min_run_time=min_run_s)
+    timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
+    times = list(timer.blocked_autorange(min_run_time=min_run_s).times)
+    # A phase slower than min_run_s gets one block: one sample is no median, and on a CPU the
+    # page-fault cost of a step's fresh gradients is sometimes 2-3x its usual (seen on
+    # mistral-7b train: 1.94-2.04 s, twice 4-6 s, in eight runs of one process).
+    while len(times) < MIN_SAMPLES:
+        times.append(timer.timeit(1).median)
     del model, run
-    return {"case": case, "predicted": p.time_s, "roofline": p.roofline_s, "median": m.median,
-            "iqr": m.iqr, "runs": len(m.times)}
+    return {"case": case, "predicted": p.time_s, "roofline": p.roofline_s, "median": statistics.median(times),
+            "iqr": iqr(times), "runs": len(times)}
 
 
 def table(device: str, dtype: str, hw: Hardware, rounds: list[list[dict]], loads: list[str],
