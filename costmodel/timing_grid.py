@@ -115,6 +115,17 @@ def _step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
     return steps.take(np.searchsorted(np.asarray(points, dtype=float), x, side="right"))
 
 
+def _weights(grid: list[int], x: Any) -> np.ndarray:
+    """Each grid point's weight at x in ``MatmulTable.__call__``'s interpolation along one axis
+    (one point: weight 1 wherever x is)."""
+    w = np.zeros(len(grid))
+    i, t = _position(grid, x) if len(grid) > 1 else (0, 0.0)
+    w[i] = 1 - t
+    if t:
+        w[i + 1] = t
+    return w
+
+
 def keep_freed_heap() -> bool:
     """Ask glibc's malloc to keep freed heap (up to 64 MiB) instead of returning it to the OS.
 
@@ -147,7 +158,8 @@ class GridRates:
         self.table = eff.matmul[dtype]
         if isinstance(self.table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
             self._log_table = -(np.log(np.asarray(self.table.efficiency, dtype=float)) + math.log(peak))
-            self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in (self.table.M, self.table.N, self.table.K))
+            self._grids = (self.table.M, self.table.N, self.table.K)
+            self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self._grids)
         self._least_memory = min(eff.memory.efficiency)
         memory = eff.memory  # a log-log table: log bytes, log seconds per byte, for ``memory``
         self._memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
@@ -296,19 +308,18 @@ class GridRates:
         return self._lookup("mnk", numbers, arrays, lambda: np.exp(self._log_seconds(M, N, K)))
 
     def _log_seconds(self, M: Any, N: Any, K: Any) -> np.ndarray:
-        """-log(peak x e(M, N, K)) of a MatmulTable: the table reduced over its number axes (and
-        axes of one grid point), then interpolated over the array axes."""
-        e = self._log_table  # -log(peak x efficiency)
-        free = []  # (axis, log grid, log x) of the array axes
-        for axis, (x, grid) in enumerate(zip((M, N, K), (self.table.M, self.table.N, self.table.K))):
+        """-log(peak x e(M, N, K)) of a MatmulTable: the table contracted with the interpolation
+        weights of its number axes (and axes of one grid point), in one einsum, then
+        interpolated over the array axes."""
+        free = []  # (letter, log grid, log x) of the array axes
+        weights, letters = [], []
+        for letter, x, grid, log_grid in zip("mnk", (M, N, K), self._grids, self._axes):
             if _array(x) and len(grid) > 1:
-                free.append((axis, self._axes[axis], self._log(x)))
-                continue
-            i, t = _position(grid, x) if not _array(x) else (0, 0.0)
-            # the weights ``MatmulTable.__call__`` gives this axis (a zero weight is skipped)
-            parts = [(w, i + d) for d, w in ((0, 1 - t), (1, t)) if w]
-            e = sum(w * np.take(e, [j], axis=axis) for w, j in parts)
-        reduced = e.reshape([e.shape[a] for a, _, _ in free]) if free else e.reshape(())
+                free.append((letter, log_grid, self._log(x)))
+            else:
+                weights.append(_weights(grid, x))
+                letters.append(letter)
+        reduced = np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table, *weights)
         if not free:
             return reduced
         if len(free) == 1:
