@@ -398,10 +398,11 @@ def _merged(costs: dict[str, Cost], groups: dict, kernels: Kernels, dropped: set
         if sep and key in first:
             head = first[key]
             other, count = out[head]
-            if (kernels.share(head, dropped) == kernels.share(path, dropped)
-                    and all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
-                    and len(cost.gemms) == len(other.gemms)
-                    and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms) for x, y in zip(g, h))):
+            if kernels.share(head, dropped) == kernels.share(path, dropped) and (
+                    cost is other  # built once for both groups (``model._layer``)
+                    or (all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
+                        and len(cost.gemms) == len(other.gemms)
+                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms) for x, y in zip(g, h)))):
                 out[head] = (other, count + layers)
                 continue
         elif sep:
