@@ -269,7 +269,8 @@ def component_time(spec: Spec, path: str, gemms: tuple, q: Quantities, layers: i
     share = kernels.share(path, dropped)
     if share == 0:
         return Part("fused", 0, 0.0)
-    ops, moved, outputs = layers * (3 if training else 1), share * q.bytes_unfused, []
+    moved = q.bytes_unfused if share == 1 else share * q.bytes_unfused  # (over arrays, a pass saved)
+    ops, outputs = layers * (3 if training else 1), []
     if training:
         extra_ops, extra_bytes, outputs = weight_gradients(spec, path, q.params, layers, p)
         ops, moved = ops + extra_ops, moved + extra_bytes

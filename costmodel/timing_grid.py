@@ -261,7 +261,12 @@ class GridRates:
 
     @staticmethod
     def maximum(a: Any, b: Any) -> Any:
-        return np.maximum(a, b) if _array(a) or _array(b) else max(a, b)
+        if _array(a) and _array(b):
+            return np.maximum(a, b)
+        if _array(a) or _array(b):  # the floor: most often below every point (a reduction tells)
+            array, number = (a, b) if _array(a) else (b, a)
+            return array if array.min() >= number else np.maximum(array, number)
+        return max(a, b)
 
     @staticmethod
     def scale(t: Any, num: Any, den: Any) -> Any:
