@@ -18,7 +18,15 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
   linear share one lookup; a step table of a few sizes is a few comparisons;
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
-  bytes at the table's least efficiency could exceed the product's time.
+  bytes at the table's least efficiency could exceed the product's time;
+- a weight's three products (forward, dA, dB: 2MKN FLOPs each) share one multiply by their
+  FLOPs (``GridRates.gemms``: FLOPs x the sum of their seconds per FLOP); the tables are kept
+  as logs of seconds per FLOP or per byte, so a lookup is an interpolation and an exp.
+
+What costs time at 10,000 points is the number of passes over the arrays (each allocates and
+writes 80 KB) and Python per component, so the code avoids passes that change nothing (adding
+0.0, multiplying by 1, a maximum with a floor below every point); the tree builds what layer
+groups share once (``model._layer``), and the merge above then sees the same objects.
 
 A program that sweeps at scale should first ask glibc to keep freed heap (``keep_freed_heap``):
 the arrays of a sweep are allocated and freed hundreds of times a call, and without it each is
