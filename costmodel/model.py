@@ -13,10 +13,10 @@ Layer costs are per layer times the layer-count symbol (``L``, ``L_local``, ``L_
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from functools import reduce
-from typing import Any
+from functools import partial, reduce
+from typing import Any, TypeVar, cast
 
 from costmodel import symbols as sym
 from costmodel.components import ATTENTION_KINDS, FFN_KINDS, size_symbols
@@ -139,7 +139,13 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
     q_len = dims.S_e if stack == "encoder" else dims.S
     out: dict[str, Cost] = {}
     groups = [(kind, n) for (s, kind), n in dims.layers.items() if s == stack]
-    layers = {kind: _sub_blocks(spec, dims, stack, kind) for kind, _ in groups}
+    # Groups of one attention kind share its sub-blocks, and (``_layer``'s `built`) their
+    # attention and FFN leaves: each is built once per stack (Llama 4's four groups have two of
+    # each), the same costs either way, and over arrays (the time grid) the tree's largest work.
+    kinds = {kind: _layer_kind(spec, stack, kind) for kind, _ in groups}
+    by_kind = {k: _sub_blocks(spec, dims, stack, k) for k in dict.fromkeys(kinds.values())}
+    layers = {kind: by_kind[kinds[kind]] for kind, _ in groups}
+    built: dict[object, Any] = {}
     if spec.position in (Position.t5_relative, Position.alibi):
         spans = [subs[0].shape.span for subs in layers.values() if subs[0].score_bias]
         if spans:  # one bias per stack, as wide as the widest layer that uses it
@@ -147,7 +153,7 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
     for kind, count in groups:
         group = f"{prefix}layers" + (f"[{kind}]" if kind else "")
         sparse = stack == "layers" and group_kinds(spec, kind)[1]
-        for name, cost in _layer(spec, dims, layers[kind], q_len, sparse):
+        for name, cost in _layer(spec, dims, layers[kind], q_len, sparse, built):
             out[f"{group}/{name}"] = cost.times(count)
     if spec.final_norm:
         out[f"{prefix}final_norm"] = norm(spec, dims, dims.B * q_len, dims.d)
@@ -156,12 +162,13 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
     return out
 
 
-def _sub_blocks(spec: Spec, dims: Dims, stack: str, kind: str | None) -> list[SubBlock]:
-    """The attention sub-blocks of one layer of this stack and kind."""
-    if stack == "layers":
-        layer_kind = group_kinds(spec, kind)[0]
-    else:  # an encoder-decoder's layers are global
-        layer_kind = LayerKind.global_
+def _layer_kind(spec: Spec, stack: str, kind: str | None) -> LayerKind:
+    """The attention kind of a group of this stack (an encoder-decoder's layers are global)."""
+    return group_kinds(spec, kind)[0] if stack == "layers" else LayerKind.global_
+
+
+def _sub_blocks(spec: Spec, dims: Dims, stack: str, layer_kind: LayerKind) -> list[SubBlock]:
+    """The attention sub-blocks of one layer of this stack and attention kind."""
     local = layer_kind is LayerKind.local
     if stack == "encoder":
         shape = attn.bidirectional(dims)
@@ -180,7 +187,11 @@ def _sub_blocks(spec: Spec, dims: Dims, stack: str, kind: str | None) -> list[Su
     return subs
 
 
-def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: bool = False) -> list[tuple[str, Cost]]:
+_Built = TypeVar("_Built")
+
+
+def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: bool = False,
+           built: dict[object, Any] | None = None) -> list[tuple[str, Cost]]:
     """One layer: its sub-blocks with norms, dropout and residual adds where the spec puts them.
 
     pre            x + F(norm(x))                  (GPT-2, LLaMA)
@@ -189,20 +200,29 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: boo
     post_sublayer  x + norm(F(x))                  (OLMo 2)
     A parallel block (GPT-J, PaLM) feeds attention and FFN the same input and adds both to the
     residual in one step: x + Attn(norm(x)) + FFN(norm(x)), with one shared norm or one each.
+    `built` holds what another group of the stack has built already (a sub-block's leaves by
+    the sub-block's identity, an FFN's by its sparseness, the norm): reused, not built again.
     """
     T = dims.B * q_len
+    built = {} if built is None else built
+
+    def once(key: object, make: Callable[[], _Built]) -> _Built:
+        if key not in built:
+            built[key] = make()
+        return cast(_Built, built[key])
+
     pos = spec.norm_position
     pre = pos in (NormPosition.pre, NormPosition.sandwich)
     on_output = pos in (NormPosition.sandwich, NormPosition.post_sublayer)
     attention = ATTENTION_KINDS[spec.attention.kind]
     branches: list[tuple[str, list[tuple[str, Cost]], SubBlock | None]] = [
-        (s.name, attention(spec, dims, s.shape, s.rope, s.score_bias), s) for s in subs]
+        (s.name, once(id(s), partial(attention, spec, dims, s.shape, s.rope, s.score_bias)), s) for s in subs]
     # A mixture of experts' dense layers (DeepSeek's first k, Llama 4's interleave) are dense FFNs.
     ffn = FFN_KINDS[spec.ffn.kind if sparse else "dense"]
-    branches.append(("ffn", ffn(spec, dims, T), None))
+    branches.append(("ffn", once(("ffn", sparse), lambda: ffn(spec, dims, T)), None))
 
     def the_norm() -> Cost:
-        return norm(spec, dims, T, dims.d)
+        return once("norm", lambda: norm(spec, dims, T, dims.d))
 
     def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None, own_norm: bool,
                kept: bool = False) -> Iterator[tuple[str, Cost]]:

@@ -72,15 +72,17 @@ class Phase:
             "kv_cache": kv,
         }
 
-    def quantity(self, cost: Cost, name: str) -> Num:
-        """``quantities(cost)[name]``, computing that one only (the sweep grid reads a few)."""
+    def quantity(self, cost: Cost, name: str, times: int = 1) -> Num:
+        """``quantities(cost)[name]`` times `times`, computing that one only (the sweep grid reads
+        a few, over a component's layers: passes x layers is one number, so one array multiply)."""
         if cost.train_only and not self.training:
             return 0
         if name == "params":
-            return cost.params
+            return cost.params if times == 1 else times * cost.params
         if name in PER_PASS:
-            return self.passes * getattr(cost, PER_PASS[name])
-        return self.quantities(cost)[name]
+            return (self.passes * times) * getattr(cost, PER_PASS[name])
+        value = self.quantities(cost)[name]
+        return value if times == 1 else times * value
 
 
 #: The quantities a phase counts once per pass, and the forward cost's field each comes from.

@@ -206,6 +206,9 @@ class Rates(Protocol):
     def gemm(self, count: Any, M: Any, K: Any, N: Any) -> Any:
         """Seconds of `count` products (M x K) @ (K x N) (0 when any is 0)."""
 
+    def gemms(self, products: list[tuple[Any, Any, Any, Any]]) -> Any:
+        """Seconds of the (count, M, K, N) products together: the sum of their ``gemm``."""
+
     def memory(self, moved: Any, ops: int) -> Any:
         """Seconds to move `moved` bytes in `ops` equal ops (0 when nothing moves)."""
 
@@ -255,7 +258,7 @@ def component_time(spec: Spec, path: str, gemms: tuple, q: Quantities, layers: i
     flash = kernels.flash_attention and leaf in FLASH_LEAVES and _in_attention(path)
     if gemms:
         run = [g for c in gemms for g in (backward_gemms(*c) if training else (c,))]
-        t = sum(rates.gemm(*g) for g in run)
+        t = rates.gemms(run)
         if flash:  # only the unmasked pairs are executed
             t = rates.scale(t, q.flops_matmul_effective, q.flops_matmul)
         ops = layers * len(run) // len(gemms)
@@ -266,7 +269,8 @@ def component_time(spec: Spec, path: str, gemms: tuple, q: Quantities, layers: i
     share = kernels.share(path, dropped)
     if share == 0:
         return Part("fused", 0, 0.0)
-    ops, moved, outputs = layers * (3 if training else 1), share * q.bytes_unfused, []
+    moved = q.bytes_unfused if share == 1 else share * q.bytes_unfused  # (over arrays, a pass saved)
+    ops, outputs = layers * (3 if training else 1), []
     if training:
         extra_ops, extra_bytes, outputs = weight_gradients(spec, path, q.params, layers, p)
         ops, moved = ops + extra_ops, moved + extra_bytes
@@ -283,6 +287,9 @@ class ScalarRates:
 
     def gemm(self, count: Any, M: Any, K: Any, N: Any) -> float:
         return gemm_time(count, M, K, N, self.peak, self.table)
+
+    def gemms(self, products: list[tuple[Any, Any, Any, Any]]) -> float:
+        return sum(self.gemm(*g) for g in products)
 
     def memory(self, moved: Any, ops: int) -> float:
         per_op = moved / ops

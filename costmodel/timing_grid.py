@@ -18,7 +18,15 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
   linear share one lookup; a step table of a few sizes is a few comparisons;
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
-  bytes at the table's least efficiency could exceed the product's time.
+  bytes at the table's least efficiency could exceed the product's time;
+- a weight's three products (forward, dA, dB: 2MKN FLOPs each) share one multiply by their
+  FLOPs (``GridRates.gemms``: FLOPs x the sum of their seconds per FLOP); the tables are kept
+  as logs of seconds per FLOP or per byte, so a lookup is an interpolation and an exp.
+
+What costs time at 10,000 points is the number of passes over the arrays (each allocates and
+writes 80 KB) and Python per component, so the code avoids passes that change nothing (adding
+0.0, multiplying by 1, a maximum with a floor below every point); the tree builds what layer
+groups share once (``model._layer``), and the merge above then sees the same objects.
 
 A program that sweeps at scale should first ask glibc to keep freed heap (``keep_freed_heap``):
 the arrays of a sweep are allocated and freed hundreds of times a call, and without it each is
@@ -34,7 +42,9 @@ option); the speed is bench/time_sweep_speed.py's. numpy is imported here, never
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import replace
+from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -64,7 +74,7 @@ def _array(x: Any) -> bool:
 
 def _positive(x: Any) -> bool:
     """x > 0 everywhere."""
-    return bool((x > 0).all()) if _array(x) else x > 0
+    return bool(x.min() > 0) if _array(x) else x > 0  # a reduction: no boolean array
 
 
 def _nonzero(x: Any) -> bool:
@@ -89,6 +99,12 @@ def _product(*xs: Any) -> Any:
     return out
 
 
+def _sum(terms: list[Any]) -> Any:
+    """The sum of numbers and arrays, number zeros left out (adding 0.0 to an array is a pass)."""
+    kept = [t for t in terms if _array(t) or t]
+    return reduce(operator.add, kept) if kept else 0.0
+
+
 def _step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
     """values[number of grid points <= x] (values has one more entry than grid, for below it).
 
@@ -105,6 +121,17 @@ def _step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
             i += x >= g
         return steps.take(i)
     return steps.take(np.searchsorted(np.asarray(points, dtype=float), x, side="right"))
+
+
+def _weights(grid: list[int], x: Any) -> np.ndarray:
+    """Each grid point's weight at x in ``MatmulTable.__call__``'s interpolation along one axis
+    (one point: weight 1 wherever x is)."""
+    w = np.zeros(len(grid))
+    i, t = _position(grid, x) if len(grid) > 1 else (0, 0.0)
+    w[i] = 1 - t
+    if t:
+        w[i + 1] = t
+    return w
 
 
 def keep_freed_heap() -> bool:
@@ -137,15 +164,15 @@ class GridRates:
     def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> None:
         self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
         self.table = eff.matmul[dtype]
-        if isinstance(self.table, MatmulTable):
-            self._log_table = np.log(np.asarray(self.table.efficiency, dtype=float)) + math.log(peak)
-            self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in (self.table.M, self.table.N, self.table.K))
+        if isinstance(self.table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
+            self._log_table = -(np.log(np.asarray(self.table.efficiency, dtype=float)) + math.log(peak))
+            self._grids = (self.table.M, self.table.N, self.table.K)
+            self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self._grids)
         self._least_memory = min(eff.memory.efficiency)
-        memory = eff.memory  # a log-log table: its logs, for ``memory``
+        memory = eff.memory  # a log-log table: log bytes, log seconds per byte, for ``memory``
         self._memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
-                             np.log(np.asarray(memory.efficiency, dtype=float)))
+                             -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
                             if memory.interpolation == "log" and len(memory.bytes) > 1 else None)
-        self._log_bandwidth = math.log(bandwidth)
         fresh = eff.first_touch  # the least size with a first-touch cost
         self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte) if r), None) if fresh else None
         self._memo: dict[tuple, tuple[list[np.ndarray], Any]] = {}
@@ -159,8 +186,25 @@ class GridRates:
             if count == 0 or M == 0 or K == 0 or N == 0:
                 return 0.0
             return count * 2 * M * K * N / (self.peak * self.table(M, N, K))
-        # A zero anywhere makes the product 0; the lookup there is clamped, so finite.
-        return _product(2, count, M, K, N) / self._denominator(M, N, K)
+        return self.gemms([(count, M, K, N)])
+
+    def gemms(self, products: list[tuple[Any, Any, Any, Any]]) -> Any:
+        # Products of one size (a weight's forward product and its two backward ones, 2MKN
+        # FLOPs each) share one multiply: FLOPs x the sum of their seconds per FLOP. A zero
+        # anywhere makes the FLOPs 0; the lookup there is clamped, so finite.
+        numbers: list[Any] = []
+        sizes: dict[tuple[Any, ...], tuple[Any, list[np.ndarray], Any]] = {}
+        for g in products:
+            count, M, K, N = (_number(x) for x in g)
+            arrays = sorted((x for x in (count, M, K, N) if _array(x)), key=id)
+            if not arrays:
+                numbers.append(self.gemm(count, M, K, N))
+                continue
+            flops = 2 * math.prod(x for x in (count, M, K, N) if not _array(x))
+            key = (flops, *map(id, arrays))
+            spf = self._seconds_per_flop(M, N, K)
+            sizes[key] = (flops, arrays, sizes[key][2] + spf if key in sizes else spf)
+        return _sum(numbers + [_product(flops, *arrays) * spf for flops, arrays, spf in sizes.values()])
 
     def memory(self, moved: Any, ops: int) -> Any:
         moved = _number(moved)
@@ -169,11 +213,11 @@ class GridRates:
             return moved / (self.bandwidth * self.eff.memory(per_op)) if per_op else 0.0
         table = self.eff.memory
         if self._memory_log is not None:
-            # In log space: moved / (bandwidth x e(moved / ops)) with log e read at log moved
-            # on the grid shifted by log ops (no per-op array), exponentiated once.
-            grid, log_e = self._memory_log
+            # In log space: moved / (bandwidth x e(moved / ops)) with log(1 / (bandwidth x e))
+            # read at log moved on the grid shifted by log ops (no per-op array), exponentiated once.
+            grid, log_s = self._memory_log
             return self._lookup("memory", (ops,), [moved], lambda: moved * np.exp(
-                -(np.interp(self._log(moved), grid + math.log(ops), log_e) + self._log_bandwidth)))
+                np.interp(self._log(moved), grid + math.log(ops), log_s)))
         per_op = moved / ops
         rate = self._lookup("memory", (), [per_op], lambda: self.bandwidth * self._size_efficiency(
             table.bytes, table.efficiency, table.interpolation, per_op))
@@ -202,30 +246,35 @@ class GridRates:
         table = self.eff.first_touch
         if table is None:
             return 0.0
-        total: Any = 0.0
-        rate = [0.0, *table.s_per_byte]  # below the grid: 0
+        terms = []
         for n, factors in outputs:
             factors = [_number(x) for x in factors]
             arrays = [x for x in factors if _array(x)]
             if not n:
                 continue
             if not arrays:
-                total = total + first_touch_s(self.eff, [(n, factors)])
+                terms.append(first_touch_s(self.eff, [(n, factors)]))
                 continue
             number = math.prod(x for x in factors if not _array(x))
 
-            def one(number: Any = number, arrays: list = arrays) -> Any:
+            def one(n: int = n, number: Any = number, arrays: list = arrays) -> Any:
                 x = _product(number, *arrays)
-                if self._fresh_from is None or not (x >= self._fresh_from).any():
+                if self._fresh_from is None or x.max() < self._fresh_from:
                     return 0.0  # every size at a rate of 0
-                return x * _step(table.bytes, rate, x)
+                # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
+                return x * _step(table.bytes, [0.0, *(n * r for r in table.s_per_byte)], x)
 
-            total = total + n * self._lookup("fresh", (number,), arrays, one)
-        return total
+            terms.append(self._lookup("fresh", (n, number), arrays, one))
+        return _sum(terms)
 
     @staticmethod
     def maximum(a: Any, b: Any) -> Any:
-        return np.maximum(a, b) if _array(a) or _array(b) else max(a, b)
+        if _array(a) and _array(b):
+            return np.maximum(a, b)
+        if _array(a) or _array(b):  # the floor: most often below every point (a reduction tells)
+            array, number = (a, b) if _array(a) else (b, a)
+            return array if array.min() >= number else np.maximum(array, number)
+        return max(a, b)
 
     @staticmethod
     def scale(t: Any, num: Any, den: Any) -> Any:
@@ -256,33 +305,34 @@ class GridRates:
     def _log(self, x: np.ndarray) -> np.ndarray:
         return self._lookup("log", (), [x], lambda: np.log(np.maximum(x, 1e-300)))
 
-    def _denominator(self, M: Any, N: Any, K: Any) -> np.ndarray:
-        """peak x the table's efficiency of (M x K) @ (K x N), some of them arrays (the peak
-        folded into the log table: exp(log peak + log e), equal to 1e-16)."""
+    def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> np.ndarray:
+        """1 / (peak x the table's efficiency) of (M x K) @ (K x N), some of them arrays (the
+        peak folded into the log table: exp(-(log peak + log e)), equal to 1e-16)."""
         table = self.table
         if isinstance(table, FlopsTable):  # by 2MNK alone: forward and backward share it
             arrays = sorted((x for x in (M, N, K) if _array(x)), key=id)
             scalar = math.prod(x for x in (M, N, K) if not _array(x))
-            return self._lookup("flops", (scalar,), arrays, lambda: self.peak * self._size_efficiency(
-                table.flops, table.efficiency, table.interpolation, _product(2, scalar, *arrays)))
+            # a table of seconds per FLOP: log-log and step interpolation commute with 1 / x
+            spf = [1 / (self.peak * e) for e in table.efficiency]
+            return self._lookup("flops", (scalar,), arrays, lambda: self._size_efficiency(
+                table.flops, spf, table.interpolation, _product(2, scalar, *arrays)))
         numbers = tuple(None if _array(x) else x for x in (M, N, K))
         arrays = [x for x in (M, N, K) if _array(x)]
-        return self._lookup("mnk", numbers, arrays, lambda: np.exp(self._log_efficiency(M, N, K)))
+        return self._lookup("mnk", numbers, arrays, lambda: np.exp(self._log_seconds(M, N, K)))
 
-    def _log_efficiency(self, M: Any, N: Any, K: Any) -> np.ndarray:
-        """log(peak x e(M, N, K)) of a MatmulTable: the table reduced over its number axes (and
-        axes of one grid point), then interpolated over the array axes."""
-        e = self._log_table  # log(peak x efficiency)
-        free = []  # (axis, log grid, log x) of the array axes
-        for axis, (x, grid) in enumerate(zip((M, N, K), (self.table.M, self.table.N, self.table.K))):
+    def _log_seconds(self, M: Any, N: Any, K: Any) -> np.ndarray:
+        """-log(peak x e(M, N, K)) of a MatmulTable: the table contracted with the interpolation
+        weights of its number axes (and axes of one grid point), in one einsum, then
+        interpolated over the array axes."""
+        free = []  # (letter, log grid, log x) of the array axes
+        weights, letters = [], []
+        for letter, x, grid, log_grid in zip("mnk", (M, N, K), self._grids, self._axes):
             if _array(x) and len(grid) > 1:
-                free.append((axis, self._axes[axis], self._log(x)))
-                continue
-            i, t = _position(grid, x) if not _array(x) else (0, 0.0)
-            # the weights ``MatmulTable.__call__`` gives this axis (a zero weight is skipped)
-            parts = [(w, i + d) for d, w in ((0, 1 - t), (1, t)) if w]
-            e = sum(w * np.take(e, [j], axis=axis) for w, j in parts)
-        reduced = e.reshape([e.shape[a] for a, _, _ in free]) if free else e.reshape(())
+                free.append((letter, log_grid, self._log(x)))
+            else:
+                weights.append(_weights(grid, x))
+                letters.append(letter)
+        reduced = np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table, *weights)
         if not free:
             return reduced
         if len(free) == 1:
@@ -330,8 +380,7 @@ class _Whole:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        value = self._phase.quantity(self._cost, name)
-        value = value if self._layers == 1 else value * self._layers
+        value = self._phase.quantity(self._cost, name, self._layers)
         setattr(self, name, value)
         return value
 
@@ -362,10 +411,11 @@ def _merged(costs: dict[str, Cost], groups: dict, kernels: Kernels, dropped: set
         if sep and key in first:
             head = first[key]
             other, count = out[head]
-            if (kernels.share(head, dropped) == kernels.share(path, dropped)
-                    and all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
-                    and len(cost.gemms) == len(other.gemms)
-                    and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms) for x, y in zip(g, h))):
+            if kernels.share(head, dropped) == kernels.share(path, dropped) and (
+                    cost is other  # built once for both groups (``model._layer``)
+                    or (all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
+                        and len(cost.gemms) == len(other.gemms)
+                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms) for x, y in zip(g, h)))):
                 out[head] = (other, count + layers)
                 continue
         elif sep:
@@ -402,7 +452,9 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype)
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
     costs = {path: cost for path, cost in model.components(spec, dims).items() if ph.training or not cost.train_only}
-    dropped = dropout_parents(path for path, cost in costs.items() if _nonzero(cost.bytes_unfused))
+    # The leaf's name first: the test on the bytes is a pass over an array.
+    dropped = dropout_parents(path for path, cost in costs.items()
+                              if path.rpartition("/")[2] == "dropout" and _nonzero(cost.bytes_unfused))
     for path, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
         idle = None
