@@ -21,9 +21,11 @@ import argparse
 import datetime
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -107,15 +109,20 @@ def run_case(case: tuple, device: str, dtype: str, hw: Hardware, min_run_s: floa
     if dev.type == "cuda":
         torch.cuda.synchronize()
     timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
+    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     times = list(timer.blocked_autorange(min_run_time=min_run_s).times)
     # A phase slower than min_run_s gets one block: one sample is no median, and on a CPU the
     # page-fault cost of a step's fresh gradients is sometimes 2-3x its usual (seen on
     # mistral-7b train: 1.94-2.04 s, twice 4-6 s, in eight runs of one process).
     while len(times) < MIN_SAMPLES:
         times.append(timer.timeit(1).median)
+    # The share of the wall time spent in the OS kernel: on a CPU mostly page faults on fresh
+    # blocks (on a KVM guest with free-page reporting, their cost varies run to run).
+    after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - start
+    kernel = (after.ru_stime - before.ru_stime) / wall
     del model, run
     return {"case": case, "predicted": p.time_s, "roofline": p.roofline_s, "median": statistics.median(times),
-            "iqr": iqr(times), "runs": len(times)}
+            "iqr": iqr(times), "runs": len(times), "kernel": kernel}
 
 
 def table(device: str, dtype: str, hw: Hardware, rounds: list[list[dict]], loads: list[str],
@@ -127,9 +134,9 @@ def table(device: str, dtype: str, hw: Hardware, rounds: list[list[dict]], loads
                  f"calibrated in {calibration_s:.0f} s: peak {units.flops(hw.peak(dtype))}/s, copy "
                  f"{hw.memory_bandwidth / 1e9:.3g} GB/s, floor {1e6 * (hw.efficiency.floor_s if hw.efficiency else 0):.1f} us. "
                  f"Load average (1, 5, 15 min): {'; '.join(loads)}.\n")
-    lines.append("| spec | layers | phase | B | seq | measured (median, IQR) | between rounds | predicted "
-                 "| error | roofline | roofline error |")
-    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("| spec | layers | phase | B | seq | measured (median, IQR) | between rounds | OS kernel "
+                 "| predicted | error | roofline | roofline error |")
+    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     errors, roof_errors = [], []
     for i, first in enumerate(rounds[0]):
         spec_name, layers, phase, batch, seq, _ = first["case"]
@@ -137,18 +144,20 @@ def table(device: str, dtype: str, hw: Hardware, rounds: list[list[dict]], loads
         measured = statistics.median(medians)
         spread = (max(medians) - min(medians)) / measured
         inner = statistics.median(r[i]["iqr"] / r[i]["median"] for r in rounds)
+        kernel = statistics.median(r[i]["kernel"] for r in rounds)
         err = first["predicted"] / measured - 1
         roof = first["roofline"] / measured - 1
         errors.append(abs(err))
         roof_errors.append(abs(roof))
         lines.append(f"| {spec_name} | {layers or 'all'} | {phase} | {batch} | {seq} | {units.seconds(measured)} "
-                     f"(IQR {100 * inner:.1f}%) | {100 * spread:.1f}% | {units.seconds(first['predicted'])} "
+                     f"(IQR {100 * inner:.1f}%) | {100 * spread:.1f}% | {100 * kernel:.0f}% | {units.seconds(first['predicted'])} "
                      f"| {100 * err:+.1f}% | {units.seconds(first['roofline'])} | {100 * roof:+.1f}% |")
     lines.append("")
     lines.append(f"Calibrated model: median |error| {100 * statistics.median(errors):.1f}%, worst "
                  f"{100 * max(errors):.1f}%; roofline: median {100 * statistics.median(roof_errors):.1f}%, "
                  f"worst {100 * max(roof_errors):.1f}% ({len(errors)} cases, {len(rounds)} rounds; "
-                 "error = predicted / median of the rounds' medians - 1).")
+                 "error = predicted / median of the rounds' medians - 1; OS kernel: the process's "
+                 "system time over the wall time of its timed runs, the rounds' median).")
     return "\n".join(lines) + "\n"
 
 
