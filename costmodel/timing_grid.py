@@ -11,7 +11,9 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
 - a product with one array among M, N, K (every linear: M = T forward and in dA, K = T in dB)
   reads the matmul table reduced to a curve over that axis, one ``np.interp`` in log space (the
   lookup is multilinear in log M, log N, log K, so fixing two axes first gives the same
-  values); two or three array axes read the reduced table's corners;
+  values); two or three array axes read the reduced table's corners; above the curve's last
+  grid point (calibrate's M up to 1024, K up to 4096: most of a sweep's T) the value is a
+  number, so the interpolation and its exp run only at the points below (``_exp_interp``);
 - each distinct lookup runs once per call (``GridRates._lookup``, keyed by the arrays'
   identity, then their values): a layer's linears share one T array, a weight's forward and
   backward products the same shapes in another order, two norms the same bytes; a
@@ -216,8 +218,8 @@ class GridRates:
             # In log space: moved / (bandwidth x e(moved / ops)) with log(1 / (bandwidth x e))
             # read at log moved on the grid shifted by log ops (no per-op array), exponentiated once.
             grid, log_s = self._memory_log
-            return self._lookup("memory", (ops,), [moved], lambda: moved * np.exp(
-                np.interp(self._log(moved), grid + math.log(ops), log_s)))
+            return self._lookup("memory", (ops,), [moved], lambda: moved * self._exp_interp(
+                self._log(moved), grid + math.log(ops), log_s, ("memory", ops)))
         per_op = moved / ops
         rate = self._lookup("memory", (), [per_op], lambda: self.bandwidth * self._size_efficiency(
             table.bytes, table.efficiency, table.interpolation, per_op))
@@ -302,6 +304,29 @@ class GridRates:
         self._memo[key] = (arrays, value)  # holds the arrays: their ids stay theirs
         return value
 
+    def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple) -> Any:
+        """exp(np.interp(lx, xp, fp)), interpolated only where lx is below xp's last point (`name`
+        names xp): above it the value is exp(fp[-1]), a number, at most of a sweep's points (T =
+        B x S on calibrate's grids, M up to 1024 and K up to 4096). The points below are found
+        once per array and grid: a layer's linears share T."""
+        def find() -> np.ndarray | None:  # None: interpolate everywhere
+            if lx.max() < xp[-1]:  # a reduction: no boolean array
+                return None
+            below = lx < xp[-1]
+            # gathering and scattering a quarter of the points costs about what np.interp and
+            # np.exp over all of them cost (10,000 points, bench/README.md)
+            return None if np.count_nonzero(below) > lx.size // 4 else np.flatnonzero(below)
+
+        below = self._lookup("below", name, [lx], find)
+        if below is None:
+            return np.exp(np.interp(lx, xp, fp))
+        top = math.exp(fp[-1])
+        if not below.size:
+            return top
+        out = np.full(lx.shape, top)
+        out.put(below, np.exp(np.interp(lx.take(below), xp, fp)))
+        return out
+
     def _log(self, x: np.ndarray) -> np.ndarray:
         return self._lookup("log", (), [x], lambda: np.log(np.maximum(x, 1e-300)))
 
@@ -318,12 +343,12 @@ class GridRates:
                 table.flops, spf, table.interpolation, _product(2, scalar, *arrays)))
         numbers = tuple(None if _array(x) else x for x in (M, N, K))
         arrays = [x for x in (M, N, K) if _array(x)]
-        return self._lookup("mnk", numbers, arrays, lambda: np.exp(self._log_seconds(M, N, K)))
+        return self._lookup("mnk", numbers, arrays, lambda: self._matmul_seconds(M, N, K))
 
-    def _log_seconds(self, M: Any, N: Any, K: Any) -> np.ndarray:
-        """-log(peak x e(M, N, K)) of a MatmulTable: the table contracted with the interpolation
-        weights of its number axes (and axes of one grid point), in one einsum, then
-        interpolated over the array axes."""
+    def _matmul_seconds(self, M: Any, N: Any, K: Any) -> Any:
+        """1 / (peak x e(M, N, K)) of a MatmulTable: exp of the log table (-log(peak x e))
+        contracted with the interpolation weights of its number axes (and axes of one grid
+        point), in one einsum, then interpolated over the array axes."""
         free = []  # (letter, log grid, log x) of the array axes
         weights, letters = [], []
         for letter, x, grid, log_grid in zip("mnk", (M, N, K), self._grids, self._axes):
@@ -334,10 +359,10 @@ class GridRates:
                 letters.append(letter)
         reduced = np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table, *weights)
         if not free:
-            return reduced
+            return np.exp(reduced)
         if len(free) == 1:
-            _, grid, lx = free[0]
-            return np.interp(lx, grid, reduced)
+            letter, grid, lx = free[0]
+            return self._exp_interp(lx, grid, reduced, (letter,))
         # corners: (i, t) per axis, from the fractional index np.interp gives
         corners = []
         for _, grid, lx in free:
@@ -355,7 +380,7 @@ class GridRates:
                 w = w * (t if up else 1 - t)
                 offset += up * int(s)
             total = total + w * flat.take(base + offset)
-        return total
+        return np.exp(total)
 
     def _size_efficiency(self, grid: list[float], efficiency: list[float], interpolation: str,
                          x: np.ndarray, memo: bool = True) -> np.ndarray:
