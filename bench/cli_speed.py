@@ -47,9 +47,10 @@ def wall(cmd: list[str], repeat: int, old: dict | None = None) -> tuple[float, f
         times.append(t)
         if old:
             before.append(timed(cmd, **old))
-    then = [t for t in before if t is not None] if old and None not in before else []
-    return (statistics.median(times), min(times),
-            statistics.median(then) if then else None, min(then) if then else None)
+    then = [t for t in before if t is not None]
+    if not then or len(then) < len(before):  # not asked, or the command is not in that revision
+        return statistics.median(times), min(times), None, None
+    return statistics.median(times), min(times), statistics.median(then), min(then)
 
 
 def inproc(fn, repeat: int) -> tuple[float, float]:

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from costmodel import model
@@ -166,9 +167,11 @@ def no_tables_note(hw: Hardware, dtype: str) -> str:
             "(run `costmodel calibrate` on the device for calibrated times)")
 
 
-def dropout_parents(paths) -> set[str]:
-    """The sub-blocks (``layers/attention``) whose output has a dropout row."""
-    return {p.rpartition("/")[0] for p in paths if p.rpartition("/")[2] == "dropout"}
+def dropout_parents(rows: Iterable[tuple[str, Any]], moves: Callable[[Any], bool] = bool) -> set[str]:
+    """The sub-blocks (``layers/attention``) whose output has a dropout row that moves bytes:
+    `rows` are (path, unfused bytes); the name is tested first (over arrays, `moves` is a pass)."""
+    return {path.rpartition("/")[0] for path, moved in rows
+            if path.rpartition("/")[2] == "dropout" and moves(moved)}
 
 
 def layer_count(groups: dict, path: str) -> int:
@@ -324,7 +327,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
     rows = []
     groups = model.layer_groups(a.spec)
-    dropped = dropout_parents(r.path for r in a.rows if r.bytes_unfused)  # dropout runs in training only
+    dropped = dropout_parents((r.path, r.bytes_unfused) for r in a.rows)  # dropout runs in training only
     for row in a.rows:
         if row.flops == 0 and row.bytes_unfused == 0:
             continue

@@ -477,9 +477,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype)
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
     costs = {path: cost for path, cost in model.components(spec, dims).items() if ph.training or not cost.train_only}
-    # The leaf's name first: the test on the bytes is a pass over an array.
-    dropped = dropout_parents(path for path, cost in costs.items()
-                              if path.rpartition("/")[2] == "dropout" and _nonzero(cost.bytes_unfused))
+    dropped = dropout_parents(((path, cost.bytes_unfused) for path, cost in costs.items()), _nonzero)
     for path, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
         idle = None
