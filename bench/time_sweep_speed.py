@@ -29,7 +29,8 @@ from costmodel import catalog  # noqa: E402
 from costmodel.analysis import analyze  # noqa: E402
 from costmodel.hardware import Hardware, load_hardware  # noqa: E402
 from costmodel.timing import predict  # noqa: E402
-from costmodel.timing_grid import keep_freed_heap, predict_grid  # noqa: E402
+from costmodel.malloc import keep_freed_heap  # noqa: E402
+from costmodel.timing_grid import predict_grid  # noqa: E402
 from tests.helpers import calibrated_profile  # noqa: E402
 
 DEFAULT_SPECS = ["llama-3-8b", "gemma-3-27b", "mixtral-8x7b", "deepseek-v3", "t5-11b"]
@@ -96,7 +97,7 @@ def main() -> None:
             print(f"{'':18s} predict point by point (train, {hw.name}): "
                   f"{1e6 * (time.perf_counter() - t0) / len(sample):.0f} us a point")
     print(f"load average after: {load()}; slowest {worst:.2f} M points/s; freed heap kept "
-          f"(timing_grid.keep_freed_heap): {kept}")
+          f"(malloc.keep_freed_heap): {kept}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ Measured: ``torch.utils.benchmark.Timer.blocked_autorange`` over the reference m
 longer than the block time, median and inter-quartile range; the whole table is
 run `--rounds` times, and the spread between rounds is reported. The load average (`uptime`)
 is recorded before calibrating and after each round: on a shared machine it is most of the error.
+Calibration and runs keep freed memory in the process (``--allocator cache``, the default:
+``costmodel.malloc``); ``--allocator system`` leaves glibc's default, under which a
+training step's page faults are a third to two thirds of its time and vary run to run here.
 Writes a markdown table to stdout (and to --out).
 """
 
@@ -33,6 +36,8 @@ import torch
 from costmodel import catalog, units
 from costmodel.analysis import analyze
 from costmodel.hardware import Hardware, load_hardware, save_hardware
+from costmodel.malloc import ALLOCATORS
+from costmodel.malloc import allocator as kept
 from costmodel.measure.calibrate import calibrate
 from costmodel.measure.reference import build
 from costmodel.measure.run import TORCH_DTYPES, keep_layers, phase_runner
@@ -93,7 +98,7 @@ def iqr(values: list[float]) -> float:
     return q[2] - q[0]
 
 
-def run_case(case: tuple, device: str, dtype: str, hw: Hardware, min_run_s: float) -> dict:
+def run_case(case: tuple, device: str, dtype: str, hw: Hardware, min_run_s: float, allocator: str) -> dict:
     spec_name, layers, phase, batch, seq, enc_seq = case
     spec = catalog.load(spec_name)
     if layers is not None:
@@ -105,20 +110,22 @@ def run_case(case: tuple, device: str, dtype: str, hw: Hardware, min_run_s: floa
     from torch.utils.benchmark import Timer
 
     dev = torch.device(device)
-    run()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
-    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    times = list(timer.blocked_autorange(min_run_time=min_run_s).times)
-    # A phase slower than min_run_s gets one block: one sample is no median, and on a CPU the
-    # page-fault cost of a step's fresh gradients is sometimes 2-3x its usual (seen on
-    # mistral-7b train: 1.94-2.04 s, twice 4-6 s, in eight runs of one process).
-    while len(times) < MIN_SAMPLES:
-        times.append(timer.timeit(1).median)
-    # The share of the wall time spent in the OS kernel: on a CPU mostly page faults on fresh
-    # blocks (on a KVM guest with free-page reporting, their cost varies run to run).
-    after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - start
+    with kept(allocator, dev.type):
+        run()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        timer = Timer(stmt="run()", globals={"run": run}, num_threads=torch.get_num_threads())
+        before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        times = list(timer.blocked_autorange(min_run_time=min_run_s).times)
+        # A phase slower than min_run_s gets one block: one sample is no median (and under the
+        # system allocator, the page-fault cost of a step's fresh gradients is sometimes 2-3x its
+        # usual: mistral-7b train 1.94-2.04 s, twice 4-6 s, in eight runs of one process).
+        while len(times) < MIN_SAMPLES:
+            times.append(timer.timeit(1).median)
+        # The share of the wall time spent in the OS kernel: on a CPU mostly page faults on fresh
+        # blocks (under the system allocator; on a KVM guest with free-page reporting, their cost
+        # varies run to run).
+        after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - start
     kernel = (after.ru_stime - before.ru_stime) / wall
     del model, run
     return {"case": case, "predicted": p.time_s, "roofline": p.roofline_s, "median": statistics.median(times),
@@ -130,7 +137,9 @@ def table(device: str, dtype: str, hw: Hardware, rounds: list[list[dict]], loads
     lines = []
     name = torch.cuda.get_device_name() if device == "cuda" else f"{platform.machine()} CPU"
     lines.append(f"## Calibrated time vs measured: {name}, {datetime.date.today().isoformat()}\n")
-    lines.append(f"torch {torch.__version__}, {dtype}, {torch.get_num_threads()} threads; profile `{hw.name}` "
+    allocator = hw.efficiency.allocator if hw.efficiency else None
+    lines.append(f"torch {torch.__version__}, {dtype}, {torch.get_num_threads()} threads, allocator {allocator}; "
+                 f"profile `{hw.name}` "
                  f"calibrated in {calibration_s:.0f} s: peak {units.flops(hw.peak(dtype))}/s, copy "
                  f"{hw.memory_bandwidth / 1e9:.3g} GB/s, floor {1e6 * (hw.efficiency.floor_s if hw.efficiency else 0):.1f} us. "
                  f"Load average (1, 5, 15 min): {'; '.join(loads)}.\n")
@@ -169,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-run", type=float, default=None, help="seconds per blocked_autorange")
     parser.add_argument("--tiny", action="store_true", help="three tiny cases and a tiny grid")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--allocator", default="cache", choices=ALLOCATORS,
+                        help="how freed CPU memory is treated, in calibration and runs alike "
+                             "(costmodel.malloc; with --hardware, that profile's setting)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads for calibration and runs alike (default on the CPU: 1; "
                              "with more threads than free cores, OpenMP barriers stall)")
@@ -183,8 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = datetime.datetime.now()
     if args.hardware:
         hw = load_hardware(args.hardware)
+        allocator = (hw.efficiency.allocator if hw.efficiency else None) or args.allocator
     else:
-        hw = calibrate(args.device, (dtype,), repeats=5, grid=TINY_GRID if args.tiny else None)
+        hw = calibrate(args.device, (dtype,), repeats=5, grid=TINY_GRID if args.tiny else None,
+                       allocator=args.allocator)
+        allocator = args.allocator
         folder = Path(os.environ.get("COSTMODEL_HARDWARE_DIR") or tempfile.mkdtemp())
         save_hardware(hw, folder / "local.yaml")
     calibration_s = (datetime.datetime.now() - t0).total_seconds()
@@ -194,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         results = []
         for c in cases:
-            results.append(run_case(c, args.device, dtype, hw, min_run))
+            results.append(run_case(c, args.device, dtype, hw, min_run, allocator))
             r = results[-1]
             print(f"round {len(rounds) + 1}: {c}: measured {r['median']:.4g} s, predicted {r['predicted']:.4g} s",
                   file=sys.stderr, flush=True)

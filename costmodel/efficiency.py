@@ -105,6 +105,7 @@ class MatmulTable(BaseModel):
 
 
 Interpolation = Literal["log", "step"]
+Allocator = Literal["cache", "system"]
 
 
 def _lookup(grid: Sequence[float], efficiency: Sequence[float], x: float, interpolation: Interpolation) -> float:
@@ -192,3 +193,7 @@ class Efficiency(BaseModel):
     matmul: dict[str, MatmulTable | FlopsTable]  # dtype -> table
     memory: MemoryTable
     first_touch: FirstTouchTable | None = None  # measured by calibrate; absent: no such cost
+    # How the CPU allocator treated freed blocks while the tables were measured
+    # (costmodel.malloc): "cache" keeps them, "system" is glibc's default; None: not
+    # recorded (a datasheet profile, or one calibrated before the setting existed).
+    allocator: Allocator | None = None

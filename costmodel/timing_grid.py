@@ -30,9 +30,9 @@ writes 80 KB) and Python per component, so the code avoids passes that change no
 0.0, multiplying by 1, a maximum with a floor below every point); the tree builds what layer
 groups share once (``model._layer``), and the merge above then sees the same objects.
 
-A program that sweeps at scale should first ask glibc to keep freed heap (``keep_freed_heap``):
-the arrays of a sweep are allocated and freed hundreds of times a call, and without it each is
-faulted in anew (about 1.4x in prefill and train at 10,000 points). ``predict_grid`` does not do
+A program that sweeps at scale should first ask glibc to keep freed heap
+(``costmodel.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
+of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at 10,000 points). ``predict_grid`` does not do
 it itself: a library does not change its host process's allocator behind its back (nor under a
 calibration or a measurement running in the same process); bench/time_sweep_speed.py does.
 
@@ -59,12 +59,6 @@ from costmodel.phases import PHASES, Phase
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 from costmodel.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
-
-#: glibc ``mallopt`` parameters (malloc.h) and the values ``keep_freed_heap`` sets: freed heap
-#: kept up to 64 MiB; allocations from 32 MiB mmapped (the most glibc's dynamic threshold reaches).
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_TRIM_BYTES, _MMAP_BYTES = 64 << 20, 32 << 20
-_heap_kept: bool | None = None
 
 #: A step table of at most this many sizes is read by comparisons (faster than a search).
 _COMPARE = 4
@@ -134,30 +128,6 @@ def _weights(grid: list[int], x: Any) -> np.ndarray:
     if t:
         w[i + 1] = t
     return w
-
-
-def keep_freed_heap() -> bool:
-    """Ask glibc's malloc to keep freed heap (up to 64 MiB) instead of returning it to the OS.
-
-    A sweep allocates and frees hundreds of arrays of 80 KB (10,000 points) a call; with glibc's
-    default (trim above 128 KiB) the heap's top is handed back after each, and the next
-    allocation's pages are faulted in and zeroed by the kernel again: a quarter of the time of a
-    10,000-point ``predict_grid`` (bench/README.md). ``mallopt(M_TRIM_THRESHOLD)`` turns
-    glibc's dynamic mmap threshold off, so it is set too, to the dynamic one's ceiling (32 MiB):
-    larger arrays stay as they were. Process-wide, once; False where the C library has no
-    ``mallopt`` (not glibc)."""
-    global _heap_kept
-    if _heap_kept is None:
-        try:
-            import ctypes
-
-            mallopt = ctypes.CDLL(None).mallopt
-            mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-            _heap_kept = bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES)) and bool(
-                mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES))
-        except (OSError, AttributeError, TypeError):  # no C library by that name, or no mallopt
-            _heap_kept = False
-    return _heap_kept
 
 
 class GridRates:

@@ -149,7 +149,7 @@ def test_freed_heap_is_kept_on_glibc() -> None:
     after); elsewhere it does nothing and says so."""
     import platform
 
-    from costmodel.timing_grid import keep_freed_heap
+    from costmodel.malloc import keep_freed_heap
 
     first = keep_freed_heap()
     assert keep_freed_heap() is first

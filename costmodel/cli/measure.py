@@ -34,6 +34,11 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
+class AllocatorName(str, Enum):
+    cache = "cache"
+    system = "system"
+
+
 PhaseOpt = Annotated[Optional[PhaseName], typer.Option(
     "--phase", "-p", help="One phase. Default: all three.")]
 DeviceOpt = Annotated[Device, typer.Option(
@@ -60,7 +65,16 @@ CalRepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Timed runs
 TablesOpt = Annotated[bool, typer.Option(
     "--tables/--no-tables",
     help="Also measure the time model's efficiency tables (matmul grid, memory op sizes, op floor): "
-         "about 20-60 s on a 2-core CPU, under a minute on a GPU.")]
+         "about 50 s on a 2-core CPU, under a minute on a GPU.")]
+MeasureAllocatorOpt = Annotated[Optional[AllocatorName], typer.Option(
+    "--allocator",
+    help="CPU timing: keep freed memory in the process (cache, as the CUDA caching allocator does) or "
+         "return it to the OS as glibc does (system: fresh blocks are page-faulted on every step). "
+         "Default: the setting the hardware profile was calibrated with, else cache.")]
+CalAllocatorOpt = Annotated[AllocatorName, typer.Option(
+    "--allocator",
+    help="CPU calibration: keep freed memory in the process (cache) or leave glibc's default (system: "
+         "the first-touch table then measures the page faults of fresh blocks); recorded in the profile.")]
 NameOpt = Annotated[str, typer.Option(
     "--name", help="Profile name, saved as NAME.yaml in the user profile folder.")]
 
@@ -81,6 +95,7 @@ def measure_cmd(
     check: CheckOpt = False,
     fmt: FormatOpt = Format.table,
     mla: MlaOpt = Convention.naive,
+    allocator: MeasureAllocatorOpt = None,
 ) -> None:
     """Build SPEC as a PyTorch model, run a phase, and set each count beside its formula."""
     with _user_errors():
@@ -97,7 +112,8 @@ def measure_cmd(
         phases = [phase.value] if phase else [p.value for p in PhaseName]
         results = [measure(s, p, batch=batch, seq=seq, enc_seq=enc_seq, dtype=dtype.value,
                            device=device.value, layers=layers, hardware=profile, repeats=repeats,
-                           count_bytes=True, mla=mla.value) for p in phases]
+                           count_bytes=True, mla=mla.value, allocator=allocator.value if allocator else None)
+                   for p in phases]
     def tables() -> list[report.Table]:
         from costmodel.measure.tables import components_table, measurement_table
 
@@ -126,6 +142,7 @@ def calibrate_cmd(
     repeats: CalRepeatsOpt = 5,
     name: NameOpt = "local",
     tables: TablesOpt = True,
+    allocator: CalAllocatorOpt = AllocatorName.cache,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure the local device's peak matmul FLOP/s, copy bandwidth and per-operator efficiency
@@ -139,7 +156,7 @@ def calibrate_cmd(
         chosen = tuple(d.value for d in dtypes) if dtypes else (
             ("fp32", "bf16", "fp16") if device is Device.cuda else ("fp32", "bf16"))
         profile = calibrate(device.value, chosen, matmul_size, copy_mib, repeats, name,
-                            tables=None if tables else ())
+                            tables=None if tables else (), allocator=allocator.value)
         path = hardware.save_hardware(profile, hardware.user_dir() / f"{name}.yaml")
     from costmodel.measure.tables import calibration_table
 

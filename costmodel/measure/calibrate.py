@@ -15,7 +15,9 @@ point the median of ``torch.utils.benchmark.Timer.blocked_autorange``:
 - floor: the time of an add of one element (launch and dispatch overhead);
 - first touch: over sizes 1 .. 256 MiB, a fill of a freshly allocated buffer against a fill of a
   reused one; the difference per byte is what each fresh output of that size costs (page faults
-  on the CPU, where glibc maps large blocks fresh on every allocation; ~0 on a GPU).
+  on a CPU left to glibc, which maps large blocks fresh on every allocation; ~0 on a GPU and
+  under the default ``allocator="cache"``, where freed blocks are reused:
+  ``costmodel.malloc``).
 The profile serves the roofline and the time model: `costmodel measure` predicts time from it,
 and `--hardware local` finds it wherever a hardware profile is accepted.
 """
@@ -34,6 +36,8 @@ import torch
 from costmodel.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
 from costmodel.hardware import Hardware
 from costmodel.measure import MeasureError
+from costmodel.malloc import allocator as kept
+from costmodel.malloc import check as check_allocator
 from costmodel.measure.run import TORCH_DTYPES, check_device, time_runs
 
 DEFAULT_MATMUL = {"cuda": 8192, "cpu": 1024}  # n of the n x n matmul
@@ -123,6 +127,10 @@ def first_touch_table(device: torch.device, grid: dict) -> FirstTouchTable | Non
     sizes = grid.get("fresh") or []
     if not sizes:
         return None
+    # One untimed fill at the largest size first: the heap's own growth (the first time a
+    # process holds that much) is not what an allocation costs once it runs in a loop; under
+    # the cache allocator, without it the first size measured here read 1e-9 s/B, then ~0.
+    torch.empty(max(sizes), dtype=torch.uint8, device=device).fill_(1)
     extra = []
     for n in sizes:
         kept = torch.empty(n, dtype=torch.uint8, device=device)
@@ -176,11 +184,14 @@ def calibrate(
     name: str = "local",
     tables: tuple[str, ...] | None = None,
     grid: dict | None = None,
+    allocator: str = "cache",
 ) -> Hardware:
     """A measured profile of `device`: peak matmul FLOP/s per dtype, copy bandwidth, and the
     efficiency tables of the time model for the dtypes in `tables` (default: every dtype on a
     GPU, fp32 alone on the CPU, where bf16 has no native matmul on most parts); `tables=()`
-    measures the peaks only."""
+    measures the peaks only. `allocator` is how freed CPU memory is treated while measuring
+    (``costmodel.malloc``: kept in the process, or glibc's default); the profile
+    records it, and ``costmodel measure`` times under the same setting."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise MeasureError(f"name: {name!r} is not a profile name (letters, digits, '.', '_', '-')")
     dev = check_device(device)
@@ -191,28 +202,31 @@ def calibrate(
             raise MeasureError(f"dtype: {dtype} cannot be measured; use one of {', '.join(TORCH_DTYPES)}")
     if repeats < 1:
         raise MeasureError(f"repeats: must be at least 1 (got {repeats})")
+    check_allocator(allocator)
     n = matmul_size or DEFAULT_MATMUL[dev.type]
     mib = copy_mib or DEFAULT_COPY_MIB[dev.type]
-    peaks = {dtype: matmul_flops(dev, dtype, n, repeats) for dtype in dtypes}
-    bandwidth = copy_bandwidth(dev, mib, repeats)
     if tables is None:
         tables = dtypes if dev.type == "cuda" else tuple(d for d in dtypes if d == "fp32")[:1]
     for dtype in tables:
-        if dtype not in peaks:
+        if dtype not in dtypes:
             raise MeasureError(f"tables: {dtype} is not among the calibrated dtypes ({', '.join(dtypes)})")
     efficiency = None
-    if tables:
-        grid = grid or GRID[dev.type]
-        efficiency = Efficiency(
-            source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N {grid['N']}, "
-                    f"K {grid['K']}; c = a + b over {len(grid['bytes'])} sizes; fresh against reused fills over "
-                    f"{len(grid.get('fresh') or [])} sizes; median of "
-                    f"torch.utils.benchmark blocked_autorange; torch {torch.__version__}"),
-            floor_s=op_floor(dev),
-            matmul={dtype: matmul_table(dev, dtype, peaks[dtype], grid) for dtype in tables},
-            memory=memory_table(dev, bandwidth, grid),
-            first_touch=first_touch_table(dev, grid),
-        )
+    with kept(allocator, dev.type) as in_effect:
+        peaks = {dtype: matmul_flops(dev, dtype, n, repeats) for dtype in dtypes}
+        bandwidth = copy_bandwidth(dev, mib, repeats)
+        if tables:
+            grid = grid or GRID[dev.type]
+            efficiency = Efficiency(
+                source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N {grid['N']}, "
+                        f"K {grid['K']}; c = a + b over {len(grid['bytes'])} sizes; fresh against reused fills over "
+                        f"{len(grid.get('fresh') or [])} sizes; median of "
+                        f"torch.utils.benchmark blocked_autorange; allocator {in_effect}; torch {torch.__version__}"),
+                floor_s=op_floor(dev),
+                matmul={dtype: matmul_table(dev, dtype, peaks[dtype], grid) for dtype in tables},
+                memory=memory_table(dev, bandwidth, grid),
+                first_touch=first_touch_table(dev, grid),
+                allocator=in_effect,
+            )
     return Hardware(
         name=name,
         description=f"{device_name(dev)}, measured by costmodel calibrate",

@@ -31,6 +31,8 @@ from costmodel import model as formulas
 from costmodel.analysis import Analysis, analyze
 from costmodel.hardware import Hardware, roofline
 from costmodel.measure import MeasureError
+from costmodel.malloc import allocator as kept
+from costmodel.malloc import check as check_allocator
 from costmodel.measure.counters import Counts, MetaShapes
 from costmodel.measure.latent import set_convention
 from costmodel.measure.reference import KVCache, Transformer, build
@@ -258,6 +260,7 @@ def measure(
     count_bytes: bool = True,
     model: Transformer | None = None,
     mla: str = "naive",
+    allocator: str | None = None,
 ) -> Measurement:
     """Run `phase` of `spec` on `device` and compare its counts (and, off the meta device, its
     time against `hardware`'s roofline) with the formulas.
@@ -267,6 +270,8 @@ def measure(
     the byte counter (the slowest part) when only the exact counts are wanted. `model`, built
     by ``reference.build`` from the same spec, dtype and device, saves building it again.
     `mla` is the convention latent attention runs in, in the formulas and the model alike.
+    `allocator` is how freed CPU memory is treated while timing (``costmodel.malloc``);
+    by default the one `hardware` was calibrated under, else ``cache``.
     """
     if layers is not None:
         spec = keep_layers(spec, layers)
@@ -303,9 +308,13 @@ def measure(
             counts.total_flops / counts.total_bytes if counts.total_bytes else 0.0, False, "FLOP/B"))
     times: list[float] = []
     line = None
+    calibrated_under = hardware.efficiency.allocator if hardware is not None and hardware.efficiency else None
+    if allocator is not None:
+        check_allocator(allocator)
+    timed_under = None
     if dev.type != "meta":
         cuda = dev.type == "cuda"
-        with out_of_memory(dev):
+        with out_of_memory(dev), kept(allocator or calibrated_under or "cache", dev.type) as timed_under:
             times = time_runs(run, dev, repeats or (10 if cuda else 3), 2 if warmup is None else warmup)
         measured = statistics.median(times)
         if hardware is not None:
@@ -316,7 +325,8 @@ def measure(
                     "memory_fused_s": fused.memory_s, "time_s": unfused.time_s,
                     "time_fused_s": fused.time_s, "bound": unfused.bound, "ridge": unfused.ridge,
                     "predicted_s": predicted.time_s, "calibrated": predicted.calibrated,
-                    "note": predicted.note}
+                    "note": predicted.note, "allocator": timed_under,
+                    "calibrated_allocator": calibrated_under}
             comparisons.append(FormulaCheck("time", predicted.time_s, measured, False, "s"))
             comparisons.append(FormulaCheck("time_roofline", unfused.time_s, measured, False, "s"))
         else:

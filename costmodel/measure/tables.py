@@ -54,6 +54,9 @@ def measurement_table(m: Measurement) -> Table:
         r = m.roofline
         if r.get("note"):
             notes.append(r["note"])
+        if r.get("calibrated_allocator") and r.get("allocator") != r["calibrated_allocator"]:
+            notes.append(f"timed with the allocator {r['allocator']}, calibrated with {r['calibrated_allocator']}: "
+                         "the prediction describes the other setting (costmodel.malloc)")
         notes.append(
             f"roofline on {m.hardware}: compute {units.seconds(r['compute_s'])}, memory "
             f"{units.seconds(r['memory_s'])} unfused / {units.seconds(r['memory_fused_s'])} fused: "
