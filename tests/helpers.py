@@ -50,7 +50,7 @@ def random_spec_data(draw: Any) -> dict[str, Any]:
 #: held equal by tests/test_timing_grid.py): M, N, K of the matmuls, bytes of the memory op,
 #: sizes of the first-touch fills.
 CALIBRATE_GRID: dict[str, list[int]] = {
-    "M": [1, 4, 16, 64, 256, 1024], "N": [64, 256, 1024, 4096], "K": [16, 64, 256, 1024, 4096],
+    "M": [1, 2, 4, 8, 16, 32, 64, 256, 1024], "N": [64, 256, 1024, 4096, 16384], "K": [16, 64, 256, 1024, 4096],
     "bytes": [2**i for i in range(12, 29, 2)], "fresh": [2**i for i in range(20, 29)],
 }
 

@@ -44,9 +44,10 @@ DEFAULT_MATMUL = {"cuda": 8192, "cpu": 1024}  # n of the n x n matmul
 DEFAULT_COPY_MIB = {"cuda": 2048, "cpu": 256}  # buffer copied to measure bandwidth
 #: The grids of the efficiency tables (M, N, K of the matmuls; bytes of the memory op).
 GRID = {
-    "cpu": {"M": [1, 4, 16, 64, 256, 1024], "N": [64, 256, 1024, 4096], "K": [16, 64, 256, 1024, 4096],
+    "cpu": {"M": [1, 2, 4, 8, 16, 32, 64, 256, 1024], "N": [64, 256, 1024, 4096, 16384],
+            "K": [16, 64, 256, 1024, 4096],
             "bytes": [2**i for i in range(12, 29, 2)], "fresh": [2**i for i in range(20, 29)], "run_s": 0.1},
-    "cuda": {"M": [1, 4, 16, 64, 256, 1024, 4096], "N": [64, 256, 1024, 4096, 16384],
+    "cuda": {"M": [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096], "N": [64, 256, 1024, 4096, 16384],
              "K": [16, 64, 256, 1024, 4096, 16384], "bytes": [2**i for i in range(12, 31, 2)],
              "fresh": [2**i for i in range(20, 31, 2)], "run_s": 0.02},
 }
