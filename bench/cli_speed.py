@@ -85,6 +85,8 @@ def main() -> None:
         ["analyze", "t5-11b", "--format", "json"],
         ["analyze", "gemma-3-27b", "--phase", "prefill", "--format", "markdown"],
         ["analyze", "llama-2-7b", "--hardware", "h100-sxm"],
+        ["inference", "llama-3-8b", "--hardware", "h100-sxm", "--prompt", "2048", "--output", "256",
+         "--batch", "1,8,64"],
         ["attention", "llama-3-8b"],
         ["formula", "llama-2-7b", "--asymptotic"],
         ["sweep", "llama-3-8b", "--over", "seq=512:131072", "--over", "batch=1:256", "--format", "json"],
