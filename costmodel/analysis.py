@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from costmodel import model
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost
 from costmodel.phases import PHASES, QUANTITIES, Phase
+from costmodel.precision import DEFAULT_GROUP, INT_BITS, Widths, weight_bytes_of
 from costmodel.spec import ActiveConvention, Position, Spec
 from costmodel.symbols import DTYPE_BYTES
 
@@ -69,6 +70,8 @@ class Analysis:
     hardware: Hardware | None = field(default=None, compare=False)  # for the roofline
     mla: str = "naive"  # the convention latent attention ran in (components.mla)
     routing: str = "uniform"  # experts a sparse layer reads (components.moe.Routing)
+    precision: Widths = field(default_factory=Widths)  # weights' and cache's widths
+    weight_bytes: int | None = None  # bytes of the weights at precision.weights (None: at dtype)
 
     @property
     def bytes_per_element(self) -> int:
@@ -115,7 +118,16 @@ class Analysis:
 
     @property
     def bytes_weights(self) -> int:
-        return self.total().params * self.bytes_per_element
+        """The weights at their width: the dtype's, or ``precision.weights`` (group scales in)."""
+        return self.total().params * self.bytes_per_element if self.weight_bytes is None else self.weight_bytes
+
+    @property
+    def weights_dtype(self) -> str:
+        return self.precision.weights or self.dtype
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.precision.kv or self.dtype
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -153,6 +165,9 @@ class Analysis:
             "seq": self.seq,
             "enc_seq": self.enc_seq,
             "dtype": self.dtype,
+            "weights_dtype": self.weights_dtype,
+            "kv_dtype": self.kv_dtype,
+            **({"group_size": self.precision.group_size} if self.weights_dtype in INT_BITS else {}),
             **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
             "bytes_per_element": self.bytes_per_element,
             "shape": dict(self.shape),
@@ -230,6 +245,9 @@ def analyze(
     hardware: Hardware | str | None = None,
     mla: str = "naive",
     routing: str = "uniform",
+    weights_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    group_size: int = DEFAULT_GROUP,
 ) -> Analysis:
     """Evaluate every component of `spec` in one phase.
 
@@ -243,6 +261,10 @@ def analyze(
     ``to_dict()``). RoPE past max_seq_len warns (ContextWarning); learned positions refuse.
     `routing` is the experts a sparse layer reads over its tokens: ``uniform`` (the expectation,
     E*(1 - (1 - K/E)^T)) or ``worst`` (min(E, T*K)).
+
+    `weights_dtype` and `kv_dtype` (inference only; default `dtype`) hold and move the weights
+    and the KV cache at another width (``costmodel.precision``: an fp8 cache, int8/int4
+    weight-only quantisation with an fp16 scale per `group_size` weights).
     """
     if routing not in ("uniform", "worst"):
         raise AnalysisError(f"routing: unknown routing {routing!r}; expected one of uniform, worst")
@@ -280,15 +302,48 @@ def analyze(
         hardware = load_hardware(hardware)
     if hardware is not None:
         hardware.peak(dtype)  # a dtype the device lacks is an error before any work
-    dims = model.numeric_dims(spec, shape, DTYPE_BYTES[dtype], mla, routing)
-    rows = tuple(_row(path, ph, cost) for path, cost in model.components(spec, dims).items())
+    precision = Widths(weights_dtype, kv_dtype, group_size)
+    precision.check()
+    if precision.differs(dtype):
+        if ph.training:
+            raise AnalysisError("weights-dtype, kv-dtype: inference options; a training step runs at --dtype "
+                                "(`costmodel memory --precision` holds mixed-precision recipes)")
+        if precision.kv not in (None, dtype) and spec.mla is not None:
+            raise AnalysisError(f"kv-dtype: {spec.name[:60]}'s latent cache at another width than the "
+                                "activations is not modelled (kv_b reads it back); use --dtype")
+    p = DTYPE_BYTES[dtype]
+    p_kv = DTYPE_BYTES[precision.kv] if precision.kv not in (None, dtype) else None
+    dims = model.numeric_dims(spec, shape, p, mla, routing, p_kv=p_kv)
+    costs = model.components(spec, dims)
+    weight_bytes = None
+    if precision.weights not in (None, dtype):
+        costs, weight_bytes = _at_weight_width(costs, precision, p)
+    rows = tuple(_row(path, ph, cost) for path, cost in costs.items())
     largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
                                               "kv_cache")) for r in rows)
     if largest > MAX_COUNT:
         # Counts are exact ints at any size, but intensity, time and the sweep are floats.
         raise AnalysisError(f"{spec.name[:60]}: a count of {len(str(largest))} digits at this shape, past the "
                             f"{MAX_COUNT:.0e} that floating-point figures (intensity, time) can hold")
-    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, hardware, mla, routing)
+    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, hardware, mla, routing,
+                    precision, weight_bytes)
+
+
+def _at_weight_width(costs: dict[str, Cost], precision: Widths, p: int) -> tuple[dict[str, Cost], int]:
+    """Each component's weight reads at the weights' width (its unfused bytes and fused bound
+    alike), and the weights' bytes: a component reads the same share of its weights as before."""
+    assert precision.weights is not None
+    out, total = {}, 0
+    for path, c in costs.items():
+        if not c.params:
+            out[path] = c
+            continue
+        held = weight_bytes_of(path, int(c.params), int(c.matrices), precision.weights, p, precision.group_size)
+        total += held
+        read = c.weights_read * held // (p * c.params) if isinstance(c.weights_read, int) else \
+            c.weights_read * held / (p * c.params)
+        out[path] = replace(c, weights_read=read, bytes_unfused=c.bytes_unfused - c.weights_read + read)
+    return out, total
 
 
 def count_params(spec: Spec) -> int:

@@ -158,7 +158,9 @@ class Dims:
     The pass's shape (B, S, C, S_e, C_e) and p are fields; the model sizes (d, h, k, d_h, f, V,
     ...) are the symbols the elements declare (``components.size_symbols``), held in ``sizes``
     and read as attributes: ``dims.d``. Layer counts are looked up by (stack, kind), see
-    ``symbols.layer_count``.
+    ``symbols.layer_count``. ``p_kv`` is the bytes per element of the KV cache when it is not
+    the activations' (an fp8 cache beside bf16 activations; numbers only: the symbolic tree
+    writes the cache at p), read through ``kv_p``.
     """
 
     B: Num
@@ -167,10 +169,16 @@ class Dims:
     S_e: Num
     C_e: Num
     p: Num
+    p_kv: Num | None = None
     sizes: dict[str, Num] = field(default_factory=dict)
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
     mla: str = "naive"  # how latent attention runs: "naive" or "absorbed" (components.mla)
     routing: str = "uniform"  # experts a sparse layer reads: "uniform" or "worst" (components.moe)
+
+    @property
+    def kv_p(self) -> Num:
+        """Bytes per element of what the KV cache holds, reads and writes."""
+        return self.p if self.p_kv is None else self.p_kv
 
     def __getattr__(self, name: str) -> Num:
         try:

@@ -41,13 +41,12 @@ from costmodel.analysis import AnalysisError, analyze
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
+from costmodel.precision import DEFAULT_GROUP, WEIGHT_DTYPES, Widths, weight_bytes_of
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
 FP32 = 4
 ADAM8BIT_BLOCK = 2048  # bitsandbytes blockwise quantisation: one fp32 absmax per 2048 values
-SCALE_BYTES = 2  # an fp16 scale per quantisation group
-DEFAULT_GROUP = 128
 
 
 class MemoryConfigError(AnalysisError):
@@ -149,7 +148,6 @@ class Parallel:
 
 
 RECOMPUTE = ("none", "selective", "full")
-WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
 
 
 @dataclass(frozen=True)
@@ -441,19 +439,8 @@ def weight_bytes(costs: dict[str, Cost], weights_dtype: str, p: int, group_size:
     """Inference weights by component. A float dtype holds every parameter at its width; int8 and
     int4 hold the matrices of the linear layers (the LM head excepted, as GPTQ and AWQ leave it)
     at 8 or 4 bits plus an fp16 scale per group of `group_size` weights, and the rest at `p`."""
-    out: dict[str, int] = {}
-    for path, c in costs.items():
-        params = int(c.params)
-        if not params:
-            continue
-        if weights_dtype in DTYPE_BYTES:
-            out[path] = params * DTYPE_BYTES[weights_dtype]
-            continue
-        bits = {"int8": 8, "int4": 4}[weights_dtype]
-        quantised = int(c.matrices) if path != "lm_head" else 0
-        scales = -(-quantised // group_size) * SCALE_BYTES
-        out[path] = quantised * bits // 8 + scales + (params - quantised) * p
-    return out
+    return {path: weight_bytes_of(path, int(c.params), int(c.matrices), weights_dtype, p, group_size)
+            for path, c in costs.items() if c.params}
 
 
 def _inference(spec: Spec, phase: str, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run,
@@ -588,14 +575,19 @@ def fit(spec: Spec, phase: str, memory_bytes: float, over: str = "batch", batch:
 
 
 def fit_warning(spec: Spec, phase: str, batch: int, seq: int | None, enc_seq: int | None, dtype: str,
-                device: str, memory_bytes: float, mla: str = Convention.naive.value) -> str | None:
+                device: str, memory_bytes: float, mla: str = Convention.naive.value,
+                precision: Widths = Widths()) -> str | None:
     """One line when the shape does not fit on the device (None when it does), naming the
     shortfall. Training is counted with the default recipe (AdamW, bf16-mixed, no recompute, one
-    device); inference with weights, KV cache and activations at `dtype`, latent attention in
-    `mla` (training: naive, ``mla_convention``)."""
+    device); inference with activations at `dtype`, weights and KV cache at `precision`'s widths
+    (default `dtype`), latent attention in `mla` (training: naive, ``mla_convention``)."""
     from costmodel.units import decimal_bytes, nbytes
 
-    run = Run(mla=mla) if PHASES[phase].training else Run(dtype=dtype, weights_dtype=dtype, mla=mla)
+    if PHASES[phase].training:
+        run = Run(mla=mla)
+    else:
+        run = Run(dtype=dtype, weights_dtype=precision.weights or dtype, kv_dtype=precision.kv,
+                  group_size=precision.group_size, mla=mla)
     m = memory(spec, phase, batch, seq, enc_seq, run)
     if m.fits(memory_bytes):
         return None

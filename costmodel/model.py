@@ -52,15 +52,17 @@ def symbolic_dims(spec: Spec, mla: str = "naive", routing: str = "uniform") -> D
     )
 
 
-def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive", routing: str = "uniform") -> Dims:
+def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive", routing: str = "uniform",
+                 p_kv: int | None = None) -> Dims:
     """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p.
 
     A size the spec has none of (no sliding window: w) is 0; no formula of the spec reads it.
     `mla` is the convention latent attention runs in (``components.mla.Convention``); `routing`
-    says which experts a sparse layer reads (``components.moe.Routing``).
+    says which experts a sparse layer reads (``components.moe.Routing``); `p_kv` the KV cache's
+    bytes per element where it is not p (``costmodel.precision``).
     """
     sizes: dict[str, Num] = {n: s.value(spec) or 0 for n, s in size_symbols().items()}
-    return Dims(**shape, p=p, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla, routing=routing)
+    return Dims(**shape, p=p, p_kv=p_kv, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla, routing=routing)
 
 
 def spec_values(spec: Spec) -> dict[Any, int]:

@@ -28,6 +28,7 @@ from typing import Any
 from costmodel import metrics
 from costmodel.analysis import Analysis, AnalysisError, analyze
 from costmodel.hardware import Hardware, roofline
+from costmodel.precision import Widths
 from costmodel.spec import Spec
 from costmodel.timing import Kernels, Prediction, predict
 
@@ -66,10 +67,12 @@ class Serving:
     points: tuple[ServingPoint, ...]
     note: str | None
     mla: str = "naive"  # the convention latent attention runs in (components.mla)
+    precision: Widths = Widths()  # the weights' and the KV cache's widths
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec.name, "hardware": self.hardware.name, "dtype": self.dtype,
+            "weights_dtype": self.precision.weights or self.dtype, "kv_dtype": self.precision.kv or self.dtype,
             "prompt": self.prompt, "output": self.output,
             "logits": "all positions" if self.all_logits else "last position only",
             **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
@@ -108,9 +111,10 @@ def _head_time(p: Prediction, a: Analysis, hw: Hardware) -> float:
 
 
 def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int, ...], dtype: str = "bf16",
-          all_logits: bool = False, kernels: Kernels = Kernels(), mla: str = "naive") -> Serving:
+          all_logits: bool = False, kernels: Kernels = Kernels(), mla: str = "naive",
+          precision: Widths = Widths()) -> Serving:
     """TTFT, TPOT, latency and tokens/s of `spec` on `hw` for each batch size (latent attention
-    in the `mla` convention)."""
+    in the `mla` convention; weights and KV cache at `precision`'s widths)."""
     if prompt < 1:
         raise AnalysisError(f"prompt: must be at least 1 token (got {prompt})")
     if output < 1:
@@ -123,14 +127,16 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
     def decode(B: int, j: int) -> tuple[Analysis, Prediction]:
         """Decode step j (1-based): P + j - 1 tokens cached (encoder-decoder: j decoder tokens)."""
         a = analyze(spec, "decode", batch=B, seq=j if encdec else prompt + j - 1, dtype=dtype,
-                    enc_seq=prompt if encdec else None, mla=mla)
+                    enc_seq=prompt if encdec else None, mla=mla, **widths)
         return a, predict(a, hw, kernels)
 
+    widths = {"weights_dtype": precision.weights, "kv_dtype": precision.kv, "group_size": precision.group_size}
     points = []
-    calibrated = hw.tables_for(dtype)
+    probe = decode(batches[0], 1)[1]  # the tables in use, or the note saying why not
+    calibrated, note = probe.calibrated, probe.note
     for B in batches:
         pre = analyze(spec, "prefill", batch=B, seq=1 if encdec else prompt, dtype=dtype,
-                      enc_seq=prompt if encdec else None, mla=mla)
+                      enc_seq=prompt if encdec else None, mla=mla, **widths)
         p_pre = predict(pre, hw, kernels)
         first = decode(B, 1)
         if all_logits or encdec:  # an encoder-decoder's prefill has one decoder position already
@@ -152,10 +158,8 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
         latency = ttft + decode_total
         points.append(ServingPoint(B, ttft, tpot, tpot_first, tpot_last, latency, B * output / latency,
                                    fits(last[0], hw)))
-    note = None if calibrated else points and predict(
-        analyze(spec, "decode", batch=batches[0], seq=prompt, dtype=dtype,
-                enc_seq=prompt if encdec else None, mla=mla), hw).note
-    return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, calibrated, tuple(points), note, mla)
+    return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, calibrated, tuple(points), note, mla,
+                   precision)
 
 
 def _integrate(js: list[int], times: dict[int, float]) -> float:

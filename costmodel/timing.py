@@ -322,6 +322,14 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     training = PHASES[a.phase].training
     calibrated = hw.tables_for(dtype)
     eff = hw.efficiency
+    note = None if calibrated else no_tables_note(hw, dtype)
+    if calibrated and a.precision.differs(dtype) and eff is not None and eff.matmul[dtype].sees_bytes:
+        # A table over shapes timed its products with weights and cache at the dtype's width:
+        # it cannot say what int4 weights or an fp8 cache save (a table by op size, which the
+        # bytes' bound completes, can).
+        calibrated = False
+        note = (f"{hw.name}'s matmul table was measured with {dtype} weights and cache: with "
+                f"{a.weights_dtype} weights and a {a.kv_dtype} cache, times are the roofline lower bound")
     rates = ScalarRates(eff, peak, bw, dtype) if calibrated and eff is not None else None
     # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
     costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
@@ -350,7 +358,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     return Prediction(
         hardware=hw.name, dtype=dtype, phase=a.phase, kernels=kernels, calibrated=calibrated,
         rows=tuple(rows), roofline_s=line.time_s, roofline_fused_s=fused_line.time_s,
-        note=None if calibrated else no_tables_note(hw, dtype),
+        note=note,
         floor_s=eff.floor_s if eff is not None else 0.0,
     )
 

@@ -16,11 +16,14 @@ from costmodel.cli.app import (
     EncSeqOpt,
     Format,
     FormatOpt,
+    GroupSizeOpt,
     HardwareOpt,
+    KvDtypeOpt,
     MlaOpt,
     PhaseName,
     SeqOpt,
     SpecArg,
+    WeightsDtypeOpt,
     _user_errors,
     app,
     emit,
@@ -29,6 +32,8 @@ from costmodel.components.mla import Convention
 from costmodel.components.moe import Routing
 from costmodel.conventions import ConventionName
 from costmodel.hardware import load_hardware
+from costmodel.phases import PHASES
+from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.spec import load_spec
 
 RoutingOpt = Annotated[Routing, typer.Option("--routing", help="Mixture of experts: the experts a sparse layer reads over T tokens, uniform (the expectation E*(1-(1-K/E)^T)) or worst (min(E, T*K)).")]
@@ -50,18 +55,27 @@ def analyze_cmd(
     convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
     mla: MlaOpt = Convention.naive,
     routing: RoutingOpt = Routing.uniform,
+    weights_dtype: WeightsDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = DEFAULT_GROUP,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
     the roofline time of each phase and whether it is compute- or memory-bound. A spec with latent
-    attention also shows its naive and absorbed conventions side by side."""
+    attention also shows its naive and absorbed conventions side by side. --weights-dtype and
+    --kv-dtype (inference) hold the weights and the cache at other widths than --dtype."""
     with _user_errors():
         s = catalog.load(spec)
         hw = load_hardware(hardware) if hardware else None
         if hw:
             hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
-        phases = [phase.value] if phase else [p.value for p in PhaseName]
+        precision = Widths(weights_dtype, kv_dtype, group_size)
+        # other widths are inference options: without --phase, the inference phases
+        inference_only = precision.differs(dtype.value)
+        phases = [phase.value] if phase else [p.value for p in PhaseName
+                                             if not (inference_only and PHASES[p.value].training)]
         analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw,
-                            mla=mla.value, routing=routing.value) for p in phases]
+                            mla=mla.value, routing=routing.value, weights_dtype=weights_dtype,
+                            kv_dtype=kv_dtype, group_size=group_size) for p in phases]
         latent = []
         if s.mla is not None:  # both conventions side by side
             from costmodel.attention_variants import compare_latent
@@ -75,7 +89,7 @@ def analyze_cmd(
 
             for a in analyses:
                 warning = fit_warning(s, a.phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes,
-                                      mla.value)
+                                      mla.value, precision)
                 if warning:
                     typer.echo(warning, err=True)
     def data() -> dict[str, object]:

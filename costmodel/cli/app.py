@@ -73,6 +73,12 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f", metavar="FORMAT", h
 HARDWARE_HELP = ("A device profile: a bundled name (a100-80gb, h100-sxm, h200, b200, l4, rtx-4090), `local` "
                  "once `costmodel calibrate` has measured this machine, or a YAML file. See `costmodel hardware`.")
 HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=HARDWARE_HELP)]
+WeightsDtypeOpt = Annotated[Optional[str], typer.Option(
+    "--weights-dtype", help="Inference weights: fp32, bf16, fp16, fp8, int8, int4 (int8/int4: weight-only "
+    "quantisation of the linear layers, an fp16 scale per --group-size weights, the LM head left at --dtype). "
+    "Default: --dtype.")]
+KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype (fp32, bf16, fp16, fp8). Default: --dtype.")]
+GroupSizeOpt = Annotated[int, typer.Option("--group-size", help="Weights per int8/int4 quantisation scale.")]
 MlaOpt = Annotated[Convention, typer.Option(
     "--mla", help="How latent attention (MLA) runs: naive (the cached latent re-expanded every step, "
     "as transformers does) or absorbed (W_UK and W_UV folded into query and output, as DeepSeek's kernels do).")]

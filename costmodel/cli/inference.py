@@ -9,11 +9,33 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, report, units
-from costmodel.cli.app import Dtype, DtypeOpt, Format, FormatOpt, MlaOpt, SpecArg, _user_errors, app, emit
+from costmodel.cli.app import (
+    Dtype,
+    DtypeOpt,
+    Format,
+    FormatOpt,
+    GroupSizeOpt,
+    KvDtypeOpt,
+    MlaOpt,
+    SpecArg,
+    WeightsDtypeOpt,
+    _user_errors,
+    app,
+    emit,
+)
 from costmodel.components.mla import Convention
 from costmodel.hardware import load_hardware
+from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.serving import Serving, parse_batches, serve
 from costmodel.timing import Kernels
+
+
+def widths(sv: Serving) -> str:
+    """' (int4 weights, fp8 KV cache)' where the weights or the cache are not at the dtype."""
+    w, kv = sv.precision.weights or sv.dtype, sv.precision.kv or sv.dtype
+    parts = [f"{w} weights" + (f" (groups of {sv.precision.group_size})" if w in ("int8", "int4") else "")] * (w != sv.dtype)
+    parts += [f"{kv} KV cache"] * (kv != sv.dtype)
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def serving_table(sv: Serving) -> report.Table:
@@ -23,7 +45,7 @@ def serving_table(sv: Serving) -> report.Table:
     rows = [(str(p.batch), s(p.ttft_s), s(p.tpot_s), s(p.tpot_first_s), s(p.tpot_last_s), s(p.latency_s),
              f"{p.tokens_per_s:,.1f}", {True: "yes", False: "NO", None: "-"}[p.fits]) for p in sv.points]
     notes = [
-        f"prompt {sv.prompt} tokens, {sv.output} generated, {sv.dtype} on {sv.hardware.name}; "
+        f"prompt {sv.prompt} tokens, {sv.output} generated, {sv.dtype}{widths(sv)} on {sv.hardware.name}; "
         + ("logits at every prompt position (--all-logits, the HF forward)" if sv.all_logits
            else "prefill computes the logits of the last position only (as serving does; --all-logits for all)"),
         "TPOT grows with the context: mean over the output, and its first and last step; "
@@ -79,6 +101,9 @@ def inference_cmd(
                                         "scores never written.")] = False,
     fused: Annotated[bool, typer.Option("--fused", help="Norms and activations fused into the matmuls.")] = False,
     mla: MlaOpt = Convention.naive,
+    weights_dtype: WeightsDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = DEFAULT_GROUP,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Draw latency vs throughput over batch "
                                                 "into this file (.png, .svg, .pdf).")] = None,
     fmt: FormatOpt = Format.table,
@@ -88,7 +113,8 @@ def inference_cmd(
         batches = parse_batches(batch)
         hw = load_hardware(hardware)
         sv = serve(catalog.load(spec), hw, prompt, output, batches, dtype.value, all_logits,
-                   Kernels(flash_attention=flash, fused=fused), mla.value)
+                   Kernels(flash_attention=flash, fused=fused), mla.value,
+                   Widths(weights_dtype, kv_dtype, group_size))
         written = plot_serving(sv, plot) if plot else None
     emit(fmt, lambda: [serving_table(sv)], sv.to_dict, sv.spec,
          csv=lambda: report.records_csv([{"spec": sv.spec.name, **p.to_dict()} for p in sv.points]))

@@ -17,6 +17,8 @@ from costmodel.cli.app import (
     PhaseName,
     SeqOpt,
     SpecArg,
+    GroupSizeOpt,
+    KvDtypeOpt,
     _user_errors,
     app,
     emit,
@@ -54,9 +56,7 @@ FlashOpt = Annotated[bool, typer.Option(
 WeightsOpt = Annotated[str, typer.Option(
     "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (int8/int4: weight-only, "
     "fp16 scale per group).")]
-KvOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype (fp32, bf16, fp16, fp8). Default: --dtype.")]
 ActOpt = Annotated[str, typer.Option("--dtype", help="Inference activations (fp32, bf16, fp16, fp8).")]
-GroupOpt = Annotated[int, typer.Option("--group-size", help="Weights per int8/int4 quantisation scale.")]
 MaskOpt = Annotated[int, typer.Option(
     "--mask-bytes", help="Bytes per dropout-mask element: 1 (fused CUDA kernel), or the activation width.")]
 LastOpt = Annotated[bool, typer.Option(
@@ -101,9 +101,9 @@ def memory_cmd(
     recompute: RecomputeOpt = None,
     flash: FlashOpt = False,
     weights_dtype: WeightsOpt = "bf16",
-    kv_dtype: KvOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     dtype: ActOpt = "bf16",
-    group_size: GroupOpt = 128,
+    group_size: GroupSizeOpt = 128,
     mask_bytes: MaskOpt = 1,
     last_logits: LastOpt = False,
     mla: MlaOpt = Convention.naive,
@@ -148,9 +148,9 @@ def fit_cmd(
     recompute: RecomputeOpt = None,
     flash: FlashOpt = False,
     weights_dtype: WeightsOpt = "bf16",
-    kv_dtype: KvOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     dtype: ActOpt = "bf16",
-    group_size: GroupOpt = 128,
+    group_size: GroupSizeOpt = 128,
     mask_bytes: MaskOpt = 1,
     last_logits: LastOpt = False,
     mla: MlaOpt = Convention.naive,

@@ -158,6 +158,19 @@ def attention(
     # integers and sympy products.)
     scores = B * h * shape.q_len * shape.span  # elements of the score matrix
     kv_row = 2 * B * k * d_h * p  # bytes of K and V for one token of every sequence
+    # K (or V) bytes the scores (or AV) read: every key of the span at p, unless the cache has
+    # a width of its own (an fp8 cache beside bf16 activations; numbers only): then the cached
+    # keys are read back at that width and this pass's own keys at p; the cache holds and is
+    # written at it.
+    p_c = dims.p_kv if shape.cached is not None else None
+    cache_row = kv_row if p_c is None else 2 * B * k * d_h * p_c
+
+    def reading_keys(rest: Any) -> Any:
+        """p x (rest + the span's keys); with a cache of its own width, the cached keys at it."""
+        if p_c is None:
+            return p * (rest + k * d_h * B * shape.span)
+        return p * (rest + k * d_h * B * shape.kv_len) + p_c * k * d_h * B * shape.cache_reads
+
     dense = 2 * d_h * scores
     effective = 2 * h * d_h * B * shape.pairs
 
@@ -180,16 +193,18 @@ def attention(
         out.append(("rope", position.rope(dims, shape.q_len, shape.kv_len)))
     if shape.cached is not None:
         out.append(("kv_cache", Cost(
-            bytes_unfused=kv_row * (shape.kv_len + shape.written),  # read the new K, V; store them
-            kv_read=kv_row * shape.cache_reads,
-            kv_write=kv_row * shape.written,
-            kv_cache=kv_row * shape.cached,
+            # read the new K, V; store them
+            bytes_unfused=kv_row * (shape.kv_len + shape.written) if p_c is None else
+            kv_row * shape.kv_len + cache_row * shape.written,
+            kv_read=cache_row * shape.cache_reads,
+            kv_write=cache_row * shape.written,
+            kv_cache=cache_row * shape.cached,
         )))
     rows = (h // k) * shape.q_len  # GQA: the g = h/k query heads of a K/V head, stacked
     out.append(("scores", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes_unfused=p * (h * d_h * q_tokens + k * d_h * B * shape.span + scores),
+        bytes_unfused=reading_keys(h * d_h * q_tokens + scores),
         gemms=(gemm(B * k, rows, d_h, shape.span),),
         saved=q_heads + kv_heads,  # Q and K
     )))
@@ -198,7 +213,7 @@ def attention(
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes_unfused=p * (scores + k * d_h * B * shape.span + h * d_h * q_tokens),
+        bytes_unfused=reading_keys(scores + h * d_h * q_tokens),
         gemms=(gemm(B * k, rows, shape.span, d_h),),
         saved=kv_heads + (p * scores if dropped else 0),  # V (and the probabilities)
     )))

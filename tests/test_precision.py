@@ -1,0 +1,125 @@
+"""Weights and KV cache at other widths than the activations (costmodel.precision): what they
+change, derived by hand for llama-3-8b (d 4096, 32 layers, 32 query heads and 8 K/V heads of
+128, FFN 14336 SwiGLU, vocabulary 128,256, untied head, no biases)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from costmodel import catalog
+from costmodel.analysis import AnalysisError, analyze
+from costmodel.cli import app
+from costmodel.hardware import load_hardware
+from costmodel.memory import Run, memory
+from costmodel.timing import predict
+from tests.helpers import calibrated_profile
+
+runner = CliRunner()
+L, D, K_HEADS, D_H, F, V = 32, 4096, 8, 128, 14336, 128_256
+KV_ROW = 2 * K_HEADS * D_H  # K and V elements of one token in one layer
+# the linear layers' matrices of one layer: q, k, v, out, gate, up, down
+MATRICES = [D * D, D * K_HEADS * D_H, D * K_HEADS * D_H, D * D, D * F, D * F, F * D]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return catalog.load("llama-3-8b")
+
+
+def test_an_fp8_cache_halves_what_a_bf16_cache_holds_writes_and_reads_back(llama) -> None:
+    B, cached = 2, 1000  # decode: 1000 tokens cached, the 1001st written and attended
+    bf16 = analyze(llama, "decode", batch=B, seq=cached).total()
+    fp8 = analyze(llama, "decode", batch=B, seq=cached, kv_dtype="fp8").total()
+    held = L * B * KV_ROW * (cached + 1)  # bytes at 1 byte per element
+    assert (bf16.kv_cache, fp8.kv_cache) == (2 * held, held)
+    # one byte saved per element of every cached K and V read back (1000 tokens) and of the new
+    # token's K and V written; this step's own K and V are read by the scores and AV at bf16
+    saved = L * B * KV_ROW * (cached + 1)
+    assert bf16.bytes_unfused - fp8.bytes_unfused == saved
+    assert bf16.bytes_fused - fp8.bytes_fused == saved
+    assert (fp8.flops, fp8.params) == (bf16.flops, bf16.params)
+
+
+def test_an_fp8_cache_in_prefill_saves_only_the_write(llama) -> None:
+    S = 300  # nothing cached yet: the scores read this pass's own keys, at bf16
+    bf16 = analyze(llama, "prefill", seq=S).total()
+    fp8 = analyze(llama, "prefill", seq=S, kv_dtype="fp8").total()
+    assert bf16.bytes_unfused - fp8.bytes_unfused == L * KV_ROW * S
+    assert bf16.kv_cache - fp8.kv_cache == L * KV_ROW * S
+
+
+def test_int4_weights_hold_the_matrices_at_half_a_byte_and_a_scale_per_128(llama) -> None:
+    bf16 = analyze(llama, "decode", seq=1000)
+    int4 = analyze(llama, "decode", seq=1000, weights_dtype="int4")
+    # each matrix: 2 bytes a weight at bf16, 1/2 at int4 plus an fp16 scale per 128 weights
+    # (every matrix here divides by 128); embedding, head and norms stay at bf16
+    saved = L * sum(2 * m - (m // 2 + m // 128 * 2) for m in MATRICES)
+    params = bf16.total().params
+    assert bf16.bytes_weights == 2 * params
+    assert int4.bytes_weights == 2 * params - saved
+    # a decode step reads every matrix once: the bytes it moves fall by as much
+    assert bf16.total().bytes_fused - int4.total().bytes_fused == saved
+    assert bf16.total().bytes_unfused - int4.total().bytes_unfused == saved
+    # the memory model holds the same bytes (one rule, costmodel.precision)
+    held = memory(llama, "decode", 1, 1000, None, Run(weights_dtype="int4"))
+    assert held.total("weights") == int4.bytes_weights
+    assert int4.to_dict()["weights_dtype"] == "int4" and int4.to_dict()["group_size"] == 128
+
+
+def test_fp8_weights_are_one_byte_each(llama) -> None:
+    a = analyze(llama, "decode", seq=10, weights_dtype="fp8")
+    assert a.bytes_weights == a.total().params
+
+
+def test_a_serving_curve_with_int4_weights_and_an_fp8_cache(llama) -> None:
+    h100 = load_hardware("h100-sxm")
+    seventy = catalog.load("llama-3-70b")
+    out = runner.invoke(app, ["inference", "llama-3-70b", "--hardware", "h100-sxm", "--batch", "1",
+                              "--weights-dtype", "int4", "--kv-dtype", "fp8", "-f", "json"])
+    assert out.exit_code == 0, out.output
+    quantised = json.loads(out.output)
+    plain = json.loads(runner.invoke(app, ["inference", "llama-3-70b", "--hardware", "h100-sxm", "--batch", "1",
+                                           "-f", "json"]).output)
+    assert (quantised["weights_dtype"], quantised["kv_dtype"]) == ("int4", "fp8")
+    # 70.6 B parameters: 141 GB at bf16 does not fit in 80 GB; about 38 GB at int4 does
+    assert plain["batches"][0]["fits"] is False and quantised["batches"][0]["fits"] is True
+    # decode reads the weights: at least 2.5x faster (the head and embedding stay at bf16)
+    assert quantised["batches"][0]["tpot_s"] < plain["batches"][0]["tpot_s"] / 2.5
+    assert analyze(seventy, "decode", seq=2048, weights_dtype="int4").bytes_weights < 40e9
+    assert predict(analyze(llama, "decode", seq=8, weights_dtype="int4"), h100).calibrated
+
+
+def test_a_table_over_shapes_cannot_time_other_widths_and_says_so(llama) -> None:
+    hw = calibrated_profile(("bf16",), realistic=True)  # a matmul table over (M, N, K), as calibrate's
+    p = predict(analyze(llama, "decode", seq=8, kv_dtype="fp8"), hw)
+    assert not p.calibrated and p.time_s == p.roofline_s
+    assert "bf16 weights and a fp8 cache" in p.note and "roofline" in p.note
+    assert predict(analyze(llama, "decode", seq=8), hw).calibrated
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"phase": "train", "weights_dtype": "int4"}, "weights-dtype, kv-dtype: inference options"),
+    ({"phase": "decode", "weights_dtype": "int3"}, "weights-dtype: unknown 'int3'"),
+    ({"phase": "decode", "kv_dtype": "int8"}, "kv-dtype: unknown 'int8'"),
+    ({"phase": "decode", "weights_dtype": "int4", "group_size": 0}, "group-size: must be at least 1"),
+])
+def test_bad_widths_are_one_line(llama, kwargs, message) -> None:
+    with pytest.raises(AnalysisError, match=message):
+        analyze(llama, kwargs.pop("phase"), seq=8, **kwargs)
+
+
+def test_a_latent_cache_at_another_width_is_refused() -> None:
+    with pytest.raises(AnalysisError, match="latent cache at another width"):
+        analyze(catalog.load("deepseek-v2-lite"), "decode", seq=8, kv_dtype="fp8")
+
+
+def test_the_command_line_takes_the_widths_and_refuses_them_in_training() -> None:
+    both = runner.invoke(app, ["analyze", "llama-3-8b", "--kv-dtype", "fp8", "-f", "json"])
+    assert both.exit_code == 0, both.output
+    assert set(json.loads(both.output)["phases"]) == {"prefill", "decode"}  # without --phase: inference
+    bad = runner.invoke(app, ["analyze", "llama-3-8b", "-p", "train", "--weights-dtype", "int4"])
+    assert bad.exit_code == 2 and bad.output.startswith("error: weights-dtype, kv-dtype: inference options")
+    assert len(bad.output.strip().splitlines()) == 1
