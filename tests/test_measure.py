@@ -196,11 +196,9 @@ def test_readme_calibrate_then_measure_on_cpu(hardware_dir) -> None:
     tables = profile.efficiency
     assert tables is not None and tables.matmul["fp32"].M[0] == 1 and tables.floor_s > 0
     assert len(tables.memory.bytes) == 9
-    # fresh outputs: a step per size from 1 MiB; under the default allocator (cache) a fresh
-    # block is a reused one, so the largest costs about nothing beyond a reused write (under
-    # system it page-faults: 2.3-6e-10 s/B, tests/test_allocator.py)
-    assert tables.first_touch is not None and tables.first_touch.bytes[0] == 2**20
-    assert tables.first_touch.s_per_byte[-1] < 5e-11 and "fresh output" in cal.output
+    # under the default allocator (cache) a fresh block is a reused one: no first-touch table
+    # (under system one is measured, and page faults cost: tests/test_allocator.py)
+    assert tables.first_touch is None and "fresh output" not in cal.output
     assert tables.allocator == "cache" and "allocator cache" in tables.source
     analyzed = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "local", "--dtype", "fp32"])
     assert analyzed.exit_code == 0 and "predicted time " in analyzed.output and "no efficiency" not in analyzed.output
