@@ -92,7 +92,9 @@ def params_table(a: Analysis) -> Table:
     rows.append(("total", f"{total:,}", units.count(total), "100.0%"))
     notes = [f"embedding {units.count(a.params_embedding)} · lm_head {units.count(a.params_lm_head)} · "
              f"non-embedding {units.count(total - a.params_embedding - a.params_lm_head)} · "
-             f"weights {units.nbytes(a.bytes_weights)} in {a.dtype}"]
+             f"weights {units.nbytes(a.bytes_weights)} in {a.weights_dtype}"
+             + (f" (groups of {a.precision.group_size})" if a.weights_dtype in ("int8", "int4") else "")
+             + (f" · KV cache in {a.kv_dtype}" if a.kv_dtype != a.dtype else "")]
     if a.spec.moe is not None:
         notes.append(active_note(a))
     pub = published_note(a.spec, total)

@@ -120,6 +120,8 @@ def test_the_command_line_takes_the_widths_and_refuses_them_in_training() -> Non
     both = runner.invoke(app, ["analyze", "llama-3-8b", "--kv-dtype", "fp8", "-f", "json"])
     assert both.exit_code == 0, both.output
     assert set(json.loads(both.output)["phases"]) == {"prefill", "decode"}  # without --phase: inference
+    table = runner.invoke(app, ["analyze", "llama-3-8b", "--weights-dtype", "int4", "--kv-dtype", "fp8"])
+    assert "in int4 (groups of 128) · KV cache in fp8" in table.output
     bad = runner.invoke(app, ["analyze", "llama-3-8b", "-p", "train", "--weights-dtype", "int4"])
     assert bad.exit_code == 2 and bad.output.startswith("error: weights-dtype, kv-dtype: inference options")
     assert len(bad.output.strip().splitlines()) == 1
