@@ -38,6 +38,7 @@ from costmodel.components.position import label as position
 from costmodel.components.shape import layers
 from costmodel.components.stability import softcaps
 from costmodel.conventions import ConventionRow, compare_conventions
+from costmodel.precision import Widths
 from costmodel.spec import Spec, SpecError
 
 # Rules of thumb (docs/reference.md, "Shape rules of thumb"; the study note, section 4).
@@ -177,11 +178,13 @@ def common_seq(specs: Sequence[Spec], seq: int | None) -> dict[str, int]:
             for p in ("train", "prefill", "decode")}
 
 
-def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str) -> dict[str, float]:
-    """The compared quantities of one spec at one shape (AnalysisError if it cannot run it)."""
+def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str, widths: Widths = Widths()) -> dict[str, float]:
+    """The compared quantities of one spec at one shape (AnalysisError if it cannot run it);
+    prefill and decode hold weights and cache at `widths` (training runs at `dtype`)."""
+    at = {"weights_dtype": widths.weights, "kv_dtype": widths.kv, "group_size": widths.group_size}
     train = analyze(spec, "train", batch, seq["train"], dtype)
-    prefill = analyze(spec, "prefill", batch, seq["prefill"], dtype)
-    decode = analyze(spec, "decode", batch, seq["decode"], dtype)
+    prefill = analyze(spec, "prefill", batch, seq["prefill"], dtype, **at)
+    decode = analyze(spec, "decode", batch, seq["decode"], dtype, **at)
     t, dec = train.total(), decode.total()
     return {
         "params": t.params,
@@ -204,6 +207,7 @@ class SideBySide:
     costs: tuple[CostRow, ...]
     conventions: dict[str, tuple[ConventionRow | None, ...]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    widths: Widths = Widths()  # prefill's and decode's weights and cache
 
     @property
     def names(self) -> list[str]:
@@ -218,6 +222,8 @@ class SideBySide:
             "batch": self.batch,
             "seq": self.seq,
             "dtype": self.dtype,
+            "weights_dtype": self.widths.weights or self.dtype,
+            "kv_dtype": self.widths.kv or self.dtype,
             "choices": [{"choice": c.label, "values": [plain(v) for v in c.values], "invariant": c.invariant,
                          **({"rule": c.rule, "outside_rule": list(c.flags)} if c.rule else {})}
                         for c in self.choices],
@@ -232,19 +238,21 @@ class SideBySide:
 
 def compare(
     specs: Sequence[Spec], batch: int = 1, seq: int | None = None, dtype: str = "bf16",
-    conventions: tuple[str, ...] = (),
+    conventions: tuple[str, ...] = (), widths: Widths = Widths(),
 ) -> SideBySide:
     """`specs` side by side, oldest first, at one shape: `seq` means what it means for
     ``analyze`` (prompt for train and prefill, cached tokens for decode); by default the
     longest context every model allows. `conventions` names paper conventions to count beside
-    ours (``conventions.PAPER_CONVENTIONS``)."""
+    ours (``conventions.PAPER_CONVENTIONS``); `widths` holds prefill's and decode's weights and
+    KV cache at other widths than `dtype` (``costmodel.precision``)."""
+    widths.check()
     ordered = tuple(by_year(specs))
     shape = common_seq(ordered, seq)
     notes = []
     per_model: list[dict[str, float] | None] = []
     for s in ordered:
         try:
-            per_model.append(costs(s, batch, shape, dtype))
+            per_model.append(costs(s, batch, shape, dtype, widths))
         except AnalysisError as e:
             per_model.append(None)
             notes.append(f"{s.name}: {e}")
@@ -256,4 +264,4 @@ def compare(
             for row in compare_conventions(s, shape["train"], conventions):
                 conv.setdefault(row.count.convention, [None] * len(ordered))[i] = row
     return SideBySide(ordered, batch, shape, dtype, tuple(choices(ordered)), rows,
-                      {k: tuple(v) for k, v in conv.items()}, tuple(notes))
+                      {k: tuple(v) for k, v in conv.items()}, tuple(notes), widths)

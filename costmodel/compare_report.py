@@ -94,7 +94,10 @@ def comparison_tables(c: SideBySide) -> list[Table]:
         cells = (quantity_cell(r.key, v) for v in r.values)
         cost_rows.append((r.label, _status(len(set(r.values))), *cells))
     s = c.seq
-    cost_notes = [f"batch {c.batch}, {c.dtype}; train and prefill over {s['train']} tokens, decode one "
+    w = c.widths
+    held = "".join([f", {w.weights} weights" if (w.weights or c.dtype) != c.dtype else "",
+                    f", {w.kv} KV cache" if (w.kv or c.dtype) != c.dtype else ""])
+    cost_notes = [f"batch {c.batch}, {c.dtype}{held and f' (prefill and decode{held})'}; train and prefill over {s['train']} tokens, decode one "
                   f"token after {s['decode']} cached; per-token figures divide by the batch's tokens",
                   *c.notes]
     tables.append(Table("Costs at a common shape", ("quantity", "across", *names), cost_rows, cost_notes,

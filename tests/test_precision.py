@@ -125,3 +125,18 @@ def test_the_command_line_takes_the_widths_and_refuses_them_in_training() -> Non
     bad = runner.invoke(app, ["analyze", "llama-3-8b", "-p", "train", "--weights-dtype", "int4"])
     assert bad.exit_code == 2 and bad.output.startswith("error: weights-dtype, kv-dtype: inference options")
     assert len(bad.output.strip().splitlines()) == 1
+
+
+def test_compare_holds_prefill_and_decode_at_the_widths() -> None:
+    out = runner.invoke(app, ["compare", "llama-3-8b", "mistral-7b", "deepseek-v2-lite", "--kv-dtype", "fp8",
+                              "-f", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    kv = next(r["values"] for r in data["costs"] if r["quantity"] == "kv_cache_per_token")
+    # an fp8 cache: one byte per element, 2 x 8 heads x 128 x 32 layers a token for both
+    assert kv[data["models"].index("llama-3-8b")] == kv[data["models"].index("mistral-7b")] == 2 * 8 * 128 * 32
+    assert kv[data["models"].index("deepseek-v2-lite")] is None  # a latent cache is refused, with its reason
+    assert any("deepseek-v2-lite: kv-dtype" in n for n in data["notes"]) and data["kv_dtype"] == "fp8"
+    plain = json.loads(runner.invoke(app, ["compare", "llama-3-8b", "mistral-7b", "-f", "json"]).output)
+    train = [next(r["values"] for r in d["costs"] if r["quantity"] == "train_flops_per_token") for d in (data, plain)]
+    assert train[0][:2] == train[1]  # training runs at --dtype (and FLOPs do not change anyway)

@@ -15,8 +15,11 @@ from costmodel.cli.app import (
     EncSeqOpt,
     Format,
     FormatOpt,
+    GroupSizeOpt,
+    KvDtypeOpt,
     SeqOpt,
     SpecArg,
+    WeightsDtypeOpt,
     _user_errors,
     app,
     emit,
@@ -24,6 +27,7 @@ from costmodel.cli.app import (
 from costmodel.report import records_csv
 from costmodel.compare import compare, expand
 from costmodel.conventions import ConventionName, selected
+from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.variants import RANK_KEYS, ablate, elements_across, parse_sets, rank_elements
 
 
@@ -43,12 +47,17 @@ def compare_cmd(
     seq: SeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
     convention: ConventionOpt = None,
+    weights_dtype: WeightsDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = DEFAULT_GROUP,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Architectures side by side, oldest first: every design choice (same or varying, shapes
-    outside the rules of thumb flagged) and the costs at one common shape."""
+    outside the rules of thumb flagged) and the costs at one common shape (prefill and decode at
+    --weights-dtype and --kv-dtype where given)."""
     with _user_errors():
-        c = compare(expand(specs), batch, seq, dtype.value, selected([n.value for n in convention or []]))
+        c = compare(expand(specs), batch, seq, dtype.value, selected([n.value for n in convention or []]),
+                    Widths(weights_dtype, kv_dtype, group_size))
     header = f"{len(c.specs)} models compared"
     emit(fmt, lambda: compare_report.comparison_tables(c), c.to_dict, header, page=True)
 
