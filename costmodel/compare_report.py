@@ -200,7 +200,9 @@ def ablation_tables(a: Ablation) -> list[Table]:
                 rows.append((QUANTITY_LABELS[d.quantity], *(_ablation_cell(d.quantity, v, signed=i == 2)
                                       for i, v in enumerate((d.before, d.after, d.change))), pct(d.relative)))
         shape = f"{before.seq} cached" if phase == "decode" else f"seq {before.seq}"
-        tables.append(Table(f"{phase} (batch {before.batch}, {shape}, {before.dtype})",
+        widths = "".join([f", {before.weights_dtype} weights" if before.weights_dtype != before.dtype else "",
+                          f", {before.kv_dtype} KV cache" if before.kv_dtype != before.dtype else ""])
+        tables.append(Table(f"{phase} (batch {before.batch}, {shape}, {before.dtype}{widths})",
                             ("quantity", "before", "after", "change", "relative"), rows))
     return tables
 

@@ -28,7 +28,8 @@ import yaml
 
 from costmodel.analysis import Analysis, AnalysisError, analyze, default_seq
 from costmodel.components import ELEMENTS
-from costmodel.phases import LABELS
+from costmodel.phases import LABELS, PHASES
+from costmodel.precision import Widths
 from costmodel.components.attention import DEFAULT_WINDOW, GQA_KV_HEADS, gqa_kv_heads
 from costmodel.components.ffn import equal_params_d_ff
 from costmodel.components.loss import GPT2_DROPOUT
@@ -190,20 +191,23 @@ class Ablation:
 
 def ablate(
     spec: Spec, changes: Mapping[str, Any], batch: int = 1, seq: int | None = None,
-    dtype: str = "bf16", enc_seq: int | None = None,
+    dtype: str = "bf16", enc_seq: int | None = None, widths: Widths = Widths(),
 ) -> Ablation:
     """`spec` before and after `changes`: every quantity of every phase, with its change.
 
     `seq` means what it means for ``analyze``; by default each phase takes the original spec's
-    default, so both sides run at the same shape.
+    default, so both sides run at the same shape. Both sides' prefill and decode hold weights
+    and cache at `widths` (``costmodel.precision``; training at `dtype`).
     """
     after = variant(spec, changes)
     analyses = {}
     deltas = []
     for phase in PHASE_ORDER:
         s = default_seq(spec, phase) if seq is None else seq
-        pair = (analyze(spec, phase, batch, s, dtype, enc_seq),
-                analyze(after, phase, batch, s, dtype, enc_seq))
+        at = {} if PHASES[phase].training else {
+            "weights_dtype": widths.weights, "kv_dtype": widths.kv, "group_size": widths.group_size}
+        pair = (analyze(spec, phase, batch, s, dtype, enc_seq, **at),
+                analyze(after, phase, batch, s, dtype, enc_seq, **at))
         analyses[phase] = pair
         if phase == PHASE_ORDER[0]:
             deltas.append(Delta("all", "params", pair[0].total().params, pair[1].total().params))

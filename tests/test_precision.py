@@ -140,3 +140,15 @@ def test_compare_holds_prefill_and_decode_at_the_widths() -> None:
     plain = json.loads(runner.invoke(app, ["compare", "llama-3-8b", "mistral-7b", "-f", "json"]).output)
     train = [next(r["values"] for r in d["costs"] if r["quantity"] == "train_flops_per_token") for d in (data, plain)]
     assert train[0][:2] == train[1]  # training runs at --dtype (and FLOPs do not change anyway)
+
+
+def test_ablate_holds_both_sides_inference_at_the_widths() -> None:
+    out = runner.invoke(app, ["ablate", "llama-3-8b", "--set", "n_kv_heads=1", "--kv-dtype", "fp8", "-s", "1000",
+                              "-f", "json"])
+    assert out.exit_code == 0, out.output
+    kv = next(d for d in json.loads(out.output)["deltas"] if d["phase"] == "decode" and d["quantity"] == "kv_cache")
+    # 1001 tokens x 32 layers x K and V x 128 at one byte: 8 K/V heads before, 1 after
+    assert (kv["before"], kv["after"]) == (2 * 8 * 128 * 32 * 1001, 2 * 1 * 128 * 32 * 1001)
+    table = runner.invoke(app, ["ablate", "llama-3-8b", "--set", "n_kv_heads=1", "--kv-dtype", "fp8"])
+    assert "decode (batch 1, 2047 cached, bf16, fp8 KV cache)" in table.output
+    assert "train (batch 1, seq 2048, bf16)" in table.output

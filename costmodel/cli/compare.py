@@ -71,11 +71,16 @@ def ablate_cmd(
     seq: SeqOpt = None,
     enc_seq: EncSeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
+    weights_dtype: WeightsDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = DEFAULT_GROUP,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """One spec before and after changing some of its fields: every quantity, every phase."""
+    """One spec before and after changing some of its fields: every quantity, every phase
+    (prefill and decode at --weights-dtype and --kv-dtype where given)."""
     with _user_errors():
-        a = ablate(catalog.load(spec), parse_sets(set_), batch, seq, dtype.value, enc_seq)
+        a = ablate(catalog.load(spec), parse_sets(set_), batch, seq, dtype.value, enc_seq,
+                   Widths(weights_dtype, kv_dtype, group_size))
     header = f"{a.before.name} with {', '.join(set_)}"
     emit(fmt, lambda: compare_report.ablation_tables(a), a.to_dict, header,
          csv=lambda: records_csv(a.to_dict()["deltas"]))
