@@ -27,6 +27,7 @@ from costmodel.hardware import Fit, Hardware, Roofline, attention_total, fit, ro
 from costmodel.components.attention import heads, heads_kind, pattern
 from costmodel.components.mla import Convention
 from costmodel.phases import DECODE
+from costmodel.precision import Widths
 from costmodel.spec import LayerKind, Position, Spec
 from costmodel.variants import gqa_kv_heads, variant
 
@@ -156,13 +157,15 @@ def heads_row(label: str, k: int | None, own: bool, a: Analysis, hw: Hardware) -
 
 def compare_kv_heads(
     spec: Spec, hw: Hardware, batch: int = 1, seq: int | None = None, dtype: str = "bf16",
-    kv_heads: Sequence[int] | None = None, enc_seq: int | None = None,
+    kv_heads: Sequence[int] | None = None, enc_seq: int | None = None, widths: Widths = Widths(),
 ) -> list[HeadsRow]:
-    """Prefill and decode of each key/value-head variant (default: h, the spec's k, 1)."""
+    """Prefill and decode of each key/value-head variant (default: h, the spec's k, 1), weights
+    and cache at `widths`."""
     rows = []
     for v in kv_head_variants(spec, kv_heads):
         for phase in INFERENCE:
-            a = analyze(v.spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=v.mla)
+            a = analyze(v.spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=v.mla,
+                        **widths.options())
             k = None if v.spec.mla is not None else v.spec.n_kv_heads
             rows.append(heads_row(v.label, k, v.own, a, hw))
     return rows
@@ -199,17 +202,18 @@ def default_contexts(spec: Spec) -> list[int]:
 
 def compare_windows(
     spec: Spec, hw: Hardware, batch: int = 1, contexts: Sequence[int] | None = None,
-    dtype: str = "bf16", window: int | None = None,
+    dtype: str = "bf16", window: int | None = None, widths: Widths = Widths(),
 ) -> list[WindowRow]:
-    """Full attention, all-local with window w, and the spec's pattern, as the context grows."""
+    """Full attention, all-local with window w, and the spec's pattern, as the context grows
+    (weights and cache at `widths`)."""
     contexts = sorted(set(contexts or default_contexts(spec)))
     if DECODE.seq_for(contexts[0]) < 1:  # a decode step attends to the cached tokens and itself
         raise AnalysisError(f"contexts: must be at least {DECODE.context(1)} (got {contexts[0]})")
     rows = []
     for v in window_variants(spec, window):
         for c in contexts:
-            pre = analyze(v.spec, "prefill", batch=batch, seq=c, dtype=dtype)
-            dec = analyze(v.spec, "decode", batch=batch, seq=DECODE.seq_for(c), dtype=dtype)
+            pre = analyze(v.spec, "prefill", batch=batch, seq=c, dtype=dtype, **widths.options())
+            dec = analyze(v.spec, "decode", batch=batch, seq=DECODE.seq_for(c), dtype=dtype, **widths.options())
             att = attention_total(dec)
             rows.append(WindowRow(v.label, v.own, c, dec.total().kv_cache, attention_total(pre), att,
                                   roofline_of(att, hw, dtype)))

@@ -181,10 +181,9 @@ def common_seq(specs: Sequence[Spec], seq: int | None) -> dict[str, int]:
 def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str, widths: Widths = Widths()) -> dict[str, float]:
     """The compared quantities of one spec at one shape (AnalysisError if it cannot run it);
     prefill and decode hold weights and cache at `widths` (training runs at `dtype`)."""
-    at = {"weights_dtype": widths.weights, "kv_dtype": widths.kv, "group_size": widths.group_size}
     train = analyze(spec, "train", batch, seq["train"], dtype)
-    prefill = analyze(spec, "prefill", batch, seq["prefill"], dtype, **at)
-    decode = analyze(spec, "decode", batch, seq["decode"], dtype, **at)
+    prefill = analyze(spec, "prefill", batch, seq["prefill"], dtype, **widths.options())
+    decode = analyze(spec, "decode", batch, seq["decode"], dtype, **widths.options())
     t, dec = train.total(), decode.total()
     return {
         "params": t.params,

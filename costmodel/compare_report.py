@@ -94,10 +94,8 @@ def comparison_tables(c: SideBySide) -> list[Table]:
         cells = (quantity_cell(r.key, v) for v in r.values)
         cost_rows.append((r.label, _status(len(set(r.values))), *cells))
     s = c.seq
-    w = c.widths
-    held = "".join([f", {w.weights} weights" if (w.weights or c.dtype) != c.dtype else "",
-                    f", {w.kv} KV cache" if (w.kv or c.dtype) != c.dtype else ""])
-    cost_notes = [f"batch {c.batch}, {c.dtype}{held and f' (prefill and decode{held})'}; train and prefill over {s['train']} tokens, decode one "
+    held = c.widths.label(c.dtype)
+    cost_notes = [f"batch {c.batch}, {c.dtype}{held and f'{held[:-1]} in prefill and decode)'}; train and prefill over {s['train']} tokens, decode one "
                   f"token after {s['decode']} cached; per-token figures divide by the batch's tokens",
                   *c.notes]
     tables.append(Table("Costs at a common shape", ("quantity", "across", *names), cost_rows, cost_notes,
@@ -200,9 +198,7 @@ def ablation_tables(a: Ablation) -> list[Table]:
                 rows.append((QUANTITY_LABELS[d.quantity], *(_ablation_cell(d.quantity, v, signed=i == 2)
                                       for i, v in enumerate((d.before, d.after, d.change))), pct(d.relative)))
         shape = f"{before.seq} cached" if phase == "decode" else f"seq {before.seq}"
-        widths = "".join([f", {before.weights_dtype} weights" if before.weights_dtype != before.dtype else "",
-                          f", {before.kv_dtype} KV cache" if before.kv_dtype != before.dtype else ""])
-        tables.append(Table(f"{phase} (batch {before.batch}, {shape}, {before.dtype}{widths})",
+        tables.append(Table(f"{phase} (batch {before.batch}, {shape}, {before.dtype}{before.precision.label(before.dtype)})",
                             ("quantity", "before", "after", "change", "relative"), rows))
     return tables
 

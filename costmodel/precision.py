@@ -18,6 +18,7 @@ recipe), so these are inference options.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from costmodel.symbols import DTYPE_BYTES
 
@@ -54,6 +55,17 @@ class Widths:
             raise AnalysisError(f"kv-dtype: unknown {self.kv!r}; expected one of {', '.join(DTYPE_BYTES)}")
         if self.group_size < 1:
             raise AnalysisError(f"group-size: must be at least 1 (got {self.group_size})")
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of ``analysis.analyze`` that set these widths."""
+        return {"weights_dtype": self.weights, "kv_dtype": self.kv, "group_size": self.group_size}
+
+    def label(self, dtype: str) -> str:
+        """' (int4 weights in groups of 128, fp8 KV cache)' where a width is not `dtype`'s; else ''."""
+        w, kv = self.weights or dtype, self.kv or dtype
+        parts = [f"{w} weights" + (f" in groups of {self.group_size}" if w in INT_BITS else "")] * (w != dtype)
+        parts += [f"{kv} KV cache"] * (kv != dtype)
+        return f" ({', '.join(parts)})" if parts else ""
 
     def differs(self, dtype: str) -> bool:
         """Whether weights or cache are held at another width than `dtype`'s."""

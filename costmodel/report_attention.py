@@ -57,7 +57,8 @@ def _contexts(rows: Sequence[Any]) -> str:
     return "; ".join(seen.values())
 
 
-def heads_table(rows: Sequence[HeadsRow], hw: Hardware, dtype: str) -> Table:
+def heads_table(rows: Sequence[HeadsRow], hw: Hardware, dtype: str, held: str = "") -> Table:
+    """`held`: the weights' and the cache's widths where they are not `dtype`'s (``precision``)."""
     """One row per key/value-head variant and phase."""
     cells = []
     for r in rows:
@@ -81,14 +82,14 @@ def heads_table(rows: Sequence[HeadsRow], hw: Hardware, dtype: str) -> Table:
         device_note(hw, dtype),
     ]
     return Table(
-        f"Key/value heads: MHA, GQA, MQA on {hw.name}",
+        f"Key/value heads: MHA, GQA, MQA on {hw.name}{held}",
         ("variant", "phase", "KV/token", "KV cache", "attn FLOPs", "attn bytes", "intensity",
          f"bound (ridge {hw.ridge(dtype):.3g})", "attn time", "step time", "max batch"),
         cells, notes, numeric_from=2,
     )
 
 
-def windows_table(rows: Sequence[WindowRow], hw: Hardware, batch: int) -> Table:
+def windows_table(rows: Sequence[WindowRow], hw: Hardware, batch: int, held: str = "") -> Table:
     """One row per window variant and context length."""
     cells = [(
         _mark(r.variant, r.own), f"{r.context:,}", units.nbytes(r.kv_cache),
@@ -103,7 +104,7 @@ def windows_table(rows: Sequence[WindowRow], hw: Hardware, batch: int) -> Table:
     if len({r.variant for r in rows}) == 1:
         notes.append("The spec has no window: --window W adds an all-local variant.")
     return Table(
-        "Windows: cache and attention work as the context grows",
+        f"Windows: cache and attention work as the context grows{held}",
         ("variant", "C", "KV cache", "prefill (masked)", "prefill (dense)",
          "decode FLOPs", "decode bytes", "decode time"),
         cells, notes, numeric_from=1,

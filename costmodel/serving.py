@@ -130,7 +130,7 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
                     enc_seq=prompt if encdec else None, mla=mla, **widths)
         return a, predict(a, hw, kernels)
 
-    widths = {"weights_dtype": precision.weights, "kv_dtype": precision.kv, "group_size": precision.group_size}
+    widths = precision.options()
     points = []
     probe = decode(batches[0], 1)[1]  # the tables in use, or the note saying why not
     calibrated, note = probe.calibrated, probe.note

@@ -204,8 +204,7 @@ def ablate(
     deltas = []
     for phase in PHASE_ORDER:
         s = default_seq(spec, phase) if seq is None else seq
-        at = {} if PHASES[phase].training else {
-            "weights_dtype": widths.weights, "kv_dtype": widths.kv, "group_size": widths.group_size}
+        at = {} if PHASES[phase].training else widths.options()
         pair = (analyze(spec, phase, batch, s, dtype, enc_seq, **at),
                 analyze(after, phase, batch, s, dtype, enc_seq, **at))
         analyses[phase] = pair

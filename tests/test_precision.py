@@ -150,5 +150,17 @@ def test_ablate_holds_both_sides_inference_at_the_widths() -> None:
     # 1001 tokens x 32 layers x K and V x 128 at one byte: 8 K/V heads before, 1 after
     assert (kv["before"], kv["after"]) == (2 * 8 * 128 * 32 * 1001, 2 * 1 * 128 * 32 * 1001)
     table = runner.invoke(app, ["ablate", "llama-3-8b", "--set", "n_kv_heads=1", "--kv-dtype", "fp8"])
-    assert "decode (batch 1, 2047 cached, bf16, fp8 KV cache)" in table.output
+    assert "decode (batch 1, 2047 cached, bf16 (fp8 KV cache))" in table.output
     assert "train (batch 1, seq 2048, bf16)" in table.output
+
+
+def test_attention_tables_hold_the_cache_at_its_width() -> None:
+    out = runner.invoke(app, ["attention", "llama-3-8b", "--kv-dtype", "fp8", "--contexts", "4096", "-f", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    per_token = {r["variant"]: r["kv_bytes_per_token"] for r in data["kv_heads"] if r["phase"] == "decode"}
+    # K and V x heads x 128 x 32 layers at one byte: MHA 32 heads, the spec's 8, MQA 1
+    assert per_token == {"MHA k=32": 2 * 32 * 128 * 32, "GQA k=8": 2 * 8 * 128 * 32, "MQA k=1": 2 * 128 * 32}
+    assert data["kv_dtype"] == "fp8"
+    table = runner.invoke(app, ["attention", "llama-3-8b", "--kv-dtype", "fp8"])
+    assert "Key/value heads: MHA, GQA, MQA on h100-sxm (fp8 KV cache)" in table.output

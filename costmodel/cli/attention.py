@@ -17,14 +17,18 @@ from costmodel.cli.app import (
     EncSeqOpt,
     Format,
     FormatOpt,
+    GroupSizeOpt,
+    KvDtypeOpt,
     PhaseName,
     SeqOpt,
     SpecArg,
+    WeightsDtypeOpt,
     _user_errors,
     app,
     emit,
 )
 from costmodel.hardware import bundled_dir, load_hardware, profile_paths, user_dir
+from costmodel.precision import DEFAULT_GROUP, Widths
 
 DEFAULT_HARDWARE = "h100-sxm"
 
@@ -67,6 +71,9 @@ def attention_cmd(
         "--contexts", help="Context lengths of the window table, e.g. 4096,32768. Default: 1K to 128K "
         "(up to max_seq_len for learned positions).")] = None,
     dtype: DtypeOpt = Dtype.bf16,
+    weights_dtype: WeightsDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = DEFAULT_GROUP,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """MHA / GQA / MQA and window variants of a spec's attention, in prefill and decode, on a device:
@@ -79,16 +86,20 @@ def attention_cmd(
         s = catalog.load(spec)
         hw = load_hardware(hardware)
         hw.peak(dtype.value)
-        heads = compare_kv_heads(s, hw, batch, seq, dtype.value, _ints(kv_heads, "--kv-heads"), enc_seq)
-        windows = compare_windows(s, hw, batch, _ints(contexts, "--contexts"), dtype.value, window)
+        widths = Widths(weights_dtype, kv_dtype, group_size)
+        heads = compare_kv_heads(s, hw, batch, seq, dtype.value, _ints(kv_heads, "--kv-heads"), enc_seq, widths)
+        windows = compare_windows(s, hw, batch, _ints(contexts, "--contexts"), dtype.value, window, widths)
         from costmodel.memory import fit_warning
 
         for phase in ("prefill", "decode"):  # the spec's own attention at this shape
-            warning = fit_warning(s, phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes)
+            warning = fit_warning(s, phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes,
+                                  precision=widths)
             if warning:
                 typer.echo(warning, err=True)
-    emit(fmt, lambda: [ra.heads_table(heads, hw, dtype.value), ra.windows_table(windows, hw, batch)],
+    held = widths.label(dtype.value)
+    emit(fmt, lambda: [ra.heads_table(heads, hw, dtype.value, held), ra.windows_table(windows, hw, batch, held)],
          lambda: {"spec": s.name, "hardware": hardware_dict(hw, dtype.value), "batch": batch, "dtype": dtype.value,
+                  "weights_dtype": weights_dtype or dtype.value, "kv_dtype": kv_dtype or dtype.value,
                   "kv_heads": [r.to_dict() for r in heads], "windows": [r.to_dict() for r in windows]},
          s, csv=lambda: ra.records_csv([{"table": "kv_heads", **r.to_dict()} for r in heads]
                                       + [{"table": "windows", **r.to_dict()} for r in windows]))

@@ -30,14 +30,6 @@ from costmodel.serving import Serving, parse_batches, serve
 from costmodel.timing import Kernels
 
 
-def widths(sv: Serving) -> str:
-    """' (int4 weights, fp8 KV cache)' where the weights or the cache are not at the dtype."""
-    w, kv = sv.precision.weights or sv.dtype, sv.precision.kv or sv.dtype
-    parts = [f"{w} weights" + (f" (groups of {sv.precision.group_size})" if w in ("int8", "int4") else "")] * (w != sv.dtype)
-    parts += [f"{kv} KV cache"] * (kv != sv.dtype)
-    return f" ({', '.join(parts)})" if parts else ""
-
-
 def serving_table(sv: Serving) -> report.Table:
     def s(x: float | None) -> str:
         return units.seconds(x) if x is not None else "-"
@@ -45,7 +37,7 @@ def serving_table(sv: Serving) -> report.Table:
     rows = [(str(p.batch), s(p.ttft_s), s(p.tpot_s), s(p.tpot_first_s), s(p.tpot_last_s), s(p.latency_s),
              f"{p.tokens_per_s:,.1f}", {True: "yes", False: "NO", None: "-"}[p.fits]) for p in sv.points]
     notes = [
-        f"prompt {sv.prompt} tokens, {sv.output} generated, {sv.dtype}{widths(sv)} on {sv.hardware.name}; "
+        f"prompt {sv.prompt} tokens, {sv.output} generated, {sv.dtype}{sv.precision.label(sv.dtype)} on {sv.hardware.name}; "
         + ("logits at every prompt position (--all-logits, the HF forward)" if sv.all_logits
            else "prefill computes the logits of the last position only (as serving does; --all-logits for all)"),
         "TPOT grows with the context: mean over the output, and its first and last step; "
