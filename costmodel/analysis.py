@@ -379,6 +379,38 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "un
     return tree
 
 
+def widths_tree(spec: Spec, phase: str, dtype: str, widths: Widths, mla: str = "naive") -> dict[str, dict[str, sympy.Expr]]:
+    """``symbolic_tree`` with bytes_fused and kv_cache at `widths` (an inference phase, as
+    ``analyze`` holds them): each component's weight reads scaled by its held bytes over
+    p x params (a number: the spec's sizes in), the cache's reads, writes and holdings by
+    p_kv / p. The widths are numbers in it; the shape's symbols stay (``costmodel.sweep``)."""
+    import sympy
+
+    ph = PHASES[phase]
+    tree = symbolic_tree(spec, phase, mla)
+    if not widths.differs(dtype):
+        return tree
+    if ph.training:
+        raise AnalysisError("weights-dtype, kv-dtype: inference options; a training step runs at --dtype")
+    costs = model.components(spec, model.symbolic_dims(spec, mla))
+    values = model.spec_values(spec)
+    p = DTYPE_BYTES[dtype]
+    q = sympy.Rational(DTYPE_BYTES[widths.kv or dtype], p)
+    for path, c in costs.items():
+        if c.train_only:  # the loss: nothing in an inference phase (Phase.quantities)
+            continue
+        read = sympy.sympify(c.weights_read)
+        params = int(sympy.sympify(c.params).xreplace(values))
+        if params and widths.weights not in (None, dtype):
+            matrices = int(sympy.sympify(c.matrices).xreplace(values))
+            held = weight_bytes_of(path, params, matrices, widths.weights, p, widths.group_size)
+            read = read * sympy.Rational(held, p * params)
+        fused = read + (c.kv_read + c.kv_write) * q + c.act_in + c.act_out
+        tree[path]["bytes_fused"] = sympy.sympify(fused).xreplace(ph.subs)
+        tree[path]["kv_cache"] = sympy.sympify(c.kv_cache * q).xreplace(ph.subs)
+    return tree
+
+
 def formula(
     spec: Spec, quantity: str, phase: str = "prefill", component: str = "", symbolic: bool = False,
     mla: str = "naive",

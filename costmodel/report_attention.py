@@ -152,7 +152,7 @@ def sweep_table(sw: Sweep) -> Table:
             keys = [str(v) for a, v in (("seq", s), ("batch", b)) if a in sw.swept]
             rows.append((*keys, *(_value(x.values[i, j], sw.unit) for x in sw.series)))
     fixed = fixed_text(sw)
-    notes = [f"{sw.quantity} ({sw.unit}) of {sw.component or 'the whole model'}, {sw.dtype}"
+    notes = [f"{sw.quantity} ({sw.unit}) of {sw.component or 'the whole model'}, {sw.dtype}{sw.widths.label(sw.dtype)}"
              + (f"; fixed {fixed}" if fixed else "")
              + ("; seq = prompt (prefill) or tokens cached (decode)" if "seq" in sw.swept else "")]
     if sw.quantity == "time":

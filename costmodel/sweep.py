@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,9 +21,10 @@ import sympy
 
 from costmodel import model
 from costmodel import symbols as sym
-from costmodel.analysis import AnalysisError, analyze, default_seq, select, symbolic_tree
+from costmodel.analysis import AnalysisError, analyze, default_seq, select, widths_tree
 from costmodel.hardware import Hardware, hardware_dict
 from costmodel.phases import DECODE, PHASES
+from costmodel.precision import Widths
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES
 from costmodel.attention_variants import Variant, kv_head_variants
@@ -98,9 +99,10 @@ class Evaluator:
     """FLOPs, fused bytes and KV cache of one spec in one phase, as numpy functions of
     (batch, seq), summed over `component` (a path prefix; the whole model by default)."""
 
-    def __init__(self, spec: Spec, phase: str, dtype: str, component: str = "", mla: str = "naive") -> None:
+    def __init__(self, spec: Spec, phase: str, dtype: str, component: str = "", mla: str = "naive",
+                 widths: Widths = Widths()) -> None:
         ph = PHASES[phase]
-        tree = symbolic_tree(spec, phase, mla)
+        tree = widths_tree(spec, phase, dtype, widths, mla)
         values = {**model.spec_values(spec), sym.p: DTYPE_BYTES[dtype],
                   getattr(sym, ph.seq_symbol): _SEQ + ph.seq_offset, getattr(sym, ph.enc_symbol): _SEQ}
         exprs = [select(tree, q, component, spec.name).xreplace(values) for q in ("flops", "bytes_fused", "kv_cache")]
@@ -143,6 +145,7 @@ class Sweep:
     hardware: Hardware
     swept: tuple[str, ...]  # the axes given with --over, in order
     series: tuple[Series, ...]
+    widths: Widths = Widths()  # the weights' and the cache's
 
     @property
     def points(self) -> int:
@@ -151,6 +154,7 @@ class Sweep:
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec, "quantity": self.quantity, "unit": self.unit, "dtype": self.dtype,
+            "weights_dtype": self.widths.weights or self.dtype, "kv_dtype": self.widths.kv or self.dtype,
             "component": self.component or "total", "hardware": hardware_dict(self.hardware, self.dtype),
             "swept": list(self.swept),
             "series": [{"variant": s.variant, "kv_heads": s.kv_heads, "phase": s.phase, "seq": s.seq.tolist(),
@@ -170,10 +174,11 @@ def quantity_of(q: str, numbers: dict[str, np.ndarray], hw: Hardware, dtype: str
 def sweep(
     spec: Spec, quantity: str, axes: Sequence[Axis], hw: Hardware, *, batch: int = 1,
     seq: int | None = None, phases: Sequence[str] = ("prefill", "decode"), dtype: str = "bf16",
-    kv_heads: Sequence[int] | None = None, component: str = "",
+    kv_heads: Sequence[int] | None = None, component: str = "", widths: Widths = Widths(),
 ) -> Sweep:
     """`quantity` over the grid of `axes` (the rest fixed at `batch`, `seq`), for each
-    key/value-head variant (default: h, the spec's k, 1) and phase."""
+    key/value-head variant (default: h, the spec's k, 1) and phase; weights and cache at
+    `widths` (``costmodel.precision``)."""
     if quantity not in QUANTITIES:
         raise AnalysisError(f"quantity: unknown quantity {quantity!r}; expected one of {', '.join(QUANTITIES)}")
     given = {a.name: a.values for a in axes}
@@ -192,9 +197,9 @@ def sweep(
             # The largest point through the exact path: it checks the request (learned positions,
             # the component) and costs one analysis.
             analyze(v.spec, phase, batch=int(max(grid["batch"])), seq=int(max(grid["seq"])), dtype=dtype,
-                    mla=v.mla).total(component)
-            evaluators[v.label, phase] = (v, grid, Evaluator(v.spec, phase, dtype, component, v.mla))
-    return evaluate(spec.name, quantity, evaluators, hw, dtype, component, tuple(given))
+                    mla=v.mla, **widths.options()).total(component)
+            evaluators[v.label, phase] = (v, grid, Evaluator(v.spec, phase, dtype, component, v.mla, widths))
+    return replace(evaluate(spec.name, quantity, evaluators, hw, dtype, component, tuple(given)), widths=widths)
 
 
 def evaluate(name: str, quantity: str, evaluators: dict[tuple[str, str], tuple[Variant, dict, Evaluator]],

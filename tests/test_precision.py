@@ -164,3 +164,29 @@ def test_attention_tables_hold_the_cache_at_its_width() -> None:
     assert data["kv_dtype"] == "fp8"
     table = runner.invoke(app, ["attention", "llama-3-8b", "--kv-dtype", "fp8"])
     assert "Key/value heads: MHA, GQA, MQA on h100-sxm (fp8 KV cache)" in table.output
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_a_sweep_at_other_widths_is_analyze_at_them(llama, phase) -> None:
+    """The sweep's lambdified tree (costmodel.analysis.widths_tree) against analyze, point by
+    point: fused bytes (through intensity) and the KV cache, int4 weights and an fp8 cache."""
+    import numpy as np
+
+    from costmodel.precision import Widths
+    from costmodel.sweep import Evaluator
+
+    widths = Widths("int4", "fp8", 128)
+    ev = Evaluator(llama, phase, "bf16", widths=widths)
+    seqs, batches = [1, 300, 4095], [1, 8]
+    got = ev(np.array(batches)[np.newaxis, :], np.array(seqs)[:, np.newaxis])
+    for i, s in enumerate(seqs):
+        for j, b in enumerate(batches):
+            t = analyze(llama, phase, batch=b, seq=s, **widths.options()).total()
+            assert got["bytes_fused"][i, j] == t.bytes_fused and got["kv_cache"][i, j] == t.kv_cache
+            assert got["flops"][i, j] == t.flops
+    out = runner.invoke(app, ["sweep", "llama-3-8b", "-q", "kv_cache", "--over", "seq=1024,2048", "--kv-dtype", "fp8",
+                              "-f", "json"])
+    assert out.exit_code == 0, out.output
+    series = json.loads(out.output)["series"]
+    assert [row[0] for row in next(x for x in series if x["variant"] == "GQA k=8")["values"]] == [
+        2 * 8 * 128 * 32 * 1025, 2 * 8 * 128 * 32 * 2049]  # decode: seq + 1 tokens at one byte

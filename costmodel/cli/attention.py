@@ -113,7 +113,8 @@ def sweep_cmd(
         "seq=START:STOP:POINTS (geometric), or batch=1,8,64. Repeat for a grid. Default: seq from 512 "
         "to the spec's max_seq_len.")] = None,
     quantity: Annotated[SweepQuantity, typer.Option(
-        "--quantity", "-q", help="intensity (FLOP/B, fused bytes), kv_cache (bytes) or time (roofline seconds).")
+        "--quantity", "-q", metavar="QUANTITY",
+        help="intensity (FLOP/B, fused bytes), kv_cache (bytes) or time (roofline seconds).")
     ] = SweepQuantity.intensity,
     phases: Annotated[Optional[list[PhaseName]], typer.Option(
         "--phase", "-p", metavar="PHASE", help="Phases to evaluate (repeat): train, prefill, decode. Default: prefill and decode; decode alone for kv_cache.")] = None,
@@ -124,6 +125,9 @@ def sweep_cmd(
     component: Annotated[str, typer.Option(
         "--component", "-c", help="A component path or prefix (layers/attention). Default: the whole model.")] = "",
     dtype: DtypeOpt = Dtype.bf16,
+    weights_dtype: WeightsDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = DEFAULT_GROUP,
     plot: Annotated[Optional[str], typer.Option(
         "--plot", help="Also draw the sweep into this file (.png, .svg, .pdf): a roofline for intensity, "
         "a line chart otherwise. Needs the `plot` extra (matplotlib).")] = None,
@@ -141,7 +145,8 @@ def sweep_cmd(
         chosen = [p.value for p in phases] if phases else (
             ["decode"] if quantity is SweepQuantity.kv_cache else ["prefill", "decode"])
         sw = sweep(s, quantity.value, axes, hw, batch=batch, seq=seq, phases=chosen, dtype=dtype.value,
-                   kv_heads=_ints(kv_heads, "--kv-heads"), component=component)
+                   kv_heads=_ints(kv_heads, "--kv-heads"), component=component,
+                   widths=Widths(weights_dtype, kv_dtype, group_size))
         if plot:
             from costmodel.plot import plot as draw
 
