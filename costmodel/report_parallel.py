@@ -98,7 +98,8 @@ def decode_table(ds: Sequence[Decode]) -> Table:
                      units.nbytes(d.memory_bytes), "yes" if d.fits else "NO"))
     d0 = ds[0]
     return Table(
-        f"Decode on TP{d0.tp}" + (f" x EP{d0.ep}" if d0.ep > 1 else "") + f" ({d0.cluster.name})",
+        f"Decode on TP{d0.tp}" + (f" x EP{d0.ep}" if d0.ep > 1 else "") + f" ({d0.cluster.name})"
+        + d0.widths.label(d0.dtype),
         ("batch", "context", "compute", "comm", "TPOT", "tokens/s", "sent/GPU/step", "memory/GPU", "fits"),
         rows, ("TPOT = compute of one rank's shard + its all-reduces (and expert all-to-alls), nothing overlapped",
                *([] if d0.cluster.hardware.tables_for(d0.dtype) else

@@ -190,3 +190,17 @@ def test_a_sweep_at_other_widths_is_analyze_at_them(llama, phase) -> None:
     series = json.loads(out.output)["series"]
     assert [row[0] for row in next(x for x in series if x["variant"] == "GQA k=8")["values"]] == [
         2 * 8 * 128 * 32 * 1025, 2 * 8 * 128 * 32 * 2049]  # decode: seq + 1 tokens at one byte
+
+
+def test_serve_holds_each_ranks_shard_at_the_widths() -> None:
+    args = ["serve", "llama-3-70b", "--cluster", "dgx-h100", "--tp", "8", "--context", "2048", "-f", "json"]
+    plain = json.loads(runner.invoke(app, args).output)["results"][0]
+    out = runner.invoke(app, [*args, "--weights-dtype", "int4", "--kv-dtype", "fp8"])
+    assert out.exit_code == 0, out.output
+    low = json.loads(out.output)["results"][0]
+    assert (low["weights_dtype"], low["kv_dtype"]) == ("int4", "fp8")
+    # one rank holds 1/8 of the cache: 80 layers x 8 K/V heads / 8 ranks x 128 x K and V x 2049 tokens
+    assert plain["memory"]["per_gpu"]["kv_cache"] == 80 * 1 * 128 * 2 * 2049 * 2
+    assert low["memory"]["per_gpu"]["kv_cache"] == 80 * 1 * 128 * 2 * 2049
+    assert low["memory"]["per_gpu"]["weights"] < plain["memory"]["per_gpu"]["weights"] / 3
+    assert low["compute_s"] < plain["compute_s"] and low["comm_s"] == plain["comm_s"]  # activations stay bf16

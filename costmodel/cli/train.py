@@ -9,7 +9,18 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, report, report_parallel, units
-from costmodel.cli.app import Format, FormatOpt, MlaOpt, SpecArg, _user_errors, app, emit
+from costmodel.cli.app import (
+    Format,
+    FormatOpt,
+    GroupSizeOpt,
+    KvDtypeOpt,
+    MlaOpt,
+    SpecArg,
+    WeightsDtypeOpt,
+    _user_errors,
+    app,
+    emit,
+)
 from costmodel.components.mla import Convention
 from costmodel.parallel import device
 from costmodel.parallel.cluster import cluster_paths, load_cluster
@@ -17,6 +28,7 @@ from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
 from costmodel.parallel.plan import plan
 from costmodel.parallel.serve import decode
 from costmodel.parallel.step import Overlap, StepModel
+from costmodel.precision import DEFAULT_GROUP, Widths
 
 
 class TrainDtype(str, Enum):
@@ -153,6 +165,9 @@ def serve_cmd(
     context: Annotated[int, typer.Option("--context", "-c", help="Tokens already cached per sequence.")] = 2048,
     dtype: Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")] = TrainDtype.bf16,
     mla: MlaOpt = Convention.naive,
+    weights_dtype: WeightsDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = DEFAULT_GROUP,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Decode at scale: per-token communication, time per output token (TPOT) and memory per GPU
@@ -165,7 +180,8 @@ def serve_cmd(
             batches = [int(b) for b in batch.split(",")]
         except ValueError:
             raise LayoutError(f"--batch: {batch!r} is not a list of integers such as 1,8,64") from None
-        results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value) for b in batches]
+        widths = Widths(weights_dtype, kv_dtype, group_size)
+        results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value, widths) for b in batches]
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
 

@@ -35,6 +35,7 @@ from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective
 from costmodel.parallel.layout import Layout, LayoutError, check, experts
 from costmodel.parallel.step import shard_spec
+from costmodel.precision import Widths
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 
@@ -52,6 +53,7 @@ class Decode:
     calls: tuple[tuple[Collective, int], ...]  # (call, calls per token step)
     weights_bytes: float  # per GPU
     kv_cache_bytes: float  # per GPU
+    widths: Widths = Widths()  # the weights' and the cache's (costmodel.precision)
 
     @property
     def comm_s(self) -> float:
@@ -83,6 +85,7 @@ class Decode:
         return {
             "spec": self.spec.name, "cluster": self.cluster.name, "tp": self.tp, "ep": self.ep,
             "gpus": self.tp * self.ep, "batch": self.batch, "context": self.context, "dtype": self.dtype,
+            "weights_dtype": self.widths.weights or self.dtype, "kv_dtype": self.widths.kv or self.dtype,
             "tpot_s": self.tpot_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
             "comm_bytes_per_gpu": self.comm_bytes, "tokens_per_s": self.tokens_per_s,
             "comm": {"by_collective": {f"{c.group}/{c.kind}": {"calls": n, "bytes_sent": n * c.bytes_sent,
@@ -109,9 +112,10 @@ def moe_layers(spec: Spec) -> int:
 
 
 def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: int = 1,
-           dtype: str = "bf16", mla: str = "naive") -> Decode:
+           dtype: str = "bf16", mla: str = "naive", widths: Widths = Widths()) -> Decode:
     """One decode step of `batch` sequences with `context` tokens cached, on TP x EP GPUs
-    (`mla`: how latent attention runs, ``analyze``'s convention)."""
+    (`mla`: how latent attention runs, ``analyze``'s convention; weights and cache at `widths`,
+    ``costmodel.precision``)."""
     if batch < 1 or context < 1:
         raise LayoutError(f"--batch and --context: must be at least 1 (got {batch}, {context})")
     check(Layout(global_batch=ep, tp=tp, dp=ep, ep=ep), spec)
@@ -128,7 +132,7 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
         shard = shard.model_copy(update={"ffn": shard.ffn.model_copy(update={"n_experts": moe[0] // ep})})
     hw = cluster.hardware
     hw.peak(dtype)
-    a = analyze(shard, "decode", batch=local, seq=context, dtype=dtype, mla=mla)
+    a = analyze(shard, "decode", batch=local, seq=context, dtype=dtype, mla=mla, **widths.options())
     secs = device.component_seconds(a, hw)
     params = a.total().params
     if local != batch:
@@ -143,7 +147,8 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
     x = local * spec.d_model * p
     L = spec.n_layers or 0
     calls: list[tuple[Collective, int]] = [(collective(cluster, "all_reduce", "tp", tp, x), 2 * L)]
-    weights = params * p
+    weights = a.bytes_weights + (params - a.total().params) * p  # the replicated routers at p
     if moe and ep > 1:
         calls.append((collective(cluster, "all_to_all", "ep", ep, moe[1] * x, stride=tp), 2 * moe_layers(spec)))
-    return Decode(spec, cluster, tp, ep, batch, context, dtype, compute, tuple(calls), weights, a.total().kv_cache)
+    return Decode(spec, cluster, tp, ep, batch, context, dtype, compute, tuple(calls), weights, a.total().kv_cache,
+                  widths)
