@@ -309,8 +309,8 @@ def analyze(
             raise AnalysisError("weights-dtype, kv-dtype: inference options; a training step runs at --dtype "
                                 "(`costmodel memory --precision` holds mixed-precision recipes)")
         if precision.kv not in (None, dtype) and spec.mla is not None:
-            raise AnalysisError(f"kv-dtype: {spec.name[:60]}'s latent cache at another width than the "
-                                "activations is not modelled (kv_b reads it back); use --dtype")
+            raise AnalysisError("kv-dtype: a latent (MLA) cache at another width than the activations is "
+                                "not modelled (kv_b reads it back); use --dtype")
     p = DTYPE_BYTES[dtype]
     p_kv = DTYPE_BYTES[precision.kv] if precision.kv not in (None, dtype) else None
     dims = model.numeric_dims(spec, shape, p, mla, routing, p_kv=p_kv)

@@ -243,11 +243,12 @@ METRICS = {
 
 
 def metrics(
-    spec: Spec, batch: int, seq: dict[str, int], dtype: str, enc_seq: int | None = None
+    spec: Spec, batch: int, seq: dict[str, int], dtype: str, enc_seq: int | None = None,
+    widths: Widths = Widths(),
 ) -> dict[str, float]:
-    """The four quantities a swap is ranked by, at one shape."""
+    """The four quantities a swap is ranked by, at one shape (decode's at `widths`)."""
     train = analyze(spec, "train", batch, seq["train"], dtype, enc_seq)
-    decode = analyze(spec, "decode", batch, seq["decode"], dtype, enc_seq)
+    decode = analyze(spec, "decode", batch, seq["decode"], dtype, enc_seq, **widths.options())
     return {
         "params": train.total().params,
         "train_flops": train.total().flops,
@@ -297,6 +298,7 @@ class ElementRanking:
     baseline: dict[str, float]
     effects: tuple[SwapEffect, ...]  # largest effect first
     skipped: tuple[tuple[Swap, str], ...] = field(default_factory=tuple)
+    widths: Widths = Widths()  # decode's weights and cache
 
     def elements(self) -> list[tuple[str, SwapEffect]]:
         """Each element once, by its largest swap, largest first."""
@@ -311,6 +313,8 @@ class ElementRanking:
             "batch": self.batch,
             "seq": self.seq,
             "dtype": self.dtype,
+            "weights_dtype": self.widths.weights or self.dtype,
+            "kv_dtype": self.widths.kv or self.dtype,
             "ranked_by": self.by,
             "baseline": self.baseline,
             "swaps": [e.to_dict() for e in self.effects],
@@ -325,7 +329,7 @@ RANK_KEYS = ("max", *METRICS)
 
 def rank_elements(
     spec: Spec, batch: int = 1, seq: int | None = None, dtype: str = "bf16", by: str = "max",
-    window: int | None = None, enc_seq: int | None = None,
+    window: int | None = None, enc_seq: int | None = None, widths: Widths = Widths(),
 ) -> ElementRanking:
     """Swap every design element of `spec` for each alternative and rank the swaps by effect.
 
@@ -334,23 +338,23 @@ def rank_elements(
     sliding-window swaps of a spec without one: by default 1024 (Gemma 3's), or half the
     decode context if that is shorter. A swap that leaves an invalid spec, or a
     shape the variant cannot run (a learned position table shorter than seq), is skipped
-    with its reason.
+    with its reason. The decode quantities hold weights and cache at `widths`.
     """
     if by not in RANK_KEYS:
         raise AnalysisError(f"by: unknown ranking {by!r}; expected one of {', '.join(RANK_KEYS)}")
     shape = {p: default_seq(spec, p) if seq is None else seq for p in ("train", "decode")}
     if window is None:  # a window as long as the context would change nothing
         window = min(DEFAULT_WINDOW, max(1, (shape["decode"] + 1) // 2))
-    base = metrics(spec, batch, shape, dtype, enc_seq)
+    base = metrics(spec, batch, shape, dtype, enc_seq, widths)
     effects, skipped = [], []
     for sw in swaps(spec, window):
         try:
             v = variant(spec, sw.changes, name=f"{spec.name}[{sw.label}]")
-            effects.append(SwapEffect(sw, v, base, metrics(v, batch, shape, dtype, enc_seq)))
+            effects.append(SwapEffect(sw, v, base, metrics(v, batch, shape, dtype, enc_seq, widths)))
         except (SpecError, AnalysisError) as e:
             skipped.append((sw, str(e).split(": ", 1)[-1]))
     effects.sort(key=lambda e: (-e.effect(by), e.swap.element, e.swap.label))
-    return ElementRanking(spec, batch, shape, dtype, by, base, tuple(effects), tuple(skipped))
+    return ElementRanking(spec, batch, shape, dtype, by, base, tuple(effects), tuple(skipped), widths)
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ def test_bad_widths_are_one_line(llama, kwargs, message) -> None:
 
 
 def test_a_latent_cache_at_another_width_is_refused() -> None:
-    with pytest.raises(AnalysisError, match="latent cache at another width"):
+    with pytest.raises(AnalysisError, match="latent .MLA. cache at another width"):
         analyze(catalog.load("deepseek-v2-lite"), "decode", seq=8, kv_dtype="fp8")
 
 
@@ -204,3 +204,13 @@ def test_serve_holds_each_ranks_shard_at_the_widths() -> None:
     assert low["memory"]["per_gpu"]["kv_cache"] == 80 * 1 * 128 * 2 * 2049
     assert low["memory"]["per_gpu"]["weights"] < plain["memory"]["per_gpu"]["weights"] / 3
     assert low["compute_s"] < plain["compute_s"] and low["comm_s"] == plain["comm_s"]  # activations stay bf16
+
+
+def test_elements_rank_decode_at_the_widths() -> None:
+    out = runner.invoke(app, ["elements", "llama-3-8b", "--kv-dtype", "fp8", "-s", "1000", "-f", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["baseline"]["kv_cache"] == 2 * 8 * 128 * 32 * 1001  # one byte a cached element
+    # the swap to latent attention cannot hold an fp8 cache: skipped, with the reason
+    assert any("MLA" in s["swap"] and "latent (MLA) cache at another width" in s["reason"] for s in data["skipped"])
+    assert not any("MLA" in s["swap"] for s in data["swaps"])

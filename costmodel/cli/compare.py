@@ -98,12 +98,17 @@ def elements_cmd(
                                        "or by the largest change of the four (max).")] = RankBy.max,  # type: ignore[attr-defined]
     window: Annotated[Optional[int], typer.Option("--window", min=1, help="Window of the sliding-window "
                       "swaps (a spec without one). Default: 1024, or half the context if shorter.")] = None,
+    weights_dtype: WeightsDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    group_size: GroupSizeOpt = DEFAULT_GROUP,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Swap each design element for each alternative in turn and rank the swaps by their effect
     on parameters, training FLOPs, decode bytes per token and KV cache."""
     with _user_errors():
-        rankings = [rank_elements(s, batch, seq, dtype.value, by.value, window, enc_seq)
+        widths = Widths(weights_dtype, kv_dtype, group_size)
+        widths.check()
+        rankings = [rank_elements(s, batch, seq, dtype.value, by.value, window, enc_seq, widths)
                     for s in expand(specs)]
     if len(rankings) == 1:
         r = rankings[0]
