@@ -10,6 +10,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Callable
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from costmodel import model
@@ -18,6 +20,7 @@ from costmodel.cost import Cost
 from costmodel.phases import PHASES, QUANTITIES, Phase
 from costmodel.precision import DEFAULT_GROUP, INT_BITS, Widths, weight_bytes_of
 from costmodel.spec import ActiveConvention, Position, Spec
+from costmodel import symbols as sym
 from costmodel.symbols import DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -303,21 +306,14 @@ def analyze(
     if hardware is not None:
         hardware.peak(dtype)  # a dtype the device lacks is an error before any work
     precision = Widths(weights_dtype, kv_dtype, group_size)
-    precision.check()
-    if precision.differs(dtype):
-        if ph.training:
-            raise AnalysisError("weights-dtype, kv-dtype: inference options; a training step runs at --dtype "
-                                "(`costmodel memory --precision` holds mixed-precision recipes)")
-        if precision.kv not in (None, dtype) and spec.mla is not None:
-            raise AnalysisError("kv-dtype: a latent (MLA) cache at another width than the activations is "
-                                "not modelled (kv_b reads it back); use --dtype")
+    _check_widths(spec, ph, precision, dtype)
     p = DTYPE_BYTES[dtype]
     p_kv = DTYPE_BYTES[precision.kv] if precision.kv not in (None, dtype) else None
     dims = model.numeric_dims(spec, shape, p, mla, routing, p_kv=p_kv)
     costs = model.components(spec, dims)
     weight_bytes = None
     if precision.weights not in (None, dtype):
-        costs, weight_bytes = _at_weight_width(costs, precision, p)
+        costs, weight_bytes = _at_weight_width(costs, precision, p, int)
     rows = tuple(_row(path, ph, cost) for path, cost in costs.items())
     largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
                                               "kv_cache")) for r in rows)
@@ -329,19 +325,37 @@ def analyze(
                     precision, weight_bytes)
 
 
-def _at_weight_width(costs: dict[str, Cost], precision: Widths, p: int) -> tuple[dict[str, Cost], int]:
+def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
+    widths.check()
+    if not widths.differs(dtype):
+        return
+    if ph.training:
+        raise AnalysisError("weights-dtype, kv-dtype: inference options; a training step runs at --dtype "
+                            "(`costmodel memory --precision` holds mixed-precision recipes)")
+    if widths.kv not in (None, dtype) and spec.mla is not None:
+        raise AnalysisError("kv-dtype: a latent (MLA) cache at another width than the activations is "
+                            "not modelled (kv_b reads it back); use --dtype")
+
+
+def _at_weight_width(costs: dict[str, Cost], widths: Widths, p: int,
+                     count: Callable[[Any], int]) -> tuple[dict[str, Cost], int]:
     """Each component's weight reads at the weights' width (its unfused bytes and fused bound
-    alike), and the weights' bytes: a component reads the same share of its weights as before."""
-    assert precision.weights is not None
+    alike), and the weights' bytes: a component reads the same share of its weights as before.
+    `count` makes a component's params an integer (``int``, or the spec's sizes put into a
+    symbolic tree's expressions); the reads stay numbers or expressions."""
+    assert widths.weights is not None
     out, total = {}, 0
     for path, c in costs.items():
-        if not c.params:
+        params = count(c.params)
+        if not params:
             out[path] = c
             continue
-        held = weight_bytes_of(path, int(c.params), int(c.matrices), precision.weights, p, precision.group_size)
+        held = weight_bytes_of(path, params, count(c.matrices), widths.weights, p, widths.group_size)
         total += held
-        read = c.weights_read * held // (p * c.params) if isinstance(c.weights_read, int) else \
-            c.weights_read * held / (p * c.params)
+        share = Fraction(held, p * params)
+        read = c.weights_read * share
+        if isinstance(c.weights_read, int):  # every read is whole weights: an exact integer
+            read = int(read)
         out[path] = replace(c, weights_read=read, bytes_unfused=c.bytes_unfused - c.weights_read + read)
     return out, total
 
@@ -366,48 +380,27 @@ FORMULA_QUANTITIES: dict[str, tuple[str, ...]] = {
 FORMULA_ALIASES = {"bytes": "bytes_unfused"}
 
 
-def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "uniform") -> dict[str, dict[str, sympy.Expr]]:
-    """path -> quantity -> sympy expression in this phase, over the symbols of docs/reference.md."""
+def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "uniform",
+                  widths: Widths = Widths(), dtype: str = "bf16") -> dict[str, dict[str, sympy.Expr]]:
+    """path -> quantity -> sympy expression in this phase, over the symbols of docs/reference.md.
+
+    With `widths` other than `dtype`'s (an inference phase, as ``analyze`` holds them; for
+    ``costmodel.sweep``), the cache is p x p_kv/p wide and each weight read carries its
+    component's held bytes over p x params: numbers in the tree, the shape's symbols kept."""
     import sympy
 
     ph = PHASES[phase]
-    costs = model.components(spec, model.symbolic_dims(spec, mla, routing))
+    _check_widths(spec, ph, widths, dtype)
+    p = DTYPE_BYTES[dtype]
+    p_kv = sym.p * sympy.Rational(DTYPE_BYTES[widths.kv], p) if widths.kv not in (None, dtype) else None
+    costs = model.components(spec, model.symbolic_dims(spec, mla, routing, p_kv=p_kv))
+    if widths.weights not in (None, dtype):
+        values = model.spec_values(spec)
+        costs, _ = _at_weight_width(costs, widths, p, lambda x: int(sympy.sympify(x).xreplace(values)))
     tree = {}
     for path, cost in costs.items():
         quantities = ph.quantities(cost)
         tree[path] = {q: sympy.sympify(quantities[q]).xreplace(ph.subs) for q in QUANTITIES}
-    return tree
-
-
-def widths_tree(spec: Spec, phase: str, dtype: str, widths: Widths, mla: str = "naive") -> dict[str, dict[str, sympy.Expr]]:
-    """``symbolic_tree`` with bytes_fused and kv_cache at `widths` (an inference phase, as
-    ``analyze`` holds them): each component's weight reads scaled by its held bytes over
-    p x params (a number: the spec's sizes in), the cache's reads, writes and holdings by
-    p_kv / p. The widths are numbers in it; the shape's symbols stay (``costmodel.sweep``)."""
-    import sympy
-
-    ph = PHASES[phase]
-    tree = symbolic_tree(spec, phase, mla)
-    if not widths.differs(dtype):
-        return tree
-    if ph.training:
-        raise AnalysisError("weights-dtype, kv-dtype: inference options; a training step runs at --dtype")
-    costs = model.components(spec, model.symbolic_dims(spec, mla))
-    values = model.spec_values(spec)
-    p = DTYPE_BYTES[dtype]
-    q = sympy.Rational(DTYPE_BYTES[widths.kv or dtype], p)
-    for path, c in costs.items():
-        if c.train_only:  # the loss: nothing in an inference phase (Phase.quantities)
-            continue
-        read = sympy.sympify(c.weights_read)
-        params = int(sympy.sympify(c.params).xreplace(values))
-        if params and widths.weights not in (None, dtype):
-            matrices = int(sympy.sympify(c.matrices).xreplace(values))
-            held = weight_bytes_of(path, params, matrices, widths.weights, p, widths.group_size)
-            read = read * sympy.Rational(held, p * params)
-        fused = read + (c.kv_read + c.kv_write) * q + c.act_in + c.act_out
-        tree[path]["bytes_fused"] = sympy.sympify(fused).xreplace(ph.subs)
-        tree[path]["kv_cache"] = sympy.sympify(c.kv_cache * q).xreplace(ph.subs)
     return tree
 
 

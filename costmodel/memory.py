@@ -41,7 +41,7 @@ from costmodel.analysis import AnalysisError, analyze
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
-from costmodel.precision import DEFAULT_GROUP, WEIGHT_DTYPES, Widths, weight_bytes_of
+from costmodel.precision import DEFAULT_GROUP, Widths, weight_bytes_of
 from costmodel.spec import Position, Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -187,14 +187,9 @@ class Run:
         if self.recompute == "selective" and self.flash:
             raise MemoryConfigError("recompute: selective recomputes the attention core, which flash "
                                     "attention never keeps; use none or full with --flash")
-        if self.weights_dtype not in WEIGHT_DTYPES:
-            raise MemoryConfigError(
-                f"weights-dtype: unknown {self.weights_dtype!r}; expected one of {', '.join(WEIGHT_DTYPES)}")
-        for name, value in (("kv-dtype", self.kv_dtype), ("dtype", self.dtype)):
-            if value is not None and value not in DTYPE_BYTES:
-                raise MemoryConfigError(f"{name}: unknown {value!r}; expected one of {', '.join(DTYPE_BYTES)}")
-        if self.group_size < 1:
-            raise MemoryConfigError(f"group-size: must be at least 1 (got {self.group_size})")
+        Widths(self.weights_dtype, self.kv_dtype, self.group_size).check(MemoryConfigError)
+        if self.dtype not in DTYPE_BYTES:
+            raise MemoryConfigError(f"dtype: unknown {self.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
         if self.mla not in Convention.__members__:
             raise MemoryConfigError(
                 f"mla: unknown convention {self.mla!r}; expected one of {', '.join(Convention.__members__)}")

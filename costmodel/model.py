@@ -41,10 +41,11 @@ class SubBlock:
     score_bias: bool
 
 
-def symbolic_dims(spec: Spec, mla: str = "naive", routing: str = "uniform") -> Dims:
-    """Every size a symbol: the formulas as a reader of the papers writes them."""
+def symbolic_dims(spec: Spec, mla: str = "naive", routing: str = "uniform", p_kv: Any = None) -> Dims:
+    """Every size a symbol: the formulas as a reader of the papers writes them (`p_kv`: the
+    cache's width where it is not p, such as p/2 for an fp8 cache beside bf16)."""
     return Dims(
-        B=sym.B, S=sym.S, C=sym.C, S_e=sym.S_e, C_e=sym.C_e, p=sym.p,
+        B=sym.B, S=sym.S, C=sym.C, S_e=sym.S_e, C_e=sym.C_e, p=sym.p, p_kv=p_kv,
         sizes={n: getattr(sym, n) for n in size_symbols()},
         layers={key: sym.layer_count(*key) for key in layer_groups(spec)},
         mla=mla,

@@ -45,16 +45,17 @@ class Widths:
     kv: str | None = None
     group_size: int = DEFAULT_GROUP
 
-    def check(self) -> None:
-        """One line naming the option, as the CLI spells it."""
+    def check(self, error: type[Exception] | None = None) -> None:
+        """One line naming the option, as the CLI spells it (an AnalysisError, or `error`)."""
         from costmodel.analysis import AnalysisError
 
+        fail = error or AnalysisError
         if self.weights is not None and self.weights not in WEIGHT_DTYPES:
-            raise AnalysisError(f"weights-dtype: unknown {self.weights!r}; expected one of {', '.join(WEIGHT_DTYPES)}")
+            raise fail(f"weights-dtype: unknown {self.weights!r}; expected one of {', '.join(WEIGHT_DTYPES)}")
         if self.kv is not None and self.kv not in DTYPE_BYTES:
-            raise AnalysisError(f"kv-dtype: unknown {self.kv!r}; expected one of {', '.join(DTYPE_BYTES)}")
+            raise fail(f"kv-dtype: unknown {self.kv!r}; expected one of {', '.join(DTYPE_BYTES)}")
         if self.group_size < 1:
-            raise AnalysisError(f"group-size: must be at least 1 (got {self.group_size})")
+            raise fail(f"group-size: must be at least 1 (got {self.group_size})")
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of ``analysis.analyze`` that set these widths."""

@@ -22,6 +22,7 @@ from costmodel.analysis import Analysis, Row
 from costmodel.conventions import ConventionRow
 from costmodel.hardware import Hardware, roofline_of
 from costmodel.phases import LABELS
+from costmodel.precision import INT_BITS
 from costmodel.spec import Spec
 
 
@@ -93,7 +94,7 @@ def params_table(a: Analysis) -> Table:
     notes = [f"embedding {units.count(a.params_embedding)} · lm_head {units.count(a.params_lm_head)} · "
              f"non-embedding {units.count(total - a.params_embedding - a.params_lm_head)} · "
              f"weights {units.nbytes(a.bytes_weights)} in {a.weights_dtype}"
-             + (f" (groups of {a.precision.group_size})" if a.weights_dtype in ("int8", "int4") else "")
+             + (f" (groups of {a.precision.group_size})" if a.weights_dtype in INT_BITS else "")
              + (f" · KV cache in {a.kv_dtype}" if a.kv_dtype != a.dtype else "")]
     if a.spec.moe is not None:
         notes.append(active_note(a))

@@ -132,13 +132,13 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
 
     widths = precision.options()
     points = []
-    probe = decode(batches[0], 1)[1]  # the tables in use, or the note saying why not
-    calibrated, note = probe.calibrated, probe.note
+    probes: list[Prediction] = []  # the first decode step's: the tables in use, or why not
     for B in batches:
         pre = analyze(spec, "prefill", batch=B, seq=1 if encdec else prompt, dtype=dtype,
                       enc_seq=prompt if encdec else None, mla=mla, **widths)
         p_pre = predict(pre, hw, kernels)
         first = decode(B, 1)
+        probes.append(first[1])
         if all_logits or encdec:  # an encoder-decoder's prefill has one decoder position already
             ttft = p_pre.time_s
         else:  # the head over the last position: the decode step's head (B tokens, same weights)
@@ -158,8 +158,8 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
         latency = ttft + decode_total
         points.append(ServingPoint(B, ttft, tpot, tpot_first, tpot_last, latency, B * output / latency,
                                    fits(last[0], hw)))
-    return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, calibrated, tuple(points), note, mla,
-                   precision)
+    return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, probes[0].calibrated, tuple(points),
+                   probes[0].note, mla, precision)
 
 
 def _integrate(js: list[int], times: dict[int, float]) -> float:

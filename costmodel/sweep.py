@@ -21,7 +21,7 @@ import sympy
 
 from costmodel import model
 from costmodel import symbols as sym
-from costmodel.analysis import AnalysisError, analyze, default_seq, select, widths_tree
+from costmodel.analysis import AnalysisError, analyze, default_seq, select, symbolic_tree
 from costmodel.hardware import Hardware, hardware_dict
 from costmodel.phases import DECODE, PHASES
 from costmodel.precision import Widths
@@ -102,7 +102,7 @@ class Evaluator:
     def __init__(self, spec: Spec, phase: str, dtype: str, component: str = "", mla: str = "naive",
                  widths: Widths = Widths()) -> None:
         ph = PHASES[phase]
-        tree = widths_tree(spec, phase, dtype, widths, mla)
+        tree = symbolic_tree(spec, phase, mla, widths=widths, dtype=dtype)
         values = {**model.spec_values(spec), sym.p: DTYPE_BYTES[dtype],
                   getattr(sym, ph.seq_symbol): _SEQ + ph.seq_offset, getattr(sym, ph.enc_symbol): _SEQ}
         exprs = [select(tree, q, component, spec.name).xreplace(values) for q in ("flops", "bytes_fused", "kv_cache")]

@@ -168,7 +168,7 @@ def test_attention_tables_hold_the_cache_at_its_width() -> None:
 
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
 def test_a_sweep_at_other_widths_is_analyze_at_them(llama, phase) -> None:
-    """The sweep's lambdified tree (costmodel.analysis.widths_tree) against analyze, point by
+    """The sweep's lambdified tree (costmodel.analysis.symbolic_tree at widths) against analyze, point by
     point: fused bytes (through intensity) and the KV cache, int4 weights and an fp8 cache."""
     import numpy as np
 

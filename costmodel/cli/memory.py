@@ -29,7 +29,6 @@ from costmodel.memory import (
     OPTIMIZERS,
     PRECISIONS,
     RECOMPUTE,
-    WEIGHT_DTYPES,
     MemoryConfigError,
     Parallel,
     Run,
@@ -39,6 +38,7 @@ from costmodel.memory import (
     memory,
     mla_convention,
 )
+from costmodel.precision import WEIGHT_DTYPES
 from costmodel.spec import Spec
 
 PhaseOpt = Annotated[PhaseName, typer.Option("--phase", "-p", metavar="PHASE", help="train, prefill or decode.")]
