@@ -22,6 +22,8 @@ CASES = (
     ("megatron-1t", "dgx-a100-80gb", 512, 512),
     ("llama-3-70b", "dgx-h100", 256, 512),
     ("llama-3.1-405b", "gb200-nvl72", 576, 1152),
+    ("deepseek-v2-lite", "dgx-h100", 8, 64),  # a mixture of experts: EP is searched too
+    ("deepseek-v3", "dgx-h100", 256, 512),
 )
 
 

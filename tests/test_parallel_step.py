@@ -7,7 +7,6 @@ import pytest
 
 from costmodel import catalog
 from costmodel.analysis import analyze
-from costmodel.parallel import layout as layout_module
 from costmodel.parallel.cluster import load_cluster
 from costmodel.parallel.layout import Layout, Recompute
 from costmodel.parallel.step import Overlap, StepModel, shard_spec
@@ -130,17 +129,16 @@ def test_context_parallel_passes_kv_around_the_ring():
     assert cp["link"] == "inter_node"  # TP fills the node: the CP neighbour is in the next one
 
 
-def test_expert_parallel_all_to_all(monkeypatch):
-    """A spec with E = 8 experts, top_k 2 (set by hand: MoE specs come from another branch):
-    4 all-to-alls per layer per micro-batch (dispatch, combine; twice backward), each sending
-    top_k * b * s * h * 2 bytes, (ep-1)/ep of it leaving the rank."""
-    monkeypatch.setattr(layout_module, "experts", lambda spec: (8, 2))
-    model = StepModel(catalog.load("megatron-22b"), A100, seq=2048, dtype="fp16")
-    model.experts = (8, 2)
+def test_expert_parallel_all_to_all():
+    """Mixtral 8x7B (E = 8 experts, top_k 2, d 4096, 32 layers, every one sparse) on EP 8: 4
+    all-to-alls per layer per micro-batch (dispatch, combine; twice backward), each sending
+    top_k * b * s * h * 2 bytes, (ep-1)/ep of it leaving the rank. (This test once set the
+    experts on a dense spec by hand; a real MoE spec now holds it.)"""
+    model = StepModel(catalog.load("mixtral-8x7b"), A100, seq=2048, dtype="fp16")
     st = model.step(Layout(8, 1, tp=1, dp=8, ep=8))
     a2a = st.by_collective()["ep/all_to_all"]
-    assert a2a["calls"] == 4 * 48  # one micro-batch per DP rank (8 sequences, DP 8)
-    assert a2a["bytes_sent"] / a2a["calls"] == pytest.approx(7 / 8 * 2 * 2048 * 6144 * 2)
+    assert a2a["calls"] == 4 * 32  # one micro-batch per DP rank (8 sequences, DP 8)
+    assert a2a["bytes_sent"] / a2a["calls"] == pytest.approx(7 / 8 * 2 * 2048 * 4096 * 2)
 
 
 def test_memory_per_gpu_of_the_first_stage():

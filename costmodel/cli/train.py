@@ -117,6 +117,10 @@ def train_cmd(
     emit(fmt, lambda: [report_parallel.summary_table(step, tokens), report_parallel.breakdown_table(step),
                        report_parallel.collectives_table(step), report_parallel.memory_table(step)],
          lambda: step.to_dict(tokens), s)
+    if not step.fits:  # printed in full, so the user sees where the memory goes; exit 1 says it cannot run
+        typer.echo(f"error: {step.layout.label()} does not fit: {units.decimal_bytes(step.per_gpu.total)} a GPU "
+                   f"({step.per_gpu.stage} stage) on {units.decimal_bytes(cl.hardware.memory_bytes)} GPUs", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("plan")
@@ -134,7 +138,7 @@ def plan_cmd(
     overlap: OverlapOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Search every valid layout (TP, PP, DP, micro-batch, interleave, recompute, SP, ZeRO),
+    """Search every valid layout (TP, PP, DP, EP, micro-batch, interleave, recompute, SP, ZeRO),
     drop those that do not fit, and rank the rest by step time."""
     with _user_errors():
         s = catalog.load(spec)

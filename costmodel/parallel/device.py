@@ -104,13 +104,15 @@ def optimizer_seconds(params: float, recipe: Recipe, hw: Hardware) -> float:
 @dataclass(frozen=True)
 class Activations:
     """Bytes one GPU keeps for backward for one micro-batch (costmodel.memory.activations of its
-    TP shard): per layer, the first stage's embedding, the last stage's head and loss, and the
-    tensors a stack's layers share (the causal mask, RoPE tables), kept once per GPU."""
+    TP shard): per layer of each layer group (a sparse layer keeps its routing and its experts'
+    inputs, a dense one its FFN's), the first stage's embedding, the last stage's head and loss,
+    and the tensors a stack's layers share (the causal mask, RoPE tables), kept once per GPU."""
 
-    per_layer: float
+    per_group: dict[str | None, float]
     first: float
     last: float
     shared: float
+    per_layer: float  # the mean over every layer of the model
 
 
 _SHARED = ("causal_mask", "rope_tables", "position_bias")
@@ -125,28 +127,39 @@ def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parall
     vocabulary split, the norms, residuals and dropout between them whole on every rank
     (Korthikanti et al. 2022's sbh(10 + 24/t + 5as/(ht))). Sequence parallel splits those too:
     the layers keep 1/t of the unsplit model's activations (their sbh/t (34 + 5as/h)).
+    The whole depth is counted (each group's rows hold its layers), then divided per layer.
     """
     from costmodel.parallel.step import shard_spec
 
-    period = len(spec.layer_pattern)
+    counts = {g: n for (_, g), n in model.layer_groups(spec).items()}
 
     def count(s: Spec) -> dict[str, int]:
-        one = s.model_copy(update={"n_layers": period})
-        a = analyze(one, "train", batch=micro_batch, seq=seq, dtype="bf16")
-        costs = model.components(one, model.numeric_dims(one, dict(a.shape), 2))
-        return memory.activations(one, costs, dict(a.shape), 2, memory.Run(recompute=recompute.value))
+        a = analyze(s, "train", batch=micro_batch, seq=seq, dtype="bf16")
+        costs = model.components(s, model.numeric_dims(s, dict(a.shape), 2))
+        return memory.activations(s, costs, dict(a.shape), 2, memory.Run(recompute=recompute.value))
 
     def split(acts: dict[str, int], divide: float) -> Activations:
-        layer = sum(n for path, n in acts.items() if memory.is_layer(path) and _leaf(path) not in _SHARED)
-        shared = sum(n for path, n in acts.items() if memory.is_layer(path) and _leaf(path) in _SHARED)
+        groups = dict.fromkeys(counts, 0.0)
+        shared = every = 0.0
+        for path, n in acts.items():
+            if memory.is_layer(path):
+                if _leaf(path) in _SHARED:
+                    shared += n
+                elif _group(path) in groups:
+                    groups[_group(path)] += n
+                else:  # the stack's, the same on every layer (full recompute's layer inputs)
+                    every += n
         first = sum(n for path, n in acts.items() if path.startswith("embedding"))
         last = sum(n for path, n in acts.items() if not memory.is_layer(path) and not path.startswith("embedding"))
-        return Activations(layer / period / divide, first / divide, last, shared)
+        layers = sum(counts.values())
+        per_group = {g: (v / counts[g] + every / layers) / divide for g, v in groups.items()}
+        mean = (sum(groups.values()) + every) / layers / divide
+        return Activations(per_group, first / divide, last, shared, mean)
 
     if sequence_parallel and tp > 1:
         whole = split(count(spec), tp)  # everything in the layers split over t along the sequence
         head = split(count(shard_spec(spec, tp)), 1)  # the vocabulary-parallel head and loss
-        return Activations(whole.per_layer, whole.first, head.last, whole.shared)
+        return Activations(whole.per_group, whole.first, head.last, whole.shared, whole.per_layer)
     return split(count(shard_spec(spec, tp)), 1)
 
 
@@ -159,3 +172,9 @@ def activation_bytes_per_layer(
 
 def _leaf(path: str) -> str:
     return path.rsplit("/", 1)[-1]
+
+
+def _group(path: str) -> str | None:
+    """The layer group of a layer's component path (``layers[moe]/ffn/router`` -> ``moe``)."""
+    top = path.split("/", 1)[0]
+    return top[len("layers["):-1] if top.startswith("layers[") else None

@@ -4,7 +4,8 @@ The space (for N GPUs, a global batch G, L layers, h heads): TP over the divisor
 one node (TP crosses nodes only in a cluster whose NVLink domain is larger), PP over the divisors
 of L, DP = N / (TP x PP x CP), micro-batches dividing G / DP, interleaving v over the divisors
 of L / PP (when the micro-batches divide into PP), recompute none / selective / full, sequence
-parallelism on and off (with TP > 1), ZeRO 0-3 (with DP > 1). Each micro-batch shape (TP, b, CP)
+parallelism on and off (with TP > 1), ZeRO 0-3 (with DP > 1), and for a mixture of experts EP over
+the divisors of the expert count that divide DP x CP. Each micro-batch shape (TP, b, CP)
 is analysed once and shared by every layout using it, so a layout costs a few arithmetic
 operations and collective formulas: thousands a second (bench/plan_speed.py).
 """
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from math import gcd
 from typing import Any
 
-from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
+from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts
 from costmodel.parallel.step import Step, StepModel
 
 
@@ -39,6 +41,7 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
     spec = model.spec
     L = spec.n_layers or 0
     node = model.cluster.gpus_per_node
+    moe = experts(spec)
     for tp in divisors(min(gpus, node)):
         if spec.n_heads % tp or spec.d_ff % tp or (spec.n_kv_heads % tp and tp % spec.n_kv_heads):
             continue
@@ -49,6 +52,7 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
                 dp = gpus // (tp * pp * cp)
                 if global_batch % dp:
                     continue
+                eps = divisors(gcd(moe[0], dp * cp)) if moe else [1]
                 per_rank = global_batch // dp
                 for b in divisors(per_rank):
                     if b > max_micro_batch:
@@ -59,7 +63,8 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
                         for rc in Recompute:
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 for z in (zero if dp * cp > 1 else (0,)):
-                                    yield Layout(global_batch, b, tp, pp, dp, cp, 1, v, sp, rc, z)
+                                    for ep in eps:
+                                        yield Layout(global_batch, b, tp, pp, dp, cp, ep, v, sp, rc, z)
 
 
 def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None, **space: Any) -> Plan:

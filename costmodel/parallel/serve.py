@@ -102,13 +102,10 @@ def _leaf(path: str) -> str:
 
 
 def moe_layers(spec: Spec) -> int:
-    """Sparse layers of a mixture-of-experts spec (the ``ffn: {kind: moe}`` of SCHEMA.md)."""
-    ffn = getattr(spec, "ffn", None)
-    if ffn is None or getattr(ffn, "kind", None) != "moe":
-        return 0
-    L = spec.n_layers or 0
-    first, every = int(getattr(ffn, "first_k_dense", 0)), int(getattr(ffn, "moe_every", 1))
-    return len([i for i in range(first, L) if (i - first) % every == 0])
+    """Sparse layers of a mixture-of-experts spec, by the spec's own rule (``MoEFFN.sparse_count``:
+    first_k_dense, moe_every or the listed moe_layers), the one ``analyze`` counts by."""
+    moe = spec.moe
+    return moe.sparse_count(spec.decoder_layers) if moe is not None else 0
 
 
 def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: int = 1,

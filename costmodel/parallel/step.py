@@ -21,13 +21,15 @@ seconds and bytes come from the single-device models in ``device``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
+from costmodel import model
 from costmodel.analysis import Row, analyze
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective
-from costmodel.parallel.layout import Layout, Recompute, check, experts, stage_layers
+from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -87,6 +89,12 @@ def _leaf(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
+def _group(path: str) -> str | None:
+    """The layer group of a layer's component path (``layers[dense]/ffn/up`` -> ``dense``)."""
+    top = path.split("/", 1)[0]
+    return top[len("layers["):-1] if top.startswith("layers[") else None
+
+
 def _stage(path: str) -> str:
     top = path.split("/", 1)[0]
     if top.startswith("layers"):
@@ -127,25 +135,63 @@ def category(path: str) -> str:
 
 
 @dataclass(frozen=True)
-class MicroBatch:
-    """One GPU's work for one micro-batch, per layer and for the first and last stage extras."""
+class LayerWork:
+    """One layer of one layer group (``model.layer_groups``: a dense and a sparse layer of a
+    mixture of experts differ, as do local and global attention) on one GPU for one micro-batch."""
 
-    layer_s: dict[str, float]  # category -> seconds per layer (forward + backward)
-    layer_matmul_s: float
-    column_linear_s: tuple[float, ...]  # per layer: each column-parallel linear's matmuls, forward + backward
-    layer_core_s: float  # the attention core, per layer
-    recompute_s: float  # per layer
+    seconds: dict[str, float]  # category -> seconds (forward + backward)
+    matmul_s: float
+    column_linear_s: tuple[float, ...]  # each column-parallel linear's matmuls, forward + backward
+    core_s: float  # the attention core
+    recompute_s: float
+    flops: float
+    recompute_flops: float
+    params: int  # this TP rank's, every routed expert included
+    expert_params: int  # of which the routed experts' (split over the EP ranks)
+    sparse: bool  # a mixture-of-experts layer (its tokens cross the EP all-to-alls)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(self.seconds.values()) + self.recompute_s
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One GPU's work for one micro-batch: per layer of each group, and the first and last stage
+    extras."""
+
+    groups: dict[str | None, LayerWork]
+    counts: dict[str | None, int]  # layers of each group in the whole model
     first_s: float
     last_s: float
     last_by_category: dict[str, float]
-    layer_flops: float
-    recompute_flops: float
     first_flops: float
     last_flops: float
-    layer_params: int
     first_params: int
     last_params: int
     embedding_table: int  # the word-embedding rows this rank holds (tied copy on the last stage)
+
+    def _mean(self, value: Callable[[LayerWork], float]) -> float:
+        n = sum(self.counts.values())
+        return sum(c * value(self.groups[g]) for g, c in self.counts.items()) / n if n else 0.0
+
+    # The mean layer: what a model of one kind of layer (every dense spec) has on every layer.
+    @property
+    def layer_s(self) -> dict[str, float]:
+        n = sum(self.counts.values())
+        out: dict[str, float] = {}
+        for g, count in self.counts.items():
+            for c, sec in self.groups[g].seconds.items():
+                out[c] = out.get(c, 0.0) + count * sec / n
+        return out
+
+    @property
+    def recompute_s(self) -> float:
+        return self._mean(lambda w: w.recompute_s)
+
+    @property
+    def layer_params(self) -> float:
+        return self._mean(lambda w: w.params)
 
 
 @dataclass(frozen=True)
@@ -276,8 +322,13 @@ class StepModel:
         self._full = analyze(spec, "train", batch=1, seq=seq, dtype=dtype)
         self._flops_per_sequence = float(self._full.total().flops)
         self._recompute_per_sequence = {rc: self._recompute_flops(rc) for rc in Recompute}
-        self.period = len(spec.layer_pattern)
         self.experts = experts(spec)
+        if spec.is_encoder_decoder:
+            raise LayoutError(f"{spec.name}: parallel layouts are modelled for decoder-only specs")
+        # Layer groups (model.layer_groups): their counts and (attention kind, sparse FFN?).
+        self.counts = {g: n for (_, g), n in model.layer_groups(spec).items()}
+        self.kinds = {g: model.group_kinds(spec, g) for g in self.counts}
+        self._stage_groups: dict[tuple[int, int], tuple[dict[str | None, int], ...]] = {}
 
     def collective(self, kind: str, group: str, ranks: int, size: float, stride: int = 1) -> Collective:
         """``collectives.collective`` on this cluster, remembered: layouts share most calls."""
@@ -296,38 +347,46 @@ class StepModel:
         return self._micro[key]
 
     def _micro_batch(self, tp: int, b: int, cp: int, sp: bool, recompute: Recompute) -> MicroBatch:
-        shard = shard_spec(self.spec, tp, layers=self.period)
+        # The whole depth, not one period of the pattern: a mixture of experts whose first layers
+        # are dense (DeepSeek's first_k_dense) or whose sparse layers skip (moe_every) has groups
+        # that one period would miss. Each group's rows hold its count of layers.
+        shard = shard_spec(self.spec, tp)
         a = analyze(shard, "train", batch=b, seq=self.seq // cp, dtype=self.dtype)
         secs = device.component_seconds(a, self.hw)
-        per = 1 / self.period
-        layer: dict[str, float] = {}
+        counts = self.counts
         last_cat: dict[str, float] = {}
-        mm = core = rec = 0.0
-        column: dict[str, float] = {}
-        flops = {"layers": 0.0, "first": 0.0, "last": 0.0}
-        params = {"layers": 0, "first": 0, "last": 0}
-        rec_flops = 0.0
+        first_flops = last_flops = 0.0
+        first_params = last_params = 0
         softmax = {r.path.rsplit("/", 1)[0]: r.bytes_unfused for r in a.rows if _leaf(r.path) == "softmax"}
+        acc: dict[str | None, dict[str, Any]] = {
+            g: {"seconds": {}, "mm": 0.0, "column": {}, "core": 0.0, "rec": 0.0, "flops": 0.0, "rec_flops": 0.0,
+                "params": 0, "experts": 0} for g in counts}
 
-        def add(path: str, cat: str, t: float, f: float, in_core: bool) -> None:
-            nonlocal core, rec, rec_flops
-            layer[cat] = layer.get(cat, 0.0) + t
-            flops["layers"] += f
+        def add(g: dict[str, Any], cat: str, t: float, f: float, in_core: bool) -> None:
+            g["seconds"][cat] = g["seconds"].get(cat, 0.0) + t
+            g["flops"] += f
             if in_core:
-                core += t
+                g["core"] += t
             if recompute is Recompute.full or (recompute is Recompute.selective and in_core):
-                rec += t / 3  # the forward again (a training row is forward + 2 x forward)
-                rec_flops += f / 3
+                g["rec"] += t / 3  # the forward again (a training row is forward + 2 x forward)
+                g["rec_flops"] += f / 3
 
         for r in a.rows:
             stage, leaf = _stage(r.path), _leaf(r.path)
             t, f = secs.get(r.path, 0.0), float(r.flops)
-            params[stage] += r.params
             if stage != "layers":
-                flops[stage] += f
-                if stage == "last":
+                if stage == "first":
+                    first_flops += f
+                    first_params += r.params
+                else:
+                    last_flops += f
+                    last_params += r.params
                     last_cat[category(r.path)] = last_cat.get(category(r.path), 0.0) + t
                 continue
+            g = acc[_group(r.path)]
+            g["params"] += r.params
+            if "/ffn/experts/" in r.path:
+                g["experts"] += r.params
             in_core = leaf in ATTENTION_CORE
             if leaf == "dropout" and r.path.rsplit("/", 1)[0] in softmax:
                 # The attention sub-block's dropout row holds two dropouts: of the probabilities
@@ -337,27 +396,66 @@ class StepModel:
                 # give the score elements; a dropout moves 2p + 1 bytes per element.
                 probs = softmax[r.path.rsplit("/", 1)[0]] / (2 * self.act_bytes) * (2 * self.act_bytes + MASK_BYTES)
                 share = min(1.0, probs / r.bytes_unfused) if self.spec.attention_dropout_rate > 0 else 0.0
-                add(r.path, "attention core", t * share * cp * per, f * share * cp * per, True)
+                add(g, "attention core", t * share * cp, f * share * cp, True)
                 t, f = t * (1 - share), f * (1 - share)
                 in_core = False
             if sp and leaf in REPLICATED:  # sequence parallel splits them along the sequence
                 t, f = t / tp, f / tp
             if in_core:  # ring attention: local queries against every key
                 t, f = t * cp, f * cp
-            t, f = t * per, f * per
-            add(r.path, category(r.path), t, f, in_core)
+            add(g, category(r.path), t, f, in_core)
             if r.flops_matmul and not in_core:
-                mm += t
+                g["mm"] += t
                 group = _column_parallel(r.path)
                 if group:
-                    column[group] = column.get(group, 0.0) + t
+                    g["column"][group] = g["column"].get(group, 0.0) + t
         first_s = sum(secs.get(r.path, 0.0) for r in a.rows if _stage(r.path) == "first")
         embedding_table = next((r.params for r in a.rows if r.path == "embedding/tokens"), 0)
-        return MicroBatch(
-            layer, mm, tuple(column.values()), core, rec, first_s, sum(last_cat.values()), last_cat,
-            flops["layers"], rec_flops, flops["first"], flops["last"],
-            params["layers"] // self.period, params["first"], params["last"], embedding_table,
-        )
+        sparse = {name: kinds[1] for name, kinds in self.kinds.items()}
+        groups = {}
+        for name, g in acc.items():
+            n = counts[name]
+            groups[name] = LayerWork(
+                {c: v / n for c, v in g["seconds"].items()}, g["mm"] / n, tuple(v / n for v in g["column"].values()),
+                g["core"] / n, g["rec"] / n, g["flops"] / n, g["rec_flops"] / n, g["params"] // n,
+                g["experts"] // n, sparse[name])
+        return MicroBatch(groups, dict(counts), first_s, sum(last_cat.values()), last_cat, first_flops, last_flops,
+                          first_params, last_params, embedding_table)
+
+    def stage_groups(self, pp: int, interleave: int = 1) -> tuple[dict[str | None, int], ...]:
+        """Layers of each group on each of `pp` pipeline devices: contiguous stages of
+        ``stage_layers``, or with v chunks per device, chunks j*p + i of L/(p v) layers on device i
+        (Narayanan et al. 2021's interleaved schedule). Counted, never listed."""
+        key = (pp, interleave)
+        cached = self._stage_groups.get(key)
+        if cached is None:
+            L = self.spec.n_layers or 0
+            if interleave > 1:
+                c = L // (pp * interleave)
+                ranges = [[((j * pp + i) * c, (j * pp + i + 1) * c) for j in range(interleave)] for i in range(pp)]
+            else:
+                bounds = [0]
+                for n in stage_layers(L, pp):
+                    bounds.append(bounds[-1] + n)
+                ranges = [[(bounds[i], bounds[i + 1])] for i in range(pp)]
+            cached = self._stage_groups[key] = tuple(self._groups_in(r) for r in ranges)
+        return cached
+
+    def _groups_in(self, ranges: list[tuple[int, int]]) -> dict[str | None, int]:
+        out = dict.fromkeys(self.counts, 0)
+        for lo, hi in ranges:
+            upper, lower = self._prefix_counts(hi), self._prefix_counts(lo)
+            for name in out:
+                out[name] += upper.get(name, 0) - lower.get(name, 0)
+        return out
+
+    def _prefix_counts(self, n: int) -> dict[str | None, int]:
+        """Layers of each group among the first `n` (the spec's own rule, on a spec cut to n)."""
+        if n <= 0:
+            return {}
+        by_kinds = {kinds: name for name, kinds in self.kinds.items()}
+        cut = self.spec.model_copy(update={"n_layers": n})
+        return {by_kinds[key]: c for key, c in cut.layer_group_counts().items()}
 
     # --- the step ------------------------------------------------------------------------------
 
@@ -388,22 +486,12 @@ class StepModel:
         replays = 2 if rc is Recompute.full else 1
         ag, rs = call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)
         ar = call("all_reduce", "tp", t, x)
-        column = mb.column_linear_s if t > 1 else ()
         # (collective, calls per layer, of which asynchronous in the column-parallel backward)
         if sp:
             tp_layer = [(ag, 2 * replays + 2 + 2, 2), (rs, 2 * replays + 2, 2)]
         else:
             tp_layer = [(ar, 2 * replays + 2, 2)]
         tp_s = sum(c.time_s * n for c, n, _ in tp_layer)
-        sync_s = sum(c.time_s * (n - (k if ov.tp_backward else 0)) for c, n, k in tp_layer)
-        async_exposed: dict[str, float] = {}
-        if ov.tp_backward:
-            for c, _, _ in tp_layer:  # one call per column-parallel linear, beside a third of it
-                async_exposed[c.kind] = sum(max(0.0, c.time_s - lin / 3) for lin in column) + \
-                    c.time_s * max(0, 2 - len(column))
-        tp_exposed = sync_s + sum(async_exposed.values())
-        if ov.tp:
-            tp_exposed = max(0.0, tp_s - mb.layer_matmul_s)
 
         # Context parallel (ring attention): cp - 1 passes of the local K and V forward, of K, V
         # and their gradients backward.
@@ -412,21 +500,38 @@ class StepModel:
         cp_call = call("p2p", "cp", 2 if cp > 1 else 1, kv, stride=t)
         n_cp = 3 * (cp - 1)
         cp_s = n_cp * cp_call.time_s
-        cp_exposed = max(0.0, cp_s - mb.layer_core_s) if ov.cp else cp_s
 
         # Expert parallel: dispatch and combine all-to-all forward, and again backward, of the
-        # top_k copies of each token this rank routes (Lepikhin et al. 2020).
+        # top_k copies of each token this rank routes (Lepikhin et al. 2020), in sparse layers.
         moe = self.experts
-        ep_s = ep_exposed = 0.0
+        ep_s = 0.0
         ep_call = None
         if moe and lo.ep > 1:
             tokens_out = moe[1] * x / (t if sp else 1)
             ep_call = call("all_to_all", "ep", lo.ep, tokens_out, stride=t * cp)
             ep_s = 4 * ep_call.time_s
-            ep_exposed = max(0.0, ep_s - sum(mb.layer_s.values())) if ov.ep else ep_s
 
-        compute_layer = sum(mb.layer_s.values()) + mb.recompute_s
-        t_layer = compute_layer + tp_exposed + cp_exposed + ep_exposed
+        # Per layer of each group: its compute and what of its communication is exposed.
+        tp_exposed: dict[str | None, float] = {}
+        async_exposed: dict[str | None, dict[str, float]] = {}
+        cp_exposed: dict[str | None, float] = {}
+        ep_exposed: dict[str | None, float] = {}
+        t_layer: dict[str | None, float] = {}
+        for g, w in mb.groups.items():
+            column = w.column_linear_s if t > 1 else ()
+            sync_s = sum(c.time_s * (n - (k if ov.tp_backward else 0)) for c, n, k in tp_layer)
+            hidden: dict[str, float] = {}
+            if ov.tp_backward:
+                for c, _, _ in tp_layer:  # one call per column-parallel linear, beside a third of it
+                    hidden[c.kind] = sum(max(0.0, c.time_s - lin / 3) for lin in column) + \
+                        c.time_s * max(0, 2 - len(column))
+            async_exposed[g] = hidden
+            tp_exposed[g] = max(0.0, tp_s - w.matmul_s) if ov.tp else sync_s + sum(hidden.values())
+            cp_exposed[g] = max(0.0, cp_s - w.core_s) if ov.cp else cp_s
+            ep_g = ep_s if w.sparse else 0.0
+            ep_exposed[g] = max(0.0, ep_g - sum(w.seconds.values())) if ov.ep else ep_g
+            t_layer[g] = w.compute_s + tp_exposed[g] + cp_exposed[g] + ep_exposed[g]
+
         # The vocabulary-parallel embedding all-reduces its output; the head all-reduces the
         # gradient of its input (all-gather and reduce-scatter under SP).
         emb_call = call("reduce_scatter" if sp else "all_reduce", "tp", t, x)
@@ -435,8 +540,9 @@ class StepModel:
         first_extra = mb.first_s + emb_call.time_s
         last_extra = mb.last_s + sum(c.time_s for c in head_calls)
         stages = stage_layers(L, p)
-        t_stages = [n * t_layer + (first_extra if i == 0 else 0.0) + (last_extra if i == p - 1 else 0.0)
-                    for i, n in enumerate(stages)]
+        on_device = self.stage_groups(p, v)
+        t_stages = [sum(n * t_layer[g] for g, n in on_device[i].items())
+                    + (first_extra if i == 0 else 0.0) + (last_extra if i == p - 1 else 0.0) for i in range(p)]
         slow = max(range(p), key=lambda i: (t_stages[i], -i))  # the slowest stage sets the pace
         t_max, t_mean = t_stages[slow], sum(t_stages) / p
         bubble = (p - 1) / v * t_mean
@@ -452,24 +558,30 @@ class StepModel:
         pp_s = n_pp * (pp_call.time_s + (pp_gather.time_s if pp_gather else 0.0))
         pp_exposed = 0.0 if ov.pp else pp_s
 
-        # Data parallel: the gradients of this rank's parameters over DP x CP ranks.
-        params_gpu = max(self._stage_params(lo, mb, i) for i in range(p))
+        # Data parallel: the gradients of this rank's parameters over DP x CP ranks; the routed
+        # experts' over the DP x CP / EP ranks that hold the same experts (Megatron-Core's
+        # expert-data-parallel group, EP innermost within DP).
+        held = [self._stage_params(lo, mb, i) for i in range(p)]
+        dense_gpu, expert_gpu = max(h[0] for h in held), max(h[1] for h in held)
         n_dp = lo.dp * cp
-        grads, weights = params_gpu * self.recipe.grad_bytes, params_gpu * self.recipe.weight_bytes
-        dp_stride = t
+        n_edp = n_dp // lo.ep
         per_step: list[Collective] = []
         per_micro: list[Collective] = []
-        if lo.zero == 0:
-            per_step.append(call("all_reduce", "dp", n_dp, grads, dp_stride))
-        elif lo.zero == 1:
-            per_step += [call("reduce_scatter", "dp", n_dp, grads, dp_stride),
-                         call("all_gather", "dp", n_dp, weights, dp_stride)]
-        elif lo.zero == 2:
-            per_micro.append(call("reduce_scatter", "dp", n_dp, grads, dp_stride))
-            per_step.append(call("all_gather", "dp", n_dp, weights, dp_stride))
-        else:
-            per_micro += [call("all_gather", "dp", n_dp, weights, dp_stride)] * 2
-            per_micro.append(call("reduce_scatter", "dp", n_dp, grads, dp_stride))
+        for group, ranks, n_params, stride in (("dp", n_dp, dense_gpu, t), ("edp", n_edp, expert_gpu, t * lo.ep)):
+            if not n_params or ranks <= 1:
+                continue
+            grads, weights = n_params * self.recipe.grad_bytes, n_params * self.recipe.weight_bytes
+            if lo.zero == 0:
+                per_step.append(call("all_reduce", group, ranks, grads, stride))
+            elif lo.zero == 1:
+                per_step += [call("reduce_scatter", group, ranks, grads, stride),
+                             call("all_gather", group, ranks, weights, stride)]
+            elif lo.zero == 2:
+                per_micro.append(call("reduce_scatter", group, ranks, grads, stride))
+                per_step.append(call("all_gather", group, ranks, weights, stride))
+            else:
+                per_micro += [call("all_gather", group, ranks, weights, stride)] * 2
+                per_micro.append(call("reduce_scatter", group, ranks, grads, stride))
         dp_step_s = sum(c.time_s for c in per_step)
         dp_micro_s = sum(c.time_s for c in per_micro)
         backward = t_max * 2 / 3
@@ -485,29 +597,35 @@ class StepModel:
             tie_s = tie.time_s
             calls.append((tie, 1, tie_s))
 
-        shard = n_dp if lo.zero >= 1 else 1
-        opt_s = device.optimizer_seconds(params_gpu / shard, self.recipe, self.hw)
+        shard, expert_shard = (n_dp, n_edp) if lo.zero >= 1 else (1, 1)
+        opt_s = device.optimizer_seconds(dense_gpu / shard + expert_gpu / expert_shard, self.recipe, self.hw)
 
         # --- what happens per step, on the critical path --------------------------------------
         has_first, has_last = slow == 0, slow == p - 1
+        slow_groups = on_device[slow]
         layers_on_slow = stages[slow]
         compute: dict[str, float] = {}
-        for cat, sec in mb.layer_s.items():
-            compute[cat] = m * layers_on_slow * sec
-        if mb.recompute_s:
-            compute["recompute"] = m * layers_on_slow * mb.recompute_s
+        for g, n in slow_groups.items():
+            for cat, sec in mb.groups[g].seconds.items():
+                compute[cat] = compute.get(cat, 0.0) + m * n * sec
+        recompute = sum(n * mb.groups[g].recompute_s for g, n in slow_groups.items())
+        if recompute:
+            compute["recompute"] = m * recompute
         if has_first:
             compute["embedding"] = m * mb.first_s
         if has_last:
             for cat, sec in mb.last_by_category.items():
                 compute[cat] = compute.get(cat, 0.0) + m * sec
-        tp_per_mb = layers_on_slow * tp_exposed
+
+        def on_slow(per_layer: dict[str | None, float]) -> float:
+            return m * sum(n * per_layer[g] for g, n in slow_groups.items())
+
         tp_edge = (emb_call.time_s if has_first else 0.0) + (sum(c.time_s for c in head_calls) if has_last else 0.0)
         breakdown = {
             "compute": sum(compute.values()),
-            "tp_comm": m * (tp_per_mb + tp_edge),
-            "cp_comm": m * layers_on_slow * cp_exposed,
-            "ep_comm": m * layers_on_slow * ep_exposed,
+            "tp_comm": on_slow(tp_exposed) + m * tp_edge,
+            "cp_comm": on_slow(cp_exposed),
+            "ep_comm": on_slow(ep_exposed),
             "pipeline_bubble": bubble,
             "pp_comm": pp_exposed,
             "dp_comm": dp_exposed,
@@ -518,24 +636,26 @@ class StepModel:
 
         for c, n, k in tp_layer:
             if ov.tp:
-                exposed = c.time_s * n * (tp_exposed / tp_s if tp_s else 0.0)
+                exposed = {g: c.time_s * n * (tp_exposed[g] / tp_s if tp_s else 0.0) for g in slow_groups}
             else:
-                exposed = c.time_s * (n - (k if ov.tp_backward else 0)) + async_exposed.get(c.kind, 0.0)
-            calls.append((c, m * layers_on_slow * n, m * layers_on_slow * exposed))
+                exposed = {g: c.time_s * (n - (k if ov.tp_backward else 0)) + async_exposed[g].get(c.kind, 0.0)
+                           for g in slow_groups}
+            calls.append((c, m * layers_on_slow * n, on_slow(exposed)))
         if has_first:
             calls.append((emb_call, m, m * emb_call.time_s))
         if has_last:
             for c in head_calls:
                 calls.append((c, m, m * c.time_s))
         if cp > 1:
-            calls.append((cp_call, m * layers_on_slow * n_cp, m * layers_on_slow * cp_exposed))
+            calls.append((cp_call, m * layers_on_slow * n_cp, on_slow(cp_exposed)))
         if ep_call is not None:
-            calls.append((ep_call, m * layers_on_slow * 4, m * layers_on_slow * ep_exposed))
+            sparse_on_slow = sum(n for g, n in slow_groups.items() if mb.groups[g].sparse)
+            calls.append((ep_call, m * sparse_on_slow * 4, on_slow(ep_exposed)))
         if p > 1:
             calls.append((pp_call, n_pp, 0.0 if ov.pp else n_pp * pp_call.time_s))
             if pp_gather is not None:
                 calls.append((pp_gather, n_pp, 0.0 if ov.pp else n_pp * pp_gather.time_s))
-        if n_dp > 1:
+        if per_step or per_micro:
             total_dp = dp_step_s + m * dp_micro_s
             for c in per_step:
                 calls.append((c, 1, dp_exposed * c.time_s / total_dp if total_dp else 0))
@@ -566,44 +686,60 @@ class StepModel:
     def stage_memory(self, layout: Layout, stage: int, mb: MicroBatch | None = None) -> Memory:
         """What a GPU of pipeline stage `stage` holds (Korthikanti et al. 2022, section 4.2.3: in
         1F1B stage i keeps p - i micro-batches in flight, the first p, times 1 + (p - 1)/(p v)
-        when interleaved, the last one), its layers' and its share of the embedding and head."""
+        when interleaved, the last one), its layers' and its share of the embedding and head.
+        Routed experts: E/EP of them per GPU, their states sharded by ZeRO over the DP x CP / EP
+        ranks that hold the same experts."""
         lo = layout
         t, p, v, m, cp = lo.tp, lo.pp, lo.interleave, lo.micro_batches, lo.cp
         sp, rc = lo.sequence_parallel, lo.recompute
         s_local = self.seq // cp
         mb = mb or self.micro(t, lo.micro_batch, cp, sp, rc)
-        n = stage_layers(self.spec.n_layers or 0, p)[stage]
+        groups = self.stage_groups(p, v)[stage]
         n_dp = lo.dp * cp
+        n_edp = n_dp // lo.ep
         acts = self._activations(t, lo.micro_batch, s_local, sp, rc)
         first, last = stage == 0, stage == p - 1
         in_flight = min(m, p - stage)
         interleave = 1 + (p - 1) / (p * v) if v > 1 and first else 1.0
-        activations = (acts.per_layer * n * interleave + (acts.first if first else 0.0)) * in_flight \
+        layers = sum(n * acts.per_group[g] for g, n in groups.items())
+        activations = (layers * interleave + (acts.first if first else 0.0)) * in_flight \
             + (acts.last * in_flight if last else 0.0) + acts.shared
         working = 0.0
         if rc is Recompute.full:  # the layer being recomputed holds what it would without recompute
-            working = self._activations(t, lo.micro_batch, s_local, sp, Recompute.none).per_layer
-        params = self._stage_params(lo, mb, stage)
+            plain = self._activations(t, lo.micro_batch, s_local, sp, Recompute.none).per_group
+            working = max((plain[g] for g, n in groups.items() if n), default=0.0)
+        dense, routed = self._stage_params(lo, mb, stage)
         r = self.recipe
+
+        def held(width: int, zero: int) -> float:
+            return dense * width / (n_dp if lo.zero >= zero else 1) + routed * width / (n_edp if lo.zero >= zero else 1)
+
         return Memory(
-            weights=params * r.weight_bytes / (n_dp if lo.zero >= 3 else 1),
-            gradients=params * r.grad_bytes / (n_dp if lo.zero >= 2 else 1),
-            optimizer=params * r.optimizer_bytes / (n_dp if lo.zero >= 1 else 1),
+            weights=held(r.weight_bytes, 3), gradients=held(r.grad_bytes, 2), optimizer=held(r.optimizer_bytes, 1),
             activations=activations, recompute_working_set=working,
             stage="first" if first else "last" if last else f"stage {stage}",
         )
 
-    def _stage_params(self, lo: Layout, mb: MicroBatch, stage: int) -> int:
-        """Parameters on one GPU of `stage`: its layers' TP shard, the embedding on the first, the
-        final norm and head on the last (with the tied embedding's copy when the two differ)."""
+    def _stage_params(self, lo: Layout, mb: MicroBatch, stage: int) -> tuple[int, int]:
+        """Parameters on one GPU of `stage`, as (dense, routed experts): its layers' TP shard with
+        E/EP of each sparse layer's experts, the embedding on the first, the final norm and head
+        on the last (with the tied embedding's copy when the two differ)."""
         p = lo.pp
-        n = stage_layers(self.spec.n_layers or 0, p)[stage]
-        params = n * mb.layer_params
+        dense = routed = 0
+        for g, n in self.stage_groups(p, lo.interleave)[stage].items():
+            w = mb.groups[g]
+            dense += n * (w.params - w.expert_params)
+            routed += n * w.expert_params // lo.ep
         if stage == 0:
-            params += mb.first_params
+            dense += mb.first_params
         if stage == p - 1:
-            params += mb.last_params + (mb.embedding_table if p > 1 and self.spec.tied_embeddings else 0)
-        return params
+            dense += mb.last_params + (mb.embedding_table if p > 1 and self.spec.tied_embeddings else 0)
+        return dense, routed
+
+    def params_per_gpu(self, layout: Layout) -> int:
+        """Parameters one GPU of the fullest stage holds (before ZeRO shards them)."""
+        mb = self.micro(layout.tp, layout.micro_batch, layout.cp, layout.sequence_parallel, layout.recompute)
+        return max(sum(self._stage_params(layout, mb, i)) for i in range(layout.pp))
 
     def _activations(self, tp: int, b: int, s: int, sp: bool, rc: Recompute) -> device.Activations:
         key = (tp, b, s, sp, rc)
