@@ -121,12 +121,12 @@ def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parall
     """Activations of one micro-batch on one GPU, from the memory model's exact per-element counts
     (16-bit activations, 1-byte dropout masks as fused CUDA kernels keep them, no flash attention).
 
-    Tensor parallel: the count of the TP shard (``step.shard_spec``): heads, FFN width and
+    Tensor parallel: the count of the TP shard (``shard.shard_spec``): heads, FFN width and
     vocabulary split, the norms, residuals and dropout between them whole on every rank
     (Korthikanti et al. 2022's sbh(10 + 24/t + 5as/(ht))). Sequence parallel splits those too:
     the layers keep 1/t of the unsplit model's activations (their sbh/t (34 + 5as/h)).
     """
-    from costmodel.parallel.step import shard_spec
+    from costmodel.parallel.shard import shard_spec
 
     period = len(spec.layer_pattern)
 
