@@ -193,7 +193,7 @@ def test_sinks_are_what_gpt_oss_computes() -> None:
 
     from transformers.models.gpt_oss import modeling_gpt_oss as gpt_oss
 
-    from costmodel.measure.reference import Sinks
+    from costmodel.measure.blocks import Sinks
 
     torch.manual_seed(0)
     B, heads, S, d = 2, 4, 5, 8
