@@ -20,7 +20,8 @@ from typing import Any
 from costmodel import units
 from costmodel.analysis import Analysis, Row
 from costmodel.conventions import ConventionRow
-from costmodel.hardware import Hardware, roofline_of
+from costmodel.hardware import Hardware
+from costmodel.roofline import roofline_of
 from costmodel.phases import LABELS
 from costmodel.precision import INT_BITS
 from costmodel.spec import Spec

@@ -71,7 +71,8 @@ from typing import Any, Protocol
 from costmodel import model
 from costmodel.analysis import Analysis
 from costmodel.efficiency import Efficiency, FlopsTable, MatmulTable
-from costmodel.hardware import Hardware, roofline
+from costmodel.hardware import Hardware
+from costmodel.roofline import roofline
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
 

@@ -14,7 +14,7 @@ from costmodel.asymptotics import CASES, bounded, is_big_o, leading_terms, shaze
 from costmodel.cli import app
 from costmodel.attention_variants import compare_kv_heads, compare_windows
 from costmodel.hardware import load_hardware
-from costmodel.hardware import attention_total, fit
+from costmodel.roofline import attention_total, fit
 from costmodel.spec import SpecError
 from costmodel.attention_variants import kv_head_variants, window_variants, with_kv_heads
 

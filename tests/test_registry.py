@@ -13,7 +13,8 @@ from costmodel.catalog import bundled_paths
 from costmodel.compare import compare
 from costmodel.components import ATTENTION_KINDS, ELEMENTS, FFN_KINDS
 from costmodel.report import describe
-from costmodel.spec import METADATA, Spec, load_spec, spec_from_dict
+from costmodel.spec import METADATA, Spec, spec_from_dict
+from costmodel.catalog import load_spec
 from costmodel.variants import ablate, swaps, variant
 from tests.helpers import random_spec_data, tiny
 

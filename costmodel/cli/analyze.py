@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, conventions, report, symbols
-from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, analyze, count_params, default_seq, formula
+from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, count_params, default_seq, formula
+from costmodel.on_device import analyze
 from costmodel.cli.app import (
     BatchOpt,
     Dtype,
@@ -34,7 +35,7 @@ from costmodel.conventions import ConventionName
 from costmodel.hardware import load_hardware
 from costmodel.phases import PHASES
 from costmodel.precision import DEFAULT_GROUP, Widths
-from costmodel.spec import load_spec
+
 
 RoutingOpt = Annotated[Routing, typer.Option("--routing", help="Mixture of experts: the experts a sparse layer reads over T tokens, uniform (the expectation E*(1-(1-K/E)^T)) or worst (min(E, T*K)).")]
 
@@ -175,7 +176,7 @@ def formula_cmd(
 def list_cmd(fmt: FormatOpt = Format.table) -> None:
     """The bundled specs, with their published and computed parameter counts."""
     with _user_errors():
-        specs = [load_spec(p) for p in catalog.bundled_paths()]
+        specs = [catalog.load_spec(p) for p in catalog.bundled_paths()]
     specs.sort(key=lambda s: (s.year or 0, s.name))
     rows, data = [], []
     for s in specs:

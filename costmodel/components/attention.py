@@ -20,7 +20,7 @@ from typing import Any
 from costmodel.components import mla, position
 from costmodel.components.element import Alternative, Choose, Element, Symbol, toggle
 from costmodel.components.norm import norm
-from costmodel.components.scores import Shape, heads_kind, mha_label, probabilities
+from costmodel.components.scores import Shape as Shape, heads_kind, mha_label, probabilities
 from costmodel.cost import Cost, Dims, Num, floor_div, gemm, half, linear, smax, smin, triangle
 from costmodel.spec import LayerKind, QKNorm, Spec
 

@@ -29,7 +29,8 @@ import torch
 
 from costmodel import model as formulas
 from costmodel.analysis import Analysis, analyze
-from costmodel.hardware import Hardware, roofline
+from costmodel.hardware import Hardware
+from costmodel.roofline import roofline
 from costmodel.measure import MeasureError
 from costmodel.malloc import allocator as kept
 from costmodel.malloc import check as check_allocator
