@@ -17,17 +17,24 @@ from typing import Any
 _NAMES = {
     "Analysis": "costmodel.analysis", "AnalysisError": "costmodel.errors", "SpecError": "costmodel.errors",
     "formula": "costmodel.analysis", "Spec": "costmodel.spec", "load_spec": "costmodel.catalog",
-    "analyze": "costmodel.on_device", "Hardware": "costmodel.hardware", "load_hardware": "costmodel.hardware",
+    "analyze": "costmodel.runtime.on_device", "Hardware": "costmodel.devices.hardware",
+    "load_hardware": "costmodel.devices.hardware",
 }
 
 __all__ = sorted(_NAMES)
 
-#: ``costmodel.<name>`` -> the module it names.
-_MODULES = {name: f"costmodel.{name}" for name in (
-    "analysis", "asymptotics", "attention_variants", "catalog", "compare", "compare_report",
-    "conventions", "cost", "hardware", "hf", "loading", "measure", "metrics", "model", "phases",
-    "plot", "report", "report_attention", "spec", "sweep", "symbols", "units", "variants",
-)}
+#: ``costmodel.<name>`` -> the module it names (the modules of the flat layout keep their names).
+_MODULES = {
+    **{name: f"costmodel.{name}" for name in (
+        "analysis", "catalog", "cost", "errors", "hf", "loading", "measure", "model", "phases",
+        "precision", "spec", "symbols", "units", "devices", "runtime", "studies", "parallel")},
+    "hardware": "costmodel.devices.hardware", "metrics": "costmodel.runtime.roofline",
+    "roofline": "costmodel.runtime.roofline",
+    **{name: f"costmodel.studies.{name}" for name in (
+        "asymptotics", "attention_variants", "compare", "conventions", "sweep", "variants")},
+    "report": "costmodel.report", "compare_report": "costmodel.report.compare",
+    "report_attention": "costmodel.report.attention", "plot": "costmodel.report.plot",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -33,11 +33,11 @@ import statistics
 
 import torch
 
-from costmodel.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
-from costmodel.hardware import Hardware
+from costmodel.devices.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
+from costmodel.devices.hardware import Hardware
 from costmodel.measure import MeasureError
-from costmodel.malloc import allocator as kept
-from costmodel.malloc import check as check_allocator
+from costmodel.measure.malloc import allocator as kept
+from costmodel.measure.malloc import check as check_allocator
 from costmodel.measure.run import TORCH_DTYPES, check_device, time_runs
 
 DEFAULT_MATMUL = {"cuda": 8192, "cpu": 1024}  # n of the n x n matmul

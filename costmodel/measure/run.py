@@ -29,17 +29,17 @@ import torch
 
 from costmodel import model as formulas
 from costmodel.analysis import Analysis, analyze
-from costmodel.hardware import Hardware
-from costmodel.roofline import roofline
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.roofline import roofline
 from costmodel.measure import MeasureError
-from costmodel.malloc import allocator as kept
-from costmodel.malloc import check as check_allocator
+from costmodel.measure.malloc import allocator as kept
+from costmodel.measure.malloc import check as check_allocator
 from costmodel.measure.counters import Counts, MetaShapes
 from costmodel.measure.latent import set_convention
 from costmodel.measure.reference import KVCache, Transformer, build
 from costmodel.spec import LayerKind, Spec
-from costmodel.timing import predict
-from costmodel.variants import variant
+from costmodel.runtime.timing import predict
+from costmodel.studies.variants import variant
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEVICES = ("meta", "cpu", "cuda")

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel import memory, model
+from costmodel import model
+from costmodel.runtime import memory
 from costmodel.analysis import Analysis, analyze
-from costmodel.hardware import Hardware
+from costmodel.devices.hardware import Hardware
 from costmodel.parallel.layout import Recompute
 from costmodel.spec import Spec
-from costmodel.timing import Kernels, predict
+from costmodel.runtime.timing import Kernels, predict
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import Any
 
 from costmodel import analysis
 from costmodel.analysis import Analysis
-from costmodel.hardware import Hardware, load_hardware
+from costmodel.devices.hardware import Hardware, load_hardware
 from costmodel.precision import DEFAULT_GROUP
-from costmodel.roofline import roofline_json
+from costmodel.runtime.roofline import roofline_json
 from costmodel.spec import Spec
 
 
@@ -33,7 +33,7 @@ class DeviceAnalysis(Analysis):
     def predicted_time(self) -> dict[str, Any] | None:
         """The calibrated time model's prediction, per component (``costmodel.timing``; with
         ``hardware`` only)."""
-        from costmodel.timing import predict  # kept out of plain analyze's start-up
+        from costmodel.runtime.timing import predict  # kept out of plain analyze's start-up
 
         return None if self.hardware is None else predict(self, self.hardware).to_dict()
 

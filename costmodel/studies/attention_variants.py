@@ -23,14 +23,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from costmodel.analysis import Analysis, AnalysisError, Row, analyze
-from costmodel.hardware import Hardware
-from costmodel.roofline import Fit, Roofline, attention_total, fit, roofline_dict, roofline_of
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.roofline import Fit, Roofline, attention_total, fit, roofline_dict, roofline_of
 from costmodel.components.attention import heads, heads_kind, pattern
 from costmodel.components.mla import Convention
 from costmodel.phases import DECODE
 from costmodel.precision import Widths
 from costmodel.spec import LayerKind, Position, Spec
-from costmodel.variants import gqa_kv_heads, variant
+from costmodel.studies.variants import gqa_kv_heads, variant
 
 
 @dataclass(frozen=True)

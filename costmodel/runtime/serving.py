@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.analysis import Analysis, AnalysisError, analyze
-from costmodel.hardware import Hardware
-from costmodel.roofline import fit, roofline
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.roofline import fit, roofline
 from costmodel.precision import Widths
 from costmodel.spec import Spec
-from costmodel.timing import Kernels, Prediction, predict
+from costmodel.runtime.timing import Kernels, Prediction, predict
 
 #: Components after the last hidden state: computed for the last position only in serving.
 HEAD = ("head_scale", "lm_head", "logit_scale", "logit_softcap")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.analysis import Analysis, AnalysisError, Row, sum_rows
-from costmodel.hardware import Hardware, hardware_dict
+from costmodel.devices.hardware import Hardware, hardware_dict
 
 
 @dataclass(frozen=True)

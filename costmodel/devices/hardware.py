@@ -17,8 +17,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from costmodel.efficiency import Efficiency
-from costmodel.profiles import Profiles
+from costmodel.devices.efficiency import Efficiency
+from costmodel.devices.profiles import Profiles
 from costmodel.spec import FiniteFloat, SpecError
 
 Positive = Annotated[FiniteFloat, Field(gt=0)]  # finite: .inf bandwidth is not a device

@@ -53,12 +53,12 @@ import numpy as np
 
 from costmodel import model
 from costmodel.cost import Cost
-from costmodel.efficiency import Efficiency, FlopsTable, MatmulTable, _lookup, _position
-from costmodel.hardware import Hardware
+from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, _lookup, _position
+from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES, Phase
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
+from costmodel.runtime.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
 
 #: A step table of at most this many sizes is read by comparisons (faster than a search).
 _COMPARE = 4
@@ -429,7 +429,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     below 2^53, and never wrapping as int64 would past 2^63."""
     if not hw.tables_for(dtype):
         from costmodel.analysis import AnalysisError
-        from costmodel.timing import no_tables_note
+        from costmodel.runtime.timing import no_tables_note
 
         raise AnalysisError(no_tables_note(hw, dtype))
     eff = hw.efficiency

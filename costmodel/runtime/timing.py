@@ -70,9 +70,9 @@ from typing import Any, Protocol
 
 from costmodel import model
 from costmodel.analysis import Analysis
-from costmodel.efficiency import Efficiency, FlopsTable, MatmulTable
-from costmodel.hardware import Hardware
-from costmodel.roofline import roofline
+from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.roofline import roofline
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
 
