@@ -238,7 +238,7 @@ def analyze(
     `seq` is the prompt length for prefill and train, and the number of cached tokens for
     decode (which then attends to seq + 1). `enc_seq` is the encoder input length of an
     encoder-decoder (default: `seq`). RoPE past max_seq_len warns (ContextWarning); learned
-    positions refuse. The counts know no device: ``costmodel.on_device.analyze`` adds one (the
+    positions refuse. The counts know no device: ``costmodel.runtime.on_device.analyze`` adds one (the
     roofline and the predicted time).
     `routing` is the experts a sparse layer reads over its tokens: ``uniform`` (the expectation,
     E*(1 - (1 - K/E)^T)) or ``worst`` (min(E, T*K)).
@@ -357,7 +357,7 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "un
     """path -> quantity -> sympy expression in this phase, over the symbols of docs/reference.md.
 
     With `widths` other than `dtype`'s (an inference phase, as ``analyze`` holds them; for
-    ``costmodel.sweep``), the cache is p x p_kv/p wide and each weight read carries its
+    ``costmodel.studies.sweep``), the cache is p x p_kv/p wide and each weight read carries its
     component's held bytes over p x params: numbers in the tree, the shape's symbols kept."""
     import sympy
 

@@ -3,7 +3,7 @@ weight-only quantisation with group scales) and the KV cache's.
 
 One rule for every command: ``memory`` holds the weights and the cache at these widths, and
 ``analyze``/``inference`` read and write them at these widths (bytes, roofline and calibrated
-time). Training runs at the activations' dtype (mixed precision is ``costmodel.memory``'s
+time). Training runs at the activations' dtype (mixed precision is ``costmodel.runtime.memory``'s
 recipe), so these are inference options.
 
 - A float dtype holds every parameter at its width.

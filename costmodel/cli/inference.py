@@ -1,5 +1,5 @@
 """`costmodel inference`: serving latency and throughput over batch. Parse, call
-``costmodel.serving``, render."""
+``costmodel.runtime.serving``, render."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`costmodel memory` and `costmodel fit`: parse, call the library (``costmodel.memory``), render."""
+"""`costmodel memory` and `costmodel fit`: parse, call the library (``costmodel.runtime.memory``), render."""
 
 from __future__ import annotations
 

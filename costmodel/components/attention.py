@@ -106,7 +106,7 @@ def attention(
     effective = 2 * h * d_h * B * shape.pairs
 
     # For backward: q keeps the sub-block's input, which k and v share (cross-attention's
-    # k, v input is the encoder output, kept once for every layer: ``costmodel.memory``).
+    # k, v input is the encoder output, kept once for every layer: ``costmodel.runtime.memory``).
     q_heads, kv_heads = p * h * d_h * q_tokens, p * k * d_h * B * shape.span
     out: list[tuple[str, Cost]] = [
         ("q", linear(q_tokens, dims.d, h * d_h, spec.bias.qkv, p)),

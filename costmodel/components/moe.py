@@ -122,7 +122,7 @@ def expected_experts(E: Num, K: Num, tokens: Num) -> Num:
         if tokens * E.bit_length() <= _EXACT_BITS:  # exactly (E^T - (E-K)^T) / E^(T-1)
             return float(Fraction(E**tokens - (E - K) ** tokens, E ** (tokens - 1)))
         return -E * math.expm1(tokens * math.log1p(-K / E))
-    if is_array(tokens):  # the time grid (costmodel.timing_grid): the same expectation in floats
+    if is_array(tokens):  # the time grid (costmodel.runtime.timing_grid): the same expectation in floats
         import numpy
 
         if K >= E:

@@ -5,7 +5,7 @@ source of the figures. Bundled profiles live in specs/hardware/; `costmodel cali
 measured ones to the user folder (``$COSTMODEL_HARDWARE_DIR``, default
 ``~/.config/costmodel/hardware``), where ``--hardware NAME`` finds them too.
 
-What an analysis means on a device (its roofline, what fits) is ``costmodel.roofline``'s, a
+What an analysis means on a device (its roofline, what fits) is ``costmodel.runtime.roofline``'s, a
 layer above; this module knows nothing of analyses.
 """
 
@@ -37,7 +37,7 @@ class Hardware(BaseModel):
     source: str | dict[str, str]
     measured: StrictBool = False  # written by `costmodel calibrate`
     date: str | None = None
-    efficiency: Efficiency | None = None  # per-operator tables for costmodel.timing
+    efficiency: Efficiency | None = None  # per-operator tables for costmodel.runtime.timing
 
     def tables_for(self, dtype: str) -> bool:
         """Whether the time model has this profile's efficiency tables for `dtype`."""

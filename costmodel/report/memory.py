@@ -1,4 +1,4 @@
-"""Tables for `costmodel memory` and `costmodel fit`: rows from ``costmodel.memory`` results."""
+"""Tables for `costmodel memory` and `costmodel fit`: rows from ``costmodel.runtime.memory`` results."""
 
 from __future__ import annotations
 

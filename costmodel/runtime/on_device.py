@@ -31,7 +31,7 @@ class DeviceAnalysis(Analysis):
 
     @property
     def predicted_time(self) -> dict[str, Any] | None:
-        """The calibrated time model's prediction, per component (``costmodel.timing``; with
+        """The calibrated time model's prediction, per component (``costmodel.runtime.timing``; with
         ``hardware`` only)."""
         from costmodel.runtime.timing import predict  # kept out of plain analyze's start-up
 

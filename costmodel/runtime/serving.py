@@ -16,7 +16,7 @@ Latent attention (MLA) runs in ``mla``'s convention (``costmodel.components.mla`
 W_UV folded into query and output, as DeepSeek's kernels run it); the cache is the latent in
 both, so only the time changes.
 
-Each phase's time is ``costmodel.timing.predict``: calibrated when the profile has efficiency
+Each phase's time is ``costmodel.runtime.timing.predict``: calibrated when the profile has efficiency
 tables, else the roofline (and the result says so).
 """
 

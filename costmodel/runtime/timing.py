@@ -1,7 +1,7 @@
 """Time as it runs: each component's time from its exact FLOPs and bytes and the efficiency its
 shape reaches on the device.
 
-The roofline (``costmodel.hardware``) charges every operator the peak FLOP/s of one large
+The roofline (``costmodel.runtime.roofline``) charges every operator the peak FLOP/s of one large
 matmul and the bandwidth of one large copy; skinny decode matmuls, small GEMMs and elementwise
 ops reach much less. Here, as in the per-operator models of Calculon (Isaev et al. 2023,
 efficiency tables by operation size), LLMCompass (Zhang et al. 2024) and GenZ (Bambhaniya et

@@ -1,4 +1,4 @@
-"""The calibrated time model over many shapes at once (numpy): ``costmodel.timing`` vectorised.
+"""The calibrated time model over many shapes at once (numpy): ``costmodel.runtime.timing`` vectorised.
 
 ``predict_grid`` applies ``timing.component_time``, the rule ``predict`` applies, to numpy
 arrays of batch and sequence length. The component tree is evaluated once with array-valued B
@@ -31,7 +31,7 @@ writes 80 KB) and Python per component, so the code avoids passes that change no
 groups share once (``model._layer``), and the merge above then sees the same objects.
 
 A program that sweeps at scale should first ask glibc to keep freed heap
-(``costmodel.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
+(``costmodel.measure.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
 of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at 10,000 points). ``predict_grid`` does not do
 it itself: a library does not change its host process's allocator behind its back (nor under a
 calibration or a measurement running in the same process); bench/time_sweep_speed.py does.
