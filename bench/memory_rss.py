@@ -63,7 +63,7 @@ print(json.dumps({"growth": growth, "before": before}))
 
 def main() -> None:
     from costmodel import catalog
-    from costmodel.memory import Run, memory
+    from costmodel.runtime.memory import Run, memory
     from costmodel.spec import spec_from_dict
 
     print(f"{'spec':14} {'phase':8} {'B':>2} {'S':>4} {'measured growth':>16} {'formula':>14} {'ratio':>6}")

@@ -21,8 +21,8 @@ import numpy as np
 
 from costmodel import catalog
 from costmodel.analysis import analyze
-from costmodel.hardware import load_hardware
-from costmodel.sweep import Axis, Evaluator, sweep
+from costmodel.devices.hardware import load_hardware
+from costmodel.studies.sweep import Axis, Evaluator, sweep
 
 
 def best_of(runs: int, fn: Callable[[], object]) -> float:

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers
 
 from costmodel import catalog  # noqa: E402
 from costmodel.analysis import analyze  # noqa: E402
-from costmodel.hardware import Hardware, load_hardware  # noqa: E402
-from costmodel.timing import predict  # noqa: E402
-from costmodel.malloc import keep_freed_heap  # noqa: E402
-from costmodel.timing_grid import predict_grid  # noqa: E402
+from costmodel.devices.hardware import Hardware, load_hardware  # noqa: E402
+from costmodel.runtime.timing import predict  # noqa: E402
+from costmodel.measure.malloc import keep_freed_heap  # noqa: E402
+from costmodel.runtime.timing_grid import predict_grid  # noqa: E402
 from tests.helpers import calibrated_profile  # noqa: E402
 
 DEFAULT_SPECS = ["llama-3-8b", "gemma-3-27b", "mixtral-8x7b", "deepseek-v3", "t5-11b"]

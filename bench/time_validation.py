@@ -1,5 +1,5 @@
 """Calibrated time model against runs: calibrate the device, then time each case and set the
-prediction (``costmodel.timing``) and the roofline beside the measured median.
+prediction (``costmodel.runtime.timing``) and the roofline beside the measured median.
 
     python bench/time_validation.py                     # CPU: calibrate, 14 cases x 2 rounds
     python bench/time_validation.py --device cuda       # the GPU set (bench/gpu_check.sh)
@@ -13,7 +13,7 @@ longer than the block time, median and inter-quartile range; the whole table is
 run `--rounds` times, and the spread between rounds is reported. The load average (`uptime`)
 is recorded before calibrating and after each round: on a shared machine it is most of the error.
 Calibration and runs keep freed memory in the process (``--allocator cache``, the default:
-``costmodel.malloc``); ``--allocator system`` leaves glibc's default, under which a
+``costmodel.measure.malloc``); ``--allocator system`` leaves glibc's default, under which a
 training step's page faults are a third to two thirds of its time and vary run to run here.
 Writes a markdown table to stdout (and to --out).
 """
@@ -35,13 +35,13 @@ import torch
 
 from costmodel import catalog, units
 from costmodel.analysis import analyze
-from costmodel.hardware import Hardware, load_hardware, save_hardware
-from costmodel.malloc import ALLOCATORS
-from costmodel.malloc import allocator as kept
+from costmodel.devices.hardware import Hardware, load_hardware, save_hardware
+from costmodel.measure.malloc import ALLOCATORS
+from costmodel.measure.malloc import allocator as kept
 from costmodel.measure.calibrate import calibrate
 from costmodel.measure.reference import build
 from costmodel.measure.run import TORCH_DTYPES, keep_layers, phase_runner
-from costmodel.timing import predict
+from costmodel.runtime.timing import predict
 
 # (spec, layers, phase, batch, seq, enc_seq); seq is the cached tokens in decode.
 CASES = {

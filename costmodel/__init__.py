@@ -12,22 +12,36 @@ attributes of the package, imported on first use (sympy and numpy only when aske
 from importlib import import_module
 from typing import Any
 
-from costmodel.analysis import Analysis, AnalysisError, analyze, formula
-from costmodel.hardware import Hardware, load_hardware
-from costmodel.spec import Spec, SpecError, load_spec
+#: The public names, each imported from its module on first use: importing any module of the
+#: package (``costmodel.units``) runs this file, which must load nothing else.
+_NAMES = {
+    "Analysis": "costmodel.analysis", "AnalysisError": "costmodel.errors", "SpecError": "costmodel.errors",
+    "formula": "costmodel.analysis", "Spec": "costmodel.spec", "load_spec": "costmodel.catalog",
+    "analyze": "costmodel.runtime.on_device", "Hardware": "costmodel.devices.hardware",
+    "load_hardware": "costmodel.devices.hardware",
+}
 
-__all__ = ["Analysis", "AnalysisError", "Hardware", "Spec", "SpecError", "analyze", "formula",
-           "load_hardware", "load_spec"]
+__all__ = sorted(_NAMES)
 
-_MODULES = frozenset({
-    "analysis", "asymptotics", "attention_variants", "catalog", "compare", "compare_report",
-    "conventions", "cost", "hardware", "hf", "loading", "measure", "metrics", "model", "phases",
-    "plot", "report", "report_attention", "spec", "sweep", "symbols", "units", "variants",
-})
+#: ``costmodel.<name>`` -> the module it names (the modules of the flat layout keep their names).
+_MODULES = {
+    **{name: f"costmodel.{name}" for name in (
+        "analysis", "catalog", "cost", "errors", "hf", "loading", "measure", "model", "phases",
+        "precision", "spec", "symbols", "units", "devices", "runtime", "studies", "parallel")},
+    "hardware": "costmodel.devices.hardware", "metrics": "costmodel.runtime.roofline",
+    "roofline": "costmodel.runtime.roofline",
+    **{name: f"costmodel.studies.{name}" for name in (
+        "asymptotics", "attention_variants", "compare", "conventions", "sweep", "variants")},
+    "report": "costmodel.report", "compare_report": "costmodel.report.compare",
+    "report_attention": "costmodel.report.attention", "plot": "costmodel.report.plot",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """``costmodel.hf`` and the other public modules without importing them up front."""
+    """``costmodel.analyze``, ``costmodel.hf`` and the other public names and modules, imported
+    on first use (sympy and numpy only when asked for)."""
+    if name in _NAMES:
+        return getattr(import_module(_NAMES[name]), name)
     if name in _MODULES:
-        return import_module(f"costmodel.{name}")
+        return import_module(_MODULES[name])
     raise AttributeError(f"module 'costmodel' has no attribute {name!r}")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from costmodel import model
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost
+from costmodel.errors import AnalysisError as AnalysisError  # re-exported: where callers have found it
 from costmodel.phases import PHASES, QUANTITIES, Phase
 from costmodel.precision import DEFAULT_GROUP, INT_BITS, Widths, weight_bytes_of
 from costmodel.spec import ActiveConvention, Position, Spec
@@ -26,14 +27,8 @@ from costmodel.symbols import DTYPE_BYTES
 if TYPE_CHECKING:
     import sympy
 
-    from costmodel.hardware import Hardware
-
 DEFAULT_SEQ = 2048  # capped at the spec's max_seq_len
 MAX_COUNT = 10**300  # float64 ends at 1.8e308; ratios and sums of counts need headroom
-
-
-class AnalysisError(ValueError):
-    """A request the model cannot answer (a length beyond a learned position table, ...)."""
 
 
 class ContextWarning(UserWarning):
@@ -70,7 +65,6 @@ class Analysis:
     dtype: str
     shape: dict[str, int]  # B, S, C, S_e, C_e as the phase binds them
     rows: tuple[Row, ...]
-    hardware: Hardware | None = field(default=None, compare=False)  # for the roofline
     mla: str = "naive"  # the convention latent attention ran in (components.mla)
     routing: str = "uniform"  # experts a sparse layer reads (components.moe.Routing)
     precision: Widths = field(default_factory=Widths)  # weights' and cache's widths
@@ -200,22 +194,7 @@ class Analysis:
             "arithmetic_intensity": self.arithmetic_intensity,
             "arithmetic_intensity_unfused": self.arithmetic_intensity_unfused,
             "components": [asdict(r) for r in self.rows],
-        } | ({"roofline": self.roofline, "time": self.predicted_time} if self.hardware is not None else {})
-
-    @property
-    def roofline(self) -> dict[str, Any] | None:
-        """The device and where this pass sits on its roofline (with ``hardware`` only)."""
-        from costmodel.metrics import roofline_json
-
-        return None if self.hardware is None else roofline_json(self.total(), self.hardware, self.dtype)
-
-    @property
-    def predicted_time(self) -> dict[str, Any] | None:
-        """The calibrated time model's prediction, per component (``costmodel.timing``; with
-        ``hardware`` only)."""
-        from costmodel.timing import predict
-
-        return None if self.hardware is None else predict(self, self.hardware).to_dict()
+        }
 
 
 def sum_rows(rows: Iterable[Row], path: str) -> Row:
@@ -245,7 +224,6 @@ def analyze(
     seq: int | None = None,
     dtype: str = "bf16",
     enc_seq: int | None = None,
-    hardware: Hardware | str | None = None,
     mla: str = "naive",
     routing: str = "uniform",
     weights_dtype: str | None = None,
@@ -259,9 +237,9 @@ def analyze(
 
     `seq` is the prompt length for prefill and train, and the number of cached tokens for
     decode (which then attends to seq + 1). `enc_seq` is the encoder input length of an
-    encoder-decoder (default: `seq`). With `hardware` (a Hardware, or a profile's name or file
-    as ``--hardware`` takes it), the result carries the roofline (``.roofline``, and in
-    ``to_dict()``). RoPE past max_seq_len warns (ContextWarning); learned positions refuse.
+    encoder-decoder (default: `seq`). RoPE past max_seq_len warns (ContextWarning); learned
+    positions refuse. The counts know no device: ``costmodel.runtime.on_device.analyze`` adds one (the
+    roofline and the predicted time).
     `routing` is the experts a sparse layer reads over its tokens: ``uniform`` (the expectation,
     E*(1 - (1 - K/E)^T)) or ``worst`` (min(E, T*K)).
 
@@ -299,12 +277,6 @@ def analyze(
             f"seq: attends past the {spec.max_seq_len} positions {spec.name[:60]} was trained on "
             "(RoPE computes the counts; the model's quality there is another matter)",
             ContextWarning, stacklevel=2)
-    if isinstance(hardware, str):
-        from costmodel.hardware import load_hardware
-
-        hardware = load_hardware(hardware)
-    if hardware is not None:
-        hardware.peak(dtype)  # a dtype the device lacks is an error before any work
     precision = Widths(weights_dtype, kv_dtype, group_size)
     _check_widths(spec, ph, precision, dtype)
     p = DTYPE_BYTES[dtype]
@@ -321,8 +293,8 @@ def analyze(
         # Counts are exact ints at any size, but intensity, time and the sweep are floats.
         raise AnalysisError(f"{spec.name[:60]}: a count of {len(str(largest))} digits at this shape, past the "
                             f"{MAX_COUNT:.0e} that floating-point figures (intensity, time) can hold")
-    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, hardware, mla, routing,
-                    precision, weight_bytes)
+    return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, mla, routing, precision,
+                    weight_bytes)
 
 
 def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
@@ -385,7 +357,7 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "un
     """path -> quantity -> sympy expression in this phase, over the symbols of docs/reference.md.
 
     With `widths` other than `dtype`'s (an inference phase, as ``analyze`` holds them; for
-    ``costmodel.sweep``), the cache is p x p_kv/p wide and each weight read carries its
+    ``costmodel.studies.sweep``), the cache is p x p_kv/p wide and each weight read carries its
     component's held bytes over p x params: numbers in the tree, the shape's symbols kept."""
     import sympy
 
@@ -427,8 +399,6 @@ def formula(
     if not symbolic:
         return sympy.expand(expr.xreplace(model.spec_values(spec)))
     # Read per layer: the terms of each layer group gathered under its count (L, L_local, ...).
-    from costmodel import symbols as sym
-
     return sympy.collect(expr, [sym.layer_count(*key) for key in model.layer_groups(spec)])
 
 

@@ -1,4 +1,5 @@
-"""The bundled specs in specs/, and finding a spec by path or by name."""
+"""Where specs come from: the bundled specs in specs/, a spec by path or by name, a Hugging Face
+config (``costmodel.hf``). ``costmodel.spec`` only parses; this module finds and reads."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import difflib
 import sys
 from pathlib import Path
 
-from costmodel.spec import Spec, SpecError, load_spec
+from costmodel.loading import LoadError, read_text
+from costmodel.spec import Spec, SpecError, parse_spec
 
 # A source checkout keeps the specs beside the package; a wheel carries a copy inside it.
 _CANDIDATES = (Path(__file__).resolve().parent.parent / "specs", Path(__file__).resolve().parent / "_specs")
@@ -45,6 +47,22 @@ def resolve(name_or_path: str) -> Path:
         hint = f"did you mean {guess[0]}? " if guess else ""
         raise SpecError(f"{shown}: no such file, nor a bundled spec ({hint}see `costmodel list`)")
     raise SpecError(f"{shown}: no such file")
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate one spec: a YAML file, or the name of a bundled spec (``llama-2-7b``),
+    as the CLI takes it; a Hugging Face config.json is read through costmodel.hf. Raises
+    SpecError, one line per problem, on bad input."""
+    path = resolve(str(path))
+    if path.suffix == ".json" or path.is_dir():  # a model folder holds its config.json
+        from costmodel import hf
+
+        return hf.load_hf(path)
+    try:
+        text = read_text(path, "spec")
+    except LoadError as e:
+        raise SpecError(str(e)) from None
+    return parse_spec(text, str(path))
 
 
 def load(name_or_path: str) -> Spec:

@@ -26,7 +26,7 @@ Num = Union[int, "sympy.Expr"]
 
 
 def is_array(x: object) -> bool:
-    """A numpy array (costmodel.timing_grid evaluates the tree over many shapes at once)."""
+    """A numpy array (costmodel.runtime.timing_grid evaluates the tree over many shapes at once)."""
     return hasattr(x, "__array_ufunc__")
 
 
@@ -98,7 +98,7 @@ class Cost:
     act_out        fused bound: model output written (logits)
     kv_cache       bytes held in the KV cache after the pass
     saved          training: bytes of the tensors its ops keep for backward, each storage once
-                   (a tensor several ops keep is counted by the first; ``costmodel.memory``)
+                   (a tensor several ops keep is counted by the first; ``costmodel.runtime.memory``)
     mask_elements  training: elements of the dropout masks it keeps (bytes per element are the
                    kernel's: 1 for a fused bool mask, the activation width for a composite one)
     matrices       parameters that are weight matrices of linear layers (what weight-only
@@ -107,7 +107,7 @@ class Cost:
                    + columns of every matrix, every element of a vector
     train_only     exists only in a training step (loss, dropout)
     gemms          the matmuls behind ``matmul``, as (count, M, K, N): count products of
-                   (M x K) @ (K x N), for the time model (``costmodel.timing``)
+                   (M x K) @ (K x N), for the time model (``costmodel.runtime.timing``)
     """
 
     params: Num = 0

@@ -3,7 +3,7 @@ weight-only quantisation with group scales) and the KV cache's.
 
 One rule for every command: ``memory`` holds the weights and the cache at these widths, and
 ``analyze``/``inference`` read and write them at these widths (bytes, roofline and calibrated
-time). Training runs at the activations' dtype (mixed precision is ``costmodel.memory``'s
+time). Training runs at the activations' dtype (mixed precision is ``costmodel.runtime.memory``'s
 recipe), so these are inference options.
 
 - A float dtype holds every parameter at its width.
@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from costmodel.errors import AnalysisError
 from costmodel.symbols import DTYPE_BYTES
 
 WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
@@ -47,8 +48,6 @@ class Widths:
 
     def check(self, error: type[Exception] | None = None) -> None:
         """One line naming the option, as the CLI spells it (an AnalysisError, or `error`)."""
-        from costmodel.analysis import AnalysisError
-
         fail = error or AnalysisError
         if self.weights is not None and self.weights not in WEIGHT_DTYPES:
             raise fail(f"weights-dtype: unknown {self.weights!r}; expected one of {', '.join(WEIGHT_DTYPES)}")

@@ -15,7 +15,6 @@ import difflib
 import re
 from enum import Enum
 from fractions import Fraction
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
@@ -32,11 +31,8 @@ from pydantic import (
     model_validator,
 )
 
-from costmodel.loading import LoadError, load_yaml, read_text, yaml_error
-
-
-class SpecError(ValueError):
-    """A spec that cannot be used: the message is one line naming file, field and problem."""
+from costmodel.errors import SpecError as SpecError  # re-exported: where callers have found it
+from costmodel.loading import LoadError, load_yaml, yaml_error
 
 
 class Architecture(str, Enum):
@@ -682,25 +678,7 @@ def _ints(*values: Any) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
 
 
-# --- loading --------------------------------------------------------------------------------
-
-
-def load_spec(path: str | Path) -> Spec:
-    """Read and validate one spec: a YAML file, or the name of a bundled spec (``llama-2-7b``),
-    as the CLI takes it; a Hugging Face config.json is read through costmodel.hf. Raises
-    SpecError, one line per problem, on bad input."""
-    from costmodel import catalog
-
-    path = catalog.resolve(str(path))
-    if path.suffix == ".json" or path.is_dir():  # a model folder holds its config.json
-        from costmodel import hf
-
-        return hf.load_hf(path)
-    try:
-        text = read_text(path, "spec")
-    except LoadError as e:
-        raise SpecError(str(e)) from None
-    return parse_spec(text, str(path))
+# --- parsing --------------------------------------------------------------------------------
 
 
 def parse_spec(text: str, origin: str = "<spec>") -> Spec:

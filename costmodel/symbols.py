@@ -22,9 +22,10 @@ DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 _SIZE = dict(integer=True, positive=True)
 
 #: The symbols of a pass and of the asymptotics: name -> (assumptions, meaning). The model
-#: sizes (d, h, k, d_h, f, V, ...) are declared by their elements (``costmodel.components``);
-#: ``alphabet()`` is both. The symbols themselves are made on first use, so that evaluating
-#: numbers (`costmodel analyze`) never pays for importing sympy.
+#: sizes (d, h, k, d_h, f, V, ...) are declared by their elements (``costmodel.components``),
+#: which hand them to ``declare_sizes`` when that package is imported (this module sits below
+#: the components and never imports them); ``alphabet()`` is both. The symbols themselves are
+#: made on first use, so that evaluating numbers (`costmodel analyze`) never pays for sympy.
 ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
     # Shape of the pass (the phase binds these).
     "B": (_SIZE, "batch size"),
@@ -40,13 +41,19 @@ ALPHABET: dict[str, tuple[dict[str, bool], str]] = {
 }
 
 _made: dict[str, Any] = {}
+#: The model sizes, name -> meaning, as the elements declare them (``declare_sizes``).
+_sizes: dict[str, str] = {}
+
+
+def declare_sizes(sizes: dict[str, str]) -> None:
+    """The elements' model-size symbols, name -> meaning: ``costmodel.components`` declares
+    them once, on import, before any formula reads ``symbols.d``."""
+    _sizes.update(sizes)
 
 
 def alphabet() -> dict[str, tuple[dict[str, bool], str]]:
     """Every symbol: the pass's above, then each element's model sizes (positive integers)."""
-    from costmodel.components import size_symbols
-
-    return {**ALPHABET, **{n: (_SIZE, s.meaning) for n, s in size_symbols().items()}}
+    return {**ALPHABET, **{n: (_SIZE, meaning) for n, meaning in _sizes.items()}}
 
 
 def __getattr__(name: str) -> sympy.Symbol:

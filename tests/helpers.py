@@ -68,8 +68,8 @@ def calibrated_profile(dtypes: tuple[str, ...] = ("bf16", "fp32"), realistic: bo
       at the peak, bandwidth and floor this machine's calibration measured (docs/measure.md:
       26.8 GFLOP/s, 3.34 GB/s, 10.9 us).
     """
-    from costmodel.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
-    from costmodel.hardware import Hardware
+    from costmodel.devices.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
+    from costmodel.devices.hardware import Hardware
 
     g = CALIBRATE_GRID
 

@@ -8,7 +8,7 @@ import pytest
 
 from costmodel import catalog
 from costmodel.spec import Norm, SpecError
-from costmodel.variants import ablate, parse_sets, variant
+from costmodel.studies.variants import ablate, parse_sets, variant
 
 LLAMA = catalog.load("llama-2-7b")  # d 4096, L 32, h = k = 32, d_h 128, f 11008, no biases
 

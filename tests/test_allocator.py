@@ -17,7 +17,7 @@ from typer.testing import CliRunner  # noqa: E402
 from costmodel import catalog  # noqa: E402
 from costmodel.cli import app  # noqa: E402
 from costmodel.measure import MeasureError  # noqa: E402
-from costmodel.malloc import allocator, glibc  # noqa: E402
+from costmodel.measure.malloc import allocator, glibc  # noqa: E402
 from costmodel.measure.run import measure  # noqa: E402
 from tests.helpers import calibrated_profile  # noqa: E402
 
@@ -31,7 +31,7 @@ on_glibc = pytest.mark.skipif(glibc() is None, reason="mallopt is glibc's; this 
 # first-touch table of calibrate at 1 and 256 MiB.
 FRESH_PROCESS = """
 import json, resource, torch
-from costmodel.malloc import allocator
+from costmodel.measure.malloc import allocator
 from costmodel.measure.calibrate import first_touch_table
 cpu, block = torch.device("cpu"), 64 * 2**20
 def faults():
@@ -93,7 +93,7 @@ def test_measure_times_under_the_profiles_allocator_and_says_when_it_differs() -
               count_bytes=False)
     same = measure(spec, hardware=hw, **kw)
     assert same.roofline["allocator"] == same.roofline["calibrated_allocator"] == "cache"
-    from costmodel.measure.tables import measurement_table
+    from costmodel.report.measure import measurement_table
 
     assert not any("timed with the allocator" in n for n in measurement_table(same).notes)
     # a profile calibrated under system, timed here under cache (system is refused after cache)

@@ -19,9 +19,9 @@ import costmodel
 from costmodel import cli, loading, units
 from costmodel.analysis import AnalysisError, ContextWarning, analyze
 from costmodel.cli import app
-from costmodel.hardware import load_hardware
+from costmodel.devices.hardware import load_hardware
 from costmodel.spec import LayerKind, SpecError, parse_spec
-from costmodel.sweep import MAX_POINTS, parse_axis
+from costmodel.studies.sweep import MAX_POINTS, parse_axis
 from tests.helpers import TINY, tiny
 
 runner = CliRunner()

@@ -72,7 +72,7 @@ def test_the_analyze_command_imports_neither_the_planner_nor_the_hf_families() -
     code = ("import sys; sys.argv = ['costmodel', 'analyze', 'llama-2-7b']; from costmodel.cli import main\n"
             "try: main()\nexcept SystemExit: pass\n"
             "print([m for m in ('costmodel.parallel.step', 'costmodel.hf.families', 'costmodel.cli.train', "
-            "'costmodel.compare', 'costmodel.variants', 'costmodel.timing') "
+            "'costmodel.studies.compare', 'costmodel.studies.variants', 'costmodel.runtime.timing') "
             "if m in sys.modules], file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "6,738,415,616" in out.stdout and out.stderr.strip().splitlines()[-1] == "[]"

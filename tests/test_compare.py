@@ -11,12 +11,14 @@ from unittest import mock
 import pytest
 from rich.console import Console
 
-from costmodel import catalog, compare_report, report
+from costmodel import catalog
+from costmodel.report import compare as compare_report
+from costmodel.report import tables as report
 from costmodel.analysis import count_params
-from costmodel.compare import compare, expand
-from costmodel.conventions import compare_conventions
+from costmodel.studies.compare import compare, expand
+from costmodel.studies.conventions import compare_conventions
 from costmodel.spec import SpecError
-from costmodel.variants import ablate, rank_elements, variant
+from costmodel.studies.variants import ablate, rank_elements, variant
 
 
 def choice(c, label):

@@ -110,8 +110,8 @@ def test_analyze_with_conventions():
 
 
 def test_readme_python_example():
-    from costmodel.compare import compare, expand
-    from costmodel.variants import ablate, rank_elements
+    from costmodel.studies.compare import compare, expand
+    from costmodel.studies.variants import ablate, rank_elements
 
     c = compare(expand(["llama-2-7b", "mistral-7b"]), conventions=("palm",))
     assert [ch.label for ch in c.choices if ch.invariant][:3] == ["year", "architecture", "layers"]

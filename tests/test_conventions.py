@@ -16,7 +16,7 @@ import pytest
 
 from costmodel import catalog
 from costmodel.analysis import count_params
-from costmodel.conventions import (
+from costmodel.studies.conventions import (
     chinchilla_forward_flops,
     compare_conventions,
     kaplan_forward_flops_per_token,
@@ -29,7 +29,7 @@ from costmodel.conventions import (
     paper_counts,
     selected,
 )
-from costmodel.variants import variant
+from costmodel.studies.variants import variant
 
 DAY = 86_400
 PF_DAY = 1e15 * DAY  # Brown et al. 2020, Table D.1: "each of which are 8.64e+19 flops"

@@ -8,7 +8,7 @@ import pytest
 
 from costmodel import catalog
 from costmodel.analysis import AnalysisError
-from costmodel.variants import equal_params_d_ff, gqa_kv_heads, rank_elements, swaps
+from costmodel.studies.variants import equal_params_d_ff, gqa_kv_heads, rank_elements, swaps
 
 LLAMA = catalog.load("llama-2-7b")
 

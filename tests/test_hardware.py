@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from costmodel.cli import app
-from costmodel.hardware import Hardware, load_hardware, profile_paths, save_hardware
+from costmodel.devices.hardware import Hardware, load_hardware, profile_paths, save_hardware
 from costmodel.spec import SpecError
 
 runner = CliRunner()

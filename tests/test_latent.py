@@ -272,8 +272,8 @@ def test_absorbed_computes_what_naive_computes(seq, q_lora, window, chunk, sinks
 def test_attention_rows_put_mla_beside_mha_gqa_mqa() -> None:
     """KV per token over 61 layers in bf16: MLA 576 elements (70,272 B); the multi-head counterpart
     with h = 128 heads of d_n = 128 (DeepSeek-V2, Table 1): MHA 2*128*128, GQA k=8 2*8*128, MQA 2*128."""
-    from costmodel.attention_variants import compare_kv_heads
-    from costmodel.hardware import load_hardware
+    from costmodel.studies.attention_variants import compare_kv_heads
+    from costmodel.devices.hardware import load_hardware
 
     rows = {(r.variant, r.phase): r for r in compare_kv_heads(v3(), load_hardware("h100-sxm"), seq=4096)}
     per_token = {v: r.kv_per_token for (v, phase), r in rows.items() if phase == "decode"}
@@ -297,7 +297,7 @@ def test_gqa_to_mla_swap_cuts_the_cache_to_576_of_2048_elements() -> None:
     """llama-3-8b caches 2*8*128 = 2048 elements a token a layer; MLA with DeepSeek-V2's ratios
     (r_kv = 4*128, d_r = 128/2) caches 576: the KV cache falls to 576/2048 of itself."""
     from costmodel import catalog
-    from costmodel.variants import ablate, swaps
+    from costmodel.studies.variants import ablate, swaps
 
     spec = catalog.load("llama-3-8b")
     swap = next(s for s in swaps(spec) if "MLA" in s.label)
@@ -313,7 +313,7 @@ def test_gqa_to_mla_swap_cuts_the_cache_to_576_of_2048_elements() -> None:
 
 
 def test_describe_names_the_latent_sizes() -> None:
-    from costmodel.report import describe
+    from costmodel.report.tables import describe
 
     line = describe(v3())
     assert "h=128 · MLA r_q=1536 r_kv=512 d_n=128 d_r=64 d_v=128 (576/token)" in line
@@ -346,7 +346,7 @@ def test_analyze_cli_shows_both_conventions(tmp_path) -> None:
 
 def test_shazeer_asymptotics_of_a_latent_spec_use_its_multi_head_counterpart() -> None:
     """Shazeer (2019) analyses MHA and MQA: for an MLA spec, the h heads of d_n it stands in for."""
-    from costmodel.asymptotics import shazeer
+    from costmodel.studies.asymptotics import shazeer
 
     assert all(r.flops_match and r.memory_match and r.ratio_match for r in shazeer(tiny_mla()))
 
@@ -371,8 +371,8 @@ def test_sweep_runs_each_convention() -> None:
     """The sweep's lambdified formulas follow each MLA variant's convention: decode intensity
     equals analyze's FLOPs over fused bytes, naive and absorbed apart."""
     pytest.importorskip("numpy")
-    from costmodel.hardware import load_hardware
-    from costmodel.sweep import parse_axis, sweep
+    from costmodel.devices.hardware import load_hardware
+    from costmodel.studies.sweep import parse_axis, sweep
 
     spec = tiny_mla()
     sw = sweep(spec, "intensity", [parse_axis("seq=4,16")], load_hardware("h100-sxm"), phases=("decode",))
@@ -425,7 +425,7 @@ def test_saved_for_backward_equals_the_reference_model() -> None:
     """Training activations (naive, the reference's default): the q, k of the scores, V, the
     softmax output, each projection's input (kv_a shares q's), measured by saved-tensor hooks."""
     from costmodel.measure.memory import training_saved
-    from costmodel.memory import Run, memory
+    from costmodel.runtime.memory import Run, memory
 
     for spec in (tiny_mla(), tiny_mla(attention={"q_lora_rank": None}), tiny_mla(attention_sinks=True),
                  tiny_mla(attention_dropout=0.1)):

@@ -14,11 +14,12 @@ from typer.testing import CliRunner  # noqa: E402
 
 from costmodel import catalog  # noqa: E402
 from costmodel.cli import app  # noqa: E402
-from costmodel.hardware import load_hardware  # noqa: E402
+from costmodel.devices.hardware import load_hardware  # noqa: E402
 from costmodel.measure.counters import ByteCounter, Counts, MetaShapes  # noqa: E402
 from costmodel.measure.reference import build  # noqa: E402
 from costmodel.measure.run import keep_layers, measure  # noqa: E402
-from costmodel.spec import LayerKind, load_spec, parse_spec  # noqa: E402
+from costmodel.spec import LayerKind, parse_spec  # noqa: E402
+from costmodel.catalog import load_spec
 
 runner = CliRunner()
 

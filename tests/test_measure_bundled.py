@@ -15,7 +15,8 @@ pytest.importorskip("torch", reason="measuring needs the [measure] extra (torch)
 from costmodel import catalog  # noqa: E402
 from costmodel.measure.reference import build  # noqa: E402
 from costmodel.measure.run import keep_layers, measure  # noqa: E402
-from costmodel.spec import Spec, load_spec  # noqa: E402
+from costmodel.spec import Spec  # noqa: E402
+from costmodel.catalog import load_spec
 
 PHASES = ("prefill", "decode", "train")
 LONG = 9000  # beyond every bundled sliding window (128 to 4096) and chunk (8192), capped by learned tables

@@ -14,7 +14,7 @@ import sympy
 from costmodel import catalog
 from costmodel import symbols as sym
 from costmodel.analysis import analyze, formula
-from costmodel.spec import load_spec
+from costmodel.catalog import load_spec
 
 
 def _spec(name: str):

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from costmodel import catalog, model
 from costmodel import symbols as sym
 from costmodel.cli import app
-from costmodel.hardware import load_hardware
-from costmodel.memory import (
+from costmodel.devices.hardware import load_hardware
+from costmodel.runtime.memory import (
     MemoryConfigError,
     Parallel,
     Run,
@@ -185,7 +185,7 @@ TINY_MLA = dict(kind="mla", q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=4, q
 
 
 def _sites(spec, phase: str, batch: int, seq: int, run: Run) -> dict[str, int]:
-    from costmodel.memory import live_peak
+    from costmodel.runtime.memory import live_peak
 
     m = memory(spec, phase, batch, seq, run=run)
     return live_peak(spec, m.shape, 2, run.flash, False, m.mla or "naive")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st  # noqa: E402
 from costmodel import catalog  # noqa: E402
 from costmodel.measure.memory import LiveBytes, training_saved  # noqa: E402
 from costmodel.measure.run import keep_layers  # noqa: E402
-from costmodel.memory import Run, memory  # noqa: E402
+from costmodel.runtime.memory import Run, memory  # noqa: E402
 from costmodel.spec import spec_from_dict  # noqa: E402
 from tests.test_measure_properties import specs  # noqa: E402
 
@@ -149,7 +149,7 @@ def test_naive_live_peak_gap_is_accounted_for(name: str, phase: str, batch: int,
     the layout of the expanded keys and values it is a view of, which AV's matmul then copies
     to batch the heads."""
     from costmodel.measure.memory import inference_live_peak
-    from costmodel.memory import live_peak
+    from costmodel.runtime.memory import live_peak
 
     spec = keep_layers(catalog.load(name), 2)
     shape = memory(spec, phase, batch, seq).shape

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel import catalog, memory
+from costmodel import catalog
+from costmodel.runtime import memory
 from costmodel.analysis import analyze
 from costmodel.parallel.cluster import load_cluster
 from costmodel.parallel.layout import Layout, check

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from costmodel import catalog
 from costmodel.analysis import AnalysisError, analyze
 from costmodel.cli import app
-from costmodel.hardware import load_hardware
-from costmodel.memory import Run, memory
-from costmodel.timing import predict
+from costmodel.devices.hardware import load_hardware
+from costmodel.runtime.memory import Run, memory
+from costmodel.runtime.timing import predict
 from tests.helpers import calibrated_profile
 
 runner = CliRunner()
@@ -173,7 +173,7 @@ def test_a_sweep_at_other_widths_is_analyze_at_them(llama, phase) -> None:
     import numpy as np
 
     from costmodel.precision import Widths
-    from costmodel.sweep import Evaluator
+    from costmodel.studies.sweep import Evaluator
 
     widths = Widths("int4", "fp8", 128)
     ev = Evaluator(llama, phase, "bf16", widths=widths)

@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 
 from costmodel import symbols as sym
 from costmodel.catalog import bundled_paths
-from costmodel.compare import compare
+from costmodel.studies.compare import compare
 from costmodel.components import ATTENTION_KINDS, ELEMENTS, FFN_KINDS
-from costmodel.report import describe
-from costmodel.spec import METADATA, Spec, load_spec, spec_from_dict
-from costmodel.variants import ablate, swaps, variant
+from costmodel.report.tables import describe
+from costmodel.spec import METADATA, Spec, spec_from_dict
+from costmodel.catalog import load_spec
+from costmodel.studies.variants import ablate, swaps, variant
 from tests.helpers import random_spec_data, tiny
 
 BUNDLED = [load_spec(p) for p in bundled_paths()]

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from costmodel import catalog
 from costmodel.analysis import AnalysisError, analyze
 from costmodel.cli import app
-from costmodel.hardware import load_hardware
-from costmodel.serving import HEAD, parse_batches, serve
-from costmodel.timing import predict
+from costmodel.devices.hardware import load_hardware
+from costmodel.runtime.serving import HEAD, parse_batches, serve
+from costmodel.runtime.timing import predict
 
 runner = CliRunner()
 

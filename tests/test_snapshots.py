@@ -14,7 +14,7 @@ import pytest
 
 from costmodel import analyze
 from costmodel.catalog import bundled_paths
-from costmodel.spec import load_spec
+from costmodel.catalog import load_spec
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 PATHS = bundled_paths()

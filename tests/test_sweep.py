@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from costmodel import catalog
 from costmodel.analysis import AnalysisError, analyze
 from costmodel.cli import app
-from costmodel.hardware import load_hardware
-from costmodel.sweep import Axis, parse_axis, sweep
-from costmodel.attention_variants import with_kv_heads
+from costmodel.devices.hardware import load_hardware
+from costmodel.studies.sweep import Axis, parse_axis, sweep
+from costmodel.studies.attention_variants import with_kv_heads
 
 runner = CliRunner()
 H100 = load_hardware("h100-sxm")
@@ -67,7 +67,7 @@ def test_ten_thousand_points_are_vectorised(monkeypatch):
     """100 x 100 (seq, batch) points of three variants in two phases: 60,000 values from one
     lambdified expression per variant and phase, not from 60,000 calls of analyze (the speed
     itself is measured by bench/sweep_speed.py, not asserted here)."""
-    import costmodel.sweep as sweep_module
+    import costmodel.studies.sweep as sweep_module
 
     calls = []
     real = sweep_module.analyze

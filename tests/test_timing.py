@@ -9,10 +9,10 @@ import pytest
 
 from costmodel import catalog, model
 from costmodel.analysis import analyze
-from costmodel.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
-from costmodel.hardware import Hardware, load_hardware
+from costmodel.devices.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
+from costmodel.devices.hardware import Hardware, load_hardware
 from costmodel.spec import parse_spec
-from costmodel.timing import Kernels, predict
+from costmodel.runtime.timing import Kernels, predict
 
 TINY = """
 name: tiny
@@ -265,14 +265,14 @@ def test_h100_bf16_big_gemm_time_is_095_of_peak() -> None:
     hw = load_hardware("h100-sxm")
     flops = 2 * 8192**3
     t = flops / (989.4e12 * 0.95)  # hand: 1.170 ms
-    from costmodel.timing import gemm_time
+    from costmodel.runtime.timing import gemm_time
 
     assert gemm_time(1, 8192, 8192, 8192, hw.peak("bf16"), hw.efficiency.matmul["bf16"]) == pytest.approx(t, rel=1e-12)
     assert t == pytest.approx(1.1697e-3, rel=1e-3)
 
 
 def test_flops_table_interpolates_in_log_flops() -> None:
-    from costmodel.efficiency import FlopsTable
+    from costmodel.devices.efficiency import FlopsTable
 
     t = FlopsTable(flops=[1e6, 1e9], efficiency=[0.1, 0.4])
     assert t(1, 1000, 500) == 0.1  # 1e6 FLOPs

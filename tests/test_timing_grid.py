@@ -15,12 +15,12 @@ import pytest
 
 from costmodel import catalog
 from costmodel.analysis import AnalysisError, analyze
-from costmodel.hardware import load_hardware
-from costmodel.timing import Kernels, predict
+from costmodel.devices.hardware import load_hardware
+from costmodel.runtime.timing import Kernels, predict
 from tests.helpers import CALIBRATE_GRID, calibrated_profile
 
 np = pytest.importorskip("numpy")
-from costmodel.timing_grid import predict_grid  # noqa: E402  (numpy first)
+from costmodel.runtime.timing_grid import predict_grid  # noqa: E402  (numpy first)
 
 KERNELS = (Kernels(), Kernels(flash_attention=True), Kernels(fused=True),
            Kernels(fused_softmax=True, fused_bias_dropout_add=True), Kernels(flash_attention=True, fused=True))
@@ -136,7 +136,7 @@ def test_a_step_table_with_repeated_values_reads_as_the_whole_table(values) -> N
     points themselves and between them."""
     from bisect import bisect_right
 
-    from costmodel.timing_grid import _step
+    from costmodel.runtime.timing_grid import _step
 
     grid = [2.0 ** (10 + 2 * k) for k in range(len(values) - 1)]
     x = np.array(sorted({0.0, 1.0, *grid, *(g * 1.5 for g in grid), *(g * (1 - 1e-12) for g in grid), 1e30}))
@@ -149,7 +149,7 @@ def test_freed_heap_is_kept_on_glibc() -> None:
     after); elsewhere it does nothing and says so."""
     import platform
 
-    from costmodel.malloc import keep_freed_heap
+    from costmodel.measure.malloc import keep_freed_heap
 
     first = keep_freed_heap()
     assert keep_freed_heap() is first

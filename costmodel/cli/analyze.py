@@ -7,8 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, conventions, report, symbols
-from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, analyze, count_params, default_seq, formula
+from costmodel import catalog, symbols
+from costmodel.studies import conventions
+from costmodel.report import tables as report
+from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, count_params, default_seq, formula
+from costmodel.runtime.on_device import analyze
 from costmodel.cli.app import (
     BatchOpt,
     Dtype,
@@ -30,11 +33,11 @@ from costmodel.cli.app import (
 )
 from costmodel.components.mla import Convention
 from costmodel.components.moe import Routing
-from costmodel.conventions import ConventionName
-from costmodel.hardware import load_hardware
+from costmodel.studies.conventions import ConventionName
+from costmodel.devices.hardware import load_hardware
 from costmodel.phases import PHASES
 from costmodel.precision import DEFAULT_GROUP, Widths
-from costmodel.spec import load_spec
+
 
 RoutingOpt = Annotated[Routing, typer.Option("--routing", help="Mixture of experts: the experts a sparse layer reads over T tokens, uniform (the expectation E*(1-(1-K/E)^T)) or worst (min(E, T*K)).")]
 
@@ -78,14 +81,14 @@ def analyze_cmd(
                             kv_dtype=kv_dtype, group_size=group_size) for p in phases]
         latent = []
         if s.mla is not None:  # both conventions side by side
-            from costmodel.attention_variants import compare_latent
+            from costmodel.studies.attention_variants import compare_latent
 
             latent = compare_latent(s, phases, batch, seq, dtype.value)
         papers = conventions.selected([c.value for c in convention or []])
         train_seq = seq if seq is not None else default_seq(s, "train")
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
         if hw:  # a shape that cannot fit gets one line on stderr
-            from costmodel.memory import fit_warning
+            from costmodel.runtime.memory import fit_warning
 
             for a in analyses:
                 warning = fit_warning(s, a.phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes,
@@ -107,11 +110,11 @@ def analyze_cmd(
     if phase:
         tables.append(report.components_table(analyses[0]))
     if paper_rows:
-        from costmodel import compare_report  # with compare and variants: kept out of plain analyze's start-up
+        from costmodel.report import compare as compare_report  # with compare and variants: kept out of plain analyze's start-up
 
         tables.append(compare_report.conventions_table(paper_rows, train_seq))
     if latent:
-        from costmodel import report_attention
+        from costmodel.report import attention as report_attention
 
         tables.append(report_attention.latent_table(latent))
     emit(fmt, tables, data, s, csv=lambda: report.render_csv(analyses, hw, paper_rows, train_seq))
@@ -140,13 +143,13 @@ def formula_cmd(
     with _user_errors():
         s = catalog.load(spec)
         if asymptotic:
-            from costmodel.asymptotics import shazeer
+            from costmodel.studies.asymptotics import shazeer
 
             results = shazeer(s)
         else:
             expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic, mla=mla.value, routing=routing.value)
     if asymptotic:
-        from costmodel import report_attention
+        from costmodel.report import attention as report_attention
 
         emit(fmt, lambda: [report_attention.shazeer_table(s.name, results)],
              {"spec": s.name, "results": [r.to_dict() for r in results]},
@@ -175,7 +178,7 @@ def formula_cmd(
 def list_cmd(fmt: FormatOpt = Format.table) -> None:
     """The bundled specs, with their published and computed parameter counts."""
     with _user_errors():
-        specs = [load_spec(p) for p in catalog.bundled_paths()]
+        specs = [catalog.load_spec(p) for p in catalog.bundled_paths()]
     specs.sort(key=lambda s: (s.year or 0, s.name))
     rows, data = [], []
     for s in specs:

@@ -16,7 +16,7 @@ import typer
 
 from costmodel.components.mla import Convention
 
-from costmodel import report
+from costmodel.report import tables as report
 from costmodel.analysis import AnalysisError, ContextWarning
 from costmodel.spec import Spec, SpecError
 
@@ -148,7 +148,7 @@ def emit(
         typer.echo(report.render_markdown(shown, f"## {title}" if title else None))
         return
     if page:
-        from costmodel import compare_report
+        from costmodel.report import compare as compare_report
 
         shown = [p for t in shown for p in compare_report.pages(t, _width())]
     rich = report.rich_header(header) if isinstance(header, Spec) else (f"[bold]{header}[/bold]" if header else None)

@@ -27,7 +27,7 @@ from costmodel.cli.app import (
     app,
     emit,
 )
-from costmodel.hardware import bundled_dir, load_hardware, profile_paths, user_dir
+from costmodel.devices.hardware import bundled_dir, load_hardware, profile_paths, user_dir
 from costmodel.precision import DEFAULT_GROUP, Widths
 
 DEFAULT_HARDWARE = "h100-sxm"
@@ -78,9 +78,9 @@ def attention_cmd(
 ) -> None:
     """MHA / GQA / MQA and window variants of a spec's attention, in prefill and decode, on a device:
     KV cache, attention FLOPs, bytes, intensity, bound, roofline time and the largest batch that fits."""
-    from costmodel import report_attention as ra
-    from costmodel.attention_variants import compare_kv_heads, compare_windows
-    from costmodel.hardware import hardware_dict
+    from costmodel.report import attention as ra
+    from costmodel.studies.attention_variants import compare_kv_heads, compare_windows
+    from costmodel.devices.hardware import hardware_dict
 
     with _user_errors():
         s = catalog.load(spec)
@@ -89,7 +89,7 @@ def attention_cmd(
         widths = Widths(weights_dtype, kv_dtype, group_size)
         heads = compare_kv_heads(s, hw, batch, seq, dtype.value, _ints(kv_heads, "--kv-heads"), enc_seq, widths)
         windows = compare_windows(s, hw, batch, _ints(contexts, "--contexts"), dtype.value, window, widths)
-        from costmodel.memory import fit_warning
+        from costmodel.runtime.memory import fit_warning
 
         for phase in ("prefill", "decode"):  # the spec's own attention at this shape
             warning = fit_warning(s, phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes,
@@ -135,8 +135,8 @@ def sweep_cmd(
 ) -> None:
     """A quantity over many (seq, batch) points for each MHA / GQA / MQA variant and phase,
     through formulas compiled once (numpy), as a table and optionally a chart."""
-    from costmodel import report_attention as ra
-    from costmodel.sweep import default_axis, parse_axis, sweep
+    from costmodel.report import attention as ra
+    from costmodel.studies.sweep import default_axis, parse_axis, sweep
 
     with _user_errors():
         s = catalog.load(spec)
@@ -148,7 +148,7 @@ def sweep_cmd(
                    kv_heads=_ints(kv_heads, "--kv-heads"), component=component,
                    widths=Widths(weights_dtype, kv_dtype, group_size))
         if plot:
-            from costmodel.plot import plot as draw
+            from costmodel.report.plot import plot as draw
 
             written = draw(sw, plot)
     emit(fmt, lambda: [ra.sweep_table(sw)], sw.to_dict, csv=lambda: ra.sweep_csv(sw))
@@ -160,7 +160,7 @@ def sweep_cmd(
 def hardware_cmd(dtype: DtypeOpt = Dtype.bf16, fmt: FormatOpt = Format.table) -> None:
     """The device profiles --hardware accepts: bundled datasheet figures, and measured ones in the
     user folder ($COSTMODEL_HARDWARE_DIR, default ~/.config/costmodel/hardware) such as `local`."""
-    from costmodel import report_attention as ra
+    from costmodel.report import attention as ra
 
     with _user_errors():
         found = [(load_hardware(str(path)), "bundled" if path.parent == bundled_dir() else "user", path)

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from costmodel import catalog, compare_report
+from costmodel import catalog
+from costmodel.report import compare as compare_report
 from costmodel.cli.app import (
     BatchOpt,
     Dtype,
@@ -24,11 +25,11 @@ from costmodel.cli.app import (
     app,
     emit,
 )
-from costmodel.report import records_csv
-from costmodel.compare import compare, expand
-from costmodel.conventions import ConventionName, selected
+from costmodel.report.tables import records_csv
+from costmodel.studies.compare import compare, expand
+from costmodel.studies.conventions import ConventionName, selected
 from costmodel.precision import DEFAULT_GROUP, Widths
-from costmodel.variants import RANK_KEYS, ablate, elements_across, parse_sets, rank_elements
+from costmodel.studies.variants import RANK_KEYS, ablate, elements_across, parse_sets, rank_elements
 
 
 RankBy = Enum("RankBy", {k: k for k in RANK_KEYS}, type=str)  # type: ignore[misc]

@@ -1,5 +1,5 @@
 """`costmodel inference`: serving latency and throughput over batch. Parse, call
-``costmodel.serving``, render."""
+``costmodel.runtime.serving``, render."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, report, units
+from costmodel import catalog, units
+from costmodel.report import tables as report
 from costmodel.cli.app import (
     Dtype,
     DtypeOpt,
@@ -24,10 +25,10 @@ from costmodel.cli.app import (
     emit,
 )
 from costmodel.components.mla import Convention
-from costmodel.hardware import load_hardware
+from costmodel.devices.hardware import load_hardware
 from costmodel.precision import DEFAULT_GROUP, Widths
-from costmodel.serving import Serving, parse_batches, serve
-from costmodel.timing import Kernels
+from costmodel.runtime.serving import Serving, parse_batches, serve
+from costmodel.runtime.timing import Kernels
 
 
 def serving_table(sv: Serving) -> report.Table:
@@ -57,7 +58,7 @@ def serving_table(sv: Serving) -> report.Table:
 def plot_serving(sv: Serving, path: str) -> str:
     """Latency against throughput, one point per batch size (matplotlib, the `plot` extra);
     returns the file written (a path without a suffix gets .png, as matplotlib writes it)."""
-    from costmodel.plot import _pyplot
+    from costmodel.report.plot import _pyplot
 
     if not Path(path).suffix:
         path = f"{path}.png"

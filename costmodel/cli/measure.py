@@ -9,7 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, hardware, report
+from costmodel import catalog
+from costmodel.devices import hardware
+from costmodel.report import tables as report
 from costmodel.cli.app import (
     BatchOpt,
     Dtype,
@@ -115,7 +117,7 @@ def measure_cmd(
                            count_bytes=True, mla=mla.value, allocator=allocator.value if allocator else None)
                    for p in phases]
     def tables() -> list[report.Table]:
-        from costmodel.measure.tables import components_table, measurement_table
+        from costmodel.report.measure import components_table, measurement_table
 
         out = []
         for m in results:
@@ -158,7 +160,7 @@ def calibrate_cmd(
         profile = calibrate(device.value, chosen, matmul_size, copy_mib, repeats, name,
                             tables=None if tables else (), allocator=allocator.value)
         path = hardware.save_hardware(profile, hardware.user_dir() / f"{name}.yaml")
-    from costmodel.measure.tables import calibration_table
+    from costmodel.report.measure import calibration_table
 
     emit(fmt, lambda: [calibration_table(profile, str(path))],
          lambda: {"path": str(path), **profile.model_dump(exclude_none=True)}, f"calibrated {device.value}")

@@ -1,4 +1,4 @@
-"""`costmodel memory` and `costmodel fit`: parse, call the library (``costmodel.memory``), render."""
+"""`costmodel memory` and `costmodel fit`: parse, call the library (``costmodel.runtime.memory``), render."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, report
+from costmodel import catalog
+from costmodel.report import tables as report
 from costmodel.cli.app import (
     BatchOpt,
     EncSeqOpt,
@@ -24,8 +25,8 @@ from costmodel.cli.app import (
     emit,
 )
 from costmodel.components.mla import Convention
-from costmodel.hardware import load_hardware
-from costmodel.memory import (
+from costmodel.devices.hardware import load_hardware
+from costmodel.runtime.memory import (
     OPTIMIZERS,
     PRECISIONS,
     RECOMPUTE,
@@ -120,7 +121,7 @@ def memory_cmd(
         run, par = _config(phase.value, optimizer, precision, zero, dp, recompute, flash, weights_dtype,
                            kv_dtype, dtype, group_size, mask_bytes, last_logits, mla)
         m = memory(s, phase.value, batch, seq, enc_seq, run, par)
-    from costmodel import report_memory
+    from costmodel.report import memory as report_memory
 
     theirs = None
     if m.phase == "train" and not s.is_encoder_decoder:
@@ -171,7 +172,7 @@ def fit_cmd(
                                weights_dtype, kv_dtype, dtype, group_size, mask_bytes, last_logits, mla)
             n, m = fit(s, ph, hw.memory_bytes, over, batch, seq, enc_seq, run, par)
             results.append((ph, n, m))
-    from costmodel import report_memory
+    from costmodel.report import memory as report_memory
 
     emit(fmt, lambda: [report_memory.fit_table(results, over, hw, s.max_seq_len, mla_convention(s, "decode", mla.value))],
          lambda: {"spec": s.name, "hardware": hw.name, "device_bytes": int(hw.memory_bytes), "over": over,

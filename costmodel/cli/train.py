@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog, report, report_parallel, units
+from costmodel import catalog, units
+from costmodel.report import tables as report
+from costmodel.report import parallel as report_parallel
 from costmodel.cli.app import (
     Format,
     FormatOpt,

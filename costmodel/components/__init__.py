@@ -16,6 +16,7 @@ from collections.abc import Callable
 from costmodel.components import attention, bias, block, embedding, ffn, loss, mla, moe, norm, position, shape, stability
 from costmodel.components.element import Element, Symbol
 from costmodel.cost import Cost, Dims, Num
+from costmodel.symbols import declare_sizes
 
 #: Every design element, in the order describe and compare show them. A sample may read what
 #: the elements before it drew (positions read head_dim; the sliding window reads positions).
@@ -58,5 +59,8 @@ def size_symbols() -> dict[str, Symbol]:
         out.update(e.symbols)
     return out
 
+
+# The alphabet (costmodel.symbols, below this package) learns the sizes the elements declare.
+declare_sizes({n: s.meaning for n, s in size_symbols().items()})
 
 __all__ = ["ATTENTION_KINDS", "ELEMENTS", "FFN_KINDS", "Cost", "Dims", "Element", "Num", "element", "size_symbols"]

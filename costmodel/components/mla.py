@@ -33,18 +33,16 @@ token); prefill favours naive (its per-pair cost 2*h*(d_n + d_r + d_v) is the sm
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from costmodel.components.element import Alternative, Choose, Symbol
 from costmodel.components.norm import norm
+from costmodel.components.scores import Shape, heads_kind, mha_label, probabilities
 from costmodel.cost import Cost, Dims, gemm, linear, runs
 from costmodel.spec import MLA, Spec
 
-if TYPE_CHECKING:
-    from costmodel.components.attention import Shape
-
-# components.attention imports this module (MLA is a kind of its "attention heads" element), so
-# what this module uses of attention (probabilities, heads_kind) is imported where it is used.
+# components.attention imports this module (MLA is a kind of its "attention heads" element);
+# what both kinds share (the Shape, probabilities, the head kinds) is in components.scores.
 
 
 class Convention(str, Enum):
@@ -62,8 +60,6 @@ def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bia
     convention ``dims.mla`` names. The leaf names are the same in both; kv_b, scores and av
     (and their bytes) differ.
     """
-    from costmodel.components.attention import probabilities
-
     B, h, d, p = dims.B, dims.h, dims.d, dims.p
     r_kv, d_n, d_r, d_v = dims.r_kv, dims.d_n, dims.d_r, dims.d_v
     q_tokens, kv_tokens = B * shape.q_len, B * shape.kv_len
@@ -175,17 +171,14 @@ def to_latent(spec: Spec) -> Alternative | None:
             or d_h % 4):
         return None
     m = MLA(kv_lora_rank=4 * d_h, qk_nope_head_dim=d_h, qk_rope_head_dim=d_h // 2, v_head_dim=d_h)
-    from costmodel.components.attention import heads
-
-    return (f"{heads(spec)} -> {label(m)} (DeepSeek-V2 ratios: r_kv = 4 d_h, d_r = d_h/2)",
+    heads = label(spec.mla) if spec.mla is not None else mha_label(spec.n_heads, spec.n_kv_heads)
+    return (f"{heads} -> {label(m)} (DeepSeek-V2 ratios: r_kv = 4 d_h, d_r = d_h/2)",
             {"attention": m.model_dump(exclude_defaults=True) | {"kind": "mla"}, "rotary_fraction": None})
 
 
 def from_latent(spec: Spec, m: MLA, gqa: int | None) -> list[Alternative]:
     """MLA -> multi-head attention of its h heads of d_n (the baseline of DeepSeek-V2's Table 1),
     with k = h, a GQA k, or 1 key/value heads."""
-    from costmodel.components.attention import heads_kind
-
     h = spec.n_heads
     out = []
     for k in dict.fromkeys([h, *([gqa] if gqa else []), 1]):

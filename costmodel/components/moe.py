@@ -51,7 +51,7 @@ from fractions import Fraction
 from typing import Any
 
 
-from costmodel.components.attention import SOFTMAX_FLOPS
+from costmodel.components.scores import SOFTMAX_FLOPS
 from costmodel.components.ffn import ACTIVATION_FLOPS, GATE_FLOPS
 from costmodel.cost import Cost, Dims, Num, elementwise, gemm, is_array, linear, runs, smin
 from costmodel.spec import Activation, ActiveConvention, MoEFFN, Scoring, Spec
@@ -122,7 +122,7 @@ def expected_experts(E: Num, K: Num, tokens: Num) -> Num:
         if tokens * E.bit_length() <= _EXACT_BITS:  # exactly (E^T - (E-K)^T) / E^(T-1)
             return float(Fraction(E**tokens - (E - K) ** tokens, E ** (tokens - 1)))
         return -E * math.expm1(tokens * math.log1p(-K / E))
-    if is_array(tokens):  # the time grid (costmodel.timing_grid): the same expectation in floats
+    if is_array(tokens):  # the time grid (costmodel.runtime.timing_grid): the same expectation in floats
         import numpy
 
         if K >= E:

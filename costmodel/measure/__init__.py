@@ -11,7 +11,7 @@ caller asks for it, so ``costmodel analyze`` never needs torch).
 
 from __future__ import annotations
 
-from costmodel.analysis import AnalysisError
+from costmodel.errors import AnalysisError
 
 
 class MeasureError(AnalysisError):

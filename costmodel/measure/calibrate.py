@@ -4,7 +4,7 @@ The peaks, each the median of repeated runs after a warm-up:
 - dense matmul FLOP/s per dtype: an n x n by n x n product, 2n^3 FLOPs (the convention of
   ``costmodel.cost.linear``);
 - memory bandwidth: a copy of a large buffer, which reads and writes it once: 2 x its bytes.
-The efficiency tables of the time model (``costmodel.efficiency``, ``costmodel.timing``), each
+The efficiency tables of the time model (``costmodel.devices.efficiency``, ``costmodel.runtime.timing``), each
 point the median of ``torch.utils.benchmark.Timer.blocked_autorange``:
 - matmul: a grid of (M, N, K), M = 1 .. 1024 (4096 on a GPU) including the skinny decode
   shapes, run as a batched matmul of enough products that launch overhead is amortised, each
@@ -17,7 +17,7 @@ point the median of ``torch.utils.benchmark.Timer.blocked_autorange``:
   reused one; the difference per byte is what each fresh output of that size costs (page faults
   on a CPU left to glibc, which maps large blocks fresh on every allocation); measured under
   ``allocator="system"`` only: under the default ``cache`` (and on a GPU) freed blocks are reused
-  and the profile has no first-touch table (``costmodel.malloc``).
+  and the profile has no first-touch table (``costmodel.measure.malloc``).
 The profile serves the roofline and the time model: `costmodel measure` predicts time from it,
 and `--hardware local` finds it wherever a hardware profile is accepted.
 """
@@ -33,11 +33,11 @@ import statistics
 
 import torch
 
-from costmodel.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
-from costmodel.hardware import Hardware
+from costmodel.devices.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
+from costmodel.devices.hardware import Hardware
 from costmodel.measure import MeasureError
-from costmodel.malloc import allocator as kept
-from costmodel.malloc import check as check_allocator
+from costmodel.measure.malloc import allocator as kept
+from costmodel.measure.malloc import check as check_allocator
 from costmodel.measure.run import TORCH_DTYPES, check_device, time_runs
 
 DEFAULT_MATMUL = {"cuda": 8192, "cpu": 1024}  # n of the n x n matmul
@@ -191,7 +191,7 @@ def calibrate(
     efficiency tables of the time model for the dtypes in `tables` (default: every dtype on a
     GPU, fp32 alone on the CPU, where bf16 has no native matmul on most parts); `tables=()`
     measures the peaks only. `allocator` is how freed CPU memory is treated while measuring
-    (``costmodel.malloc``: kept in the process, or glibc's default); the profile
+    (``costmodel.measure.malloc``: kept in the process, or glibc's default); the profile
     records it, and ``costmodel measure`` times under the same setting."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise MeasureError(f"name: {name!r} is not a profile name (letters, digits, '.', '_', '-')")

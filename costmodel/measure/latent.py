@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from costmodel.components.mla import Convention
-from costmodel.measure.reference import Attention, Norm, Step, SubBlock, rope, rope_angles
+from costmodel.measure.blocks import Attention, Norm, Step, SubBlock, rope, rope_angles
 from costmodel.spec import MLA, Spec
 
 

@@ -8,7 +8,7 @@ once under the counters, and compares with ``costmodel.analyze`` for the same sh
   kv_cache    bytes of the cache tensors held after the pass       exact
   bytes       ByteCounter over the phase vs the unfused formula    convention gaps (docs)
   time        median of repeated runs vs the calibrated time        on a real device
-              (``costmodel.timing``), the roofline lower bound beside it
+              (``costmodel.runtime.timing``), the roofline lower bound beside it
 
 The phase runs as ``costmodel.phases`` defines it: prefill is a forward over B x S tokens with
 logits at every position, writing the cache; decode is one token per sequence with C - 1
@@ -29,16 +29,17 @@ import torch
 
 from costmodel import model as formulas
 from costmodel.analysis import Analysis, analyze
-from costmodel.hardware import Hardware, roofline
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.roofline import roofline
 from costmodel.measure import MeasureError
-from costmodel.malloc import allocator as kept
-from costmodel.malloc import check as check_allocator
+from costmodel.measure.malloc import allocator as kept
+from costmodel.measure.malloc import check as check_allocator
 from costmodel.measure.counters import Counts, MetaShapes
 from costmodel.measure.latent import set_convention
 from costmodel.measure.reference import KVCache, Transformer, build
 from costmodel.spec import LayerKind, Spec
-from costmodel.timing import predict
-from costmodel.variants import variant
+from costmodel.runtime.timing import predict
+from costmodel.studies.variants import variant
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEVICES = ("meta", "cpu", "cuda")
@@ -270,7 +271,7 @@ def measure(
     the byte counter (the slowest part) when only the exact counts are wanted. `model`, built
     by ``reference.build`` from the same spec, dtype and device, saves building it again.
     `mla` is the convention latent attention runs in, in the formulas and the model alike.
-    `allocator` is how freed CPU memory is treated while timing (``costmodel.malloc``);
+    `allocator` is how freed CPU memory is treated while timing (``costmodel.measure.malloc``);
     by default the one `hardware` was calibrated under, else ``cache``.
     """
     if layers is not None:

@@ -16,8 +16,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from costmodel.hardware import Hardware, load_hardware
-from costmodel.profiles import Profiles
+from costmodel.devices.hardware import Hardware, load_hardware
+from costmodel.devices.profiles import Profiles
 from costmodel.spec import FiniteFloat
 
 Positive = Annotated[FiniteFloat, Field(gt=0)]

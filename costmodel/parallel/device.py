@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel import memory, model
+from costmodel import model
+from costmodel.runtime import memory
 from costmodel.analysis import Analysis, analyze
-from costmodel.hardware import Hardware
+from costmodel.devices.hardware import Hardware
 from costmodel.parallel.layout import Recompute
+from costmodel.parallel.shard import shard_spec
 from costmodel.spec import Spec
-from costmodel.timing import Kernels, predict
+from costmodel.runtime.timing import Kernels, predict
 
 
 @dataclass(frozen=True)
@@ -123,14 +125,12 @@ def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parall
     """Activations of one micro-batch on one GPU, from the memory model's exact per-element counts
     (16-bit activations, 1-byte dropout masks as fused CUDA kernels keep them, no flash attention).
 
-    Tensor parallel: the count of the TP shard (``step.shard_spec``): heads, FFN width and
+    Tensor parallel: the count of the TP shard (``shard.shard_spec``): heads, FFN width and
     vocabulary split, the norms, residuals and dropout between them whole on every rank
     (Korthikanti et al. 2022's sbh(10 + 24/t + 5as/(ht))). Sequence parallel splits those too:
     the layers keep 1/t of the unsplit model's activations (their sbh/t (34 + 5as/h)).
     The whole depth is counted (each group's rows hold its layers), then divided per layer.
     """
-    from costmodel.parallel.step import shard_spec
-
     counts = {g: n for (_, g), n in model.layer_groups(spec).items()}
 
     def count(s: Spec) -> dict[str, int]:

@@ -34,7 +34,7 @@ from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective
 from costmodel.parallel.layout import Layout, LayoutError, check, experts
-from costmodel.parallel.step import shard_spec
+from costmodel.parallel.shard import shard_spec
 from costmodel.precision import Widths
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES

@@ -30,6 +30,7 @@ from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
+from costmodel.parallel.shard import shard_spec
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -61,28 +62,6 @@ class Overlap:
     def to_dict(self) -> dict[str, bool]:
         return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "pp": self.pp, "dp": self.dp,
                 "tp_backward": self.tp_backward}
-
-
-def shard_spec(spec: Spec, tp: int, layers: int | None = None) -> Spec:
-    """One tensor-parallel rank's slice of `spec` as a spec (Shoeybi et al. 2019): column-parallel
-    Q, K, V and FFN-up, row-parallel output and FFN-down, a vocabulary-parallel embedding and head.
-    Key/value heads fewer than t are replicated, one per rank. `layers` sets n_layers (the
-    formulas then count that many layers). Every FFN width of the spec's kind splits over t."""
-    attention = spec.attention
-    if hasattr(attention, "n_kv_heads"):
-        k = attention.n_kv_heads
-        attention = attention.model_copy(update={"n_kv_heads": k // tp if k >= tp else 1})
-    widths = {f: getattr(spec.ffn, f) // tp for f in ("d_ff", "d_ff_expert", "d_ff_shared")
-              if getattr(spec.ffn, f, None)}
-    update: dict[str, Any] = dict(
-        n_heads=spec.n_heads // tp,
-        attention=attention,
-        ffn=spec.ffn.model_copy(update=widths),
-        vocab_size=-(-spec.vocab_size // tp),
-    )
-    if layers is not None:
-        update["n_layers"] = layers
-    return spec.model_copy(update=update)
 
 
 def _leaf(path: str) -> str:

@@ -16,7 +16,7 @@ Latent attention (MLA) runs in ``mla``'s convention (``costmodel.components.mla`
 W_UV folded into query and output, as DeepSeek's kernels run it); the cache is the latent in
 both, so only the time changes.
 
-Each phase's time is ``costmodel.timing.predict``: calibrated when the profile has efficiency
+Each phase's time is ``costmodel.runtime.timing.predict``: calibrated when the profile has efficiency
 tables, else the roofline (and the result says so).
 """
 
@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel import metrics
 from costmodel.analysis import Analysis, AnalysisError, analyze
-from costmodel.hardware import Hardware, roofline
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.roofline import fit, roofline
 from costmodel.precision import Widths
 from costmodel.spec import Spec
-from costmodel.timing import Kernels, Prediction, predict
+from costmodel.runtime.timing import Kernels, Prediction, predict
 
 #: Components after the last hidden state: computed for the last position only in serving.
 HEAD = ("head_scale", "lm_head", "logit_scale", "logit_softcap")
@@ -46,7 +46,7 @@ class ServingPoint:
     tpot_last_s: float | None
     latency_s: float
     tokens_per_s: float  # B x O / latency, per device
-    fits: bool | None  # weights + KV cache at the last step within device memory (metrics.fit)
+    fits: bool | None  # weights + KV cache at the last step within device memory (roofline.fit)
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
@@ -174,9 +174,9 @@ def _integrate(js: list[int], times: dict[int, float]) -> float:
 
 def fits(a: Analysis, hw: Hardware) -> bool | None:
     """Hook for the memory model: whether weights and the KV cache of the last decode step fit
-    in device memory (``metrics.fit``; activations and workspace are not counted yet). None
+    in device memory (``roofline.fit``; activations and workspace are not counted yet). None
     when the phase keeps no cache."""
     try:
-        return a.batch <= metrics.fit(a, hw).max_batch
+        return a.batch <= fit(a, hw).max_batch
     except AnalysisError:
         return None

@@ -37,7 +37,7 @@ from costmodel.components.embedding import label as embeddings
 from costmodel.components.position import label as position
 from costmodel.components.shape import layers
 from costmodel.components.stability import softcaps
-from costmodel.conventions import ConventionRow, compare_conventions
+from costmodel.studies.conventions import ConventionRow, compare_conventions
 from costmodel.precision import Widths
 from costmodel.spec import Spec, SpecError
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from costmodel import units
-from costmodel.hardware import Hardware
+from costmodel.devices.hardware import Hardware
 from costmodel.phases import LABELS as QUANTITY_LABELS
-from costmodel.report import Table
+from costmodel.report.tables import Table
 
 if TYPE_CHECKING:  # pragma: no cover
     from costmodel.measure.run import FormulaCheck, Measurement

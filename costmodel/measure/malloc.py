@@ -42,7 +42,7 @@ import ctypes
 from collections.abc import Iterator
 from typing import get_args
 
-from costmodel.efficiency import Allocator
+from costmodel.devices.efficiency import Allocator
 from costmodel.measure import MeasureError
 
 ALLOCATORS: tuple[str, ...] = get_args(Allocator)

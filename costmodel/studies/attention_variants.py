@@ -9,7 +9,7 @@ on an encoder-decoder) is one ``SpecError`` line, like a bad file. Every number 
   attention (Shazeer 2019, "Fast Transformer Decoding: One Write-Head is All You Need"),
   1 < k < h grouped-query attention (Ainslie et al. 2023, "GQA"); in prefill and decode: KV
   cache, the attention sub-blocks' FLOPs, bytes and intensity, their roofline and the whole
-  pass's, and the largest batch that fits (``hardware.fit``);
+  pass's, and the largest batch that fits (``roofline.fit``);
 - windows: full attention, every layer local, the spec's local/global pattern: KV cache and
   attention work as the context grows;
 - latent attention (DeepSeek-V2): the naive and absorbed conventions of ``components.mla`` side
@@ -23,13 +23,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from costmodel.analysis import Analysis, AnalysisError, Row, analyze
-from costmodel.hardware import Fit, Hardware, Roofline, attention_total, fit, roofline_dict, roofline_of
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.roofline import Fit, Roofline, attention_total, fit, roofline_dict, roofline_of
 from costmodel.components.attention import heads, heads_kind, pattern
 from costmodel.components.mla import Convention
 from costmodel.phases import DECODE
 from costmodel.precision import Widths
 from costmodel.spec import LayerKind, Position, Spec
-from costmodel.variants import gqa_kv_heads, variant
+from costmodel.studies.variants import gqa_kv_heads, variant
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ from typing import Any
 
 from costmodel import units
 from costmodel.analysis import Analysis, Row
-from costmodel.conventions import ConventionRow
-from costmodel.hardware import Hardware, roofline_of
+from costmodel.studies.conventions import ConventionRow
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.roofline import roofline_of
 from costmodel.phases import LABELS
 from costmodel.precision import INT_BITS
 from costmodel.spec import Spec
@@ -148,7 +149,7 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
     notes = [f"batch {a0.batch}, {a0.dtype}; seq is the prompt (prefill, train) or the tokens "
              "already cached (decode, which attends to seq + 1)"]
     if hw is not None:
-        from costmodel.timing import predict
+        from costmodel.runtime.timing import predict
 
         lines = [roofline_of(tot(a), hw, a.dtype) for a in analyses]
         predictions = [predict(a, hw) for a in analyses]

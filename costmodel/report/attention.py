@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costmodel import units
-from costmodel.attention_variants import HeadsRow, LatentRow, WindowRow
-from costmodel.hardware import Hardware
-from costmodel.report import Table, device_note, records_csv  # noqa: F401 - records_csv re-exported
+from costmodel.studies.attention_variants import HeadsRow, LatentRow, WindowRow
+from costmodel.devices.hardware import Hardware
+from costmodel.report.tables import Table, device_note, records_csv  # noqa: F401 - records_csv re-exported
 
 if TYPE_CHECKING:  # sympy and numpy load only for the commands that use them
-    from costmodel.asymptotics import Result
-    from costmodel.sweep import Sweep
+    from costmodel.studies.asymptotics import Result
+    from costmodel.studies.sweep import Sweep
 
 
 def _mark(label: str, own: bool) -> str:
@@ -113,7 +113,7 @@ def windows_table(rows: Sequence[WindowRow], hw: Hardware, batch: int, held: str
 
 def shazeer_table(spec_name: str, results: Sequence[Result]) -> Table:
     """Shazeer's three results beside ours, quantity by quantity."""
-    from costmodel.asymptotics import ASSUMPTIONS_TEXT
+    from costmodel.studies.asymptotics import ASSUMPTIONS_TEXT
 
     tick = lambda ok: "yes" if ok else "NO"  # noqa: E731
     rows = []

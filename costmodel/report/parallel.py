@@ -8,7 +8,7 @@ from costmodel import units
 from costmodel.parallel.plan import Plan
 from costmodel.parallel.serve import Decode
 from costmodel.parallel.step import Step
-from costmodel.report import Table
+from costmodel.report.tables import Table
 
 BREAKDOWN_LABELS = {
     "compute": "compute", "tp_comm": "tensor-parallel comm", "cp_comm": "context-parallel comm",

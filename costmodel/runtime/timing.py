@@ -1,7 +1,7 @@
 """Time as it runs: each component's time from its exact FLOPs and bytes and the efficiency its
 shape reaches on the device.
 
-The roofline (``costmodel.hardware``) charges every operator the peak FLOP/s of one large
+The roofline (``costmodel.runtime.roofline``) charges every operator the peak FLOP/s of one large
 matmul and the bandwidth of one large copy; skinny decode matmuls, small GEMMs and elementwise
 ops reach much less. Here, as in the per-operator models of Calculon (Isaev et al. 2023,
 efficiency tables by operation size), LLMCompass (Zhang et al. 2024) and GenZ (Bambhaniya et
@@ -70,8 +70,9 @@ from typing import Any, Protocol
 
 from costmodel import model
 from costmodel.analysis import Analysis
-from costmodel.efficiency import Efficiency, FlopsTable, MatmulTable
-from costmodel.hardware import Hardware, roofline
+from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.roofline import roofline
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from costmodel import units
 from costmodel.analysis import AnalysisError
-from costmodel.report_attention import fixed_text
-from costmodel.sweep import Sweep
+from costmodel.report.attention import fixed_text
+from costmodel.studies.sweep import Sweep
 
 PHASE_MARKERS = {"prefill": "o", "decode": "^", "train": "s"}
 PHASE_LINES = {"prefill": "-", "decode": "--", "train": ":"}

@@ -1,4 +1,4 @@
-"""The calibrated time model over many shapes at once (numpy): ``costmodel.timing`` vectorised.
+"""The calibrated time model over many shapes at once (numpy): ``costmodel.runtime.timing`` vectorised.
 
 ``predict_grid`` applies ``timing.component_time``, the rule ``predict`` applies, to numpy
 arrays of batch and sequence length. The component tree is evaluated once with array-valued B
@@ -31,7 +31,7 @@ writes 80 KB) and Python per component, so the code avoids passes that change no
 groups share once (``model._layer``), and the merge above then sees the same objects.
 
 A program that sweeps at scale should first ask glibc to keep freed heap
-(``costmodel.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
+(``costmodel.measure.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
 of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at 10,000 points). ``predict_grid`` does not do
 it itself: a library does not change its host process's allocator behind its back (nor under a
 calibration or a measurement running in the same process); bench/time_sweep_speed.py does.
@@ -53,12 +53,12 @@ import numpy as np
 
 from costmodel import model
 from costmodel.cost import Cost
-from costmodel.efficiency import Efficiency, FlopsTable, MatmulTable, _lookup, _position
-from costmodel.hardware import Hardware
+from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, _lookup, _position
+from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES, Phase
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
+from costmodel.runtime.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
 
 #: A step table of at most this many sizes is read by comparisons (faster than a search).
 _COMPARE = 4
@@ -429,7 +429,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     below 2^53, and never wrapping as int64 would past 2^63."""
     if not hw.tables_for(dtype):
         from costmodel.analysis import AnalysisError
-        from costmodel.timing import no_tables_note
+        from costmodel.runtime.timing import no_tables_note
 
         raise AnalysisError(no_tables_note(hw, dtype))
     eff = hw.efficiency

@@ -1,4 +1,4 @@
-"""Tables for `costmodel memory` and `costmodel fit`: rows from ``costmodel.memory`` results."""
+"""Tables for `costmodel memory` and `costmodel fit`: rows from ``costmodel.runtime.memory`` results."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import csv
 import io
 
 from costmodel import units
-from costmodel.hardware import Hardware
-from costmodel.memory import CATEGORIES, Memory
-from costmodel.report import Table
+from costmodel.devices.hardware import Hardware
+from costmodel.runtime.memory import CATEGORIES, Memory
+from costmodel.report.tables import Table
 
 
 def memory_tables(m: Memory, hw: Hardware | None, korthikanti: tuple[int, int] | None) -> list[Table]:

@@ -32,7 +32,7 @@ from costmodel import model
 from costmodel import symbols as sym
 from costmodel.analysis import select, symbolic_tree
 from costmodel.spec import Spec
-from costmodel.attention_variants import full_attention, standard_attention
+from costmodel.studies.attention_variants import full_attention, standard_attention
 
 B, n, d, h = sym.B, sym.n, sym.d, sym.h
 #: What grows, in this order in an exponent vector.
