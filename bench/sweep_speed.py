@@ -6,7 +6,7 @@
   check through `analyze`, and the numpy evaluation;
 - hot: the lambdified functions alone over the 10,000 points (what every further point costs);
 - exact: `analyze` (integers, no sympy) point by point, for comparison.
-The README quotes the figures this prints (cold: the first run, in a fresh process; the others
+docs/attention.md quotes the figures this prints (cold: the first run, in a fresh process; the others
 best of 5 runs).
 """
 

@@ -1,6 +1,6 @@
 """Typed, frozen architecture specs: loaded and validated once, at the edge.
 
-A spec is one YAML file (see README, "Spec format"). Every default is written in this module
+A spec is one YAML file (see docs/spec-format.md). Every default is written in this module
 and nowhere else: a field left out of a file takes the default declared on its field below,
 and the few defaults derived from other fields (``n_kv_heads``, ``head_dim``, bias on
 LayerNorm, ``layer_pattern``) are filled in ``Spec._derive_defaults``.
@@ -665,7 +665,7 @@ def _exact(x: float) -> Fraction:
     return Fraction(repr(float(x)))
 
 
-#: Fields in the order a spec file writes them (README, "Spec format"), the unions by their
+#: Fields in the order a spec file writes them (docs/spec-format.md), the unions by their
 #: shorthands where they sit in old files.
 FIELD_ORDER: tuple[str, ...] = tuple(
     name for f in Spec.model_fields

@@ -52,6 +52,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 @on_glibc
 def test_cache_reuses_freed_blocks_and_system_faults_them_in_again() -> None:
     done = subprocess.run([sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True, timeout=300)
@@ -84,6 +85,7 @@ def test_nothing_is_set_off_the_cpu_and_a_wrong_mode_is_refused() -> None:
             pass
 
 
+@pytest.mark.slow
 @on_glibc
 def test_measure_times_under_the_profiles_allocator_and_says_when_it_differs() -> None:
     spec = catalog.load("gpt2-small")

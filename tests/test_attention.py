@@ -188,7 +188,7 @@ def test_shazeer_leading_terms_by_hand():
     assert sympy.expand(mqa.ratio - (1 / d + n / (d * h) + 1 / B)) == 0
 
 
-# --- CLI: the README's examples -------------------------------------------------------------
+# --- CLI: docs/attention.md's examples -------------------------------------------------------
 
 
 def test_readme_attention_example():

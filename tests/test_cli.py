@@ -1,4 +1,5 @@
-"""Every command documented in the README's tour, run through typer's CliRunner."""
+"""Every command of the examples in docs/cli.md (the README's tour before issue 22), run through
+typer's CliRunner; tests/test_readme.py checks the README's quoted output line by line."""
 
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ def test_the_analyze_command_imports_neither_the_planner_nor_the_hf_families() -
     assert "6,738,415,616" in out.stdout and out.stderr.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.slow
 def test_every_command_runs_from_the_console_script_that_imports_its_module_alone() -> None:
     """The console script imports one command's module: a module that registers one command
     (inference, import-hf) must still be run by name, not as the whole program."""
@@ -174,6 +176,7 @@ def test_tour_commands(args, expect) -> None:
     assert expect in run(*args).stdout
 
 
+@pytest.mark.slow
 def test_tour_measure_check() -> None:
     pytest.importorskip("torch", reason="costmodel measure needs the [measure] extra (torch)")
     result = runner.invoke(app, ["measure", "llama-2-7b", "--check"])

@@ -1,4 +1,4 @@
-"""Every example of the README sections "Comparing architectures" and "Counting conventions"."""
+"""Every example of docs/compare.md and of docs/analysis.md, "Counting conventions"."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +24,10 @@ from costmodel import catalog
 from costmodel.cli import app
 from costmodel.spec import Spec
 from tests.hf_configs import CONFIGS
+
+# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 runner = CliRunner()
 LINE = re.compile(r"^(error|warning): \S.*$")

@@ -378,7 +378,7 @@ def test_docs_list_every_type_and_ignored_field():
 
 
 def test_readme_examples(tmp_path, monkeypatch):
-    """The README's "Hugging Face configs" commands, as written."""
+    """docs/hf.md's "Commands" (the README's "Hugging Face configs" before issue 22), as written."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "path" / "to").mkdir(parents=True)
     write(tmp_path / "path" / "to", cfg("llama", max_position_embeddings=8192))

@@ -20,6 +20,10 @@ from costmodel.analysis import analyze, count_params
 from costmodel.spec import LayerKind
 from tests.hf_configs import CLASS_SIZES, CONFIGS, RELEASED, SMALL
 
+# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
+
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (pip install -e '.[hf]'): the oracle cannot run"

@@ -249,6 +249,7 @@ def outputs(spec, seq: int, mla: str, batch: int = 2):
     return full, step
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seq=st.integers(1, 12), q_lora=st.sampled_from([None, 3, 6]), window=st.sampled_from([None, 3]),
        chunk=st.sampled_from([None, 4]), sinks=st.booleans())

@@ -115,6 +115,7 @@ def test_reference_counts_equal_formulas(phase: str, seq: int) -> None:
         assert m.ok, [(c.quantity, c.formula, c.measured) for c in m.comparisons]
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seq=st.integers(1, 14), c=st.integers(1, 6), sinks=st.booleans())
 def test_chunked_decode_from_cache_equals_full_forward(seq: int, c: int, sinks: bool) -> None:

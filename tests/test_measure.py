@@ -1,5 +1,5 @@
 """costmodel measure and calibrate: counters on hand-derived cases, the reference model, the
-commands of the README's "Measuring" section, and bad input."""
+commands of docs/measure.md, "Commands", and bad input."""
 
 from __future__ import annotations
 
@@ -170,6 +170,7 @@ def test_readme_measure_decode() -> None:
     assert result.output.count("equal") == 3  # parameters, matmul FLOPs, KV cache
 
 
+@pytest.mark.slow
 def test_readme_measure_all_phases_json_check() -> None:
     result = runner.invoke(app, ["measure", "specs/gemma-2-9b.yaml", "--seq", "5000", "--check",
                                  "-f", "json"])
@@ -180,12 +181,14 @@ def test_readme_measure_all_phases_json_check() -> None:
     assert decode["flops_matmul"]["formula"] == decode["flops_matmul"]["measured"]
 
 
+@pytest.mark.slow
 def test_readme_measure_components() -> None:
     result = runner.invoke(app, ["measure", "t5-11b", "-p", "prefill", "-s", "512", "--components"])
     assert result.exit_code == 0, result.output
     assert "decoder/layers/cross_attention/q" in result.output and "DIFFERS" not in result.output
 
 
+@pytest.mark.slow
 def test_readme_calibrate_then_measure_on_cpu(hardware_dir) -> None:
     cal = runner.invoke(app, ["calibrate", "--device", "cpu", "--dtype", "fp32"])
     assert cal.exit_code == 0, cal.output

@@ -18,6 +18,10 @@ from costmodel.measure.run import keep_layers, measure  # noqa: E402
 from costmodel.spec import Spec  # noqa: E402
 from costmodel.catalog import load_spec
 
+# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
+
 PHASES = ("prefill", "decode", "train")
 LONG = 9000  # beyond every bundled sliding window (128 to 4096) and chunk (8192), capped by learned tables
 

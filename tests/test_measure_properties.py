@@ -26,6 +26,10 @@ from tests.helpers import random_spec_data  # noqa: E402
 
 
 
+# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
+
 @st.composite
 def specs(draw) -> dict:
     """A valid spec mixing the design elements (every element of the registry draws its own)."""

@@ -1,5 +1,5 @@
-"""Every example of the README section "Memory: what a run holds, and whether it fits", and the
-tour's memory and fit lines, run through typer's CliRunner."""
+"""Every example of docs/memory.md, "Commands", and the memory and fit lines of docs/cli.md's
+examples, run through typer's CliRunner."""
 
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ def _kept(name: str):
     return keep_layers(spec, max(2, len(spec.layer_pattern)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUNDLED)
 def test_bundled_saved_for_backward_exact(name: str) -> None:
     """Every bundled spec, cut to the layers of one pattern: none and full recompute, exact."""
@@ -53,6 +54,7 @@ def test_fp32_recipe_saved_exact() -> None:
         assert _formula(spec, 1, 8, "none", precision="fp32") == measured
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=specs(), batch=st.integers(1, 3), seq=st.integers(1, 10))
 def test_random_specs_saved_exact(data: dict, batch: int, seq: int) -> None:
@@ -85,6 +87,7 @@ def test_live_bytes_tracker_frees() -> None:
     assert live.peak == 400 and live.live == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama-2-7b", "gpt2-small", "gemma-2-9b", "t5-v1.1-xxl", "command-r7b",
                                   "deepseek-v3", "deepseek-v2-lite", "kimi-k2"])
 def test_inference_peak_gap(name: str) -> None:
@@ -108,6 +111,7 @@ def _not_modelled(spec, B: int, S: int, C: int, p: int = 2) -> int:
     return p * B * S * spec.d_model + 8 * (S + C) + 2 * p * S * spec.mla.qk_rope_head_dim + S * C
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, phase, batch, seq", [
     ("deepseek-v3", "decode", 2, 2047), ("deepseek-v3", "decode", 2, 255), ("deepseek-v3", "decode", 3, 63),
     ("deepseek-v3", "prefill", 2, 64), ("deepseek-v3", "prefill", 1, 64), ("deepseek-v2-lite", "decode", 2, 2047),
@@ -140,6 +144,7 @@ def test_absorbed_lm_head_peak_measured() -> None:
     assert measured == m.peak_activations - 2 * 2 * 64 * spec.d_model + 8 * 64
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, phase, batch, seq", [
     ("deepseek-v3", "decode", 2, 2047), ("deepseek-v3", "prefill", 2, 64), ("deepseek-v2-lite", "decode", 2, 2047),
 ])

@@ -231,6 +231,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_reference_counts_equal_the_formulas(case: str, device: str) -> None:
@@ -325,6 +326,7 @@ def test_published_active_params(name: str) -> None:
     assert moe.active_params(pub["exact"], embedding, cfg, data["d_model"], n_sparse, other) != active
 
 
+@pytest.mark.slow
 def test_saved_for_backward_of_the_block_equals_the_reference() -> None:
     """Training: the tensors the sparse block keeps for backward (each storage once, parameters
     aside) are the formulas' saved bytes exactly (router input, scores, ids, weights, expert

@@ -22,6 +22,10 @@ from costmodel.components import moe
 from costmodel.spec import LayerKind, MoEFFN, Position
 from tests.hf_configs import CONFIGS, RELEASED_MOE
 
+# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
+
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
 transformers.logging.set_verbosity_error()

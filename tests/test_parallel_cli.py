@@ -172,7 +172,7 @@ def load_cluster_text(name: str) -> str:
     (["serve", "llama-3.1-405b", "--cluster", "dgx-h200", "--tp", "8", "--batch", "1,8,64"], "TPOT"),
 ])
 def test_readme_tour(args, expect):
-    """The README tour's parallel examples run and say what they promise."""
+    """The parallel examples (README tour, docs/cli.md) run and say what they promise."""
     assert expect in run(*args).stdout
 
 

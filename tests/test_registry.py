@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +94,7 @@ def test_random_spec_strategy_draws_every_element_and_only_its_fields(data: st.D
     spec_from_dict(spec_data, "strategy")
 
 
+@pytest.mark.slow
 def test_every_element_field_is_drawn_by_the_strategy():
     """Over many draws, every field of every element appears in some random spec (or its
     shorthand does, for the unions)."""

@@ -1,5 +1,5 @@
-"""`costmodel inference`: TTFT, TPOT, latency and throughput from the time model; the README's
-examples; bad input."""
+"""`costmodel inference`: TTFT, TPOT, latency and throughput from the time model; the examples
+of docs/time.md; bad input."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_parse_batches() -> None:
             parse_batches(bad)
 
 
-# --- the README's examples --------------------------------------------------------------------
+# --- docs/time.md's examples -----------------------------------------------------------------
 
 
 def test_readme_inference_example() -> None:

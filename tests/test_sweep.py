@@ -114,6 +114,7 @@ def test_sweep_json_and_csv():
     assert len(csv_out.splitlines()) == 1 + 2 * 3 * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ["--over", "seq=512:131072", "--over", "batch=1:256", "--quantity", "intensity"],
     ["--over", "seq=512:131072", "-q", "kv_cache"],

@@ -15,6 +15,7 @@ from costmodel.model import spec_values
 SPECS = ["llama-2-7b", "mistral-7b", "gemma-2-9b", "t5-11b", "command-r7b", "gpt2-small", "palm-540b"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SPECS)
 @pytest.mark.parametrize("phase", ["train", "prefill", "decode"])
 def test_formula_evaluates_to_the_analyzed_number(name: str, phase: str) -> None:

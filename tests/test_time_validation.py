@@ -15,6 +15,7 @@ pytest.importorskip("torch", reason="the validation needs the [measure] extra (t
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_gpu_check_cpu_path_calibrates_and_writes_the_table(tmp_path) -> None:
     env = {**os.environ, "OUT": str(tmp_path), "COSTMODEL_HARDWARE_DIR": str(tmp_path / "hw"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -29,6 +30,7 @@ def test_gpu_check_cpu_path_calibrates_and_writes_the_table(tmp_path) -> None:
     assert (tmp_path / "hw" / "local.yaml").exists()  # the calibration the predictions used
 
 
+@pytest.mark.slow
 def test_the_validation_refuses_a_missing_gpu_in_one_line() -> None:
     import torch
 

@@ -53,6 +53,7 @@ def shape_for(spec):
     return np.array([[1, 6]]), np.array([[3], [min(9000, spec.max_seq_len - 1)]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", catalog.bundled_names())
 @pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
 def test_the_grid_is_predict_on_every_spec(name, phase) -> None:

@@ -52,7 +52,7 @@ class Dtype(str, Enum):
 
 
 class Format(str, Enum):
-    """Every command's output format (README, "Output formats")."""
+    """Every command's output format (docs/cli.md, "Output formats")."""
 
     table = "table"
     json = "json"

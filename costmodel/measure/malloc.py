@@ -21,7 +21,7 @@ by the kernel.
   kernels'. Left to glibc, a training step's gradients and every output past 32 MiB are faulted
   in anew each step: on the KVM guest this project runs on (virtio-balloon free-page
   reporting) a third to two thirds of a step, varying 2-3x run to run
-  (docs/time-cpu-2026-12-02b.md), which no model of the kernels can predict.
+  (bench/results/time-cpu-2026-12-02b.md), which no model of the kernels can predict.
 
   ``system`` leaves glibc's defaults: what a plain CPU process pays. The profile's first-touch
   table (``costmodel.measure.calibrate.first_touch_table``) then measures what a fresh block

@@ -1,0 +1,116 @@
+"""docs/cli.md, generated from the commands themselves (every option, one line each).
+
+Rewrite it after changing a command: ``python -m pytest tests/test_readme.py --update-snapshots``
+(the same switch as the snapshots), then review ``git diff docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+from typing import Any
+
+import typer.main
+
+from costmodel.cli import app
+
+HEADER = """# Commands and options
+
+Every `costmodel` command with its arguments and options, one line each, generated from the
+commands themselves (`tests/docs_cli.py`; `tests/test_readme.py` fails when this page and the
+commands differ: `python -m pytest tests/test_readme.py --update-snapshots` rewrites it).
+`costmodel COMMAND --help` prints the same.
+
+Shared conventions:
+- A spec argument is a YAML file, the name of a bundled spec (`costmodel list`), or a Hugging
+  Face `config.json` (or a folder holding one; docs/hf.md).
+- `--seq` is the prompt length for prefill and train, and the number of tokens already cached
+  for decode (which then attends to `seq + 1`). The default is a 2048-token context (or
+  `max_seq_len` if shorter) in every phase.
+- `--format`/`-f` takes the same four values everywhere: `table` (default), `json`, `markdown`,
+  `csv` (see "Output formats" below).
+- Exit codes: 0 success; 1 a negative answer (`measure --check` found a count that differs from
+  its formula; `plan` found no layout that fits); 2 bad input (one `error:` line per problem,
+  naming the file, the field and the problem; also a usage error); 3 an internal error (a bug
+  of ours: one `error: internal error` line; please report it with the command line and the
+  spec or config it read).
+"""
+
+FOOTER = """
+## Output formats
+
+JSON has one shape whether or not `--phase` is given: `analyze` and `measure` print
+`{"spec": NAME, "phases": {PHASE: {...}, ...}}` (with `--phase`, one entry; `analyze
+--hardware` adds `roofline` to each phase, `--convention` a top-level `conventions`).
+`analyze`'s CSV is one row per component per phase, raw integers, with every figure its tables
+show: with `--hardware` each phase's `total` row carries `compute_s, memory_s, time_s, ridge,
+bound`, with `--convention` one `convention/NAME` row per paper follows. Other commands' CSV are
+their records (`ablate`: the deltas; `elements`: the swaps; `attention`, `sweep`, `hardware`,
+`list`: their rows), or every cell of their tables as `table,row,column,value` (`compare`,
+`measure`). Each command's `--format json` is its result object's `to_dict()`.
+
+## Examples
+
+    costmodel list                                    # the bundled specs, published vs computed size
+    costmodel analyze llama-2-7b                      # all three phases side by side
+    costmodel analyze llama-2-7b --phase decode --batch 8 --seq 4096   # where every FLOP and byte goes
+    costmodel analyze specs/mistral-7b.yaml -p prefill --format json   # machine-readable
+    costmodel formula llama-2-7b --quantity flops_matmul --phase prefill
+    costmodel formula llama-2-7b -q kv_cache -p decode --symbolic      # over d, h, k, d_h, L, ...
+    costmodel formula gemma-2-9b -q flops -p decode -c layers[local]/attention --latex
+    costmodel analyze llama-2-7b --hardware h100-sxm  # + roofline time and bound per phase
+    costmodel inference llama-3-8b --hardware h100-sxm --batch 1,8,64   # TTFT, TPOT, tokens/s
+    costmodel memory llama-2-7b --zero 3 --dp 8 --hardware h100-sxm   # what a device holds; fits?
+    costmodel fit llama-2-7b --hardware h100-sxm      # the largest batch that fits, per phase
+    costmodel attention llama-3-8b --batch 16 --seq 8192   # MHA vs GQA vs MQA, windows
+    costmodel compare llama-2-7b mistral-7b gemma-2-9b     # side by side, what varies
+    costmodel elements llama-2-7b                     # which design elements matter most
+    costmodel measure llama-2-7b --check              # formulas against a PyTorch run (needs torch)
+    costmodel analyze path/to/config.json             # a Hugging Face config is a spec too
+    costmodel train megatron-175b --cluster dgx-a100-80gb --gpus 64 --tp 8 --pp 8 --global-batch 64 --recompute full
+    costmodel plan megatron-22b --cluster dgx-a100-80gb --gpus 8 --global-batch 4   # the best layouts
+    costmodel serve llama-3.1-405b --cluster dgx-h200 --tp 8 --batch 1,8,64      # decode at scale
+"""
+
+
+def _one_line(text: str | None) -> str:
+    return re.sub(r"\s+", " ", (text or "").replace("\b", "")).strip()
+
+
+def _default(p: Any) -> str:
+    d = p.default
+    if d is None or d is False or d == "" or (isinstance(d, (list, tuple)) and not d) or callable(d):
+        return ""
+    if isinstance(d, enum.Enum):
+        d = d.value
+    return f" (default `{d}`)"
+
+
+def _param(p: Any) -> str:
+    if p.param_type_name == "argument":
+        name = p.name.upper() if p.name else "ARG"
+        dots = " ..." if p.nargs == -1 else ""
+        req = "" if p.required else " (optional)"
+        return f"- `{name}{dots}`{req}: {_one_line(getattr(p, 'help', None))}"
+    names = ", ".join([*p.opts, *p.secondary_opts])
+    if not p.is_flag and not p.count:
+        metavar = p.metavar or (p.name or "").upper()
+        names += f" {metavar}"
+    extra = " (repeatable)" if p.multiple else ""
+    return f"- `{names}`{extra}{_default(p)}: {_one_line(p.help)}"
+
+
+def render() -> str:
+    group = typer.main.get_command(app)
+    names = list(group.commands)  # type: ignore[attr-defined]
+    out = [HEADER, "Contents", ""]
+    out += [f"- [`costmodel {n}`](#costmodel-{n})" for n in names]
+    out += ["- [Output formats](#output-formats)", "- [Examples](#examples)", ""]
+    for name in names:
+        cmd = group.commands[name]  # type: ignore[attr-defined]
+        help_text = (cmd.help or "").split("\n\n")[0]
+        out += [f"## costmodel {name}", "", _one_line(help_text), ""]
+        out += [_param(p) for p in cmd.params if p.name != "help"]
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n" + FOOTER
