@@ -5,12 +5,14 @@ The parallel model asks the single-device models its questions only through this
 
 - ``component_seconds(analysis, hw)``: seconds per component of one GPU's pass (a TP shard's
   analysis, phase ``train``: forward + backward), from the calibrated operator model
-  (``costmodel.timing.predict``, issue 13) on the device profile's efficiency tables;
+  (``costmodel.runtime.timing.predict``) on the device profile's efficiency tables;
 - ``optimizer_seconds(params, recipe, hw)``: the optimizer step over `params` on one GPU;
 - ``activations(spec, ...)``: bytes one GPU keeps for backward for one micro-batch, per layer and
-  for the first and last stage, from the memory model (``costmodel.memory.activations``, issue 12)
+  for the first and last stage, from the memory model (``costmodel.runtime.memory.activations``)
   of its TP shard, under SP and a recompute mode;
-- ``Recipe``: bytes per parameter of weights, gradients and optimizer states.
+- ``ParameterBytes``: a training recipe's bytes per parameter (weights, gradients, optimizer
+  states, and the optimizer step's traffic), built from the memory model's
+  ``TrainingPrecision``.
 """
 
 from __future__ import annotations
@@ -28,45 +30,56 @@ from costmodel.runtime.timing import Kernels, predict
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """Bytes per parameter held by one replica (before ZeRO shards them), and the bytes per
-    parameter the optimizer step moves.
+class ParameterBytes:
+    """A training recipe's bytes per parameter held by one replica (before ZeRO shards them), and
+    the bytes per parameter the optimizer step moves: what the step asks of a
+    ``memory.TrainingPrecision`` and its optimizer (``of``). The name is the recipe's, as
+    ``train``'s JSON prints it (``recipe``)."""
 
-    The default is Megatron-LM's fp16 optimizer as it ran in Korthikanti et al. 2022
-    (NVIDIA/Megatron-LM of June 2022, megatron/optimizer/optimizer.py,
-    ``MixedPrecisionOptimizer.step``, and training.py), pass by pass over every parameter:
-    zero the fp32 gradient buffer (write 4); unscale and check for inf/NaN in place
-    (``_amp_foreach_non_finite_check_and_unscale_``: read 4, write 4); the gradient's L2 norm
-    for clipping (read 4; the rescale only runs when the norm exceeds the limit); Adam (apex
-    ``multi_tensor_adam``: read gradient, master, m, v, write master, m, v: 28); copy the fp32
-    master into the fp16 weights (read 4, write 2). 50 bytes."""
-
-    name: str = "fp16-mixed (Megatron)"
-    weight_bytes: int = 2  # fp16/bf16 weights
-    grad_bytes: int = 4  # fp32 main gradients (Megatron accumulates in fp32)
-    optimizer_bytes: int = 12  # fp32 master weights, Adam m and v
-    update_bytes: int = 4 + (4 + 4) + 4 + (4 * 4 + 3 * 4) + (4 + 2)
+    name: str
+    weight_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int  # master weights and optimizer states
+    update_bytes: int
 
     @property
     def state_bytes(self) -> int:
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
 
+    @classmethod
+    def of(cls, name: str, p: memory.TrainingPrecision, update_bytes: int, optimizer: str = "adamw") -> ParameterBytes:
+        """The bytes of precision `p` with `optimizer`'s states, and the update's traffic."""
+        states = memory.optimizer_bytes(optimizer, 1, 0, p.states)
+        return cls(name, p.weights, p.gradients, p.master + states, update_bytes)
 
-MEGATRON = Recipe()  # 18 bytes per parameter, as Korthikanti et al. 2022 Figure 1 counts
+
+#: Megatron-LM's fp16 optimizer as it ran in Korthikanti et al. 2022 (NVIDIA/Megatron-LM of June
+#: 2022, megatron/optimizer/optimizer.py, ``MixedPrecisionOptimizer.step``, and training.py):
+#: fp16/bf16 weights, fp32 main gradients (Megatron accumulates in fp32: none of the memory
+#: model's ``PRECISIONS`` has them, so it is declared here), fp32 master weights, Adam's m and v.
+MEGATRON_PRECISION = memory.TrainingPrecision(
+    "fp16-mixed (Megatron)", 2, 0, 4, 4, 4, 2, "fp16/bf16 weights, fp32 main gradients, master weights and Adam states")
+
+#: Its update, pass by pass over every parameter: zero the fp32 gradient buffer (write 4); unscale
+#: and check for inf/NaN in place (``_amp_foreach_non_finite_check_and_unscale_``: read 4, write
+#: 4); the gradient's L2 norm for clipping (read 4; the rescale only runs when the norm exceeds
+#: the limit); Adam (apex ``multi_tensor_adam``: read gradient, master, m, v, write master, m, v:
+#: 28); copy the fp32 master into the fp16 weights (read 4, write 2). 50 bytes.
+MEGATRON = ParameterBytes.of(MEGATRON_PRECISION.name, MEGATRON_PRECISION,
+                             4 + (4 + 4) + 4 + (4 * 4 + 3 * 4) + (4 + 2))  # 18 bytes per parameter
 
 
-def _zero() -> Recipe:
+def _zero() -> ParameterBytes:
     """The memory model's bf16-mixed AdamW (ZeRO's 2 + 2 + 12 bytes, Rajbhandari et al. 2020)."""
     p = memory.PRECISIONS["bf16-mixed"]
     states = memory.optimizer_bytes("adamw", 1, 0, p.states)
     # The update reads master, m, v and the gradient and writes master, m, v and the weight.
-    update = 2 * p.master + 2 * states + p.gradients + p.weights
-    return Recipe("bf16-mixed (ZeRO)", p.weights, p.gradients, p.master + states, update)
+    return ParameterBytes.of("bf16-mixed (ZeRO)", p, 2 * p.master + 2 * states + p.gradients + p.weights)
 
 
 ZERO = _zero()
 
-# --- time: the calibrated operator model (costmodel.timing) --------------------------------------
+# --- time: the calibrated operator model (runtime.timing) -------------------------------------------
 
 #: Megatron-LM's kernels in Korthikanti et al. 2022: no flash attention (the scores reach memory);
 #: the 1/sqrt(d_h) scale is the scores GEMM's alpha (``torch.baddbmm``) and the causal mask and
@@ -78,7 +91,7 @@ MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False, fused_softmax=Tru
 
 
 def component_seconds(a: Analysis, hw: Hardware, kernels: Kernels = MEGATRON_KERNELS) -> dict[str, float]:
-    """Seconds per component of `a`'s pass on `hw`: ``costmodel.timing.predict`` (each matmul's
+    """Seconds per component of `a`'s pass on `hw`: ``runtime.timing.predict`` (each matmul's
     forward and backward products at the profile's efficiency for their shapes, every other
     component's bytes at its memory efficiency; the roofline where the profile has no tables).
 
@@ -92,7 +105,7 @@ def calibrated(hw: Hardware, dtype: str) -> bool:
     return hw.tables_for(dtype)
 
 
-def optimizer_seconds(params: float, recipe: Recipe, hw: Hardware) -> float:
+def optimizer_seconds(params: float, recipe: ParameterBytes, hw: Hardware) -> float:
     """The Adam update is memory-bound: its bytes at the profile's memory efficiency for a
     transfer of that size (the bandwidth itself without tables)."""
     nbytes = params * recipe.update_bytes
@@ -100,12 +113,12 @@ def optimizer_seconds(params: float, recipe: Recipe, hw: Hardware) -> float:
     return nbytes / (hw.memory_bandwidth * eff)
 
 
-# --- memory: the memory model (costmodel.memory) --------------------------------------------------
+# --- memory: the memory model (runtime.memory) -----------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Activations:
-    """Bytes one GPU keeps for backward for one micro-batch (costmodel.memory.activations of its
+    """Bytes one GPU keeps for backward for one micro-batch (runtime.memory.activations of its
     TP shard): per layer of each layer group (a sparse layer keeps its routing and its experts'
     inputs, a dense one its FFN's), the first stage's embedding, the last stage's head and loss,
     and the tensors a stack's layers share (the causal mask, RoPE tables), kept once per GPU."""

@@ -28,6 +28,7 @@ from costmodel import model
 from costmodel.analysis import Row, analyze
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
+from costmodel.devices.hardware import Hardware
 from costmodel.parallel.collectives import Collective, collective
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
 from costmodel.parallel.shard import shard_spec
@@ -174,7 +175,10 @@ class MicroBatch:
 
 
 @dataclass(frozen=True)
-class Memory:
+class StageMemory:
+    """What one GPU of one pipeline stage holds during the step, in bytes (``StepModel.stage_memory``);
+    ``runtime.memory.Memory`` is one device's holdings outside a parallel layout."""
+
     weights: float
     gradients: float
     optimizer: float
@@ -203,17 +207,17 @@ class Step:
     seq: int
     dtype: str
     overlap: Overlap
-    recipe: device.Recipe
+    recipe: device.ParameterBytes
     step_time_s: float
     breakdown: dict[str, float]  # critical-path seconds by part; sums to step_time_s
     compute_by_component: dict[str, float]
     collectives: tuple[tuple[Collective, float, float], ...]  # (call, calls per step, exposed seconds)
-    memory: Memory
-    memory_last: Memory
+    memory: StageMemory
+    memory_last: StageMemory
     model_flops: float
     hardware_flops: float
     notes: tuple[str, ...] = field(default_factory=tuple)
-    memory_middle: Memory | None = None  # the fullest middle stage, when the stages are unequal
+    memory_middle: StageMemory | None = None  # the fullest middle stage, when the stages are unequal
 
     @property
     def tokens(self) -> int:
@@ -239,7 +243,7 @@ class Step:
         return self.hardware_flops / self.step_time_s / self.peak
 
     @property
-    def per_gpu(self) -> Memory:
+    def per_gpu(self) -> StageMemory:
         """The fullest pipeline stage (the first or the last, unless the stages are unequal)."""
         stages = [self.memory, self.memory_last] + ([self.memory_middle] if self.memory_middle else [])
         return max(stages, key=lambda m: m.total)
@@ -285,11 +289,343 @@ class Step:
         return data
 
 
+# --- one collector per parallelism ---------------------------------------------------------------
+# Each parallelism's communication in one step, as torchtitan gives each its own module: the
+# seconds it exposes (per layer of each layer group, for those inside the layers) and its
+# collectives as (call, calls per step, exposed seconds). ``StepModel.step`` composes them.
+
+#: (collective, calls per step, exposed seconds)
+Calls = list[tuple[Collective, float, float]]
+#: seconds per layer of each layer group
+PerLayer = dict[str | None, float]
+#: ``StepModel.collective``: (kind, group, ranks, size, stride) -> the call on this cluster
+CallOn = Callable[..., Collective]
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The pipeline stage that sets the pace (the slowest): its layers of each group, the step's
+    micro-batches, and whether it holds the embedding (first) or the head (last)."""
+
+    stage: int
+    groups: dict[str | None, int]
+    layers: int
+    micro_batches: int
+    first: bool
+    last: bool
+
+    def on(self, per_layer: PerLayer) -> float:
+        """`per_layer`'s seconds over this stage's layers and the step's micro-batches."""
+        return self.micro_batches * sum(n * per_layer[g] for g, n in self.groups.items())
+
+
+@dataclass(frozen=True)
+class TensorParallel:
+    """Tensor parallel (Shoeybi et al. 2019), per layer: the two row-parallel linears all-reduce
+    their output forward (again in full recompute's replay), the two column-parallel ones the
+    gradient of their input backward. Under sequence parallelism (Korthikanti et al.) each
+    forward all-reduce is a reduce-scatter, each column-parallel input an all-gather (forward,
+    and again backward: Megatron-LM does not keep the gathered input), the backward of each
+    reduce-scatter an all-gather, each input gradient a reduce-scatter. Which of them run beside
+    a GEMM: ``Overlap.tp_backward`` (the column-parallel backward's, each beside its own linear's
+    weight- or input-gradient GEMM, a third of the linear's forward + backward time) and
+    ``Overlap.tp`` (all, behind the matmuls). The vocabulary-parallel embedding all-reduces its
+    output; the head all-reduces the gradient of its input (all-gather and reduce-scatter under
+    SP)."""
+
+    layer: tuple[tuple[Collective, int, int], ...]  # (call, per layer, of which asynchronous)
+    exposed: PerLayer
+    hidden: dict[str | None, dict[str, float]]  # of the asynchronous calls, exposed, by kind
+    embedding: Collective
+    head: tuple[Collective, ...]
+    overlap: Overlap
+
+    @property
+    def layer_s(self) -> float:
+        """Every TP collective of one layer, exposed or not."""
+        return sum(c.time_s * n for c, n, _ in self.layer)
+
+    @property
+    def first_s(self) -> float:
+        return self.embedding.time_s
+
+    @property
+    def last_s(self) -> float:
+        return sum(c.time_s for c in self.head)
+
+    def seconds(self, pace: Pace) -> float:
+        """Exposed on the pacing stage: its layers', and the embedding's and head's it holds."""
+        edge = (self.first_s if pace.first else 0.0) + (self.last_s if pace.last else 0.0)
+        return pace.on(self.exposed) + pace.micro_batches * edge
+
+    def calls(self, pace: Pace) -> Calls:
+        ov, m = self.overlap, pace.micro_batches
+        out: Calls = []
+        for c, n, k in self.layer:
+            if ov.tp:
+                tp_s = self.layer_s
+                exposed = {g: c.time_s * n * (self.exposed[g] / tp_s if tp_s else 0.0) for g in pace.groups}
+            else:
+                exposed = {g: c.time_s * (n - (k if ov.tp_backward else 0)) + self.hidden[g].get(c.kind, 0.0)
+                           for g in pace.groups}
+            out.append((c, m * pace.layers * n, pace.on(exposed)))
+        if pace.first:
+            out.append((self.embedding, m, m * self.embedding.time_s))
+        if pace.last:
+            for c in self.head:
+                out.append((c, m, m * c.time_s))
+        return out
+
+
+def tensor_parallel(lo: Layout, mb: MicroBatch, call: CallOn, x: float, ov: Overlap) -> TensorParallel:
+    """`x`: one micro-batch's b*s*h activations, in bytes."""
+    t, sp = lo.tp, lo.sequence_parallel
+    replays = 2 if lo.recompute is Recompute.full else 1
+    ag, rs = call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)
+    ar = call("all_reduce", "tp", t, x)
+    # (call, calls per layer, of which asynchronous in the column-parallel backward)
+    layer: tuple[tuple[Collective, int, int], ...]
+    if sp:
+        layer = ((ag, 2 * replays + 2 + 2, 2), (rs, 2 * replays + 2, 2))
+    else:
+        layer = ((ar, 2 * replays + 2, 2),)
+    tp_s = sum(c.time_s * n for c, n, _ in layer)
+    exposed: PerLayer = {}
+    hidden_by: dict[str | None, dict[str, float]] = {}
+    for g, w in mb.groups.items():
+        column = w.column_linear_s if t > 1 else ()
+        sync_s = sum(c.time_s * (n - (k if ov.tp_backward else 0)) for c, n, k in layer)
+        hidden: dict[str, float] = {}
+        if ov.tp_backward:
+            for c, _, _ in layer:  # one call per column-parallel linear, beside a third of it
+                hidden[c.kind] = sum(max(0.0, c.time_s - lin / 3) for lin in column) + \
+                                c.time_s * max(0, 2 - len(column))
+        hidden_by[g] = hidden
+        exposed[g] = max(0.0, tp_s - w.matmul_s) if ov.tp else sync_s + sum(hidden.values())
+    embedding = call("reduce_scatter" if sp else "all_reduce", "tp", t, x)
+    head = (call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)) if sp \
+        else (call("all_reduce", "tp", t, x),)
+    return TensorParallel(layer, exposed, hidden_by, embedding, head, ov)
+
+
+@dataclass(frozen=True)
+class ContextParallel:
+    """Context parallel (ring attention): cp - 1 passes of the local K and V forward, of K, V and
+    their gradients backward, per layer; hidden behind the attention core with ``Overlap.cp``."""
+
+    ranks: int
+    send: Collective
+    sends: int  # per layer
+    exposed: PerLayer
+
+    def seconds(self, pace: Pace) -> float:
+        return pace.on(self.exposed)
+
+    def calls(self, pace: Pace) -> Calls:
+        if self.ranks <= 1:
+            return []
+        return [(self.send, pace.micro_batches * pace.layers * self.sends, pace.on(self.exposed))]
+
+
+def context_parallel(lo: Layout, spec: Spec, mb: MicroBatch, call: CallOn, s_local: int, act_bytes: int,
+                     ov: Overlap) -> ContextParallel:
+    t, cp = lo.tp, lo.cp
+    k_local = max(1, spec.n_kv_heads // t)
+    kv = 2 * lo.micro_batch * s_local * k_local * spec.head_dim * act_bytes
+    send = call("p2p", "cp", 2 if cp > 1 else 1, kv, stride=t)
+    sends = 3 * (cp - 1)
+    cp_s = sends * send.time_s
+    exposed = {g: max(0.0, cp_s - w.core_s) if ov.cp else cp_s for g, w in mb.groups.items()}
+    return ContextParallel(cp, send, sends, exposed)
+
+
+@dataclass(frozen=True)
+class ExpertParallel:
+    """Expert parallel: dispatch and combine all-to-all forward, and again backward, of the top_k
+    copies of each token this rank routes (Lepikhin et al. 2020), in sparse layers only."""
+
+    all_to_all: Collective | None  # None: no EP
+    exposed: PerLayer
+    sparse: dict[str | None, bool]
+
+    def seconds(self, pace: Pace) -> float:
+        return pace.on(self.exposed)
+
+    def calls(self, pace: Pace) -> Calls:
+        if self.all_to_all is None:
+            return []
+        sparse_layers = sum(n for g, n in pace.groups.items() if self.sparse[g])
+        return [(self.all_to_all, pace.micro_batches * sparse_layers * 4, pace.on(self.exposed))]
+
+
+def expert_parallel(lo: Layout, mb: MicroBatch, moe: tuple[int, int] | None, call: CallOn, x: float,
+                    ov: Overlap) -> ExpertParallel:
+    """`moe`: (experts, top_k) of a sparse spec (``layout.experts``), None for a dense one."""
+    ep_s = 0.0
+    a2a = None
+    if moe and lo.ep > 1:
+        tokens_out = moe[1] * x / (lo.tp if lo.sequence_parallel else 1)
+        a2a = call("all_to_all", "ep", lo.ep, tokens_out, stride=lo.tp * lo.cp)
+        ep_s = 4 * a2a.time_s
+    exposed: PerLayer = {}
+    for g, w in mb.groups.items():
+        ep_g = ep_s if w.sparse else 0.0
+        exposed[g] = max(0.0, ep_g - sum(w.seconds.values())) if ov.ep else ep_g
+    return ExpertParallel(a2a, exposed, {g: w.sparse for g, w in mb.groups.items()})
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The 1F1B schedule over p stages of v chunks each (Narayanan et al. 2021): each stage's
+    time per micro-batch, the slowest that sets the pace, the bubble of (p - 1)/v mean stages;
+    and the point-to-point sends. Each device sends its activations forward and gradients back,
+    per chunk per micro-batch, split over the TP ranks (Narayanan et al.'s scatter/gather);
+    without SP the receiving TP ranks all-gather the pieces over NVLink (Megatron-LM of June
+    2022, megatron/p2p_communication.py: gather_split_1d_tensor after each receive; under SP the
+    tensor is already split along the sequence and is not gathered)."""
+
+    stage_s: tuple[float, ...]  # one micro-batch's forward and backward on each stage
+    slow: int
+    bubble: float
+    send: Collective
+    sends: int  # per step
+    gather: Collective | None
+    overlap: Overlap
+
+    @property
+    def slow_s(self) -> float:
+        return self.stage_s[self.slow]
+
+    @property
+    def exposed_s(self) -> float:
+        pp_s = self.sends * (self.send.time_s + (self.gather.time_s if self.gather else 0.0))
+        return 0.0 if self.overlap.pp else pp_s
+
+    def calls(self) -> Calls:
+        if len(self.stage_s) <= 1:
+            return []
+        ov, n = self.overlap, self.sends
+        out: Calls = [(self.send, n, 0.0 if ov.pp else n * self.send.time_s)]
+        if self.gather is not None:
+            out.append((self.gather, n, 0.0 if ov.pp else n * self.gather.time_s))
+        return out
+
+
+def pipeline(lo: Layout, on_device: tuple[dict[str | None, int], ...], t_layer: PerLayer, first_s: float,
+             last_s: float, call: CallOn, x: float, ov: Overlap) -> Pipeline:
+    """`on_device`: layers of each group on each device (``StepModel.stage_groups``); `t_layer`:
+    each group's layer, its exposed communication included; `first_s`, `last_s`: the first and
+    last stage's extra seconds (embedding, head and loss)."""
+    t, p, v, m = lo.tp, lo.pp, lo.interleave, lo.micro_batches
+    stage_s = [sum(n * t_layer[g] for g, n in on_device[i].items())
+               + (first_s if i == 0 else 0.0) + (last_s if i == p - 1 else 0.0) for i in range(p)]
+    slow = max(range(p), key=lambda i: (stage_s[i], -i))  # the slowest stage sets the pace
+    bubble = (p - 1) / v * (sum(stage_s) / p)
+    send = call("p2p", "pp", 2 if p > 1 else 1, x / t, stride=t * lo.cp * lo.dp)
+    sends = 2 * v * m if p > 1 else 0
+    gather = call("all_gather", "tp", t, x) if p > 1 and t > 1 and not lo.sequence_parallel else None
+    return Pipeline(tuple(stage_s), slow, bubble, send, sends, gather, ov)
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """Data parallel with ZeRO (Rajbhandari et al. 2020): the gradients of this rank's parameters
+    over the DP x CP ranks ("dp"); the routed experts' over the DP x CP / EP ranks that hold the
+    same experts ("edp", Megatron-Core's expert-data-parallel group, EP innermost within DP).
+    Stage 0 all-reduces the gradients once a step; 1 reduce-scatters them and all-gathers the
+    updated weights; 2 reduce-scatters per micro-batch; 3 also gathers the weights forward and
+    backward of every micro-batch. ``Overlap.dp`` hides the per-step calls behind the last
+    micro-batch's backward, the per-micro-batch ones behind the next."""
+
+    per_step: tuple[Collective, ...]
+    per_micro: tuple[Collective, ...]
+    exposed_s: float
+    micro_batches: int
+
+    def calls(self) -> Calls:
+        if not (self.per_step or self.per_micro):
+            return []
+        m = self.micro_batches
+        total = sum(c.time_s for c in self.per_step) + m * sum(c.time_s for c in self.per_micro)
+        out: Calls = [(c, 1, self.exposed_s * c.time_s / total if total else 0) for c in self.per_step]
+        out += [(c, m, self.exposed_s * m * c.time_s / total if total else 0) for c in self.per_micro]
+        return out
+
+
+def data_parallel(lo: Layout, dense: int, routed: int, recipe: device.ParameterBytes, call: CallOn,
+                  slow_s: float, ov: Overlap) -> DataParallel:
+    """`dense`, `routed`: the parameters of the fullest stage's GPU (``StepModel._stage_params``);
+    `slow_s`: the pacing stage's micro-batch."""
+    t, m = lo.tp, lo.micro_batches
+    n_dp = lo.dp * lo.cp
+    per_step: list[Collective] = []
+    per_micro: list[Collective] = []
+    for group, ranks, n_params, stride in (("dp", n_dp, dense, t), ("edp", n_dp // lo.ep, routed, t * lo.ep)):
+        if not n_params or ranks <= 1:
+            continue
+        grads, weights = n_params * recipe.grad_bytes, n_params * recipe.weight_bytes
+        if lo.zero == 0:
+            per_step.append(call("all_reduce", group, ranks, grads, stride))
+        elif lo.zero == 1:
+            per_step += [call("reduce_scatter", group, ranks, grads, stride),
+                         call("all_gather", group, ranks, weights, stride)]
+        elif lo.zero == 2:
+            per_micro.append(call("reduce_scatter", group, ranks, grads, stride))
+            per_step.append(call("all_gather", group, ranks, weights, stride))
+        else:
+            per_micro += [call("all_gather", group, ranks, weights, stride)] * 2
+            per_micro.append(call("reduce_scatter", group, ranks, grads, stride))
+    step_s = sum(c.time_s for c in per_step)
+    micro_s = sum(c.time_s for c in per_micro)
+    backward = slow_s * 2 / 3
+    if ov.dp:
+        exposed = max(0.0, step_s - backward) + m * max(0.0, micro_s - slow_s)
+    else:
+        exposed = step_s + m * micro_s
+    return DataParallel(tuple(per_step), tuple(per_micro), exposed, m)
+
+
+def embedding_sync(lo: Layout, spec: Spec, mb: MicroBatch, recipe: device.ParameterBytes,
+                   call: CallOn) -> Calls:
+    """Tied embeddings on different stages: the first and last stage sum their gradients."""
+    if lo.pp <= 1 or not spec.tied_embeddings:
+        return []
+    tie = call("all_reduce", "pp", 2, mb.embedding_table * recipe.grad_bytes,
+               stride=lo.tp * lo.cp * lo.dp * (lo.pp - 1))
+    return [(tie, 1, tie.time_s)]
+
+
+def optimizer_step(lo: Layout, dense: int, routed: int, recipe: device.ParameterBytes, hw: Hardware) -> float:
+    """The optimizer's update of the fullest stage's parameters, ZeRO-sharded from stage 1 on (the
+    routed experts' over the expert-data-parallel ranks)."""
+    n_dp = lo.dp * lo.cp
+    shard, expert_shard = (n_dp, n_dp // lo.ep) if lo.zero >= 1 else (1, 1)
+    return device.optimizer_seconds(dense / shard + routed / expert_shard, recipe, hw)
+
+
+def compute_on(pace: Pace, mb: MicroBatch) -> dict[str, float]:
+    """The pacing stage's compute over the step's micro-batches, by category."""
+    m = pace.micro_batches
+    compute: dict[str, float] = {}
+    for g, n in pace.groups.items():
+        for cat, sec in mb.groups[g].seconds.items():
+            compute[cat] = compute.get(cat, 0.0) + m * n * sec
+    recompute = sum(n * mb.groups[g].recompute_s for g, n in pace.groups.items())
+    if recompute:
+        compute["recompute"] = m * recompute
+    if pace.first:
+        compute["embedding"] = m * mb.first_s
+    if pace.last:
+        for cat, sec in mb.last_by_category.items():
+            compute[cat] = compute.get(cat, 0.0) + m * sec
+    return compute
+
+
 class StepModel:
     """Steps of one spec on one cluster at one sequence length; caches each shard's analysis."""
 
     def __init__(self, spec: Spec, cluster: Cluster, seq: int = 2048, dtype: str = "bf16",
-                 recipe: device.Recipe = device.MEGATRON, overlap: Overlap = Overlap()) -> None:
+                 recipe: device.ParameterBytes = device.MEGATRON, overlap: Overlap = Overlap()) -> None:
         self.spec, self.cluster, self.seq, self.dtype = spec, cluster, seq, dtype
         self.recipe, self.overlap = recipe, overlap
         self.hw = cluster.hardware
@@ -438,231 +774,76 @@ class StepModel:
 
     # --- the step ------------------------------------------------------------------------------
 
-    def step(self, layout: Layout, checked: bool = False, memory: tuple[Memory, Memory] | None = None) -> Step:
-        """The step of `layout` (checked first, unless the caller has; its `memory` too)."""
+    def step(self, layout: Layout, checked: bool = False,
+             memory: tuple[StageMemory, StageMemory] | None = None) -> Step:
+        """The step of `layout` (checked first, unless the caller has; its `memory` too): one
+        collector per parallelism (``tensor_parallel``, ``context_parallel``, ``expert_parallel``,
+        ``pipeline``, ``data_parallel``, ``embedding_sync``, ``optimizer_step``), composed."""
         if not checked:
             check(layout, self.spec, seq=self.seq)
-        spec, lo, ov = self.spec, layout, self.overlap
-        call = self.collective
-        t, p, v, m, cp = lo.tp, lo.pp, lo.interleave, lo.micro_batches, lo.cp
-        sp, rc = lo.sequence_parallel, lo.recompute
-        s_local = self.seq // cp
-        mb = self.micro(t, lo.micro_batch, cp, sp, rc)
-        L = spec.n_layers or 0
+        spec, lo, ov, call = self.spec, layout, self.overlap, self.collective
+        p, m = lo.pp, lo.micro_batches
+        s_local = self.seq // lo.cp
+        mb = self.micro(lo.tp, lo.micro_batch, lo.cp, lo.sequence_parallel, lo.recompute)
         x = lo.micro_batch * s_local * spec.d_model * self.act_bytes  # b*s*h activations, in bytes
-        calls: list[tuple[Collective, float, float]] = []
-        notes: list[str] = []
 
-        # Tensor parallel (Shoeybi et al. 2019), per layer: the two row-parallel linears all-reduce
-        # their output forward (again in full recompute's replay), the two column-parallel ones
-        # the gradient of their input backward. Under sequence parallelism (Korthikanti et al.)
-        # each forward all-reduce is a reduce-scatter, each column-parallel input an all-gather
-        # (forward, and again backward: Megatron-LM does not keep the gathered input), the
-        # backward of each reduce-scatter an all-gather, each input gradient a reduce-scatter.
-        # Which of them run beside a GEMM: ``Overlap.tp_backward`` (the column-parallel
-        # backward's, each beside its own linear's weight- or input-gradient GEMM, a third of
-        # the linear's forward + backward time) and ``Overlap.tp`` (all, behind the matmuls).
-        replays = 2 if rc is Recompute.full else 1
-        ag, rs = call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)
-        ar = call("all_reduce", "tp", t, x)
-        # (collective, calls per layer, of which asynchronous in the column-parallel backward)
-        if sp:
-            tp_layer = [(ag, 2 * replays + 2 + 2, 2), (rs, 2 * replays + 2, 2)]
-        else:
-            tp_layer = [(ar, 2 * replays + 2, 2)]
-        tp_s = sum(c.time_s * n for c, n, _ in tp_layer)
+        # Inside every layer: each group's compute and what of its communication is exposed.
+        tp = tensor_parallel(lo, mb, call, x, ov)
+        cp = context_parallel(lo, spec, mb, call, s_local, self.act_bytes, ov)
+        ep = expert_parallel(lo, mb, self.experts, call, x, ov)
+        t_layer = {g: w.compute_s + tp.exposed[g] + cp.exposed[g] + ep.exposed[g] for g, w in mb.groups.items()}
 
-        # Context parallel (ring attention): cp - 1 passes of the local K and V forward, of K, V
-        # and their gradients backward.
-        k_local = max(1, spec.n_kv_heads // t)
-        kv = 2 * lo.micro_batch * s_local * k_local * spec.head_dim * self.act_bytes
-        cp_call = call("p2p", "cp", 2 if cp > 1 else 1, kv, stride=t)
-        n_cp = 3 * (cp - 1)
-        cp_s = n_cp * cp_call.time_s
-
-        # Expert parallel: dispatch and combine all-to-all forward, and again backward, of the
-        # top_k copies of each token this rank routes (Lepikhin et al. 2020), in sparse layers.
-        moe = self.experts
-        ep_s = 0.0
-        ep_call = None
-        if moe and lo.ep > 1:
-            tokens_out = moe[1] * x / (t if sp else 1)
-            ep_call = call("all_to_all", "ep", lo.ep, tokens_out, stride=t * cp)
-            ep_s = 4 * ep_call.time_s
-
-        # Per layer of each group: its compute and what of its communication is exposed.
-        tp_exposed: dict[str | None, float] = {}
-        async_exposed: dict[str | None, dict[str, float]] = {}
-        cp_exposed: dict[str | None, float] = {}
-        ep_exposed: dict[str | None, float] = {}
-        t_layer: dict[str | None, float] = {}
-        for g, w in mb.groups.items():
-            column = w.column_linear_s if t > 1 else ()
-            sync_s = sum(c.time_s * (n - (k if ov.tp_backward else 0)) for c, n, k in tp_layer)
-            hidden: dict[str, float] = {}
-            if ov.tp_backward:
-                for c, _, _ in tp_layer:  # one call per column-parallel linear, beside a third of it
-                    hidden[c.kind] = sum(max(0.0, c.time_s - lin / 3) for lin in column) + \
-                        c.time_s * max(0, 2 - len(column))
-            async_exposed[g] = hidden
-            tp_exposed[g] = max(0.0, tp_s - w.matmul_s) if ov.tp else sync_s + sum(hidden.values())
-            cp_exposed[g] = max(0.0, cp_s - w.core_s) if ov.cp else cp_s
-            ep_g = ep_s if w.sparse else 0.0
-            ep_exposed[g] = max(0.0, ep_g - sum(w.seconds.values())) if ov.ep else ep_g
-            t_layer[g] = w.compute_s + tp_exposed[g] + cp_exposed[g] + ep_exposed[g]
-
-        # The vocabulary-parallel embedding all-reduces its output; the head all-reduces the
-        # gradient of its input (all-gather and reduce-scatter under SP).
-        emb_call = call("reduce_scatter" if sp else "all_reduce", "tp", t, x)
-        head_calls = [call("all_gather", "tp", t, x), call("reduce_scatter", "tp", t, x)] if sp \
-            else [call("all_reduce", "tp", t, x)]
-        first_extra = mb.first_s + emb_call.time_s
-        last_extra = mb.last_s + sum(c.time_s for c in head_calls)
-        stages = stage_layers(L, p)
-        on_device = self.stage_groups(p, v)
-        t_stages = [sum(n * t_layer[g] for g, n in on_device[i].items())
-                    + (first_extra if i == 0 else 0.0) + (last_extra if i == p - 1 else 0.0) for i in range(p)]
-        slow = max(range(p), key=lambda i: (t_stages[i], -i))  # the slowest stage sets the pace
-        t_max, t_mean = t_stages[slow], sum(t_stages) / p
-        bubble = (p - 1) / v * t_mean
-
-        # Pipeline sends: each device sends its activations forward and gradients back, per chunk
-        # per micro-batch, split over the TP ranks (Narayanan et al.'s scatter/gather); without
-        # SP the receiving TP ranks all-gather the pieces over NVLink (Megatron-LM of June 2022,
-        # megatron/p2p_communication.py: gather_split_1d_tensor after each receive; under SP the
-        # tensor is already split along the sequence and is not gathered).
-        pp_call = call("p2p", "pp", 2 if p > 1 else 1, x / t, stride=t * cp * lo.dp)
-        n_pp = 2 * v * m if p > 1 else 0
-        pp_gather = call("all_gather", "tp", t, x) if p > 1 and t > 1 and not sp else None
-        pp_s = n_pp * (pp_call.time_s + (pp_gather.time_s if pp_gather else 0.0))
-        pp_exposed = 0.0 if ov.pp else pp_s
-
-        # Data parallel: the gradients of this rank's parameters over DP x CP ranks; the routed
-        # experts' over the DP x CP / EP ranks that hold the same experts (Megatron-Core's
-        # expert-data-parallel group, EP innermost within DP).
+        # Across the stages, and over the data-parallel ranks of the fullest stage's parameters.
+        on_device = self.stage_groups(p, lo.interleave)
+        pipe = pipeline(lo, on_device, t_layer, mb.first_s + tp.first_s, mb.last_s + tp.last_s, call, x, ov)
+        stages = stage_layers(spec.n_layers or 0, p)
+        pace = Pace(pipe.slow, on_device[pipe.slow], stages[pipe.slow], m, pipe.slow == 0, pipe.slow == p - 1)
         held = [self._stage_params(lo, mb, i) for i in range(p)]
-        dense_gpu, expert_gpu = max(h[0] for h in held), max(h[1] for h in held)
-        n_dp = lo.dp * cp
-        n_edp = n_dp // lo.ep
-        per_step: list[Collective] = []
-        per_micro: list[Collective] = []
-        for group, ranks, n_params, stride in (("dp", n_dp, dense_gpu, t), ("edp", n_edp, expert_gpu, t * lo.ep)):
-            if not n_params or ranks <= 1:
-                continue
-            grads, weights = n_params * self.recipe.grad_bytes, n_params * self.recipe.weight_bytes
-            if lo.zero == 0:
-                per_step.append(call("all_reduce", group, ranks, grads, stride))
-            elif lo.zero == 1:
-                per_step += [call("reduce_scatter", group, ranks, grads, stride),
-                             call("all_gather", group, ranks, weights, stride)]
-            elif lo.zero == 2:
-                per_micro.append(call("reduce_scatter", group, ranks, grads, stride))
-                per_step.append(call("all_gather", group, ranks, weights, stride))
-            else:
-                per_micro += [call("all_gather", group, ranks, weights, stride)] * 2
-                per_micro.append(call("reduce_scatter", group, ranks, grads, stride))
-        dp_step_s = sum(c.time_s for c in per_step)
-        dp_micro_s = sum(c.time_s for c in per_micro)
-        backward = t_max * 2 / 3
-        if ov.dp:
-            dp_exposed = max(0.0, dp_step_s - backward) + m * max(0.0, dp_micro_s - t_max)
-        else:
-            dp_exposed = dp_step_s + m * dp_micro_s
-        # Tied embeddings on different stages: the first and last stage sum their gradients.
-        tie_s = 0.0
-        if p > 1 and spec.tied_embeddings:
-            tie = call("all_reduce", "pp", 2, mb.embedding_table * self.recipe.grad_bytes,
-                             stride=t * cp * lo.dp * (p - 1))
-            tie_s = tie.time_s
-            calls.append((tie, 1, tie_s))
+        dense, routed = max(h[0] for h in held), max(h[1] for h in held)
+        dp = data_parallel(lo, dense, routed, self.recipe, call, pipe.slow_s, ov)
+        tie = embedding_sync(lo, spec, mb, self.recipe, call)
 
-        shard, expert_shard = (n_dp, n_edp) if lo.zero >= 1 else (1, 1)
-        opt_s = device.optimizer_seconds(dense_gpu / shard + expert_gpu / expert_shard, self.recipe, self.hw)
-
-        # --- what happens per step, on the critical path --------------------------------------
-        has_first, has_last = slow == 0, slow == p - 1
-        slow_groups = on_device[slow]
-        layers_on_slow = stages[slow]
-        compute: dict[str, float] = {}
-        for g, n in slow_groups.items():
-            for cat, sec in mb.groups[g].seconds.items():
-                compute[cat] = compute.get(cat, 0.0) + m * n * sec
-        recompute = sum(n * mb.groups[g].recompute_s for g, n in slow_groups.items())
-        if recompute:
-            compute["recompute"] = m * recompute
-        if has_first:
-            compute["embedding"] = m * mb.first_s
-        if has_last:
-            for cat, sec in mb.last_by_category.items():
-                compute[cat] = compute.get(cat, 0.0) + m * sec
-
-        def on_slow(per_layer: dict[str | None, float]) -> float:
-            return m * sum(n * per_layer[g] for g, n in slow_groups.items())
-
-        tp_edge = (emb_call.time_s if has_first else 0.0) + (sum(c.time_s for c in head_calls) if has_last else 0.0)
+        compute = compute_on(pace, mb)
         breakdown = {
             "compute": sum(compute.values()),
-            "tp_comm": on_slow(tp_exposed) + m * tp_edge,
-            "cp_comm": on_slow(cp_exposed),
-            "ep_comm": on_slow(ep_exposed),
-            "pipeline_bubble": bubble,
-            "pp_comm": pp_exposed,
-            "dp_comm": dp_exposed,
-            "embedding_sync": tie_s,
-            "optimizer": opt_s,
+            "tp_comm": tp.seconds(pace),
+            "cp_comm": cp.seconds(pace),
+            "ep_comm": ep.seconds(pace),
+            "pipeline_bubble": pipe.bubble,
+            "pp_comm": pipe.exposed_s,
+            "dp_comm": dp.exposed_s,
+            "embedding_sync": tie[0][2] if tie else 0.0,
+            "optimizer": optimizer_step(lo, dense, routed, self.recipe, self.hw),
         }
-        step_time = sum(breakdown.values())
-
-        for c, n, k in tp_layer:
-            if ov.tp:
-                exposed = {g: c.time_s * n * (tp_exposed[g] / tp_s if tp_s else 0.0) for g in slow_groups}
-            else:
-                exposed = {g: c.time_s * (n - (k if ov.tp_backward else 0)) + async_exposed[g].get(c.kind, 0.0)
-                           for g in slow_groups}
-            calls.append((c, m * layers_on_slow * n, on_slow(exposed)))
-        if has_first:
-            calls.append((emb_call, m, m * emb_call.time_s))
-        if has_last:
-            for c in head_calls:
-                calls.append((c, m, m * c.time_s))
-        if cp > 1:
-            calls.append((cp_call, m * layers_on_slow * n_cp, on_slow(cp_exposed)))
-        if ep_call is not None:
-            sparse_on_slow = sum(n for g, n in slow_groups.items() if mb.groups[g].sparse)
-            calls.append((ep_call, m * sparse_on_slow * 4, on_slow(ep_exposed)))
-        if p > 1:
-            calls.append((pp_call, n_pp, 0.0 if ov.pp else n_pp * pp_call.time_s))
-            if pp_gather is not None:
-                calls.append((pp_gather, n_pp, 0.0 if ov.pp else n_pp * pp_gather.time_s))
-        if per_step or per_micro:
-            total_dp = dp_step_s + m * dp_micro_s
-            for c in per_step:
-                calls.append((c, 1, dp_exposed * c.time_s / total_dp if total_dp else 0))
-            for c in per_micro:
-                calls.append((c, m, dp_exposed * m * c.time_s / total_dp if total_dp else 0))
+        calls = [*tie, *tp.calls(pace), *cp.calls(pace), *ep.calls(pace), *pipe.calls(), *dp.calls()]
 
         mem_first, mem_last = memory or self.memory(lo, mb)
         mem_middle = None
         if len(set(stages)) > 1 and p > 2:  # a middle stage with an extra layer may hold the most
             mem_middle = max((self.stage_memory(lo, i, mb) for i in range(1, p - 1)), key=lambda mem: mem.total)
+        full = self._flops_per_sequence * lo.global_batch
+        rec_full = self._recompute_per_sequence[lo.recompute] * lo.global_batch
+        return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, sum(breakdown.values()),
+                    breakdown, compute, tuple(calls), mem_first, mem_last, full, full + rec_full,
+                    self._notes(stages, pipe.slow), mem_middle)
+
+    def _notes(self, stages: tuple[int, ...], slow: int) -> tuple[str, ...]:
+        notes: list[str] = []
         if len(set(stages)) > 1:
             notes.append("pipeline stages of " + "/".join(map(str, stages)) + f" layers; stage {slow} sets the pace")
-        full = self._flops_per_sequence * lo.global_batch
-        rec_full = self._recompute_per_sequence[rc] * lo.global_batch
         if not device.calibrated(self.hw, self.dtype):
             notes.append(f"{self.hw.name} has no efficiency tables for {self.dtype}: compute times are the roofline "
                          "lower bound")
-        if ov.tp or ov.dp or ov.pp or ov.ep:
-            notes.append("overlap: " + ", ".join(k for k, on in ov.to_dict().items() if on))
-        return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, step_time, breakdown, compute,
-                    tuple(calls), mem_first, mem_last, full, full + rec_full, tuple(notes), mem_middle)
+        if self.overlap.tp or self.overlap.dp or self.overlap.pp or self.overlap.ep:
+            notes.append("overlap: " + ", ".join(k for k, on in self.overlap.to_dict().items() if on))
+        return tuple(notes)
 
-    def memory(self, layout: Layout, mb: MicroBatch | None = None) -> tuple[Memory, Memory]:
+    def memory(self, layout: Layout, mb: MicroBatch | None = None) -> tuple[StageMemory, StageMemory]:
         """What a GPU of the first and of the last pipeline stage holds. With equal stages these
         are the fullest two; ``stage_memory`` gives any stage's."""
         return self.stage_memory(layout, 0, mb), self.stage_memory(layout, layout.pp - 1, mb)
 
-    def stage_memory(self, layout: Layout, stage: int, mb: MicroBatch | None = None) -> Memory:
+    def stage_memory(self, layout: Layout, stage: int, mb: MicroBatch | None = None) -> StageMemory:
         """What a GPU of pipeline stage `stage` holds (Korthikanti et al. 2022, section 4.2.3: in
         1F1B stage i keeps p - i micro-batches in flight, the first p, times 1 + (p - 1)/(p v)
         when interleaved, the last one), its layers' and its share of the embedding and head.
@@ -693,7 +874,7 @@ class StepModel:
         def held(width: int, zero: int) -> float:
             return dense * width / (n_dp if lo.zero >= zero else 1) + routed * width / (n_edp if lo.zero >= zero else 1)
 
-        return Memory(
+        return StageMemory(
             weights=held(r.weight_bytes, 3), gradients=held(r.grad_bytes, 2), optimizer=held(r.optimizer_bytes, 1),
             activations=activations, recompute_working_set=working,
             stage="first" if first else "last" if last else f"stage {stage}",

@@ -57,7 +57,7 @@ class MemoryConfigError(AnalysisError):
 
 
 @dataclass(frozen=True)
-class Precision:
+class TrainingPrecision:
     """Bytes per parameter and per activation element of a training recipe.
 
     weights      the copy the forward reads
@@ -80,11 +80,11 @@ class Precision:
 
 
 PRECISIONS = {p.name: p for p in (
-    Precision("bf16-mixed", 2, 0, 2, FP32, FP32, 2,
+    TrainingPrecision("bf16-mixed", 2, 0, 2, FP32, FP32, 2,
               "bf16 weights and gradients, fp32 master weights and optimizer states"),
-    Precision("bf16", 2, 0, 2, 0, 2, 2, "everything bf16, optimizer states included (no master copy)"),
-    Precision("fp32", 4, 0, 4, 0, 4, 4, "everything fp32"),
-    Precision("fp8-mixed", 2, 1, 2, FP32, FP32, 2,
+    TrainingPrecision("bf16", 2, 0, 2, 0, 2, 2, "everything bf16, optimizer states included (no master copy)"),
+    TrainingPrecision("fp32", 4, 0, 4, 0, 4, 4, "everything fp32"),
+    TrainingPrecision("fp8-mixed", 2, 1, 2, FP32, FP32, 2,
               "bf16-mixed plus an fp8 copy of every weight for the fp8 matmuls; activations counted "
               "at bf16 (fp8 copies of saved matmul inputs are not modelled)"),
 )}
