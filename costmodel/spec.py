@@ -15,6 +15,7 @@ import difflib
 import re
 from enum import Enum
 from fractions import Fraction
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union
 
 import yaml
@@ -218,6 +219,20 @@ class MLA(BaseModel):
         """Elements cached per token per layer: the latent and the shared rotary key."""
         return self.kv_lora_rank + self.qk_rope_head_dim
 
+    def check_in(self, spec: Spec) -> None:
+        """What latent attention asks of the rest of the spec."""
+        if spec.architecture is Architecture.encoder_decoder:
+            raise ValueError("attention: latent attention is supported for decoder-only models")
+        if spec.position is not Position.rope:
+            raise ValueError(
+                f"attention: latent attention carries positions in its decoupled RoPE "
+                f"dimensions; position must be rope (got {spec.position.value})"
+            )
+        if spec.rotary_fraction != 1.0:
+            raise ValueError("rotary_fraction: latent attention rotates qk_rope_head_dim, all of it")
+        if spec.qk_norm is not QKNorm.none:
+            raise ValueError("qk_norm: latent attention normalises its latents, not q and k")
+
 
 class Scoring(str, Enum):
     """How router logits become gate weights."""
@@ -303,6 +318,17 @@ class MoEFFN(BaseModel):
             raise ValueError(f"d_ff: required, since {n_layers - n_sparse} layers are dense")
         if n_sparse == n_layers and self.d_ff is not None:
             raise ValueError("d_ff: every layer is sparse, so no dense FFN uses it")
+
+    def check_in(self, spec: Spec) -> None:
+        """What a mixture of experts asks of the rest of the spec, its layers included."""
+        if spec.architecture is Architecture.encoder_decoder:
+            raise ValueError("ffn: a mixture of experts is supported in decoder-only models")
+        if spec.ffn_dropout > 0:
+            raise ValueError("ffn_dropout: not supported with a mixture of experts")
+        try:
+            self.check_layers(spec.decoder_layers)
+        except ValueError as e:
+            raise ValueError(f"ffn.{e}") from None
 
 
 FFN = Annotated[Union[DenseFFN, MoEFFN], Field(discriminator="kind")]
@@ -440,97 +466,10 @@ class Spec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Spec:
-        enc_dec = self.architecture is Architecture.encoder_decoder
-        if enc_dec:
-            if self.n_layers is not None:
-                raise ValueError(
-                    "n_layers: an encoder-decoder gives n_encoder_layers and n_decoder_layers"
-                )
-            for field in ("n_encoder_layers", "n_decoder_layers"):
-                if getattr(self, field) is None:
-                    raise ValueError(f"{field}: required for an encoder-decoder")
-            if self.window is not None:
-                raise ValueError("window: sliding windows are supported for decoder-only models")
-        else:
-            if self.n_layers is None:
-                raise ValueError("n_layers: field required")
-            for field in ("n_encoder_layers", "n_decoder_layers"):
-                if getattr(self, field) is not None:
-                    raise ValueError(f"{field}: only for architecture: encoder-decoder")
-        if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"n_kv_heads: n_heads ({self.n_heads}) must be a multiple of "
-                f"n_kv_heads ({self.n_kv_heads})"
-            )
-        if self.position is Position.rope and not isinstance(self.attention, MLA):
-            rotary = _exact(self.rotary_fraction) * self.head_dim
-            if rotary.denominator != 1 or rotary.numerator % 2:
-                raise ValueError(
-                    f"rotary_fraction: {self.rotary_fraction} of head_dim {self.head_dim} is "
-                    f"{float(rotary):g} dimensions; RoPE rotates an even whole number of them"
-                )
-        elif self.rotary_fraction != 1.0:
-            raise ValueError("rotary_fraction: only for position: rope")
-        if self.position is not Position.t5_relative and "relative_buckets" in self.model_fields_set:
-            raise ValueError("relative_buckets: only for position: t5_relative")
-        if self.position is not Position.learned and self.position_offset:
-            raise ValueError("position_offset: only for position: learned")
-        if self.norm is Norm.rmsnorm and self.bias.norm:
-            raise ValueError("bias.norm: RMSNorm has no bias")
-        if self.block is Block.serial and "shared_norm" in self.model_fields_set:
-            raise ValueError("shared_norm: only for block: parallel")
-        kinds = set(self.layer_pattern)
-        if not kinds:
-            raise ValueError("layer_pattern: must name at least one layer kind")
-        if LayerKind.local in kinds and self.window is None:
-            raise ValueError("window: required, since layer_pattern has local layers")
-        if self.window is not None and LayerKind.local not in kinds:
-            raise ValueError("layer_pattern: a window is given but no layer is local")
-        if LayerKind.chunked in kinds and self.attention_chunk is None:
-            raise ValueError("attention_chunk: required, since layer_pattern has chunked layers")
-        if self.attention_chunk is not None and LayerKind.chunked not in kinds:
-            raise ValueError("layer_pattern: an attention_chunk is given but no layer is chunked")
-        if self.attention_chunk is not None and enc_dec:
-            raise ValueError("attention_chunk: chunked attention is supported for decoder-only models")
-        if isinstance(self.attention, MLA):
-            if enc_dec:
-                raise ValueError("attention: latent attention is supported for decoder-only models")
-            if self.position is not Position.rope:
-                raise ValueError(
-                    f"attention: latent attention carries positions in its decoupled RoPE "
-                    f"dimensions; position must be rope (got {self.position.value})"
-                )
-            if self.rotary_fraction != 1.0:
-                raise ValueError("rotary_fraction: latent attention rotates qk_rope_head_dim, all of it")
-            if self.qk_norm is not QKNorm.none:
-                raise ValueError("qk_norm: latent attention normalises its latents, not q and k")
-        if self.global_nope:
-            if LayerKind.global_ not in kinds:
-                raise ValueError("global_nope: layer_pattern has no global layer")
-            if LayerKind.local not in kinds and LayerKind.chunked not in kinds:
-                raise ValueError(
-                    "global_nope: every layer is global, so no layer would carry positions; "
-                    "write position: none instead"
-                )
-            if not self.position.per_layer:
-                raise ValueError(
-                    f"global_nope: position {self.position.value} is added to the input, "
-                    "not per layer, so it cannot be dropped on global layers"
-                )
-        if len(self.layer_pattern) > self.decoder_layers:
-            raise ValueError(
-                f"layer_pattern: {len(self.layer_pattern)} entries for "
-                f"{self.decoder_layers} layers"
-            )
-        if isinstance(self.ffn, MoEFFN):
-            if enc_dec:
-                raise ValueError("ffn: a mixture of experts is supported in decoder-only models")
-            if self.ffn_dropout > 0:
-                raise ValueError("ffn_dropout: not supported with a mixture of experts")
-            try:
-                self.ffn.check_layers(self.decoder_layers)
-            except ValueError as e:
-                raise ValueError(f"ffn.{e}") from None
+        """The cross-field checks, one per element (``CHECKS``, named as ``components`` names the
+        elements), in this order: the first that fails is the error."""
+        for check in CHECKS:
+            check(self)
         return self
 
     # Derived views: computed from the fields, never stored twice.
@@ -659,6 +598,123 @@ class Spec(BaseModel):
         }
         return {kind: c for kind, c in counts.items() if c}
 
+
+
+# --- cross-field checks, one per element ----------------------------------------------------------
+# Each raises ValueError naming the field (pydantic adds the file); ``Spec._consistent`` runs
+# them in ``CHECKS``'s order. The sub-models check what they ask of the spec (``MLA.check_in``,
+# ``MoEFFN.check_in``); their own fields are checked on the sub-model.
+
+
+def _architecture(spec: Spec) -> None:
+    """architecture: the layer counts each architecture gives."""
+    if spec.architecture is Architecture.encoder_decoder:
+        if spec.n_layers is not None:
+            raise ValueError(
+                "n_layers: an encoder-decoder gives n_encoder_layers and n_decoder_layers"
+            )
+        for field in ("n_encoder_layers", "n_decoder_layers"):
+            if getattr(spec, field) is None:
+                raise ValueError(f"{field}: required for an encoder-decoder")
+        if spec.window is not None:
+            raise ValueError("window: sliding windows are supported for decoder-only models")
+    else:
+        if spec.n_layers is None:
+            raise ValueError("n_layers: field required")
+        for field in ("n_encoder_layers", "n_decoder_layers"):
+            if getattr(spec, field) is not None:
+                raise ValueError(f"{field}: only for architecture: encoder-decoder")
+
+
+def _attention_heads(spec: Spec) -> None:
+    if spec.n_kv_heads > spec.n_heads or spec.n_heads % spec.n_kv_heads:
+        raise ValueError(
+            f"n_kv_heads: n_heads ({spec.n_heads}) must be a multiple of "
+            f"n_kv_heads ({spec.n_kv_heads})"
+        )
+
+
+def _positions(spec: Spec) -> None:
+    if spec.position is Position.rope and not isinstance(spec.attention, MLA):
+        rotary = _exact(spec.rotary_fraction) * spec.head_dim
+        if rotary.denominator != 1 or rotary.numerator % 2:
+            raise ValueError(
+                f"rotary_fraction: {spec.rotary_fraction} of head_dim {spec.head_dim} is "
+                f"{float(rotary):g} dimensions; RoPE rotates an even whole number of them"
+            )
+    elif spec.rotary_fraction != 1.0:
+        raise ValueError("rotary_fraction: only for position: rope")
+    if spec.position is not Position.t5_relative and "relative_buckets" in spec.model_fields_set:
+        raise ValueError("relative_buckets: only for position: t5_relative")
+    if spec.position is not Position.learned and spec.position_offset:
+        raise ValueError("position_offset: only for position: learned")
+
+
+def _norm(spec: Spec) -> None:
+    if spec.norm is Norm.rmsnorm and spec.bias.norm:
+        raise ValueError("bias.norm: RMSNorm has no bias")
+
+
+def _block_layout(spec: Spec) -> None:
+    if spec.block is Block.serial and "shared_norm" in spec.model_fields_set:
+        raise ValueError("shared_norm: only for block: parallel")
+
+
+def _layer_kinds(spec: Spec) -> None:
+    """The sliding window and chunked attention: the layer kinds and the sizes they need."""
+    kinds = set(spec.layer_pattern)
+    if not kinds:
+        raise ValueError("layer_pattern: must name at least one layer kind")
+    if LayerKind.local in kinds and spec.window is None:
+        raise ValueError("window: required, since layer_pattern has local layers")
+    if spec.window is not None and LayerKind.local not in kinds:
+        raise ValueError("layer_pattern: a window is given but no layer is local")
+    if LayerKind.chunked in kinds and spec.attention_chunk is None:
+        raise ValueError("attention_chunk: required, since layer_pattern has chunked layers")
+    if spec.attention_chunk is not None and LayerKind.chunked not in kinds:
+        raise ValueError("layer_pattern: an attention_chunk is given but no layer is chunked")
+    if spec.attention_chunk is not None and spec.architecture is Architecture.encoder_decoder:
+        raise ValueError("attention_chunk: chunked attention is supported for decoder-only models")
+
+
+def _latent_attention(spec: Spec) -> None:
+    if isinstance(spec.attention, MLA):
+        spec.attention.check_in(spec)
+
+
+def _layer_pattern(spec: Spec) -> None:
+    """global_nope, and the pattern against the layers."""
+    kinds = set(spec.layer_pattern)
+    if spec.global_nope:
+        if LayerKind.global_ not in kinds:
+            raise ValueError("global_nope: layer_pattern has no global layer")
+        if LayerKind.local not in kinds and LayerKind.chunked not in kinds:
+            raise ValueError(
+                "global_nope: every layer is global, so no layer would carry positions; "
+                "write position: none instead"
+            )
+        if not spec.position.per_layer:
+            raise ValueError(
+                f"global_nope: position {spec.position.value} is added to the input, "
+                "not per layer, so it cannot be dropped on global layers"
+            )
+    if len(spec.layer_pattern) > spec.decoder_layers:
+        raise ValueError(
+            f"layer_pattern: {len(spec.layer_pattern)} entries for "
+            f"{spec.decoder_layers} layers"
+        )
+
+
+def _mixture_of_experts(spec: Spec) -> None:
+    if isinstance(spec.ffn, MoEFFN):
+        spec.ffn.check_in(spec)
+
+
+#: ``Spec._consistent``'s checks, in the order they run (the first failure is the error).
+CHECKS: tuple[Callable[[Spec], None], ...] = (
+    _architecture, _attention_heads, _positions, _norm, _block_layout, _layer_kinds, _latent_attention,
+    _layer_pattern, _mixture_of_experts,
+)
 
 def _exact(x: float) -> Fraction:
     """A float as the decimal it was written as: 0.4 is 2/5, not 0.40000000000000002."""
