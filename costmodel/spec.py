@@ -242,7 +242,7 @@ class Scoring(str, Enum):
 
 
 class MoEFFN(BaseModel):
-    """``ffn: {kind: moe, ...}`` (../notes/SCHEMA.md): a sparse FFN and the layers it replaces."""
+    """``ffn: {kind: moe, ...}`` (docs/moe.md, "Fields"): a sparse FFN and the layers it replaces."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -474,7 +474,7 @@ class Spec(BaseModel):
 
     # Derived views: computed from the fields, never stored twice.
 
-    # The old flat names, read-only (SCHEMA.md, "Compatibility properties").
+    # The old flat names (``SHORTHANDS``), read-only (docs/spec-format.md, "Fields").
     @property
     def d_ff(self) -> int:
         """The FFN width; of a mixture of experts, its dense layers' width when it has dense

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from typing import Any
 
-from costmodel.spec import Spec, SpecError
+from costmodel.spec import MoEFFN, Spec, SpecError
 
 
 class LayoutError(SpecError):
@@ -95,12 +95,10 @@ def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
 
 
 def experts(spec: Spec) -> tuple[int, int] | None:
-    """(routed experts E, top_k) of a mixture-of-experts spec, None for a dense one. Reads the
-    ``ffn: {kind: moe}`` union of SCHEMA.md where the spec has it."""
-    ffn = spec.ffn
-    kind: str = ffn.kind  # the MoE kind's fields are read by name: the union may not hold it yet
-    if kind == "moe":
-        return int(getattr(ffn, "n_experts")), int(getattr(ffn, "top_k"))
+    """(routed experts E, top_k) of a mixture-of-experts spec (``ffn: {kind: moe}``), None for a
+    dense one."""
+    if isinstance(spec.ffn, MoEFFN):
+        return spec.ffn.n_experts, spec.ffn.top_k
     return None
 
 

@@ -26,9 +26,9 @@ One formula per idea; the phase is a substitution, as everywhere else:
   latent attention's in the convention it runs in (``Run.mla``: naive or absorbed), its
   training always naive (``mla_convention``).
 
-The split across devices is a parameter (``Parallel``): data parallel and ZeRO are modelled;
-tensor and pipeline parallel sizes are accepted by the API for the parallelism work (issue 14)
-and refused with a clear error until it lands.
+The split across devices is a parameter (``Parallel``): data parallel and ZeRO are modelled here;
+tensor and pipeline parallel sizes are refused with a clear error: a parallel layout's memory per
+GPU is ``costmodel.parallel.step``'s (``StepModel.stage_memory``, what ``train`` and ``plan`` print).
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ class Parallel:
     micro_batch         sequences per micro-batch (default: the whole batch)
     in_flight           micro-batches whose activations the first pipeline stage holds at once
                         (1F1B: pp)
-    Only dp and zero are modelled here; tp, pp > 1 are refused until the parallelism issue.
+    Only dp and zero are modelled here; tp, pp > 1 are refused (``StepModel.stage_memory`` holds
+    a parallel layout's memory per GPU).
     """
 
     dp: int = 1
