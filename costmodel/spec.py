@@ -7,6 +7,11 @@ LayerNorm, ``layer_pattern``) are filled in ``Spec._derive_defaults``.
 
 Errors are one line each, naming the file, the field and the problem (``SpecError``); the CLI
 prints that line and exits with code 2.
+
+Long because: every field, default and cross-field check of a spec is declared here and nowhere
+else (the sub-models, ``Spec``, ``CHECKS``), and the reading of a mapping or YAML text into one
+(``parse_spec``, ``spec_from_dict``) turns pydantic's problems into those one-line errors by
+walking the same models.
 """
 
 from __future__ import annotations

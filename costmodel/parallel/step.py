@@ -16,6 +16,15 @@ A GPU's share of the work comes from the exact formulas: a tensor-parallel rank 
 with its heads, key/value heads, FFN width and vocabulary split over t (``shard_spec``; the
 norms, residuals and dropout stay whole unless sequence parallelism splits them too), and its
 seconds and bytes come from the single-device models in ``device``.
+
+In the code: one collector per parallelism (``tensor_parallel`` ... ``optimizer_step``, each its
+exposed seconds and its collectives), composed by ``StepModel.step``; a micro-batch's work per
+layer group (``StepModel.micro``) and each stage's memory (``StepModel.stage_memory``).
+
+Long because: the step's types (``Overlap``, ``LayerWork``, ``MicroBatch``, ``StageMemory``,
+``Step``), the collectors that read them and the model that composes them are one unit that
+changes together; the seam, if it is cut, is the collectors (``Pace`` to ``compute_on``) into a
+module of their own, with the types they read moved beneath both.
 """
 
 from __future__ import annotations
