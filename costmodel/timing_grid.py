@@ -48,6 +48,7 @@ import operator
 from dataclasses import replace
 from functools import reduce
 from typing import Any
+from typing import cast
 
 import numpy as np
 
@@ -110,7 +111,8 @@ def _step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
     points = [grid[k] for k in kept]
     steps = np.asarray([values[0], *(values[k + 1] for k in kept)], dtype=float)
     if len(points) == 1:
-        return np.where(x >= points[0], steps[1], steps[0])
+        out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
+        return out
     if len(points) <= _COMPARE:
         i = np.zeros(x.shape, dtype=np.intp)
         for g in points:
@@ -147,8 +149,8 @@ class GridRates:
                             if memory.interpolation == "log" and len(memory.bytes) > 1 else None)
         fresh = eff.first_touch  # the least size with a first-touch cost
         self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte) if r), None) if fresh else None
-        self._memo: dict[tuple, tuple[list[np.ndarray], Any]] = {}
-        self._by_value: dict[tuple, list[tuple[np.ndarray, Any]]] = {}
+        self._memo: dict[tuple[Any, ...], tuple[list[np.ndarray], Any]] = {}
+        self._by_value: dict[tuple[Any, ...], list[tuple[list[np.ndarray], Any]]] = {}
 
     # --- Rates --------------------------------------------------------------------------------
 
@@ -214,13 +216,13 @@ class GridRates:
         out[over] = np.maximum(out[over], some / (self.bandwidth * e))
         return out
 
-    def first_touch(self, outputs: list[tuple[int, tuple]]) -> Any:
+    def first_touch(self, outputs: list[tuple[int, tuple[Any, ...]]]) -> Any:
         table = self.eff.first_touch
         if table is None:
             return 0.0
         terms = []
         for n, factors in outputs:
-            factors = [_number(x) for x in factors]
+            factors = tuple(_number(x) for x in factors)
             arrays = [x for x in factors if _array(x)]
             if not n:
                 continue
@@ -229,7 +231,7 @@ class GridRates:
                 continue
             number = math.prod(x for x in factors if not _array(x))
 
-            def one(n: int = n, number: Any = number, arrays: list = arrays) -> Any:
+            def one(n: int = n, number: Any = number, arrays: list[np.ndarray] = arrays) -> Any:
                 x = _product(number, *arrays)
                 if self._fresh_from is None or x.max() < self._fresh_from:
                     return 0.0  # every size at a rate of 0
@@ -256,7 +258,7 @@ class GridRates:
 
     # --- lookups ------------------------------------------------------------------------------
 
-    def _lookup(self, kind: str, numbers: tuple, arrays: list[np.ndarray], compute: Any) -> Any:
+    def _lookup(self, kind: str, numbers: tuple[Any, ...], arrays: list[np.ndarray], compute: Any) -> Any:
         """compute(), once per (kind, numbers, arrays): by identity, then by value (a T array
         built twice, or two norms' equal byte counts; candidates share three sampled values)."""
         key = (kind, numbers, tuple(id(a) for a in arrays))
@@ -274,7 +276,7 @@ class GridRates:
         self._memo[key] = (arrays, value)  # holds the arrays: their ids stay theirs
         return value
 
-    def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple) -> Any:
+    def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...]) -> Any:
         """exp(np.interp(lx, xp, fp)), interpolated only where lx is below xp's last point (`name`
         names xp): above it the value is exp(fp[-1]), a number, at most of a sweep's points (T =
         B x S on calibrate's grids, M up to 1024 and K up to 4096). The points below are found
@@ -298,9 +300,10 @@ class GridRates:
         return out
 
     def _log(self, x: np.ndarray) -> np.ndarray:
-        return self._lookup("log", (), [x], lambda: np.log(np.maximum(x, 1e-300)))
+        logs: np.ndarray = self._lookup("log", (), [x], lambda: np.log(np.maximum(x, 1e-300)))
+        return logs
 
-    def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> np.ndarray:
+    def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> Any:
         """1 / (peak x the table's efficiency) of (M x K) @ (K x N), some of them arrays (the
         peak folded into the log table: exp(-(log peak + log e)), equal to 1e-16)."""
         table = self.table
@@ -353,8 +356,9 @@ class GridRates:
         return np.exp(total)
 
     def _size_efficiency(self, grid: list[float], efficiency: list[float], interpolation: str,
-                         x: np.ndarray, memo: bool = True) -> np.ndarray:
-        """A size table (``efficiency._lookup``) at every x (`memo`: x's log kept for reuse)."""
+                         x: Any, memo: bool = True) -> Any:
+        """A size table (``efficiency._lookup``) at every x (`memo`: x's log kept for reuse): a
+        number at a number x, else an array."""
         if not _array(x):
             return _lookup(grid, efficiency, x, interpolation)  # type: ignore[arg-type]
         if len(grid) == 1:  # one size: its value everywhere, as ``_lookup`` holds it
@@ -392,7 +396,7 @@ def _same(a: Any, b: Any) -> bool:
 _READ = ("params", "matmul", "matmul_eff", "other", "bytes_unfused", "train_only")
 
 
-def _merged(costs: dict[str, Cost], groups: dict, kernels: Kernels, dropped: set[str]) -> dict[str, tuple[Cost, int]]:
+def _merged(costs: dict[str, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels, dropped: set[str]) -> dict[str, tuple[Cost, int]]:
     """path -> (one layer's cost, layers): a component of several layer groups whose one layer
     costs the same in each (an FFN beside local and global attention) once, over all their
     layers. Its time is linear in its layers (each product, op, byte and gradient is per layer,
@@ -439,7 +443,8 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     B, seq = np.asarray(batch, dtype=float), np.asarray(seq, dtype=float)
     enc = np.asarray(enc_seq if enc_seq is not None else seq, dtype=float) if spec.is_encoder_decoder else 0
     p = DTYPE_BYTES[dtype]
-    dims = model.numeric_dims(spec, ph.shape(B, seq, enc), p, mla, routing)
+    # Phase.shape and numeric_dims are typed for ints; their arithmetic runs on arrays as well.
+    dims = model.numeric_dims(spec, ph.shape(cast(int, B), cast(int, seq), cast(int, enc)), p, mla, routing)
     # One layer of each kind: the rule multiplies by the layers (``Cost.times`` on arrays is
     # the tree's largest cost); nothing else in the tree reads the layer counts.
     dims = replace(dims, layers=dict.fromkeys(dims.layers, 1))
@@ -456,7 +461,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
             if not _array(busy):
                 if busy == 0:
                     continue
-            elif (busy == 0).any():
+            elif np.any(busy == 0):
                 idle = busy == 0
         gemms = tuple((c * layers, m, k, n) for c, m, k, n in cost.gemms)
         part = component_time(spec, path, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels, dropped, p,

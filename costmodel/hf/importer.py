@@ -95,8 +95,9 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
                         f"supported: {', '.join(FAMILIES)}")
     c = Config(data, origin, model_type, family.defaults)
     out: dict[str, Any] = {"name": name or _name(data, origin), "family": model_type, "source": source}
-    for check in (lambda: _check_head(c, family), lambda: family.read(c, out),
-                  lambda: _check_common(c, family, warnings)):
+    checks: tuple[Callable[[], object], ...] = (lambda: _check_head(c, family), lambda: family.read(c, out),
+                                                lambda: _check_common(c, family, warnings))
+    for check in checks:
         try:
             check()
         except Abort:
@@ -196,8 +197,10 @@ def config_path(path: str | Path) -> Path:
     return path
 
 
-def read_config(path: str | Path) -> dict[str, Any]:
-    """A config.json's mapping: a regular file of at most 10 MiB, UTF-8 JSON, no NaN or Infinity."""
+def read_config(path: str | Path) -> object:
+    """A config.json's JSON: a regular file of at most 10 MiB, UTF-8 JSON, no NaN or Infinity.
+
+    Any JSON value; spec_fields_from_hf refuses one that is not an object."""
     path = config_path(path)
     try:
         if not stat.S_ISREG(path.stat().st_mode):

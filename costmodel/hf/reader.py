@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Mapping
 from typing import Any
+from typing import cast
 
 from costmodel.spec import Activation, LayerKind, SpecError
 
@@ -135,7 +136,8 @@ class Config:
         if v is None:
             return None
         if isinstance(v, bool) or not isinstance(v, int) or (positive and v <= 0) or v < 0:
-            v = self.bad(key, f"should be a {'positive' if positive else 'non-negative'} integer (got {show(v)})")
+            # bad() gives the class default, an int or None, or stops
+            return cast("builtins.int | None", self.bad(key, f"should be a {'positive' if positive else 'non-negative'} integer (got {show(v)})"))
         return v
 
     def req_int(self, key: builtins.str) -> builtins.int:
@@ -163,7 +165,7 @@ class Config:
         except OverflowError:
             f = math.inf
         if not math.isfinite(f):
-            return self.bad(key, f"should be a finite number (got {show(v)})")
+            return cast("builtins.float | None", self.bad(key, f"should be a finite number (got {show(v)})"))
         return f
 
     def rate(self, key: builtins.str) -> builtins.float:
@@ -181,7 +183,7 @@ class Config:
     def list(self, key: builtins.str) -> builtins.list[Any] | None:
         v = self.get(key)
         if v is not None and not isinstance(v, list):
-            v = self.bad(key, f"should be a list (got {show(v)})")
+            return cast("builtins.list[Any] | None", self.bad(key, f"should be a list (got {show(v)})"))
         return v
 
     def require(self, key: builtins.str, expected: Any, why: builtins.str) -> None:
