@@ -18,13 +18,19 @@ import numpy as np
 from costmodel import units
 from costmodel.analysis import AnalysisError
 from costmodel.report_attention import fixed_text
-from costmodel.sweep import Sweep
+from costmodel.sweep import Series, Sweep
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # matplotlib is the optional `plot` extra: imported when a chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.ticker import FuncFormatter
 
 PHASE_MARKERS = {"prefill": "o", "decode": "^", "train": "s"}
 PHASE_LINES = {"prefill": "-", "decode": "--", "train": ":"}
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
     except ImportError:
@@ -74,7 +80,7 @@ def _span(sw: Sweep) -> str:
     return ", ".join(parts + ([fixed] if fixed else []))
 
 
-def _roofline(ax, lanes, sw: Sweep, colours: dict[str, str]) -> None:
+def _roofline(ax: Axes, lanes: Axes, sw: Sweep, colours: dict[str, str]) -> None:
     """Top: the roof and every point on it. Bottom: one lane per variant and phase, the same
     points spread out, so that series sharing a stretch of roof stay apart."""
     hw, dtype = sw.hardware, sw.dtype
@@ -94,14 +100,14 @@ def _roofline(ax, lanes, sw: Sweep, colours: dict[str, str]) -> None:
     many = xs.size > 60 * len(sw.series)
     for lane, s in enumerate(sw.series):
         x = s.values.ravel()
-        style = dict(marker=PHASE_MARKERS.get(s.phase, "o"), color=colours[s.variant],
-                     s=12 if many else 40, alpha=0.5 if many else 0.9, zorder=3,
-                     edgecolors="none" if many else "black", linewidths=0.4)
+        style: dict[str, Any] = dict(marker=PHASE_MARKERS.get(s.phase, "o"), color=colours[s.variant],
+                                     s=12 if many else 40, alpha=0.5 if many else 0.9, zorder=3,
+                                     edgecolors="none" if many else "black", linewidths=0.4)
         ax.scatter(x, np.minimum(peak, x * bw), label=s.label, **style)
         lanes.scatter(x, np.full(x.size, lane), **style)
         for idx, side in ((int(np.argmin(x)), "right"), (int(np.argmax(x)), "left")):
             i, j = np.unravel_index(idx, s.values.shape)
-            lanes.annotate(_point_name(sw, s, i, j), (x[idx], lane), fontsize=7, color="0.2", va="bottom",
+            lanes.annotate(_point_name(sw, s, int(i), int(j)), (x[idx], lane), fontsize=7, color="0.2", va="bottom",
                            xytext=(0, 5), textcoords="offset points", ha=side)
     lanes.set_yticks(range(len(sw.series)), [s.label for s in sw.series], fontsize=8)
     lanes.set_ylim(len(sw.series) - 0.5, -0.5)
@@ -114,11 +120,11 @@ def _roofline(ax, lanes, sw: Sweep, colours: dict[str, str]) -> None:
                  f"({sw.component or 'whole model'}, {dtype})\n{_span(sw)}", fontsize=10)
 
 
-def _point_name(sw: Sweep, s, i: int, j: int) -> str:
+def _point_name(sw: Sweep, s: Series, i: int, j: int) -> str:
     return " ".join(f"{a}={getattr(s, a)[k]:,}" for a, k in (("seq", i), ("batch", j)) if a in sw.swept)
 
 
-def _lines(ax, sw: Sweep, colours: dict[str, str]) -> None:
+def _lines(ax: Axes, sw: Sweep, colours: dict[str, str]) -> None:
     x_axis = sw.swept[0]
     other = next((a for a in ("seq", "batch") if a != x_axis), "batch")
     for s in sw.series:
@@ -152,24 +158,26 @@ def _lines(ax, sw: Sweep, colours: dict[str, str]) -> None:
                  fontsize=10)
 
 
-def _formatter(unit: str):
+def _formatter(unit: str) -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
 
     fmt = {"B": units.nbytes, "s": units.seconds}.get(unit, units.number)
     return FuncFormatter(lambda v, _pos: fmt(v))
 
 
-def _tokens_formatter():
+def _tokens_formatter() -> FuncFormatter:
     """512, 1K, 128K: token counts and batch sizes at powers of two."""
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: f"{v / 1024:g}K" if v >= 1024 else f"{v:g}")
 
 
-def _binary_ticks(ax, values: np.ndarray) -> None:
+def _binary_ticks(ax: Axes, values: np.ndarray) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator
 
     lo, hi = np.floor(np.log2(values.min())), np.ceil(np.log2(values.max()))
     step = max(1, int(np.ceil((hi - lo) / 8)))
-    ax.yaxis.set_major_locator(FixedLocator(2.0 ** np.arange(lo - lo % step, hi + step, step)))
+    ticks = 2.0 ** np.arange(lo - lo % step, hi + step, step)
+    # matplotlib's stub asks for Sequence[float]; FixedLocator takes any array (np.asarray)
+    ax.yaxis.set_major_locator(FixedLocator(ticks))  # type: ignore[arg-type]
     ax.yaxis.set_minor_locator(NullLocator())

@@ -24,6 +24,7 @@ from costmodel.hardware import Hardware, roofline_of
 from costmodel.phases import LABELS
 from costmodel.precision import INT_BITS
 from costmodel.spec import Spec
+from collections.abc import Callable
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def active_note(a: Analysis) -> str:
 
 def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Table:
     """Quantities down, phases across; with a device, where each phase sits on its roofline."""
-    def per(f) -> list[str]:
+    def per(f: Callable[[Analysis], str]) -> list[str]:
         return [f(a) for a in analyses]
 
     def tot(a: Analysis) -> Row:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from costmodel import units
 from costmodel.attention_variants import HeadsRow, LatentRow, WindowRow
 from costmodel.hardware import Hardware
-from costmodel.report import Table, device_note, records_csv  # noqa: F401 - records_csv re-exported
+from costmodel.report import Table, device_note, records_csv as records_csv  # re-exported
 
 if TYPE_CHECKING:  # sympy and numpy load only for the commands that use them
     from costmodel.asymptotics import Result
@@ -115,7 +115,9 @@ def shazeer_table(spec_name: str, results: Sequence[Result]) -> Table:
     """Shazeer's three results beside ours, quantity by quantity."""
     from costmodel.asymptotics import ASSUMPTIONS_TEXT
 
-    tick = lambda ok: "yes" if ok else "NO"  # noqa: E731
+    def tick(ok: bool) -> str:
+        return "yes" if ok else "NO"
+
     rows = []
     for r in results:
         rows += [

@@ -165,7 +165,8 @@ class Sweep:
 def quantity_of(q: str, numbers: dict[str, np.ndarray], hw: Hardware, dtype: str) -> np.ndarray:
     """intensity (FLOPs / fused bytes), kv_cache (bytes) or time (roofline seconds)."""
     if q == "intensity":
-        return numbers["flops"] / numbers["bytes_fused"]
+        ratio: np.ndarray = numbers["flops"] / numbers["bytes_fused"]
+        return ratio
     if q == "kv_cache":
         return numbers["kv_cache"]
     return np.maximum(numbers["flops"] / hw.peak(dtype), numbers["bytes_fused"] / hw.memory_bandwidth)
@@ -202,7 +203,8 @@ def sweep(
     return replace(evaluate(spec.name, quantity, evaluators, hw, dtype, component, tuple(given)), widths=widths)
 
 
-def evaluate(name: str, quantity: str, evaluators: dict[tuple[str, str], tuple[Variant, dict, Evaluator]],
+def evaluate(name: str, quantity: str,
+             evaluators: dict[tuple[str, str], tuple[Variant, dict[str, np.ndarray | list[int]], Evaluator]],
              hw: Hardware, dtype: str, component: str, swept: tuple[str, ...]) -> Sweep:
     """The hot path: numpy over every grid (no sympy)."""
     out = []

@@ -73,4 +73,4 @@ __all__ = ["COMMANDS", "HARDWARE_HELP", "BatchOpt", "Dtype", "DtypeOpt", "EncSeq
            "render_tables", "user_errors"]
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -174,6 +174,8 @@ def formula_cmd(
 @app.command("list")
 def list_cmd(fmt: FormatOpt = Format.table) -> None:
     """The bundled specs, with their published and computed parameter counts."""
+    from costmodel import units
+
     with _user_errors():
         specs = [load_spec(p) for p in catalog.bundled_paths()]
     specs.sort(key=lambda s: (s.year or 0, s.name))
@@ -183,7 +185,7 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
         pub = s.published
         exact = "" if not (pub and pub.exact) else "equal" if pub.exact == ours else f"{ours - pub.exact:+,}"
         rows.append((s.name, str(s.year or ""), s.architecture.value, str(pub.params) if pub else "",
-                     f"{ours:,}", report.units.count(ours),
+                     f"{ours:,}", units.count(ours),
                      f"{100 * (ours - pub.value) / pub.value:+.2f}%" if pub else "", exact))
         data.append({"name": s.name, "family": s.family, "year": s.year,
                      "architecture": s.architecture.value, "published": pub.params if pub else None,

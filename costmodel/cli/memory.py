@@ -63,8 +63,9 @@ LastOpt = Annotated[bool, typer.Option(
     "--last-logits/--all-logits", help="Prefill computes only the last position's logits (serving).")]
 
 
-def _config(phase: str, optimizer, precision, zero, dp, recompute, flash, weights_dtype, kv_dtype,
-            dtype, group_size, mask_bytes, last_logits, mla) -> tuple[Run, Parallel]:
+def _config(phase: str, optimizer: str | None, precision: str | None, zero: int | None, dp: int | None,
+            recompute: str | None, flash: bool, weights_dtype: str, kv_dtype: str | None, dtype: str,
+            group_size: int, mask_bytes: int, last_logits: bool, mla: Convention) -> tuple[Run, Parallel]:
     """The options as a Run and a Parallel; options of the other kind of phase are an error."""
     training = phase == "train"
     given = {"--optimizer": optimizer, "--precision": precision, "--zero": zero, "--recompute": recompute}

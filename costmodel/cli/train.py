@@ -29,6 +29,7 @@ from costmodel.parallel.plan import plan
 from costmodel.parallel.serve import decode
 from costmodel.parallel.step import Overlap, StepModel
 from costmodel.precision import DEFAULT_GROUP, Widths
+from costmodel.spec import Spec
 
 
 class TrainDtype(str, Enum):
@@ -69,7 +70,7 @@ def _overlap(names: list[OverlapName] | None) -> Overlap:
     return Overlap(**{k.replace("-", "_"): k in chosen for k in ("tp", "cp", "ep", "pp", "dp", "tp-backward")})
 
 
-def _seq(spec, seq: int | None) -> int:
+def _seq(spec: Spec, seq: int | None) -> int:
     return seq if seq is not None else min(2048, spec.max_seq_len)
 
 
