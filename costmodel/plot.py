@@ -18,13 +18,15 @@ import numpy as np
 from costmodel import units
 from costmodel.analysis import AnalysisError
 from costmodel.report_attention import fixed_text
-from costmodel.sweep import Series, Sweep
+from costmodel.sweep import Sweep
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # matplotlib is the optional `plot` extra: imported when a chart is drawn
     from matplotlib.axes import Axes
     from matplotlib.ticker import FuncFormatter
+
+    from costmodel.sweep import Series
 
 PHASE_MARKERS = {"prefill": "o", "decode": "^", "train": "s"}
 PHASE_LINES = {"prefill": "-", "decode": "--", "train": ":"}

@@ -14,6 +14,7 @@ import io
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,6 @@ from costmodel.hardware import Hardware, roofline_of
 from costmodel.phases import LABELS
 from costmodel.precision import INT_BITS
 from costmodel.spec import Spec
-from collections.abc import Callable
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ class RelativeBias(nn.Module):
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
         """The (h, queries, keys) bias for these query and key positions."""
         distance = keys[None, :] - queries[:, None]
-        return self.table(self.bucket(distance)).permute(2, 0, 1)
+        bias: Tensor = self.table(self.bucket(distance)).permute(2, 0, 1)
+        return bias
 
 
 class ALiBi(nn.Module):
@@ -136,6 +137,8 @@ class ALiBi(nn.Module):
     Slopes are the geometric sequence 2^(-8/n), 2^(-16/n), ... for n heads a power of two;
     otherwise the sequence of the nearest lower power of two, then every other one of twice it.
     """
+
+    slopes: Tensor  # a buffer
 
     def __init__(self, spec: Spec):
         super().__init__()
@@ -176,7 +179,7 @@ class Step:
     cache: KVCache | None = None
     memory: Tensor | None = None
     bias: Tensor | None = None
-    shared: dict = field(default_factory=dict)
+    shared: dict[object, Any] = field(default_factory=dict)
 
     @property
     def prompt(self) -> bool:
@@ -317,7 +320,7 @@ class Attention(SubBlock):
             k = self.k_norm(k) if k is not None else None
         if self.rope_dims:
             cos, sin = step.once("rope", lambda: rope_angles(step.positions, self.rope_dims, q.dtype))
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
+            q, k = rope(q, cos, sin), rope(k, cos, sin) if k is not None else None
         k, v, key_positions = self.keys(k, v, step)
 
         # GQA/MQA (Ainslie et al. 2023; Shazeer 2019): the g = h/k query heads that share a
@@ -326,19 +329,23 @@ class Attention(SubBlock):
         scores = q.reshape(B, self.kv_heads, -1, self.head_dim) @ k.transpose(-2, -1)
         probs = self.probabilities(scores.view(B, self.heads, S, span) * self.scale, step, key_positions)
         out = probs.view(B, self.kv_heads, -1, span) @ v
-        return self.out(out.view(B, self.heads, S, self.head_dim).transpose(1, 2).reshape(B, S, -1))
+        result: Tensor = self.out(out.view(B, self.heads, S, self.head_dim).transpose(1, 2).reshape(B, S, -1))
+        return result
 
     def probabilities(self, scores: Tensor, step: Step, key_positions: Tensor | None) -> Tensor:
         """Scaled scores -> probabilities: position bias, soft-cap, mask, softmax (with sinks)."""
         if self.score_bias:
             bias = step.bias
+            assert bias is not None  # the stack computes it for a layer that has one
             if key_positions is not None and key_positions.shape[0] < step.context:
                 # a rolling buffer's keys, in slot order
-                bias = step.once(("bias", self.ring), lambda: bias[..., key_positions])
+                full = bias
+                bias = step.once(("bias", self.ring), lambda: full[..., key_positions])
             scores = scores + bias
         if self.softcap is not None:
             scores = self.softcap * torch.tanh(scores / self.softcap)
         if self.causal and not self.cross:
+            assert key_positions is not None  # keys' positions: None for cross-attention only
             key = ("mask", self.window, self.chunk)
             mask = step.once(key, lambda: self.mask(step.positions, key_positions))
             scores = scores.masked_fill(mask, float("-inf"))
@@ -366,11 +373,13 @@ class Attention(SubBlock):
         cache = step.cache[self.slot] if step.cache is not None and self.slot is not None else None
         if self.cross:
             if cache is None:
+                assert k is not None and v is not None  # no cache: the encoder output is given
                 return k, v, None
-            if k is not None:  # prefill: K and V of the encoder output, projected once
+            if k is not None and v is not None:  # prefill: K and V of the encoder output, projected once
                 cache[0].copy_(k)
                 cache[1].copy_(v)
             return cache[0], cache[1], None
+        assert k is not None and v is not None  # self-attention projects its own K and V
         if cache is None:
             return k, v, step.positions
         k_cache, v_cache = cache
@@ -393,7 +402,7 @@ class Attention(SubBlock):
         return k_cache, v_cache, C - 1 - (C - 1 - slot) % ring
 
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
     Activation.relu: F.relu,
     Activation.gelu: partial(F.gelu, approximate="tanh"),
     Activation.reglu: F.relu,
@@ -417,7 +426,8 @@ class FeedForward(SubBlock):
 
     def function(self, x: Tensor, step: Step) -> Tensor:
         hidden = self.act(self.up(x)) if self.gate is None else self.act(self.gate(x)) * self.up(x)
-        return self.down(drop(hidden, self.hidden_dropout, self.training))
+        out: Tensor = self.down(drop(hidden, self.hidden_dropout, self.training))
+        return out
 
 
 # --- layers and stacks ------------------------------------------------------------------------
@@ -471,7 +481,7 @@ class Layer(nn.Module):
         y = self.norm(x) if self.norm is not None and not self.post else x
         for block in self.sub_blocks():
             x = x + block.branch(y, step)
-        return self.norm(x) if self.post else x
+        return self.norm(x) if self.post and self.norm is not None else x  # post: a norm is built
 
 
 class Stack(nn.Module):
@@ -482,10 +492,9 @@ class Stack(nn.Module):
                  sparse: list[bool] | None = None):
         super().__init__()
         sparse = sparse or [False] * len(kinds)
-        self.layers = nn.ModuleList(
-            Layer(spec, kind, causal, cross, moe) for kind, moe in zip(kinds, sparse, strict=True)
-        )
-        biased = any(layer.attention.score_bias for layer in self.layers)
+        layers = [Layer(spec, kind, causal, cross, moe) for kind, moe in zip(kinds, sparse, strict=True)]
+        self.layers = nn.ModuleList(layers)
+        biased = any(layer.attention.score_bias for layer in layers)
         self.position_bias: nn.Module | None = None
         if biased and spec.position is Position.t5_relative:
             self.position_bias = RelativeBias(spec, bidirectional=not causal)
@@ -508,16 +517,18 @@ class Stack(nn.Module):
         return drop(x, self.final_dropout, self.training)
 
 
-def checkpointed(layer: Layer, x: Tensor, step: Step) -> Tensor:
+def checkpointed(layer: nn.Module, x: Tensor, step: Step) -> Tensor:
     """The layer under activation checkpointing (Chen et al. 2016): its forward keeps nothing;
     its tensor inputs (x, the encoder output, the position bias) are saved and the layer is run
     again in backward. Reentrant, so that what it keeps goes through save_for_backward."""
     from torch.utils.checkpoint import checkpoint
 
     def run(x: Tensor, memory: Tensor | None, bias: Tensor | None) -> Tensor:
-        return layer(x, replace(step, memory=memory, bias=bias))
+        out: Tensor = layer(x, replace(step, memory=memory, bias=bias))
+        return out
 
-    return checkpoint(run, x, step.memory, step.bias, use_reentrant=True)
+    out: Tensor = checkpoint(run, x, step.memory, step.bias, use_reentrant=True)
+    return out
 
 
 class Embedding(nn.Module):
@@ -590,6 +601,7 @@ class Transformer(nn.Module):
         self.embedding = Embedding(spec, stacks=2 if enc_dec else 1)
         self.encoder = None
         if enc_dec:
+            assert spec.n_encoder_layers is not None and spec.n_decoder_layers is not None
             encoder_kinds = [LayerKind.global_] * spec.n_encoder_layers
             self.encoder = Stack(spec, encoder_kinds, causal=False, cross=False)
             decoder_kinds = [LayerKind.global_] * spec.n_decoder_layers
@@ -620,7 +632,7 @@ class Transformer(nn.Module):
         x = self.decoder(x, Step(positions, context=start + S, cache=cache, memory=memory))
         if self.spec.head_scale:  # T5 with a tied head (Mesh TensorFlow): x * d^-1/2 first
             x = x * self.spec.d_model ** -0.5
-        logits = self.lm_head(x, self.embedding.tokens.weight)
+        logits: Tensor = self.lm_head(x, self.embedding.tokens.weight)
         if self.spec.logit_scale is not None:  # Cohere
             logits = logits * self.spec.logit_scale
         if self.spec.final_softcap is not None:  # Gemma 2: cap * tanh(logits / cap)

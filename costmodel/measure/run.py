@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from collections.abc import Iterable
 
 import torch
 
@@ -183,7 +184,7 @@ def phase_runner(model: Transformer, phase: str, shape: dict[str, int]) -> Calla
 
         def step() -> None:
             model.zero_grad(set_to_none=True)
-            model.loss(model(tokens, enc_tokens), targets).backward()
+            model.loss(model(tokens, enc_tokens), targets).backward()  # type: ignore[no-untyped-call]  # torch
         return step
 
     model.eval()
@@ -205,7 +206,9 @@ def time_runs(run: Callable[[], Any], device: torch.device, repeats: int, warmup
     cuda = device.type == "cuda"
     for _ in range(repeats):
         if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # torch.cuda.Event's __init__ is unannotated
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             torch.cuda.synchronize()
             start.record()
             run()
@@ -291,7 +294,9 @@ def measure(
             model = build(spec, str(dev), TORCH_DTYPES[dtype])
         set_convention(model, mla)
         run = phase_runner(model, phase, a.shape)
-        with MetaShapes() if dev.type == "meta" else contextlib.nullcontext(), Counts(count_bytes) as counts:
+        # MetaShapes inherits TorchDispatchMode's unannotated __init__
+        meta = MetaShapes() if dev.type == "meta" else contextlib.nullcontext()  # type: ignore[no-untyped-call]
+        with meta, Counts(count_bytes) as counts:
             cache = run()
     total = a.total()
     params = sum(p.numel() for p in model.parameters())
@@ -415,13 +420,13 @@ def _prefixes_of(path: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]
 
 
-def _prefixes(paths) -> set[str]:
+def _prefixes(paths: Iterable[str]) -> set[str]:
     return {p for path in paths for p in _prefixes_of(path)}
 
 
 def _order(formula: dict[str, Any]) -> Callable[[str], tuple[int, str]]:
     """Components in the order the formula tree lists them."""
-    first = {}
+    first: dict[str, int] = {}
     for i, path in enumerate(formula):
         for p in _prefixes_of(path):
             first.setdefault(p, i)

@@ -7,11 +7,13 @@ rounded, with its relative error beside it.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from costmodel import units
 from costmodel.hardware import Hardware
 from costmodel.phases import LABELS as QUANTITY_LABELS
 from costmodel.report import Table
+from costmodel.efficiency import FlopsTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from costmodel.measure.run import FormulaCheck, Measurement
@@ -72,7 +74,7 @@ def measurement_table(m: Measurement) -> Table:
 
 
 def components_table(m: Measurement) -> Table:
-    def pair(p: tuple[int, int], fmt) -> tuple[str, str]:
+    def pair(p: tuple[int, int], fmt: Callable[[int], str]) -> tuple[str, str]:
         return (fmt(p[0]) if p[0] else "", fmt(p[1]) if p[1] else "")
 
     def full(n: int) -> str:
@@ -104,6 +106,10 @@ def calibration_table(hw: Hardware, path: str) -> Table:
     if e is not None:
         rows.append(("op floor", units.seconds(e.floor_s)))
         for dtype, t in e.matmul.items():
+            if isinstance(t, FlopsTable):  # by op size, not by shape: one row
+                rows.append((f"matmul {dtype}", f"{100 * min(t.efficiency):.0f}-{100 * max(t.efficiency):.0f}% "
+                             f"of peak (ops of {units.flops(t.flops[0])}-{units.flops(t.flops[-1])})"))
+                continue
             for i, M in enumerate(t.M):
                 cells = [c for row in t.efficiency[i] for c in row]
                 rows.append((f"matmul {dtype} M={M}", f"{100 * min(cells):.0f}-{100 * max(cells):.0f}% of peak "
