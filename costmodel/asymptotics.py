@@ -83,7 +83,7 @@ def _rays() -> tuple[tuple[sympy.Rational, ...], ...]:
             continue
         for sign in (1, -1):
             ray = [sign * x for x in null[0]]
-            if all(sum(a * x for a, x in zip(row, ray)) >= 0 for row in ASSUMPTIONS):
+            if all(sum(a * x for a, x in zip(row, ray, strict=True)) >= 0 for row in ASSUMPTIONS):
                 scale = max(abs(x) for x in ray)
                 found.add(tuple(sympy.Rational(x) / scale for x in ray))
     return tuple(sorted(found))
@@ -95,13 +95,13 @@ Exponents = tuple[sympy.Rational, ...]
 
 def _diff(a: Exponents, b: Exponents) -> Exponents:
     """The exponents of the monomial a / b."""
-    return tuple(x - y for x, y in zip(a, b))
+    return tuple(x - y for x, y in zip(a, b, strict=True))
 
 
 def bounded(exponents: Exponents) -> bool:
     """Whether the monomial with these exponents of GROWING stays bounded under ASSUMPTIONS:
     its log is a linear form, bounded above on the cone iff it is <= 0 on every extreme ray."""
-    return all(sum(e * x for e, x in zip(exponents, ray)) <= 0 for ray in _rays())
+    return all(sum(e * x for e, x in zip(exponents, ray, strict=True)) <= 0 for ray in _rays())
 
 
 def _terms(expr: sympy.Expr) -> dict[Exponents, sympy.Expr]:
@@ -110,7 +110,7 @@ def _terms(expr: sympy.Expr) -> dict[Exponents, sympy.Expr]:
     for term in sympy.Add.make_args(sympy.expand(expr)):
         powers = term.as_powers_dict()
         exps = tuple(sympy.Rational(powers.get(v, 0)) for v in GROWING)
-        coeff = term / sympy.Mul(*(v**e for v, e in zip(GROWING, exps)))
+        coeff = term / sympy.Mul(*(v**e for v, e in zip(GROWING, exps, strict=True)))
         if coeff.free_symbols:
             raise ValueError(f"term {term} has sizes other than {GROWING}")
         out[exps] = out.get(exps, 0) + coeff
@@ -118,7 +118,7 @@ def _terms(expr: sympy.Expr) -> dict[Exponents, sympy.Expr]:
 
 
 def _monomial(exps: Exponents) -> sympy.Expr:
-    return sympy.Mul(*(v**e for v, e in zip(GROWING, exps)))
+    return sympy.Mul(*(v**e for v, e in zip(GROWING, exps, strict=True)))
 
 
 @dataclass(frozen=True)

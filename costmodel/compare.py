@@ -258,7 +258,7 @@ def compare(
     rows = tuple(CostRow(key, label, tuple(m[key] if m else None for m in per_model))
                  for key, label in COSTS.items())
     conv: dict[str, list[ConventionRow | None]] = {}
-    for i, (s, m) in enumerate(zip(ordered, per_model)):
+    for i, (s, m) in enumerate(zip(ordered, per_model, strict=False)):
         if m is not None and conventions:
             for row in compare_conventions(s, shape["train"], conventions):
                 conv.setdefault(row.count.convention, [None] * len(ordered))[i] = row

@@ -79,7 +79,7 @@ def comparison_tables(c: SideBySide) -> list[Table]:
     for ch in c.choices:
         flags = ch.flags or (False,) * len(ch.values)
         choice_rows.append((ch.label, _status(ch.distinct),
-                            *(value_cell(v) + (FLAG if flag else "") for v, flag in zip(ch.values, flags))))
+                            *(value_cell(v) + (FLAG if flag else "") for v, flag in zip(ch.values, flags, strict=False))))
     same = [ch.label for ch in c.choices if ch.invariant]
     rules = "; ".join(f"{ch.label} {ch.rule}" for ch in c.choices if ch.rule)
     choice_notes = [f"same across all {len(names)}: {', '.join(same) if same else 'nothing'}",

@@ -39,7 +39,7 @@ Fraction = Annotated[float, Field(gt=0)]
 
 
 def _increasing(name: str, values: Sequence[float]) -> None:
-    if not values or any(b <= a for a, b in zip(values, values[1:])) or values[0] <= 0:
+    if not values or any(b <= a for a, b in zip(values, values[1:], strict=False)) or values[0] <= 0:
         raise ValueError(f"{name}: must be positive and strictly increasing")
 
 

@@ -314,7 +314,7 @@ def render_tables_csv(tables: Sequence[Table]) -> str:
     writer.writerow(("table", "row", "column", "value"))
     for t in tables:
         for row in t.rows:
-            for col, cell in zip(t.columns[1:], row[1:]):
+            for col, cell in zip(t.columns[1:], row[1:], strict=False):
                 writer.writerow((t.title, row[0], col, cell))
     return buf.getvalue()
 

@@ -165,7 +165,7 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
 def _integrate(js: list[int], times: dict[int, float]) -> float:
     """Sum of the step times over steps js[0] .. js[-1], linear between the sampled steps."""
     total = times[js[0]]
-    for j0, j1 in zip(js, js[1:]):
+    for j0, j1 in zip(js, js[1:], strict=False):
         # steps j0+1 .. j1: sum_{i=1}^{n} t0 + (t1 - t0) i / n = n t0 + (t1 - t0)(n + 1) / 2
         n = j1 - j0
         total += n * times[j0] + (times[j1] - times[j0]) * (n + 1) / 2

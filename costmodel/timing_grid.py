@@ -148,7 +148,7 @@ class GridRates:
                              -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
                             if memory.interpolation == "log" and len(memory.bytes) > 1 else None)
         fresh = eff.first_touch  # the least size with a first-touch cost
-        self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte) if r), None) if fresh else None
+        self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r), None) if fresh else None
         self._memo: dict[tuple[Any, ...], tuple[list[np.ndarray], Any]] = {}
         self._by_value: dict[tuple[Any, ...], list[tuple[list[np.ndarray], Any]]] = {}
 
@@ -267,8 +267,8 @@ class GridRates:
             return hit[1]
         prints = (kind, numbers, tuple((a.shape, a.flat[0], a.flat[-1], a.flat[a.size // 2]) for a in arrays))
         seen = self._by_value.setdefault(prints, [])
-        for other, value in seen:
-            if all(np.array_equal(a, b) for a, b in zip(arrays, other)):
+        for other, value in seen:  # noqa: B007 - value is read after the loop (break)
+            if all(np.array_equal(a, b) for a, b in zip(arrays, other, strict=True)):
                 break
         else:
             value = compute()
@@ -324,7 +324,7 @@ class GridRates:
         point), in one einsum, then interpolated over the array axes."""
         free = []  # (letter, log grid, log x) of the array axes
         weights, letters = [], []
-        for letter, x, grid, log_grid in zip("mnk", (M, N, K), self._grids, self._axes):
+        for letter, x, grid, log_grid in zip("mnk", (M, N, K), self._grids, self._axes, strict=True):
             if _array(x) and len(grid) > 1:
                 free.append((letter, log_grid, self._log(x)))
             else:
@@ -343,12 +343,12 @@ class GridRates:
             i = np.minimum(f.astype(np.intp), len(grid) - 2)
             corners.append((i, f - i))
         flat, strides = reduced.ravel(), np.cumprod([1, *reduced.shape[:0:-1]])[::-1]
-        base = sum(i * s for (i, _), s in zip(corners, strides))
+        base = sum(i * s for (i, _), s in zip(corners, strides, strict=True))
         total: Any = 0.0
         for bits in range(2 ** len(free)):
             w: Any = 1.0
             offset = 0
-            for a, ((_, t), s) in enumerate(zip(corners, strides)):
+            for a, ((_, t), s) in enumerate(zip(corners, strides, strict=True)):
                 up = bits >> a & 1
                 w = w * (t if up else 1 - t)
                 offset += up * int(s)
@@ -414,7 +414,7 @@ def _merged(costs: dict[str, Cost], groups: dict[tuple[str, str | None], int], k
                     cost is other  # built once for both groups (``model._layer``)
                     or (all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
                         and len(cost.gemms) == len(other.gemms)
-                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms) for x, y in zip(g, h)))):
+                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms, strict=True) for x, y in zip(g, h, strict=True)))):
                 out[head] = (other, count + layers)
                 continue
         elif sep:

@@ -29,7 +29,7 @@ def depth(spec: Spec) -> int:
     each expert as its own module, so one layer suffices where all are alike (Qwen3). The
     full depth is measured once (test_full_depth_counts_equal_formulas): the formulas multiply a
     layer's cost by its group's count, which the cut model does not check."""
-    layers = list(zip(spec.layer_kinds(), spec.sparse_layers()))
+    layers = list(zip(spec.layer_kinds(), spec.sparse_layers(), strict=True))
     every = set(layers)
     n = next(i for i in range(1, len(layers) + 1) if set(layers[:i]) == every)
     return min(len(layers), max(1 if spec.moe is not None else 2, n))

@@ -379,7 +379,7 @@ def test_layer_groups_are_counted_not_listed() -> None:
         if "local" not in pattern:
             data.pop("window")
         spec = spec_from_dict(data)
-        listed = Counter(zip(spec.layer_kinds(), spec.sparse_layers()))
+        listed = Counter(zip(spec.layer_kinds(), spec.sparse_layers(), strict=True))
         assert spec.layer_group_counts() == dict(listed), (n_layers, pattern, rule)
     big = spec_from_dict({**base, "n_layers": 10**9, "layer_pattern": ["local", "global"],
                           "ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 2,

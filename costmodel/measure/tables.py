@@ -116,11 +116,11 @@ def calibration_table(hw: Hardware, path: str) -> Table:
                              f"(N {t.N[0]}-{t.N[-1]}, K {t.K[0]}-{t.K[-1]})"))
         m = e.memory
         rows.append(("memory op", ", ".join(f"{units.nbytes(b)}: {100 * x:.0f}%" for b, x in
-                                            zip(m.bytes[::2], m.efficiency[::2])) + " of bandwidth"))
+                                            zip(m.bytes[::2], m.efficiency[::2], strict=True)) + " of bandwidth"))
         if e.first_touch is not None:  # what a freshly allocated output costs beyond a reused one
             f = e.first_touch
             rows.append(("fresh output", ", ".join(f"{units.nbytes(b)}: {1e9 * x:.2g} ns/B" for b, x in
-                                                   zip(f.bytes[::2], f.s_per_byte[::2])) + " extra"))
+                                                   zip(f.bytes[::2], f.s_per_byte[::2], strict=True)) + " extra"))
         notes.append(e.source)
     else:
         notes.append("no efficiency tables: times on this profile are the roofline")

@@ -100,7 +100,7 @@ def experts(spec: Spec) -> tuple[int, int] | None:
     ffn = spec.ffn
     kind: str = ffn.kind  # the MoE kind's fields are read by name: the union may not hold it yet
     if kind == "moe":
-        return int(getattr(ffn, "n_experts")), int(getattr(ffn, "top_k"))
+        return int(getattr(ffn, "n_experts")), int(getattr(ffn, "top_k"))  # noqa: B009 - see above
     return None
 
 

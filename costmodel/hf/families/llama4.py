@@ -69,10 +69,10 @@ def _layers(c: Config, out: dict[str, Any], n: int) -> None:
     kinds = [_TYPES[t] for t in types]
     if LayerKind.chunked in kinds and chunk is None:
         raise c.error("attention_chunk_size", "null, but layer_types has chunked_attention layers")
-    if any(k is LayerKind.chunked and not r for k, r in zip(kinds, rope)):
+    if any(k is LayerKind.chunked and not r for k, r in zip(kinds, rope, strict=False)):
         raise c.error("no_rope_layers", "a chunked layer without RoPE is not supported (the spec's NoPE "
                                         "layers are its global ones: global_nope)")
-    global_rope = {bool(r) for k, r in zip(kinds, rope) if k is LayerKind.global_}
+    global_rope = {bool(r) for k, r in zip(kinds, rope, strict=False) if k is LayerKind.global_}
     if len(global_rope) > 1:
         raise c.error("no_rope_layers", "RoPE on some full-attention layers and not on others is not "
                                         "supported (global_nope takes positions off every global layer)")
