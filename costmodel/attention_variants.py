@@ -213,7 +213,8 @@ def compare_windows(
     for v in window_variants(spec, window):
         for c in contexts:
             pre = analyze(v.spec, "prefill", batch=batch, seq=c, dtype=dtype, **widths.options())
-            dec = analyze(v.spec, "decode", batch=batch, seq=DECODE.seq_for(c), dtype=dtype, **widths.options())
+            dec = analyze(v.spec, "decode", batch=batch, seq=DECODE.seq_for(c), dtype=dtype,
+                          **widths.options())
             att = attention_total(dec)
             rows.append(WindowRow(v.label, v.own, c, dec.total().kv_cache, attention_total(pre), att,
                                   roofline_of(att, hw, dtype)))

@@ -178,7 +178,8 @@ def common_seq(specs: Sequence[Spec], seq: int | None) -> dict[str, int]:
             for p in ("train", "prefill", "decode")}
 
 
-def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str, widths: Widths = Widths()) -> dict[str, float]:
+def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str, widths: Widths = Widths()) -> dict[str,
+                                                                                                      float]:
     """The compared quantities of one spec at one shape (AnalysisError if it cannot run it);
     prefill and decode hold weights and cache at `widths` (training runs at `dtype`)."""
     train = analyze(spec, "train", batch, seq["train"], dtype)

@@ -13,5 +13,6 @@ from costmodel.hardware import (
     roofline_of,
 )
 
-__all__ = ["ATTENTION_BLOCKS", "Fit", "attention_total", "fit", "hardware_dict", "is_attention", "roofline_dict",
+__all__ = ["ATTENTION_BLOCKS", "Fit", "attention_total", "fit", "hardware_dict", "is_attention",
+           "roofline_dict",
            "roofline_json", "roofline_of"]

@@ -36,7 +36,8 @@ def _pyplot() -> ModuleType:
     try:
         import matplotlib
     except ImportError:
-        raise AnalysisError("--plot: needs matplotlib; install it with pip install 'costmodel[plot]'") from None
+        raise AnalysisError("--plot: needs matplotlib; "
+                            "install it with pip install 'costmodel[plot]'") from None
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
@@ -91,7 +92,8 @@ def _roofline(ax: Axes, lanes: Axes, sw: Sweep, colours: dict[str, str]) -> None
     lo, hi = min(xs.min(), ridge) / 4, max(xs.max(), ridge) * 4
     roof_x = np.geomspace(lo, hi, 400)
     ax.loglog(roof_x, np.minimum(peak, roof_x * bw), color="0.2", lw=2, zorder=2,
-              label=f"{hw.name} roof: {units.bandwidth(bw)} x intensity, capped at {units.flops(peak)}/s {dtype}")
+              label=f"{hw.name} roof: {units.bandwidth(bw)} x intensity, capped at {units.flops(peak)}/s "
+                    f"{dtype}")
     for axis in (ax, lanes):
         axis.axvline(ridge, color="0.4", ls=":", lw=1.2)
         axis.axvspan(lo, ridge, color="0.5", alpha=0.06, lw=0)
@@ -109,14 +111,16 @@ def _roofline(ax: Axes, lanes: Axes, sw: Sweep, colours: dict[str, str]) -> None
         lanes.scatter(x, np.full(x.size, lane), **style)
         for idx, side in ((int(np.argmin(x)), "right"), (int(np.argmax(x)), "left")):
             i, j = np.unravel_index(idx, s.values.shape)
-            lanes.annotate(_point_name(sw, s, int(i), int(j)), (x[idx], lane), fontsize=7, color="0.2", va="bottom",
+            lanes.annotate(_point_name(sw, s, int(i), int(j)), (x[idx], lane), fontsize=7, color="0.2",
+                           va="bottom",
                            xytext=(0, 5), textcoords="offset points", ha=side)
     lanes.set_yticks(range(len(sw.series)), [s.label for s in sw.series], fontsize=8)
     lanes.set_ylim(len(sw.series) - 0.5, -0.5)
     lanes.set_xlim(lo, hi)
     lanes.grid(True, axis="x", alpha=0.3)
     ax.set_ylabel("attainable performance (FLOP/s)")
-    lanes.set_xlabel("arithmetic intensity (FLOP per byte; bytes = fused lower bound: weights and KV cache once)")
+    lanes.set_xlabel("arithmetic intensity (FLOP per byte; bytes = fused lower bound: weights and KV cache "
+                     "once)")
     ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1, 0.08))
     ax.set_title(f"{sw.spec}: where each variant and phase sits on the {hw.name} roofline "
                  f"({sw.component or 'whole model'}, {dtype})\n{_span(sw)}", fontsize=10)
@@ -137,7 +141,8 @@ def _lines(ax: Axes, sw: Sweep, colours: dict[str, str]) -> None:
         for n, k in enumerate(picks):
             label = s.label + (f", {other}={others[k]:,}" if other in sw.swept else "")
             ax.plot(x, values[:, k], ls=PHASE_LINES.get(s.phase, "-"), color=colours[s.variant],
-                    marker=PHASE_MARKERS.get(s.phase, "o"), markersize=4 + 2 * n, markevery=max(1, len(x) // 12),
+                    marker=PHASE_MARKERS.get(s.phase, "o"), markersize=4 + 2 * n, markevery=max(1,
+                                                                                                len(x) // 12),
                     label=label, alpha=1 - 0.25 * n)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -153,7 +158,8 @@ def _lines(ax: Axes, sw: Sweep, colours: dict[str, str]) -> None:
     else:
         ax.set_ylabel(f"roofline time on {sw.hardware.name} (s)")
     if sw.unit == "B":  # ticks at powers of two, which binary prefixes print as round numbers
-        _binary_ticks(ax, np.concatenate([s.values.ravel() for s in sw.series] + [[sw.hardware.memory_bytes]]))
+        _binary_ticks(ax,
+                      np.concatenate([s.values.ravel() for s in sw.series] + [[sw.hardware.memory_bytes]]))
     ax.yaxis.set_major_formatter(_formatter(sw.unit))
     title = {"kv_cache": "KV cache", "time": "roofline time"}.get(sw.quantity, sw.quantity)
     ax.set_title(f"{sw.spec}: {title} of {sw.component or 'the whole model'}, {sw.dtype}\n{_span(sw)}",

@@ -93,7 +93,8 @@ class Kernels:
     fused_bias_dropout_add: bool = False
 
     def to_dict(self) -> dict[str, bool]:
-        return {"flash_attention": self.flash_attention, "fused": self.fused, "fused_softmax": self.fused_softmax,
+        return {"flash_attention": self.flash_attention, "fused": self.fused,
+                "fused_softmax": self.fused_softmax,
                 "fused_bias_dropout_add": self.fused_bias_dropout_add}
 
     def share(self, path: str, dropped: set[str]) -> float:
@@ -186,7 +187,8 @@ def layer_count(groups: dict[tuple[str, str | None], int], path: str) -> int:
     return 1
 
 
-def gemm_time(count: float, M: float, K: float, N: float, peak: float, table: MatmulTable | FlopsTable) -> float:
+def gemm_time(count: float, M: float, K: float, N: float, peak: float,
+              table: MatmulTable | FlopsTable) -> float:
     """count products of (M x K) @ (K x N) at the table's efficiency for the shape."""
     if count == 0 or M == 0 or K == 0 or N == 0:
         return 0.0
@@ -252,7 +254,8 @@ class Part:
     moved: Any = None
 
 
-def component_time(spec: Spec, path: str, gemms: tuple[tuple[Any, Any, Any, Any], ...], q: Quantities, layers: int, training: bool,
+def component_time(spec: Spec, path: str, gemms: tuple[tuple[Any, Any, Any, Any], ...], q: Quantities,
+                   layers: int, training: bool,
                    kernels: Kernels, dropped: set[str], p: int, rates: Rates) -> Part:
     """One component's time on a calibrated profile, by the rule of the module docstring.
 
@@ -283,7 +286,8 @@ def component_time(spec: Spec, path: str, gemms: tuple[tuple[Any, Any, Any, Any]
         extra_ops, extra_bytes, outputs = weight_gradients(spec, path, q.params, layers, p)
         ops, moved = ops + extra_ops, moved + extra_bytes
     fresh = rates.first_touch(outputs)
-    return Part("memory", ops, rates.maximum(ops * rates.floor_s, rates.memory(moved, ops)) + fresh, fresh, moved)
+    return Part("memory", ops, rates.maximum(ops * rates.floor_s, rates.memory(moved, ops)) + fresh, fresh,
+                moved)
 
 
 class ScalarRates:
@@ -337,7 +341,8 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
                 f"{a.weights_dtype} weights and a {a.kv_dtype} cache, times are the roofline lower bound")
     rates = ScalarRates(eff, peak, bw, dtype) if calibrated and eff is not None else None
     # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
-    costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
+    costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla,
+                                                        a.routing))
     rows = []
     groups = model.layer_groups(a.spec)
     dropped = dropout_parents((r.path, r.bytes_unfused) for r in a.rows)  # dropout runs in training only
@@ -392,7 +397,9 @@ def weight_gradients(spec: Spec, path: str, params: Any, layers: int,
     return adds, lookups * gradient_bytes(params, p) + 3 * adds * table, [(lookups + adds, (params, p))]
 
 
-def gemm_outputs(gemms: Iterable[tuple[Any, Any, Any, Any]], layers: int, p: int) -> list[tuple[int, tuple[Any, ...]]]:
+def gemm_outputs(gemms: Iterable[tuple[Any, Any, Any, Any]], layers: int, p: int) -> list[tuple[int,
+                                                                                                tuple[Any,
+                                                                                                      ...]]]:
     """(ops, factors of one op's output bytes) of each product: a layer's batch of
     count / layers products of M x N (the factors, not their product: the grid shares the
     lookups of outputs that differ by a number only)."""

@@ -32,7 +32,8 @@ groups share once (``model._layer``), and the merge above then sees the same obj
 
 A program that sweeps at scale should first ask glibc to keep freed heap
 (``costmodel.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
-of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at 10,000 points). ``predict_grid`` does not do
+of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at
+10,000 points). ``predict_grid`` does not do
 it itself: a library does not change its host process's allocator behind its back (nor under a
 calibration or a measurement running in the same process); bench/time_sweep_speed.py does.
 
@@ -148,7 +149,8 @@ class GridRates:
                              -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
                             if memory.interpolation == "log" and len(memory.bytes) > 1 else None)
         fresh = eff.first_touch  # the least size with a first-touch cost
-        self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r), None) if fresh else None
+        self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
+                                None) if fresh else None
         self._memo: dict[tuple[Any, ...], tuple[list[np.ndarray], Any]] = {}
         self._by_value: dict[tuple[Any, ...], list[tuple[list[np.ndarray], Any]]] = {}
 
@@ -330,7 +332,8 @@ class GridRates:
             else:
                 weights.append(_weights(grid, x))
                 letters.append(letter)
-        reduced = np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table, *weights)
+        reduced = np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table,
+                            *weights)
         if not free:
             return np.exp(reduced)
         if len(free) == 1:
@@ -396,7 +399,8 @@ def _same(a: Any, b: Any) -> bool:
 _READ = ("params", "matmul", "matmul_eff", "other", "bytes_unfused", "train_only")
 
 
-def _merged(costs: dict[str, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels, dropped: set[str]) -> dict[str, tuple[Cost, int]]:
+def _merged(costs: dict[str, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels,
+            dropped: set[str]) -> dict[str, tuple[Cost, int]]:
     """path -> (one layer's cost, layers): a component of several layer groups whose one layer
     costs the same in each (an FFN beside local and global attention) once, over all their
     layers. Its time is linear in its layers (each product, op, byte and gradient is per layer,
@@ -414,7 +418,8 @@ def _merged(costs: dict[str, Cost], groups: dict[tuple[str, str | None], int], k
                     cost is other  # built once for both groups (``model._layer``)
                     or (all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
                         and len(cost.gemms) == len(other.gemms)
-                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms, strict=True) for x, y in zip(g, h, strict=True)))):
+                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms, strict=True) for x,
+                                y in zip(g, h, strict=True)))):
                 out[head] = (other, count + layers)
                 continue
         elif sep:
@@ -423,7 +428,8 @@ def _merged(costs: dict[str, Cost], groups: dict[tuple[str, str | None], int], k
     return out
 
 
-def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware, dtype: str = "bf16",
+def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware,
+                 dtype: str = "bf16",
                  kernels: Kernels = Kernels(), enc_seq: np.ndarray | None = None, mla: str = "naive",
                  routing: str = "uniform") -> np.ndarray:
     """Calibrated seconds of `phase` at every (batch, seq) (broadcast together), as ``predict``
@@ -451,7 +457,9 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     groups = model.layer_groups(spec)
     rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype)
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
-    costs = {path: cost for path, cost in model.components(spec, dims).items() if ph.training or not cost.train_only}
+    costs = {path: cost for path, cost in model.components(spec,
+                                                           dims).items() if ph.training or
+             not cost.train_only}
     dropped = dropout_parents(((path, cost.bytes_unfused) for path, cost in costs.items()), _nonzero)
     for path, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
@@ -464,7 +472,8 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
             elif np.any(busy == 0):
                 idle = busy == 0
         gemms = tuple((c * layers, m, k, n) for c, m, k, n in cost.gemms)
-        part = component_time(spec, path, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels, dropped, p,
+        part = component_time(spec, path, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels,
+                              dropped, p,
                               rates)
         total += part.time_s if idle is None else np.where(idle, 0.0, part.time_s)
     return total

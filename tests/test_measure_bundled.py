@@ -79,5 +79,6 @@ def test_full_depth_counts_equal_formulas(path: Path) -> None:
     layer groups' counts (the pattern repeated and cut at the last layer) are right too."""
     spec = load_spec(path)
     m = measure(spec, "prefill", **shapes(spec)[0], count_bytes=False, model=build(spec))
-    wrong = [f"{c.quantity}: formula {c.formula:,} measured {c.measured:,}" for c in m.comparisons if not c.agrees]
+    wrong = [f"{c.quantity}: formula {c.formula:,} measured {c.measured:,}" for c in m.comparisons if
+             not c.agrees]
     assert not wrong, f"{spec.name}: {wrong}"

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from costmodel.components import attention, bias, block, embedding, ffn, loss, mla, moe, norm, position, shape, stability
+from costmodel.components import (
+    attention, bias, block, embedding, ffn, loss, mla, moe, norm, position, shape, stability,
+)
 from costmodel.components.element import Element, Symbol
 from costmodel.cost import Cost, Dims, Num
 
@@ -59,4 +61,5 @@ def size_symbols() -> dict[str, Symbol]:
     return out
 
 
-__all__ = ["ATTENTION_KINDS", "ELEMENTS", "FFN_KINDS", "Cost", "Dims", "Element", "Num", "element", "size_symbols"]
+__all__ = ["ATTENTION_KINDS", "ELEMENTS", "FFN_KINDS", "Cost", "Dims", "Element", "Num", "element",
+           "size_symbols"]

@@ -21,7 +21,9 @@ from typing import Any
 from costmodel.components import mla, position, stability
 from costmodel.components.element import Alternative, Choose, Element, Symbol, toggle
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num, elementwise, floor_div, gemm, half, linear, runs, smax, smin, triangle
+from costmodel.cost import (
+    Cost, Dims, Num, elementwise, floor_div, gemm, half, linear, runs, smax, smin, triangle,
+)
 from costmodel.spec import LayerKind, QKNorm, Spec
 from costmodel.symbols import MASK_BYTES
 
@@ -143,7 +145,8 @@ def sinks(dims: Dims, rows: Num) -> Cost:
     does its SOFTMAX_FLOPS over `rows` more elements, reading the logits and writing the column.
     """
     read = dims.p * dims.h * runs(rows)
-    return Cost(params=dims.h, other=SOFTMAX_FLOPS * rows, bytes_unfused=2 * dims.p * rows + read, weights_read=read,
+    return Cost(params=dims.h, other=SOFTMAX_FLOPS * rows, bytes_unfused=2 * dims.p * rows + read,
+                weights_read=read,
                 saved=dims.p * rows,  # the softmax keeps its output, one column wider
                 factored=dims.h)  # a vector: every element its own second moment
 
@@ -303,7 +306,8 @@ def _window_swaps(spec: Spec, window: int) -> list[Alternative]:
     out: list[Alternative] = []
     runs = pattern(spec)
     if spec.window is None:
-        out.append((f"full -> window {window} on every layer", {"window": window, "layer_pattern": ["local"]}))
+        out.append((f"full -> window {window} on every layer", {"window": window,
+                                                                "layer_pattern": ["local"]}))
         if spec.decoder_layers >= 6:
             out.append((f"full -> window {window} on 5 of every 6 layers (Gemma 3)",
                         {"window": window, "layer_pattern": ["local"] * 5 + ["global"]}))
@@ -335,7 +339,8 @@ def _sample_qk_norm(choose: Choose, data: dict[str, Any]) -> None:
 
 
 def _qk_norm_swaps(spec: Spec, window: int) -> list[Alternative]:
-    return [(f"{spec.qk_norm.value} -> {q.value}", {"qk_norm": q.value}) for q in QKNorm if q is not spec.qk_norm]
+    return [(f"{spec.qk_norm.value} -> {q.value}",
+             {"qk_norm": q.value}) for q in QKNorm if q is not spec.qk_norm]
 
 
 ELEMENTS = (
@@ -401,10 +406,12 @@ def _chunk_swaps(spec: Spec, window: int) -> list[Alternative]:
             return []
         if spec.decoder_layers >= 4:
             nope = spec.position.per_layer
-            return [(f"full -> chunks of {window} on 3 of every 4 layers" + (", NoPE global (Llama 4)" if nope else ""),
+            return [(f"full -> chunks of {window} on 3 of every 4 layers" + (", NoPE global (Llama 4)" if nope
+                                                                             else ""),
                      {"attention_chunk": window, "layer_pattern": ["chunked"] * 3 + ["global"],
                       **({"global_nope": True} if nope else {})})]
-        return [(f"full -> chunks of {window} on every layer", {"attention_chunk": window, "layer_pattern": ["chunked"]})]
+        return [(f"full -> chunks of {window} on every layer", {"attention_chunk": window,
+                                                                "layer_pattern": ["chunked"]})]
     kinds = [kind.value for kind in spec.layer_pattern]
     full = ["global" if kind == "chunked" else kind for kind in kinds]
     out: list[Alternative] = [(f"chunks of {c} on {pattern(spec)} -> full attention", {

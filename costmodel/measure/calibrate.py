@@ -108,7 +108,8 @@ def matmul_table(device: torch.device, dtype: str, peak: float, grid: Grid) -> M
     kind = device.type
     t_dtype = TORCH_DTYPES[dtype]
     points = [(M, N, K) for M in grid["M"] for N in grid["N"] for K in grid["K"]]
-    pool = torch.randn(POOL_BYTES[kind] // torch.empty(0, dtype=t_dtype).element_size(), device=device).to(t_dtype)
+    pool = torch.randn(POOL_BYTES[kind] // torch.empty(0, dtype=t_dtype).element_size(),
+                       device=device).to(t_dtype)
     # Two passes in opposite orders, the median of both passes' blocks: a burst of load on a
     # shared machine then hits one half of a point's samples, not a whole row of the grid.
     times: dict[tuple[int, int, int], list[float]] = {p: [] for p in points}
@@ -154,7 +155,8 @@ def first_touch_table(device: torch.device, grid: Grid) -> FirstTouchTable | Non
         kept = torch.empty(n, dtype=torch.uint8, device=device)
         reused = timed(lambda kept=kept: kept.fill_(1), device, grid["run_s"])
         del kept
-        fresh = timed(lambda n=n: torch.empty(n, dtype=torch.uint8, device=device).fill_(1), device, grid["run_s"])
+        fresh = timed(lambda n=n: torch.empty(n, dtype=torch.uint8, device=device).fill_(1), device,
+                      grid["run_s"])
         extra.append(float(f"{max(0.0, (fresh - reused) / n):.4g}"))
     return FirstTouchTable(bytes=[float(n) for n in sizes], s_per_byte=extra)
 
@@ -235,10 +237,13 @@ def calibrate(
         if tables:
             grid = grid or GRID[dev.type]
             efficiency = Efficiency(
-                source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N {grid['N']}, "
-                        f"K {grid['K']}; c = a + b over {len(grid['bytes'])} sizes; fresh against reused fills over "
+                source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N "
+                        f"{grid['N']}, "
+                        f"K {grid['K']}; c = a + b over {len(grid['bytes'])} sizes; fresh against reused "
+                        "fills over "
                         f"{len(grid.get('fresh') or [])} sizes; median of "
-                        f"torch.utils.benchmark blocked_autorange; allocator {in_effect}; torch {torch.__version__}"),
+                        f"torch.utils.benchmark blocked_autorange; allocator {in_effect}; torch "
+                        f"{torch.__version__}"),
                 floor_s=op_floor(dev),
                 matmul={dtype: matmul_table(dev, dtype, peaks[dtype], grid) for dtype in tables},
                 memory=memory_table(dev, bandwidth, grid),

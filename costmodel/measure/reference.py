@@ -607,7 +607,8 @@ class Transformer(nn.Module):
             decoder_kinds = [LayerKind.global_] * spec.n_decoder_layers
         else:
             decoder_kinds = spec.layer_kinds()
-        self.decoder = Stack(spec, decoder_kinds, causal=True, cross=enc_dec, sparse=list(spec.sparse_layers()))
+        self.decoder = Stack(spec, decoder_kinds, causal=True, cross=enc_dec,
+                             sparse=list(spec.sparse_layers()))
         self.lm_head = LMHead(spec)
         self.cached = [m for m in self.decoder.modules() if isinstance(m, Attention)]
         self.stacks = [s for s in (self.encoder, self.decoder) if s is not None]

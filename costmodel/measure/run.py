@@ -184,7 +184,8 @@ def phase_runner(model: Transformer, phase: str, shape: dict[str, int]) -> Calla
 
         def step() -> None:
             model.zero_grad(set_to_none=True)
-            model.loss(model(tokens, enc_tokens), targets).backward()  # type: ignore[no-untyped-call]  # torch
+            model.loss(model(tokens, enc_tokens),
+                       targets).backward()  # type: ignore[no-untyped-call]  # torch
         return step
 
     model.eval()
@@ -282,7 +283,8 @@ def measure(
     # formulas' worst case (costmodel.measure.moe).
     a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=mla, routing="worst")
     # torch sizes are C longs: the largest tensor (B x C x h x d_h scores' sides) must fit one.
-    elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim, spec.vocab_size)
+    elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim,
+                                                                                        spec.vocab_size)
     if elements >= 2**63:
         raise MeasureError(f"seq: batch {a.shape['B']} x context {max(a.shape['C'], a.shape['C_e'])} makes "
                            "tensors past 2^63 elements, more than torch can index (even on meta)")
