@@ -74,7 +74,8 @@ ZERO = _zero()
 #: the output dropout and residual add one kernel (``bias_dropout_add_fused_train``, the default
 #: --bias-dropout-fusion); its other fusions (bias-GeLU) join elementwise ops to each other, not to
 #: the matmuls: every other elementwise component moves its unfused bytes.
-MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False, fused_softmax=True, fused_bias_dropout_add=True)
+MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False, fused_softmax=True,
+                           fused_bias_dropout_add=True)
 
 
 def component_seconds(a: Analysis, hw: Hardware, kernels: Kernels = MEGATRON_KERNELS) -> dict[str, float]:
@@ -150,7 +151,8 @@ def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parall
                 else:  # the stack's, the same on every layer (full recompute's layer inputs)
                     every += n
         first = sum(n for path, n in acts.items() if path.startswith("embedding"))
-        last = sum(n for path, n in acts.items() if not memory.is_layer(path) and not path.startswith("embedding"))
+        last = sum(n for path, n in acts.items()
+                   if not memory.is_layer(path) and not path.startswith("embedding"))
         layers = sum(counts.values())
         per_group = {g: (v / counts[g] + every / layers) / divide for g, v in groups.items()}
         mean = (sum(groups.values()) + every) / layers / divide
