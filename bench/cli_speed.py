@@ -33,7 +33,8 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = N
     return time.perf_counter() - t0 if done.returncode == 0 else None
 
 
-def wall(cmd: list[str], repeat: int, old: dict | None = None) -> tuple[float, float, float | None, float | None]:
+def wall(cmd: list[str], repeat: int, old: dict | None = None) -> tuple[float, float, float | None,
+                                                                        float | None]:
     """Median and best of this checkout's runs, and of `old`'s (env, cwd) runs interleaved."""
     timed(cmd)  # warm the bytecode cache and the page cache
     if old:
@@ -75,7 +76,8 @@ def main() -> None:
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(tree), args.against],
                        check=True)
         old = {"env": dict(os.environ, PYTHONPATH=str(tree)), "cwd": str(tree)}
-    bytecode = "not written (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "cached"
+    bytecode = ("not written (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE")
+                else "cached")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; bytecode {bytecode}")
 
     rows = []
@@ -100,8 +102,10 @@ def main() -> None:
     from costmodel.catalog import load
 
     spec = load("llama-3.1-405b")
-    rows.append(("analyze() in-process, one phase", *inproc(lambda: analyze(spec, "prefill"), args.repeat), None, None))
-    rows.append(("formula() in-process, flops prefill", *inproc(lambda: formula(spec, "flops", "prefill"), args.repeat),
+    rows.append(("analyze() in-process, one phase", *inproc(lambda: analyze(spec, "prefill"), args.repeat),
+                 None, None))
+    rows.append(("formula() in-process, flops prefill", *inproc(lambda: formula(spec, "flops", "prefill"),
+                                                                args.repeat),
                  None, None))
     if old:
         subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", old["cwd"]], check=True)

@@ -39,7 +39,8 @@ from costmodel.spec import spec_from_dict
 from costmodel.measure.reference import build
 from costmodel.measure.run import phase_runner
 from costmodel.analysis import analyze
-name, phase, B, S, llama = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
+name, phase = sys.argv[1], sys.argv[2]
+B, S, llama = int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
 torch.set_num_threads(2)
 spec = spec_from_dict(llama) if name == "llama-shaped" else catalog.load(name)
 model = build(spec, "cpu", torch.float32)  # fp32: CPU bf16 backward is very slow
@@ -68,7 +69,8 @@ def main() -> None:
 
     print(f"{'spec':14} {'phase':8} {'B':>2} {'S':>4} {'measured growth':>16} {'formula':>14} {'ratio':>6}")
     for name, phase, B, S in CASES:
-        out = subprocess.run([sys.executable, "-c", CHILD, name, phase, str(B), str(S), json.dumps(LLAMA_SHAPED)],
+        out = subprocess.run([sys.executable, "-c", CHILD, name, phase, str(B), str(S),
+                              json.dumps(LLAMA_SHAPED)],
                              capture_output=True, text=True, check=True)
         growth = json.loads(out.stdout.strip().splitlines()[-1])["growth"]
         spec = spec_from_dict(LLAMA_SHAPED) if name == "llama-shaped" else catalog.load(name)

@@ -48,7 +48,8 @@ def main() -> None:
     sample = list(itertools.islice(itertools.product(seq.tolist(), batch.tolist()), 200))
     exact = best_of(5, lambda: [analyze(spec, "decode", batch=b, seq=s) for s, b in sample]) / len(sample)
 
-    print(f"{spec.name}, decode, {points:,} points ({seq.size} seq x {batch.size} batch), numpy {np.__version__}")
+    print(f"{spec.name}, decode, {points:,} points ({seq.size} seq x {batch.size} batch), numpy "
+          f"{np.__version__}")
     print(f"cold (tree + lambdify + one exact check + evaluation): {cold * 1e3:.0f} ms")
     print(f"hot (lambdified numpy only): {hot * 1e3:.2f} ms, {hot / points * 1e9:.0f} ns per point")
     print(f"exact (analyze per point): {exact * 1e6:.0f} us per point, {exact * points:.2f} s for {points:,}")

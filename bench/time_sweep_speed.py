@@ -90,7 +90,7 @@ def main() -> None:
         print(f"{name:18s} {points:6d}  " + "  ".join(f"{c:>20s}" for c in cells), flush=True)
         if args.check:
             hw = next(iter(hws.values()))
-            sample = [(int(s), int(b)) for s, b in zip(seq[::25, 0], batch[0, ::25])]
+            sample = [(int(s), int(b)) for s, b in zip(seq[::25, 0], batch[0, ::25], strict=False)]
             t0 = time.perf_counter()
             for s, b in sample:
                 predict(analyze(spec, "train", batch=b, seq=s), hw)

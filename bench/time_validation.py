@@ -138,10 +138,12 @@ def table(device: str, dtype: str, hw: Hardware, rounds: list[list[dict]], loads
     name = torch.cuda.get_device_name() if device == "cuda" else f"{platform.machine()} CPU"
     lines.append(f"## Calibrated time vs measured: {name}, {datetime.date.today().isoformat()}\n")
     allocator = hw.efficiency.allocator if hw.efficiency else None
-    lines.append(f"torch {torch.__version__}, {dtype}, {torch.get_num_threads()} threads, allocator {allocator}; "
+    lines.append(f"torch {torch.__version__}, {dtype}, {torch.get_num_threads()} threads, allocator "
+                 f"{allocator}; "
                  f"profile `{hw.name}` "
                  f"calibrated in {calibration_s:.0f} s: peak {units.flops(hw.peak(dtype))}/s, copy "
-                 f"{hw.memory_bandwidth / 1e9:.3g} GB/s, floor {1e6 * (hw.efficiency.floor_s if hw.efficiency else 0):.1f} us. "
+                 f"{hw.memory_bandwidth / 1e9:.3g} GB/s, floor "
+                 f"{1e6 * (hw.efficiency.floor_s if hw.efficiency else 0):.1f} us. "
                  f"Load average (1, 5, 15 min): {'; '.join(loads)}.\n")
     lines.append("| spec | layers | phase | B | seq | measured (median, IQR) | between rounds | OS kernel "
                  "| predicted | error | roofline | roofline error |")
@@ -158,8 +160,10 @@ def table(device: str, dtype: str, hw: Hardware, rounds: list[list[dict]], loads
         roof = first["roofline"] / measured - 1
         errors.append(abs(err))
         roof_errors.append(abs(roof))
-        lines.append(f"| {spec_name} | {layers or 'all'} | {phase} | {batch} | {seq} | {units.seconds(measured)} "
-                     f"(IQR {100 * inner:.1f}%) | {100 * spread:.1f}% | {100 * kernel:.0f}% | {units.seconds(first['predicted'])} "
+        lines.append(f"| {spec_name} | {layers or 'all'} | {phase} | {batch} | {seq} | "
+                     f"{units.seconds(measured)} "
+                     f"(IQR {100 * inner:.1f}%) | {100 * spread:.1f}% | {100 * kernel:.0f}% | "
+                     f"{units.seconds(first['predicted'])} "
                      f"| {100 * err:+.1f}% | {units.seconds(first['roofline'])} | {100 * roof:+.1f}% |")
     lines.append("")
     lines.append(f"Calibrated model: median |error| {100 * statistics.median(errors):.1f}%, worst "
@@ -211,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         for c in cases:
             results.append(run_case(c, args.device, dtype, hw, min_run, allocator))
             r = results[-1]
-            print(f"round {len(rounds) + 1}: {c}: measured {r['median']:.4g} s, predicted {r['predicted']:.4g} s",
+            print(f"round {len(rounds) + 1}: {c}: measured {r['median']:.4g} s, predicted "
+                  f"{r['predicted']:.4g} s",
                   file=sys.stderr, flush=True)
         rounds.append(results)
         loads.append(f"after round {len(rounds)} {load_average()}")

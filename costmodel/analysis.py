@@ -116,7 +116,9 @@ class Analysis:
     @property
     def bytes_weights(self) -> int:
         """The weights at their width: the dtype's, or ``precision.weights`` (group scales in)."""
-        return self.total().params * self.bytes_per_element if self.weight_bytes is None else self.weight_bytes
+        if self.weight_bytes is None:
+            return self.total().params * self.bytes_per_element
+        return self.weight_bytes
 
     @property
     def weights_dtype(self) -> str:
@@ -262,7 +264,8 @@ def analyze(
         if value is not None and value < 1:
             raise AnalysisError(f"{name}: must be at least 1 (got {value})")
     if mla not in Convention.__members__:
-        raise AnalysisError(f"mla: unknown convention {mla!r}; expected one of {', '.join(Convention.__members__)}")
+        raise AnalysisError(f"mla: unknown convention {mla!r}; expected one of "
+                            f"{', '.join(Convention.__members__)}")
     ph = PHASES[phase]
     shape = ph.shape(batch, seq, enc_seq or 0)
     if spec.position is Position.learned:
@@ -291,7 +294,8 @@ def analyze(
                                               "kv_cache")) for r in rows)
     if largest > MAX_COUNT:
         # Counts are exact ints at any size, but intensity, time and the sweep are floats.
-        raise AnalysisError(f"{spec.name[:60]}: a count of {len(str(largest))} digits at this shape, past the "
+        raise AnalysisError(f"{spec.name[:60]}: a count of {len(str(largest))} digits at this shape, past "
+                            "the "
                             f"{MAX_COUNT:.0e} that floating-point figures (intensity, time) can hold")
     return Analysis(spec, phase, batch, seq, enc_seq, dtype, shape, rows, mla, routing, precision,
                     weight_bytes)

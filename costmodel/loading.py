@@ -72,10 +72,11 @@ def _short(path: Path) -> str:
 # --- YAML -----------------------------------------------------------------------------------
 
 _INT_12 = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
-_FLOAT_12 = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
+_FLOAT_12 = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?"
+                       r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no stubs: SafeLoader is Any
     """SafeLoader with the checks above; YAML 1.2 ints, refused 1.1 leftovers."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:

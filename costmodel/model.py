@@ -63,7 +63,8 @@ def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive", 
     bytes per element where it is not p (``costmodel.precision``).
     """
     sizes: dict[str, Num] = {n: s.value(spec) or 0 for n, s in size_symbols().items()}
-    return Dims(**shape, p=p, p_kv=p_kv, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla, routing=routing)
+    return Dims(**shape, p=p, p_kv=p_kv, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla,
+                routing=routing)
 
 
 def spec_values(spec: Spec) -> dict[Any, int]:
@@ -90,7 +91,8 @@ def _groups(spec: Spec) -> dict[str | None, tuple[LayerKind, bool, int]]:
     mixed_kinds = len({kind for kind, _ in counts}) > 1
     mixed_ffn = len({moe for _, moe in counts}) > 1
     out: dict[str | None, tuple[LayerKind, bool, int]] = {}
-    for (kind, moe), count in sorted(counts.items(), key=lambda kv: (list(LayerKind).index(kv[0][0]), kv[0][1])):
+    for (kind, moe), count in sorted(counts.items(), key=lambda kv: (list(LayerKind).index(kv[0][0]),
+                                                                     kv[0][1])):
         parts = ([kind.value] if mixed_kinds else []) + (["moe" if moe else "dense"] if mixed_ffn else [])
         out["_".join(parts) or None] = (kind, moe, count)
     return out
@@ -248,7 +250,8 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: boo
         drop_hidden = sub is None and spec.ffn_dropout > 0
         if drop_out or drop_probs or drop_hidden:
             output = T * dims.d if drop_out else 0
-            probs = dims.B * dims.h * sub.shape.q_len * sub.shape.span if sub is not None and drop_probs else 0
+            probs = (dims.B * dims.h * sub.shape.q_len * sub.shape.span
+                     if sub is not None and drop_probs else 0)
             hidden = T * dims.f if drop_hidden else 0
             yield f"{name}/dropout", dropout(dims, output + probs + hidden)
 

@@ -29,7 +29,8 @@ DEFAULT_GROUP = 128
 INT_BITS = {"int8": 8, "int4": 4}
 
 
-def weight_bytes_of(path: str, params: int, matrices: int, weights_dtype: str, p: int, group_size: int) -> int:
+def weight_bytes_of(path: str, params: int, matrices: int, weights_dtype: str, p: int,
+                    group_size: int) -> int:
     """Bytes of one component's `params` weights, `matrices` of them linear layers' matrices."""
     if weights_dtype in DTYPE_BYTES:
         return params * DTYPE_BYTES[weights_dtype]
@@ -63,7 +64,8 @@ class Widths:
     def label(self, dtype: str) -> str:
         """' (int4 weights in groups of 128, fp8 KV cache)' where a width is not `dtype`'s; else ''."""
         w, kv = self.weights or dtype, self.kv or dtype
-        parts = [f"{w} weights" + (f" in groups of {self.group_size}" if w in INT_BITS else "")] * (w != dtype)
+        parts = [f"{w} weights" + (f" in groups of {self.group_size}" if w in INT_BITS else "")] * (w
+                                                                                                    != dtype)
         parts += [f"{kv} KV cache"] * (kv != dtype)
         return f" ({', '.join(parts)})" if parts else ""
 

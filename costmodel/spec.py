@@ -830,7 +830,8 @@ def _one_line(problem: Any, data: dict[str, Any], origin: str, lines: dict[str, 
         msg = "unknown field" + (f" (did you mean {guess[0]}?)" if guess else "")
     elif kind == "union_tag_invalid":
         field = f"{field}.kind"
-        msg = f"unknown kind {problem['ctx']['tag']!r}; expected one of {problem['ctx']['expected_tags'].replace(chr(39), '')}"
+        expected = problem["ctx"]["expected_tags"].replace(chr(39), "")
+        msg = f"unknown kind {problem['ctx']['tag']!r}; expected one of {expected}"
     elif kind == "enum":
         allowed = problem.get("ctx", {}).get("expected", "")
         allowed = allowed.replace("'", "").replace(" or ", ", ")
@@ -846,7 +847,8 @@ def _one_line(problem: Any, data: dict[str, Any], origin: str, lines: dict[str, 
 
 def _brief(value: Any) -> str:
     """A short repr of a user's value (a long string or list would flood the line)."""
-    text = repr(value) if not isinstance(value, (list, tuple)) or len(value) < 20 else f"a list of {len(value)}"
+    text = repr(value) if not isinstance(value, (list,
+                                                 tuple)) or len(value) < 20 else f"a list of {len(value)}"
     return text if len(text) <= 80 else text[:60] + "..."
 
 
@@ -862,7 +864,8 @@ def _known_fields(loc: list[str], data: dict[str, Any]) -> list[str]:
         node = data.get(part) if isinstance(data, dict) else None
         kind = node.get("kind", _DEFAULT_KIND.get(part)) if isinstance(node, dict) else None
         # a union's member by the kind the user wrote (attention: {kind: mla, ...})
-        model = next((m for m in members if "kind" in m.model_fields and m.model_fields["kind"].default == kind),
+        model = next((m for m in members if "kind" in m.model_fields and m.model_fields["kind"].default
+                      == kind),
                      members[0])
         data = node if isinstance(node, dict) else {}
     return list(model.model_fields) + (list(SHORTHANDS) if model is Spec else [])

@@ -103,4 +103,5 @@ def meaning(name: str) -> str:
 def legend(names: Any) -> dict[str, str]:
     """name -> meaning for the symbols of one expression, in a stable order."""
     order = list(alphabet())
-    return {n: meaning(n) for n in sorted(set(names), key=lambda n: (order.index(n) if n in order else len(order), n))}
+    return {n: meaning(n) for n in sorted(set(names),
+                                          key=lambda n: (order.index(n) if n in order else len(order), n))}

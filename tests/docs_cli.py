@@ -68,7 +68,7 @@ their records (`ablate`: the deltas; `elements`: the swaps; `attention`, `sweep`
     costmodel elements llama-2-7b                     # which design elements matter most
     costmodel measure llama-2-7b --check              # formulas against a PyTorch run (needs torch)
     costmodel analyze path/to/config.json             # a Hugging Face config is a spec too
-    costmodel train megatron-175b --cluster dgx-a100-80gb --gpus 64 --tp 8 --pp 8 --global-batch 64 --recompute full
+    costmodel train megatron-175b --cluster dgx-a100-80gb --gpus 64 --tp 8 --pp 8 -G 64 --recompute full
     costmodel plan megatron-22b --cluster dgx-a100-80gb --gpus 8 --global-batch 4   # the best layouts
     costmodel serve llama-3.1-405b --cluster dgx-h200 --tp 8 --batch 1,8,64      # decode at scale
 """

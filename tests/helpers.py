@@ -50,7 +50,8 @@ def random_spec_data(draw: Any) -> dict[str, Any]:
 #: held equal by tests/test_timing_grid.py): M, N, K of the matmuls, bytes of the memory op,
 #: sizes of the first-touch fills.
 CALIBRATE_GRID: dict[str, list[int]] = {
-    "M": [1, 2, 4, 8, 16, 32, 64, 256, 1024], "N": [64, 256, 1024, 4096, 16384], "K": [16, 64, 256, 1024, 4096],
+    "M": [1, 2, 4, 8, 16, 32, 64, 256, 1024], "N": [64, 256, 1024, 4096, 16384], "K": [16, 64, 256, 1024,
+                                                                                       4096],
     "bytes": [2**i for i in range(12, 29, 2)], "fresh": [2**i for i in range(20, 29)],
 }
 
@@ -89,7 +90,9 @@ def calibrated_profile(dtypes: tuple[str, ...] = ("bf16", "fp32"), realistic: bo
         (3e-10 if n >= 2**25 else 0.0) if realistic else (0.0, 3e-10, 2.5e-10, 3.5e-10)[i % 4]
         for i, n in enumerate(g["fresh"])])
     peak, bandwidth, floor = (26.8e9, 3.34e9, 10.9e-6) if realistic else (2e12, 2e10, 4e-6)
-    return Hardware(name="calibrated-style", peak_flops=dict.fromkeys(dtypes, peak), memory_bandwidth=bandwidth,
+    return Hardware(name="calibrated-style", peak_flops=dict.fromkeys(dtypes, peak),
+                    memory_bandwidth=bandwidth,
                     memory_bytes=24e9, source="tests.helpers.calibrated_profile", measured=True,
                     efficiency=Efficiency(source="made-up values on calibrate's CPU grid", floor_s=floor,
-                                          matmul=dict.fromkeys(dtypes, table), memory=memory, first_touch=fresh))
+                                          matmul=dict.fromkeys(dtypes, table), memory=memory,
+                                          first_touch=fresh))

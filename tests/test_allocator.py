@@ -102,7 +102,8 @@ def test_measure_times_under_the_profiles_allocator_and_says_when_it_differs() -
     system = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"allocator": "system"})})
     other = measure(spec, hardware=system, allocator="cache", **kw)
     assert other.roofline["allocator"] == "cache" and other.roofline["calibrated_allocator"] == "system"
-    assert any("timed with the allocator cache, calibrated with system" in n for n in measurement_table(other).notes)
+    assert any("timed with the allocator cache, calibrated with system" in n for n
+               in measurement_table(other).notes)
     with pytest.raises(MeasureError, match="allocator: 'arena'"):
         measure(spec, hardware=hw, allocator="arena", **kw)
 

@@ -44,19 +44,22 @@ def test_a_variant_is_a_revalidated_spec():
 
 
 def test_invalid_variant_is_one_line():
-    with pytest.raises(SpecError, match=r"^llama-2-7b with n_kv_heads=5: n_kv_heads: n_heads \(32\) must be a "
+    with pytest.raises(SpecError,
+                       match=r"^llama-2-7b with n_kv_heads=5: n_kv_heads: n_heads \(32\) must be a "
                                         r"multiple of n_kv_heads \(5\)$"):
         with_kv_heads(catalog.load("llama-2-7b"), 5)
     result = runner.invoke(app, ["attention", "llama-2-7b", "--kv-heads", "32,5"])
     assert result.exit_code == 2
-    assert result.output == ("error: llama-2-7b with n_kv_heads=5: n_kv_heads: n_heads (32) must be a multiple "
+    assert result.output == ("error: llama-2-7b with n_kv_heads=5: n_kv_heads: n_heads (32) must be a "
+                             "multiple "
                              "of n_kv_heads (5)\n")
 
 
 def test_window_on_an_encoder_decoder_is_one_line():
     result = runner.invoke(app, ["attention", "t5-11b", "--window", "4096"])
     assert result.exit_code == 2
-    assert result.output == ("error: t5-11b with window=4096, layer_pattern=[local], global_nope=null: window: "
+    assert result.output == ("error: t5-11b with window=4096, layer_pattern=[local], global_nope=null: "
+                             "window: "
                              "sliding windows are supported for "
                              "decoder-only models\n")
 
@@ -205,7 +208,8 @@ def test_readme_attention_example():
 
 
 def test_readme_attention_kv_heads_example():
-    result = runner.invoke(app, ["attention", "llama-2-7b", "--kv-heads", "32,8,4,1", "--hardware", "a100-80gb"])
+    result = runner.invoke(app, ["attention", "llama-2-7b", "--kv-heads", "32,8,4,1", "--hardware",
+                                 "a100-80gb"])
     assert result.exit_code == 0, result.output
     assert all(f"k={k}" in result.output for k in (32, 8, 4, 1)) and "a100-80gb" in result.output
 
@@ -213,7 +217,8 @@ def test_readme_attention_kv_heads_example():
 def test_readme_attention_windows_example():
     result = runner.invoke(app, ["attention", "mistral-7b", "--contexts", "4096,32768,131072"])
     assert result.exit_code == 0, result.output
-    assert "full" in result.output and "w=4096, all local (spec)" in result.output and "131,072" in result.output
+    assert ("full" in result.output and "w=4096, all local (spec)" in result.output
+            and "131,072" in result.output)
 
 
 def test_readme_attention_json_example():
@@ -223,7 +228,8 @@ def test_readme_attention_json_example():
     assert data["hardware"]["name"] == "h100-sxm"
     assert {(r["variant"], r["phase"]) for r in data["kv_heads"]} == {
         (v, p) for v in ("MHA k=32", "GQA k=16", "MQA k=1") for p in ("prefill", "decode")}
-    assert {r["variant"] for r in data["windows"]} == {"full", "w=1024, all local", "w=1024, 5 local : 1 global"}
+    assert {r["variant"] for r in data["windows"]} == {"full", "w=1024, all local",
+                                                       "w=1024, 5 local : 1 global"}
     row = data["kv_heads"][0]
     assert set(row["attention"]["roofline"]) >= {"time_s", "bound", "intensity", "ridge"}
     assert row["fit"]["max_batch"] > 0
@@ -233,7 +239,8 @@ def test_attention_csv_and_markdown():
     csv_out = runner.invoke(app, ["attention", "gpt2-small", "-f", "csv"]).output
     header = csv_out.splitlines()[0].split(",")
     assert header[:4] == ["table", "variant", "kv_heads", "own"] and "fit.max_batch" in header
-    assert runner.invoke(app, ["attention", "gpt2-small", "-f", "markdown"]).output.startswith("## gpt2-small")
+    assert runner.invoke(app, ["attention", "gpt2-small", "-f",
+                               "markdown"]).output.startswith("## gpt2-small")
 
 
 def test_readme_formula_asymptotic_example():

@@ -143,7 +143,8 @@ def test_measure_meta_allocates_no_token_ids(monkeypatch) -> None:
     (b"name: \xff\xfe\n", r"s\.yaml:1: not UTF-8 text"),
     (GOOD.replace("d_model: 8", "d_model: 1" + "0" * 5000).encode(), r"an integer of 5001 digits"),
     (GOOD.replace("d_model: 8", "d_model: 1e200").encode(), r"d_model: input should be a valid integer"),
-    ((GOOD + "published: {params: 0, source: x}\n").encode(), r"published.params: input should be greater than 0"),
+    ((GOOD + "published: {params: 0, source: x}\n").encode(),
+     r"published.params: input should be greater than 0"),
     ((GOOD + "published: {params: '0.0B', source: x}\n").encode(), r"published.params: .*should look like"),
 ])
 def test_bad_specs_are_lines_not_tracebacks(tmp_path: Path, raw: bytes, pattern: str) -> None:
@@ -180,7 +181,8 @@ def test_long_spec_name_and_huge_seq() -> None:
 
 
 def test_profile_with_infinite_memory(tmp_path: Path) -> None:
-    text = (ROOT / "specs/hardware/h100-sxm.yaml").read_text().replace("memory_bytes: 80.0e9", "memory_bytes: .inf")
+    text = (ROOT / "specs/hardware/h100-sxm.yaml").read_text().replace("memory_bytes: 80.0e9",
+                                                                       "memory_bytes: .inf")
     assert "memory_bytes: Input should be a finite number" in fails(
         "analyze", "llama-2-7b", "--hardware", write(tmp_path, text, "hw.yaml"))
     fails("analyze", "llama-2-7b", "--hardware", write(tmp_path, b"name: \xff", "hw2.yaml"))

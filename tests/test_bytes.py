@@ -116,7 +116,8 @@ def test_kv_cache_writes_equal_the_reference_model(S, C, phase, seq):
     spec, B = tiny(), 2
     model = build(spec, "cpu", torch.float32)
     step = Step(positions=torch.arange(C - S, C), context=C, cache=model.new_cache(B, C))
-    k, v = torch.randn(B, spec.n_kv_heads, S, spec.head_dim), torch.randn(B, spec.n_kv_heads, S, spec.head_dim)
+    k, v = torch.randn(B, spec.n_kv_heads, S, spec.head_dim), torch.randn(B, spec.n_kv_heads, S,
+                                                                          spec.head_dim)
     with ModuleTracker() as tracker, ByteCounter(tracker) as counter:
         model.cached[0].keys(k, v, step)
     formula = row(analyze(spec, phase, batch=B, seq=seq, dtype="fp32"), "layers/attention/kv_cache")

@@ -58,7 +58,8 @@ def test_commands_map_to_the_modules_that_register_them() -> None:
 
     registered = {c.name: c.callback.__module__ for c in app.registered_commands if c.callback}
     assert registered == {n: m for m, names in COMMANDS.items() for n in names}
-    assert modules_for(["/venv/bin/costmodel", "memory", "llama-2-7b", "--zero", "3"]) == ["costmodel.cli.memory"]
+    assert modules_for(["/venv/bin/costmodel", "memory", "llama-2-7b", "--zero",
+                        "3"]) == ["costmodel.cli.memory"]
     assert modules_for(["/venv/bin/costmodel", "--help"]) == list(COMMANDS)
     assert modules_for(["/venv/bin/costmodel", "no-such-command"]) == list(COMMANDS)
     assert modules_for(["pytest", "analyze"]) == list(COMMANDS)
@@ -105,7 +106,8 @@ def test_analyze_one_phase_components() -> None:
 
 def test_analyze_json_has_every_field_and_integers_stay_integers() -> None:
     whole = json.loads(run("analyze", "specs/mistral-7b.yaml", "-p", "prefill", "--format", "json").stdout)
-    assert set(whole) == {"spec", "phases"} and list(whole["phases"]) == ["prefill"]  # one shape, --phase or not
+    assert set(whole) == {"spec",
+                          "phases"} and list(whole["phases"]) == ["prefill"]  # one shape, --phase or not
     data = whole["phases"]["prefill"]
     for key in ("spec", "phase", "batch", "seq", "dtype", "kv_cache_bytes", "arithmetic_intensity"):
         assert key in data
@@ -149,7 +151,8 @@ def test_formula_symbolic_kv_cache() -> None:
 
 
 def test_formula_latex_for_a_component() -> None:
-    out = run("formula", "gemma-2-9b", "-q", "flops", "-p", "decode", "-c", "layers[local]/attention", "--latex").stdout
+    out = run("formula", "gemma-2-9b", "-q", "flops", "-p", "decode", "-c", "layers[local]/attention",
+              "--latex").stdout
     assert "\\min" in out and "B" in out
 
 

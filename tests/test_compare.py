@@ -64,16 +64,16 @@ def test_rules_of_thumb_flag_the_outliers():
     11008/4096 = 2.6875 within 25% of 8/3; GPT-2 XL d/L = 1600/48 = 33.3 < 64; Gemma 2
     h*d_h = 16*256 = 4096 != 3584."""
     c = compare(expand(["t5-11b", "palm-540b", "llama-2-7b", "gpt2-xl", "gemma-2-9b"]))
-    flags = dict(zip(c.names, choice(c, "d_ff/d_model").flags))
+    flags = dict(zip(c.names, choice(c, "d_ff/d_model").flags, strict=True))
     assert flags == {"gpt2-xl": False, "t5-11b": True, "palm-540b": True, "llama-2-7b": False,
                      "gemma-2-9b": True}
-    ratios = dict(zip(c.names, choice(c, "d_ff/d_model").values))
+    ratios = dict(zip(c.names, choice(c, "d_ff/d_model").values, strict=True))
     assert ratios["t5-11b"] == 64 and ratios["llama-2-7b"] == Fraction(11008, 4096)
     ratio = choice(c, "d_model/n_layers")
-    aspect = dict(zip(c.names, zip(ratio.values, ratio.flags)))
+    aspect = dict(zip(c.names, zip(ratio.values, ratio.flags, strict=True), strict=True))
     assert aspect["gpt2-xl"] == (Fraction(1600, 48), True)
     assert aspect["llama-2-7b"] == (128, False)
-    width = dict(zip(c.names, choice(c, "h*d_h/d_model").flags))
+    width = dict(zip(c.names, choice(c, "h*d_h/d_model").flags, strict=True))
     assert width["gemma-2-9b"] and not width["llama-2-7b"]
 
 

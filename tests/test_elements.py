@@ -40,7 +40,8 @@ def test_tiny_parameters_by_hand() -> None:
 
 def test_layernorm_has_gain_and_bias_rmsnorm_gain_only() -> None:
     """5 norms (2 per layer + final): LayerNorm adds 5 x d bias parameters."""
-    assert analyze(tiny(norm="layernorm"), seq=3).total().params - analyze(tiny(), seq=3).total().params == 5 * d
+    assert analyze(tiny(norm="layernorm"), seq=3).total().params - analyze(tiny(),
+                                                                           seq=3).total().params == 5 * d
 
 
 def test_rmsnorm_skips_the_mean_fewer_flops_same_activation_bytes() -> None:
@@ -73,7 +74,8 @@ def test_biases_add_out_features_per_linear() -> None:
     assert biased.total().params - base == L * (8 + 4 + 4 + 8 + 12 + 12 + 8) + V
     # the bias add is elementwise: T * out FLOPs, not matmul
     assert leaf(tiny(bias=True), "layers/attention/q").flops_other == L * 3 * 8
-    assert leaf(tiny(bias=True), "layers/attention/q").flops_matmul == leaf(tiny(), "layers/attention/q").flops_matmul
+    assert leaf(tiny(bias=True), "layers/attention/q").flops_matmul == leaf(tiny(),
+                                                                            "layers/attention/q").flops_matmul
 
 
 # --- FFN and activations -----------------------------------------------------------------
@@ -82,7 +84,8 @@ def test_biases_add_out_features_per_linear() -> None:
 @pytest.mark.parametrize("activation, matrices, act_flops_per_element", [
     ("relu", 2, 1), ("gelu", 2, 8), ("reglu", 3, 1 + 1), ("geglu", 3, 8 + 1), ("swiglu", 3, 4 + 1),
 ])
-def test_ffn_matrices_and_activation_flops(activation: str, matrices: int, act_flops_per_element: int) -> None:
+def test_ffn_matrices_and_activation_flops(activation: str, matrices: int,
+                                           act_flops_per_element: int) -> None:
     """Gated FFNs hold 3 d x f matrices, others 2; each costs 2*T*d*f FLOPs (T = B*S = 6)."""
     spec = tiny(activation=activation)
     T = 2 * 3
@@ -96,7 +99,8 @@ def test_gated_ffn_at_two_thirds_width_keeps_params() -> None:
     """f = 8/3 d gated vs f = 4d plain: the same FFN parameters (Shazeer 2020). d=12: 32 vs 48."""
     gated = tiny(d_model=12, n_heads=3, n_kv_heads=3, d_ff=32, activation="swiglu")
     plain = tiny(d_model=12, n_heads=3, n_kv_heads=3, d_ff=48, activation="gelu")
-    assert analyze(gated, seq=3).total("layers/ffn/up").params * 3 == analyze(plain, seq=3).total("layers/ffn/up").params * 2
+    assert (analyze(gated, seq=3).total("layers/ffn/up").params * 3
+            == analyze(plain, seq=3).total("layers/ffn/up").params * 2)
     gp = sum(analyze(gated, seq=3).total(f"layers/ffn/{m}").params for m in ("gate", "up", "down"))
     pp = sum(analyze(plain, seq=3).total(f"layers/ffn/{m}").params for m in ("up", "down"))
     assert gp == pp == L * 3 * 12 * 32
@@ -111,7 +115,8 @@ def test_parallel_block_same_matmuls_one_norm_fewer_bytes() -> None:
     T = 3
     assert parallel.total().flops_matmul == serial.total().flops_matmul
     assert serial.total().params - parallel.total().params == L * d  # one norm fewer per layer
-    # per layer: one norm fewer (2*T*d activations + d gains) and one 4-tensor add instead of two 3-tensor adds
+    # per layer: one norm fewer (2*T*d activations + d gains) and one 4-tensor add instead of two
+    # 3-tensor adds
     saved = L * P * ((2 * T * d + d) + (3 + 3 - 4) * T * d)
     assert serial.total().bytes_unfused - parallel.total().bytes_unfused == saved
     assert parallel.total("layers/residual").flops_other == L * 2 * T * d
@@ -268,7 +273,8 @@ def test_qk_norm_per_head_or_full() -> None:
     assert analyze(tiny(qk_norm="full"), seq=3).total().params - base == L * (h + k) * d_h
     # the same elements are normalised either way: (T*h + T*k) * d_h, 4 FLOPs each (RMSNorm)
     for scope in ("head", "full"):
-        assert leaf(tiny(qk_norm=scope), "layers/attention/qk_norm").flops_other == L * 4 * (3 * h + 3 * k) * d_h
+        assert leaf(tiny(qk_norm=scope),
+                    "layers/attention/qk_norm").flops_other == L * 4 * (3 * h + 3 * k) * d_h
 
 
 def test_soft_capping_three_flops_per_element() -> None:

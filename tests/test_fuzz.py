@@ -25,7 +25,7 @@ from costmodel.cli import app
 from costmodel.spec import Spec
 from tests.hf_configs import CONFIGS
 
-# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+# Seconds each (full models, transformers, hypothesis): out of the day-to-day `-m "not slow"` run.
 pytestmark = pytest.mark.slow
 
 

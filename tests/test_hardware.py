@@ -55,7 +55,8 @@ def test_ridge_point_is_peak_over_bandwidth():
 
 
 def test_missing_dtype_is_one_line():
-    with pytest.raises(SpecError, match=r"^hardware a100-80gb: no peak FLOP/s for fp8 \(has fp32, bf16, fp16\)$"):
+    with pytest.raises(SpecError,
+                       match=r"^hardware a100-80gb: no peak FLOP/s for fp8 \(has fp32, bf16, fp16\)$"):
         load_hardware("a100-80gb").peak("fp8")
 
 
@@ -86,7 +87,8 @@ def test_local_profile_is_found_and_listed(user_dir):
 
 
 def test_analyze_accepts_the_local_profile(user_dir):
-    result = runner.invoke(app, ["analyze", "llama-2-7b", "-p", "decode", "--hardware", "local", "-f", "json"])
+    result = runner.invoke(app, ["analyze", "llama-2-7b", "-p", "decode", "--hardware", "local", "-f",
+                                 "json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["phases"]["decode"]["roofline"]["hardware"]["name"] == "local"
 
@@ -113,7 +115,8 @@ def test_analyze_roofline_decode_by_hand():
     for 2047 tokens and written for 1: 2048 x 524,288 = 1,073,741,824; the logits 32000 x 2.
     Total 14,288,501,256 bytes, 4.27 ms at 3.35 TB/s; the FLOPs take far less: memory-bound.
     """
-    result = runner.invoke(app, ["analyze", "llama-2-7b", "-p", "decode", "--hardware", "h100-sxm", "-f", "json"])
+    result = runner.invoke(app, ["analyze", "llama-2-7b", "-p", "decode", "--hardware", "h100-sxm", "-f",
+                                 "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)["phases"]["decode"]
     roof = data["roofline"]
@@ -143,7 +146,8 @@ def test_analyze_json_for_all_phases_carries_a_roofline_each():
         "train": "l4", "prefill": "l4", "decode": "l4"}
 
 
-@pytest.mark.parametrize("args", [["analyze", "llama-2-7b", "--hardware", "h100-sxm"], ["attention", "gemma-2-9b"]])
+@pytest.mark.parametrize("args", [["analyze", "llama-2-7b", "--hardware", "h100-sxm"], ["attention",
+                                                                                        "gemma-2-9b"]])
 def test_roofline_commands_stay_off_sympy_and_numpy(args):
     """The roofline and the attention comparison are arithmetic on integer analyses: like
     analyze, they never pay for importing sympy or numpy."""

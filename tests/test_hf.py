@@ -67,7 +67,8 @@ def test_pythia_parallel_block_has_two_norms_and_quarter_rotary():
 
 def test_t5_small_tied_head_is_scaled():
     """t5-small: 60,506,624 parameters (tied head); the decoder output is scaled before the head."""
-    config = dict(model_type="t5", d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128,
+    config = dict(model_type="t5", d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
+                  vocab_size=32128,
                   feed_forward_proj="relu", dropout_rate=0.0, n_positions=512)
     spec = hf.spec_from_hf(config)
     assert spec.head_scale and spec.tied_embeddings and spec.relative_buckets == 32
@@ -77,7 +78,8 @@ def test_t5_small_tied_head_is_scaled():
 def test_released_gptj_config_with_its_legacy_keys():
     """EleutherAI/gpt-j-6b's config.json as released: 6,050,882,784 tensors (the bundled spec's exact)."""
     config = {"activation_function": "gelu_new", "architectures": ["GPTJForCausalLM"], "attn_pdrop": 0.0,
-              "bos_token_id": 50256, "embd_pdrop": 0.0, "eos_token_id": 50256, "gradient_checkpointing": False,
+              "bos_token_id": 50256, "embd_pdrop": 0.0, "eos_token_id": 50256,
+              "gradient_checkpointing": False,
               "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gptj", "n_embd": 4096,
               "n_head": 16, "n_inner": None, "n_layer": 28, "n_positions": 2048, "resid_pdrop": 0.0,
               "rotary": True, "rotary_dim": 64, "scale_attn_weights": True, "summary_activation": None,
@@ -146,7 +148,8 @@ TINY = dict(name="tiny", d_model=8, n_layers=1, n_heads=2, d_ff=16, vocab_size=1
 def test_head_scale_and_logit_scale_cost_one_multiply_per_element():
     """B*S*d multiplies before the head, B*S*V after it (B=2, S=4, d=8, V=10)."""
     plain = analyze(spec_from_dict(TINY), "prefill", 2, 4, "fp32")
-    scaled = analyze(spec_from_dict({**TINY, "head_scale": True, "logit_scale": 0.25}), "prefill", 2, 4, "fp32")
+    scaled = analyze(spec_from_dict({**TINY, "head_scale": True, "logit_scale": 0.25}), "prefill", 2, 4,
+                     "fp32")
     assert scaled.total("head_scale").flops_other == 2 * 4 * 8
     assert scaled.total("logit_scale").flops_other == 2 * 4 * 10
     assert scaled.total().flops_other - plain.total().flops_other == 64 + 80
@@ -189,33 +192,42 @@ def test_position_offset_only_with_learned_positions(tmp_path):
 # --- errors: one line, exit 2 -------------------------------------------------------------------
 
 ERRORS = [
-    ({"model_type": "dbrx"}, "model_type: dbrx is a mixture-of-experts model; mixture-of-experts is out of scope for now"),
+    ({"model_type": "dbrx"},
+     "model_type: dbrx is a mixture-of-experts model; mixture-of-experts is out of scope for now"),
     (cfg("llama", num_local_experts=8), "num_local_experts: 8: a mixture-of-experts llama is not supported"),
     ({"model_type": "bert"}, "model_type: \"bert\" is not supported; supported: gpt2, gptj"),
     ({"hidden_size": 8}, "model_type: required, one of gpt2"),
-    (cfg("llama", quantization_config={"bits": 4}), "quantization_config: quantised weights are not modelled"),
+    (cfg("llama", quantization_config={"bits": 4}),
+     "quantization_config: quantised weights are not modelled"),
     (cfg("llama", architectures=["LlamaForSequenceClassification"]),
      "architectures: LlamaForSequenceClassification has a head other than the language-model head"),
     (cfg("opt", word_embed_proj_dim=512, hidden_size=1024, num_attention_heads=16),
      "word_embed_proj_dim: 512 != hidden_size 1024: the project_in and project_out matrices"),
-    (cfg("gpt2", scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx: true is not supported"),
+    (cfg("gpt2", scale_attn_by_inverse_layer_idx=True),
+     "scale_attn_by_inverse_layer_idx: true is not supported"),
     (cfg("llama", hidden_size="4096"), 'hidden_size: should be a positive integer (got "4096")'),
     (cfg("llama", partial_rotary_factor=0.5), "partial_rotary_factor: llama rotates the whole head"),
-    (cfg("gpt2", activation_function="silu"), 'activation_function: "silu" in a two-matrix FFN is not supported'),
+    (cfg("gpt2", activation_function="silu"),
+     'activation_function: "silu" in a two-matrix FFN is not supported'),
     (cfg("mistral", layer_types=["full_attention"] * 32), "layer_types: MistralForCausalLM ignores it"),
     (cfg("falcon", hidden_dropout=0.1), "hidden_dropout: Falcon's dropout sites differ"),
     (cfg("cohere2", head_dim=64), "head_dim: cohere2 always uses hidden_size / heads = 128"),
-    (cfg("gemma2", layer_types=["chunked_attention"] * 26), 'layer_types: layer type "chunked_attention" is not supported'),
-    (cfg("gpt_oss", quantization_config={"quant_method": "gptq"}), "quantization_config: quantised weights are not modelled"),
+    (cfg("gemma2", layer_types=["chunked_attention"] * 26),
+     'layer_types: layer type "chunked_attention" is not supported'),
+    (cfg("gpt_oss", quantization_config={"quant_method": "gptq"}),
+     "quantization_config: quantised weights are not modelled"),
     (cfg("llama4_text", layer_types=["sliding_attention"] * 48),
      "layer_types: should give chunked_attention or full_attention for each of the 48 layers"),
     (cfg("llama4_text", attention_chunk_size=None, layer_types=["chunked_attention"] * 48),
      "attention_chunk_size: null, but layer_types has chunked_attention layers"),
-    (cfg("llama4_text", layer_types=["chunked_attention"] * 48), "no_rope_layers: a chunked layer without RoPE"),
-    (cfg("llama4_text", attention_chunk_size=None), "no_rope_layers: RoPE on some full-attention layers and not"),
+    (cfg("llama4_text", layer_types=["chunked_attention"] * 48),
+     "no_rope_layers: a chunked layer without RoPE"),
+    (cfg("llama4_text", attention_chunk_size=None),
+     "no_rope_layers: RoPE on some full-attention layers and not"),
     (cfg("llama4_text", no_rope_layers=[1, 2] * 24), "no_rope_layers: should list 1 (RoPE) or 0 (NoPE)"),
     (cfg("llama4_text", moe_layers=["1"]), 'moe_layers: should list layer indices (got ["1"])'),
-    ({k: v for k, v in cfg("llama4_text", interleave_moe_layer_step=2).items() if k != "intermediate_size_mlp"},
+    ({k: v for k, v in cfg("llama4_text",
+                           interleave_moe_layer_step=2).items() if k != "intermediate_size_mlp"},
      "intermediate_size_mlp: required for model_type llama4_text"),
 ]
 
@@ -252,9 +264,11 @@ def test_gpt_oss_mxfp4_checkpoint_is_counted_in_elements(tmp_path):
     result = runner.invoke(app, ["analyze", str(path), "-f", "json"])
     assert result.exit_code == 0, result.output
     assert result.stderr.strip().splitlines() == [
-        f"warning: {path}: quantization_config: mxfp4: the experts' weights in 4-bit blocks with shared scales "
+        f"warning: {path}: quantization_config: mxfp4: the experts' weights in 4-bit blocks with shared "
+        "scales "
         "(transformers dequantises them): parameters are counted as elements, their bytes at --dtype"]
-    assert json.loads(result.stdout)["phases"]["prefill"]["params"]["total"] == count_params(hf.spec_from_hf(cfg("gpt_oss")))
+    assert (json.loads(result.stdout)["phases"]["prefill"]["params"]["total"]
+            == count_params(hf.spec_from_hf(cfg("gpt_oss"))))
 
 
 def test_llama4_reads_rope_chunks_and_sparse_layers():
@@ -266,11 +280,13 @@ def test_llama4_reads_rope_chunks_and_sparse_layers():
     scout = hf.spec_from_hf(cfg("llama4_text"))
     assert scout.layer_kinds()[:8] == [C, C, C, G] * 2 and scout.global_nope and scout.attention_chunk == 8192
     moe = scout.moe
-    assert moe is not None and (moe.n_experts, moe.top_k, moe.d_ff_expert, moe.n_shared_experts) == (16, 1, 8192, 1)
+    assert moe is not None and (moe.n_experts, moe.top_k, moe.d_ff_expert, moe.n_shared_experts) == (16, 1,
+                                                                                                     8192, 1)
     assert moe.scoring.value == "sigmoid" and not moe.norm_topk and moe.d_ff is None
     maverick = hf.spec_from_hf(cfg("llama4_text", interleave_moe_layer_step=2)).moe
     assert maverick is not None and (maverick.moe_every, maverick.d_ff) == (2, 16384)
-    listed = hf.spec_from_hf(cfg("llama4_text", moe_layers=[47, 0, 0, 99])).moe  # as `layer_idx in moe_layers`
+    listed = hf.spec_from_hf(cfg("llama4_text", moe_layers=[47, 0, 0,
+                                                            99])).moe  # as `layer_idx in moe_layers`
     assert listed is not None and listed.moe_layers == (0, 47)
     dense = hf.spec_from_hf(cfg("llama4_text", moe_layers=[]))
     assert dense.moe is None and dense.d_ff == 16384
@@ -310,7 +326,8 @@ def test_written_yaml_loads_back_with_identical_numbers(tmp_path, model_type, i,
 def test_import_hf_prints_yaml_or_json(tmp_path):
     config = write(tmp_path, OPT_125M)
     yaml_out = runner.invoke(app, ["import-hf", str(config)])
-    assert yaml_out.exit_code == 0 and "position_offset: 2  # rows of the learned position table" in yaml_out.stdout
+    assert (yaml_out.exit_code == 0
+            and "position_offset: 2  # rows of the learned position table" in yaml_out.stdout)
     json_out = runner.invoke(app, ["import-hf", str(config), "--format", "json"])
     assert json.loads(json_out.stdout)["position_offset"] == 2
 
@@ -345,7 +362,8 @@ NO_HF_CLASS = {"transformer-base", "transformer-big"}  # sinusoidal encoder-deco
 def test_round_trip_gives_the_same_costs(name):
     spec = catalog.load(name)
     if name in NO_HF_CLASS:
-        with pytest.raises(hf.SpecError, match="position, .*: no Hugging Face model type among .* builds these parameters"):
+        with pytest.raises(hf.SpecError,
+                           match="position, .*: no Hugging Face model type among .* builds these parameters"):
             hf.export_hf(spec)
         return
     export = hf.export_hf(spec)
@@ -438,9 +456,11 @@ def test_partial_rotary_factor_of_the_wrong_type(tmp_path):
     fails(["analyze", str(write(tmp_path, cfg("phi3", partial_rotary_factor=[0.5])))],
           "partial_rotary_factor: should be a number in (0, 1] (got [0.5])")
     beside = cfg("phi3", partial_rotary_factor="0.5", rope_parameters={"partial_rotary_factor": 0.5})
-    fails(["analyze", str(write(tmp_path, beside))], 'partial_rotary_factor: should be a number in (0, 1] (got "0.5")')
+    fails(["analyze", str(write(tmp_path, beside))],
+          'partial_rotary_factor: should be a number in (0, 1] (got "0.5")')
     disagree = cfg("phi3", partial_rotary_factor=0.25, rope_parameters={"partial_rotary_factor": 0.5})
-    fails(["analyze", str(write(tmp_path, disagree))], "partial_rotary_factor, rope_parameters.partial_rotary_factor: "
+    fails(["analyze", str(write(tmp_path, disagree))],
+          "partial_rotary_factor, rope_parameters.partial_rotary_factor: "
                                                         "disagree (0.25, 0.5)")
 
 
@@ -504,7 +524,8 @@ def test_layer_types_period_is_linear():
     assert _period(items) == 7
     assert Counted.calls <= 3 * n
     assert _period([Counted(i == n - 1) for i in range(n)]) == n  # no shorter period
-    types = ["sliding_attention", "full_attention", "full_attention"] * 6_666 + ["sliding_attention", "full_attention"]
+    types = ["sliding_attention", "full_attention", "full_attention"] * 6_666 + ["sliding_attention",
+                                                                                 "full_attention"]
     spec = hf.spec_from_hf(cfg("gemma2", num_hidden_layers=n, layer_types=types))
     assert spec.layer_pattern == (L, G, G)
 
@@ -513,7 +534,8 @@ def test_import_hf_output_a_folder_or_missing(tmp_path):
     config = str(write(tmp_path, cfg("llama")))
     fails(["import-hf", config, "-o", str(tmp_path)], f"error: {tmp_path}: -o: cannot write: Is a directory")
     missing = tmp_path / "no" / "such" / "spec.yaml"
-    fails(["import-hf", config, "-o", str(missing)], f"error: {missing}: -o: cannot write: No such file or directory")
+    fails(["import-hf", config, "-o", str(missing)],
+          f"error: {missing}: -o: cannot write: No such file or directory")
 
 
 def test_read_limits(tmp_path):
@@ -530,7 +552,8 @@ def test_every_problem_at_once(tmp_path):
     config = cfg("gpt2", n_embd="768", activation_function="silu", quantization_config={"bits": 4},
                  scale_attn_by_inverse_layer_idx=True, architectures=["GPT2ForTokenClassification"])
     line = fails(["analyze", str(write(tmp_path, config))])
-    for problem in ('n_embd: should be a positive integer (got "768")', "architectures: GPT2ForTokenClassification",
+    for problem in ('n_embd: should be a positive integer (got "768")',
+                    "architectures: GPT2ForTokenClassification",
                     "quantization_config: quantised weights"):
         assert problem in line
     config = cfg("llama", attention_bias="yes", mlp_bias=1, tie_word_embeddings="no", attention_dropout=2)
@@ -549,7 +572,8 @@ def test_unknown_fields_warn_and_are_listed(tmp_path):
     assert [w.split(": ")[2] for w in warnings] == ["use_flux_capacitor", "my_note"]  # not is_llama_config
     assert all(w.startswith(f"warning: {path}: ") for w in warnings)
     assert json.loads(result.stdout)["ignored_fields"] == ["use_flux_capacitor", "my_note"]
-    plain = runner.invoke(app, ["analyze", str(write(tmp_path, cfg("llama"), "plain.json")), "-p", "prefill", "-f", "json"])
+    plain = runner.invoke(app, ["analyze", str(write(tmp_path, cfg("llama"), "plain.json")), "-p", "prefill",
+                                "-f", "json"])
     assert "ignored_fields" not in json.loads(plain.stdout) and plain.stderr == ""
     out = tmp_path / "spec.yaml"
     result = runner.invoke(app, ["import-hf", str(path), "-o", str(out)])
@@ -564,7 +588,8 @@ def test_metadata_fields_of_released_configs_pass_silently(tmp_path):
              "gemma3_text": dict(_sliding_window_pattern=6),
              "t5": dict(scale_decoder_outputs=True)}
     for model_type, fields in quiet.items():
-        result = runner.invoke(app, ["analyze", str(write(tmp_path, cfg(model_type, **fields))), "-p", "prefill"])
+        result = runner.invoke(app, ["analyze", str(write(tmp_path, cfg(model_type, **fields))), "-p",
+                                     "prefill"])
         assert result.exit_code == 0 and result.stderr == "", (model_type, result.output)
     fails(["analyze", str(write(tmp_path, cfg("t5", scale_decoder_outputs=False)))],
           "scale_decoder_outputs: differs from tie_word_embeddings")
@@ -575,7 +600,8 @@ def test_a_model_folder(tmp_path):
     folder.mkdir()
     write(folder, OPT_125M)
     result = runner.invoke(app, ["analyze", str(folder), "-p", "prefill", "-f", "json"])
-    assert result.exit_code == 0 and json.loads(result.stdout)["phases"]["prefill"]["params"]["total"] == 125_239_296
+    assert (result.exit_code == 0
+            and json.loads(result.stdout)["phases"]["prefill"]["params"]["total"] == 125_239_296)
     result = runner.invoke(app, ["import-hf", str(folder)])
     assert result.exit_code == 0 and "ffn_dropout" not in result.stdout
     empty = tmp_path / "empty"
@@ -583,8 +609,10 @@ def test_a_model_folder(tmp_path):
     fails(["analyze", str(empty)], f"{empty}: a folder without a config.json")
 
 
-LLAVA = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"], "image_token_index": 32000,
-         "projector_hidden_act": "gelu", "vision_feature_layer": -2, "vision_config": {"model_type": "clip_vision_model"},
+LLAVA = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"],
+         "image_token_index": 32000,
+         "projector_hidden_act": "gelu", "vision_feature_layer": -2,
+         "vision_config": {"model_type": "clip_vision_model"},
          "text_config": {"model_type": "llama", **CLASS_SIZES["llama"], "vocab_size": 32064}}
 
 
@@ -593,22 +621,28 @@ def test_multimodal_wrappers_read_their_text_decoder(tmp_path):
     result = runner.invoke(app, ["analyze", str(path), "-p", "prefill", "-f", "json"])
     assert result.exit_code == 0, result.output
     assert result.stderr.strip().splitlines() == [
-        f"warning: {path}: llava is multimodal: only its text decoder (text_config) is counted, not the vision "
+        f"warning: {path}: llava is multimodal: only its text decoder (text_config) is counted, not the "
+        "vision "
         "tower nor the projector"]
     text = hf.spec_from_hf({**LLAVA["text_config"]})
     assert json.loads(result.stdout)["phases"]["prefill"]["params"]["total"] == count_params(text)
     # A text_config without a model_type is the wrapper's default text model.
     bare = {**LLAVA, "text_config": {k: v for k, v in LLAVA["text_config"].items() if k != "model_type"}}
     assert count_params(hf.spec_from_hf(bare)) == count_params(text)
-    fails(["analyze", str(write(tmp_path, {**LLAVA, "text_config": {**LLAVA["text_config"], "vocab_size": None}}))],
+    fails(["analyze", str(write(tmp_path, {**LLAVA, "text_config": {**LLAVA["text_config"],
+                                                                    "vocab_size": None}}))],
           f"{path}: text_config: vocab_size: should be a positive integer (got null)")
-    fails(["analyze", str(write(tmp_path, {"model_type": "mistral3"}))], "text_config: mistral3 is multimodal")
+    fails(["analyze", str(write(tmp_path, {"model_type": "mistral3"}))],
+          "text_config: mistral3 is multimodal")
 
 
 EXPORT_TYPES = {  # docs/hf.md's export table
-    "mixtral-8x7b": "mixtral", "olmoe-1b-7b": "olmoe", "qwen3-30b-a3b": "qwen3_moe", "qwen3-235b-a22b": "qwen3_moe",
-    "gpt-oss-20b": "gpt_oss", "gpt-oss-120b": "gpt_oss", "llama-4-scout": "llama4_text", "llama-4-maverick": "llama4_text",
-    **dict.fromkeys(("gpt2-small", "gpt2-xl", "gpt3-125m", "gpt3-1.3b", "gpt3-175b"), "gpt2"), "gpt-j-6b": "gptj",
+    "mixtral-8x7b": "mixtral", "olmoe-1b-7b": "olmoe", "qwen3-30b-a3b": "qwen3_moe",
+    "qwen3-235b-a22b": "qwen3_moe",
+    "gpt-oss-20b": "gpt_oss", "gpt-oss-120b": "gpt_oss", "llama-4-scout": "llama4_text",
+    "llama-4-maverick": "llama4_text",
+    **dict.fromkeys(("gpt2-small", "gpt2-xl", "gpt3-125m", "gpt3-1.3b", "gpt3-175b"), "gpt2"),
+    "gpt-j-6b": "gptj",
     **dict.fromkeys(("megatron-22b", "megatron-175b", "megatron-530b", "megatron-1t"), "gpt2"),
     **dict.fromkeys(("llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-405b"), "llama"),
     "mistral-7b": "mistral", "gemma-2-9b": "gemma2", "gemma-3-27b": "gemma3_text", "qwen2-7b": "qwen2",
@@ -621,5 +655,6 @@ EXPORT_TYPES = {  # docs/hf.md's export table
 def test_export_picks_the_documented_model_type():
     """Export keeps the first family whose config reproduces the spec; for the bundled specs that
     is the type docs/hf.md names (a new family must not take a spec another already builds)."""
-    got = {n: hf.export_hf(catalog.load(n)).model_type for n in catalog.bundled_names() if n not in NO_HF_CLASS}
+    got = {n: hf.export_hf(catalog.load(n)).model_type for n in catalog.bundled_names() if n
+           not in NO_HF_CLASS}
     assert got == EXPORT_TYPES

@@ -20,7 +20,7 @@ from costmodel.analysis import analyze, count_params
 from costmodel.spec import LayerKind
 from tests.hf_configs import CLASS_SIZES, CONFIGS, RELEASED, SMALL
 
-# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+# Seconds each (full models, transformers, hypothesis): out of the day-to-day `-m "not slow"` run.
 pytestmark = pytest.mark.slow
 
 
@@ -33,7 +33,8 @@ transformers.logging.set_verbosity_error()
 
 def build(config: dict):
     """The transformers model with an LM head for `config`, on the meta device (no memory)."""
-    kwargs = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures", "_name_or_path")}
+    kwargs = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures",
+                                                                          "_name_or_path")}
     cfg = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
     auto = transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder else transformers.AutoModelForCausalLM
     with torch.device("meta"):
@@ -157,7 +158,8 @@ def hf_flops_and_kv(config: dict) -> tuple[int, int]:
     our convention) and the elements the returned KV cache holds, from transformers on meta."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    kwargs = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures", "_name_or_path")}
+    kwargs = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures",
+                                                                          "_name_or_path")}
     cfg = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
     cfg._attn_implementation = "eager"
     # Sparse layers: grouped_mm (the default) is invisible to FlopCounterMode, batched_mm is counted.
@@ -194,7 +196,8 @@ def test_new_types_flops_and_kv_equal_transformers(model_type, i, fields):
 
 WRAPPED = {
     "llava": {"text_config": {"model_type": "llama", **SMALL, "num_key_value_heads": 2}},
-    "mistral3": {"text_config": {"model_type": "mistral", **SMALL, "num_key_value_heads": 2, "sliding_window": None}},
+    "mistral3": {"text_config": {"model_type": "mistral", **SMALL, "num_key_value_heads": 2,
+                                 "sliding_window": None}},
     "gemma3": {"text_config": {"model_type": "gemma3_text", **SMALL, "num_key_value_heads": 2, "head_dim": 16,
                                "sliding_window": 16}},
 }
@@ -206,7 +209,9 @@ WRAPPED_CASES = [(mt, fields) for mt, fields in WRAPPED.items()] + [
 ]
 
 
-@pytest.mark.parametrize("model_type,fields", WRAPPED_CASES, ids=[f"{mt}-{i}" for i, (mt, _) in enumerate(WRAPPED_CASES)])
+@pytest.mark.parametrize("model_type,fields", WRAPPED_CASES, ids=[f"{mt}-{i}" for i, (mt,
+                                                                                      _)
+                                                                  in enumerate(WRAPPED_CASES)])
 def test_multimodal_text_decoder_count_equals_transformers(model_type, fields):
     """Ours (the text decoder) equals the wrapper's language model plus its LM head, every tensor
     once (tied as the wrapper's tie_word_embeddings, or llava's text_config, says)."""

@@ -24,7 +24,8 @@ V3_DENSE = dict(name="deepseek-v3-dense", d_model=7168, n_layers=61, n_heads=128
                 vocab_size=129280, max_seq_len=163840, norm="rmsnorm", activation="swiglu",
                 position="rope", attention=V3_ATTENTION)
 #: A latent-attention spec small enough to count by hand: d=8, h=2, r_q=6, r_kv=4, d_n=4, d_r=2, d_v=3.
-TINY_MLA = dict(kind="mla", q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=4, qk_rope_head_dim=2, v_head_dim=3)
+TINY_MLA = dict(kind="mla", q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=4, qk_rope_head_dim=2,
+                v_head_dim=3)
 
 
 def v3(**changes):
@@ -91,7 +92,8 @@ def test_absorbed_attention_costs_2h_2rkv_plus_dr_per_cached_token() -> None:
     """Absorbed: scores 2*h*(r_kv + d_r), AV 2*h*r_kv per cached token: 2*128*(1024 + 64) = 278,528
     a layer; kv_b runs on the query, so it does not grow with the context."""
     spec = v3()
-    assert per_cached_token(spec, "absorbed", ("scores", "av")) == 61 * 2 * 128 * (2 * 512 + 64) == 61 * 278_528
+    assert per_cached_token(spec, "absorbed", ("scores",
+                                               "av")) == 61 * 2 * 128 * (2 * 512 + 64) == 61 * 278_528
     assert per_cached_token(spec, "absorbed", ("kv_b",)) == 0
     # kv_b per query token: q_nope through W_UK (128 x 512 per head), AV through W_UV (512 x 128)
     a = analyze(spec, "decode", batch=2, seq=100, mla="absorbed")
@@ -118,7 +120,8 @@ def test_prefill_is_cheaper_naive() -> None:
     absorbed = analyze(v3(), "prefill", seq=4096, mla="absorbed")
     kv_b = lambda a: a.total("layers/attention/kv_b").flops_matmul  # noqa: E731
     assert kv_b(naive) == kv_b(absorbed) == 61 * 2 * 4096 * 512 * 128 * 256
-    pairs = lambda a: sum(a.total(f"layers/attention/{x}").flops_matmul for x in ("scores", "av"))  # noqa: E731
+    pairs = lambda a: sum(a.total(f"layers/attention/{x}").flops_matmul for x in ("scores",
+                                                                                  "av"))  # noqa: E731
     assert pairs(naive) == 61 * 2 * 128 * 4096 * 4096 * 320
     assert pairs(absorbed) == 61 * 2 * 128 * 4096 * 4096 * 1088
 
@@ -153,10 +156,12 @@ def test_tiny_mla_by_hand() -> None:
 @pytest.mark.parametrize("changes, message", [
     (dict(attention={**TINY_MLA, "qk_rope_head_dim": 3}),
      "attention.qk_rope_head_dim: must be even: RoPE rotates pairs of dimensions (got 3)"),
-    (dict(position="learned"), "attention: latent attention carries positions in its decoupled RoPE dimensions; "
+    (dict(position="learned"),
+     "attention: latent attention carries positions in its decoupled RoPE dimensions; "
                                "position must be rope (got learned)"),
     (dict(n_kv_heads=1), "n_kv_heads: give attention or its shorthand fields, not both"),
-    (dict(attention={**TINY_MLA, "kv_lora": 4}), "attention.kv_lora: unknown field (did you mean kv_lora_rank?)"),
+    (dict(attention={**TINY_MLA, "kv_lora": 4}),
+     "attention.kv_lora: unknown field (did you mean kv_lora_rank?)"),
 ])
 def test_bad_latent_specs_are_one_line(changes, message) -> None:
     data = {**{k: v for k, v in V3_DENSE.items()}, "attention": TINY_MLA, **changes}
@@ -396,7 +401,8 @@ def test_recorded_gemm_shapes_add_up_to_the_matmul_flops(mla: str) -> None:
             costs = model.components(spec, model.numeric_dims(spec, a.shape, 2, mla))
             for path, cost in costs.items():
                 assert cost.matmul == sum(2 * c * m * k * n for c, m, k, n in cost.gemms), (phase, path)
-    costs = model.components(v3(), model.numeric_dims(v3(), dict(B=4, S=1, C=101, S_e=0, C_e=0), 2, "absorbed"))
+    costs = model.components(v3(), model.numeric_dims(v3(), dict(B=4, S=1, C=101, S_e=0, C_e=0), 2,
+                                                      "absorbed"))
     assert costs["layers/attention/scores"].gemms == ((4 * 61, 128, 576, 101),)
     assert costs["layers/attention/kv_b"].gemms == ((4 * 128 * 61, 1, 128, 512), (4 * 128 * 61, 1, 512, 128))
 
@@ -417,7 +423,8 @@ def test_deepseek_configs_import_as_latent_attention() -> None:
     spec = hf.spec_from_hf(v3_config)
     assert spec.mla == spec_from_dict(V3_DENSE).mla
     assert analyze(spec, "decode", seq=1).total().params == analyze(v3(), "decode", seq=1).total().params
-    with pytest.raises(SpecError, match=r"num_key_value_heads: 8: latent attention expands its latent into all "
+    with pytest.raises(SpecError,
+                       match=r"num_key_value_heads: 8: latent attention expands its latent into all "
                                         r"128 heads"):
         hf.spec_from_hf({**v3_config, "num_key_value_heads": 8})
 
@@ -436,7 +443,8 @@ def test_saved_for_backward_equals_the_reference_model() -> None:
             assert memory(spec, "train", batch=2, seq=7, run=run).total("activations") == measured, recompute
     # absorbed and naive hold the same weights: the same matrices for weight-only quantisation
     naive, absorbed = (model_costs(v3(n_layers=1), mla) for mla in ("naive", "absorbed"))
-    assert naive["layers/attention/kv_b"].matrices == absorbed["layers/attention/kv_b"].matrices == 512 * 128 * 256
+    assert (naive["layers/attention/kv_b"].matrices == absorbed["layers/attention/kv_b"].matrices
+            == 512 * 128 * 256)
     assert naive["layers/attention/kv_b"].factored == absorbed["layers/attention/kv_b"].factored
 
 

@@ -34,7 +34,8 @@ def test_chunk_pairs_match_brute_force(S: int, cached: int, c: int) -> None:
     shape = attn.chunked(dims)
     assert shape.pairs == sum((j - 1) % c + 1 for j in range(C - S + 1, C + 1))
     # brute force over the mask itself: keys at or before the query, in its chunk (0-based positions)
-    assert shape.pairs == sum(1 for q in range(C - S, C) for key in range(C) if key <= q and key // c == q // c)
+    assert shape.pairs == sum(1 for q in range(C - S,
+                                               C) for key in range(C) if key <= q and key // c == q // c)
     assert shape.span == min(C, c + S - 1) and shape.cached == min(C, c) and shape.written == min(S, c)
 
 
@@ -73,7 +74,8 @@ def test_llama4_pattern_three_chunked_rope_one_global_nope() -> None:
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(layer_pattern=["chunked", "global"]), "attention_chunk: required, since layer_pattern has chunked layers"),
+    (dict(layer_pattern=["chunked", "global"]),
+     "attention_chunk: required, since layer_pattern has chunked layers"),
     (dict(attention_chunk=4), "layer_pattern: an attention_chunk is given but no layer is chunked"),
     (dict(layer_pattern=["chunk"], attention_chunk=4),
      "layer_pattern: unknown value 'chunk'; expected one of local, global, chunked"),
@@ -189,7 +191,8 @@ def test_chunk_pairs_are_what_transformers_mask_allows(S: int, cached: int, c: i
 def test_sinks_are_what_gpt_oss_computes() -> None:
     """gpt-oss's eager attention (sinks concatenated as one softmax column, then dropped) gives the
     probabilities of our reference Sinks, and GptOssAttention holds h sink logits."""
-    transformers = pytest.importorskip("transformers", reason="the oracle needs transformers (the [hf] extra)")
+    transformers = pytest.importorskip("transformers",
+                                       reason="the oracle needs transformers (the [hf] extra)")
     from types import SimpleNamespace
 
     from transformers.models.gpt_oss import modeling_gpt_oss as gpt_oss
@@ -206,7 +209,8 @@ def test_sinks_are_what_gpt_oss_computes() -> None:
     _, theirs = gpt_oss.eager_attention_forward(module, q, k, v, None, scaling=d**-0.5)
     ours = sinks(q @ k.transpose(-2, -1) * d**-0.5)
     assert torch.allclose(ours, theirs, atol=1e-12)
-    cfg = transformers.GptOssConfig(hidden_size=16, num_attention_heads=heads, num_key_value_heads=2, head_dim=d,
+    cfg = transformers.GptOssConfig(hidden_size=16, num_attention_heads=heads, num_key_value_heads=2,
+                                    head_dim=d,
                                     num_hidden_layers=1, layer_types=["full_attention"])
     layer = gpt_oss.GptOssAttention(cfg, 0)
     assert layer.sinks.numel() == heads
@@ -222,7 +226,8 @@ def test_llama4_chunked_layers_equal_flop_counter_on_transformers(batch: int, se
     """transformers' Llama 4 text model with every FFN dense (moe_layers []), chunks of 3, every
     4th layer global and NoPE: parameters, prefill FLOPs and a decode step's FLOPs (the chunked
     layers' keys a rolling buffer of min(C, c)) equal the formulas exactly."""
-    transformers = pytest.importorskip("transformers", reason="the oracle needs transformers (the [hf] extra)")
+    transformers = pytest.importorskip("transformers",
+                                       reason="the oracle needs transformers (the [hf] extra)")
     from torch.utils.flop_counter import FlopCounterMode
 
     transformers.logging.set_verbosity_error()

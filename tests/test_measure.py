@@ -205,7 +205,8 @@ def test_readme_calibrate_then_measure_on_cpu(hardware_dir) -> None:
     assert tables.first_touch is None and "fresh output" not in cal.output
     assert tables.allocator == "cache" and "allocator cache" in tables.source
     analyzed = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "local", "--dtype", "fp32"])
-    assert analyzed.exit_code == 0 and "predicted time " in analyzed.output and "no efficiency" not in analyzed.output
+    assert (analyzed.exit_code == 0 and "predicted time " in analyzed.output
+            and "no efficiency" not in analyzed.output)
     result = runner.invoke(app, ["measure", "gpt2-small", "--device", "cpu", "--layers", "1", "-p", "prefill",
                                  "-s", "32", "--dtype", "fp32"])
     assert result.exit_code == 0, result.output

@@ -18,7 +18,7 @@ from costmodel.measure.run import keep_layers, measure  # noqa: E402
 from costmodel.spec import Spec  # noqa: E402
 from costmodel.catalog import load_spec
 
-# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+# Seconds each (full models, transformers, hypothesis): out of the day-to-day `-m "not slow"` run.
 pytestmark = pytest.mark.slow
 
 
@@ -34,7 +34,7 @@ def depth(spec: Spec) -> int:
     each expert as its own module, so one layer suffices where all are alike (Qwen3). The
     full depth is measured once (test_full_depth_counts_equal_formulas): the formulas multiply a
     layer's cost by its group's count, which the cut model does not check."""
-    layers = list(zip(spec.layer_kinds(), spec.sparse_layers()))
+    layers = list(zip(spec.layer_kinds(), spec.sparse_layers(), strict=True))
     every = set(layers)
     n = next(i for i in range(1, len(layers) + 1) if set(layers[:i]) == every)
     return min(len(layers), max(1 if spec.moe is not None else 2, n))
@@ -84,5 +84,6 @@ def test_full_depth_counts_equal_formulas(path: Path) -> None:
     layer groups' counts (the pattern repeated and cut at the last layer) are right too."""
     spec = load_spec(path)
     m = measure(spec, "prefill", **shapes(spec)[0], count_bytes=False, model=build(spec))
-    wrong = [f"{c.quantity}: formula {c.formula:,} measured {c.measured:,}" for c in m.comparisons if not c.agrees]
+    wrong = [f"{c.quantity}: formula {c.formula:,} measured {c.measured:,}" for c in m.comparisons if
+             not c.agrees]
     assert not wrong, f"{spec.name}: {wrong}"

@@ -26,7 +26,7 @@ from tests.helpers import random_spec_data  # noqa: E402
 
 
 
-# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+# Seconds each (full models, transformers, hypothesis): out of the day-to-day `-m "not slow"` run.
 pytestmark = pytest.mark.slow
 
 

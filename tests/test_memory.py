@@ -33,7 +33,8 @@ FACTORED = 2 * (8 + 16 + 12 + 12 + 16 + 8 + 20 + 20 + 20) + 18 + 8 + 18  # rows 
 
 
 @pytest.mark.parametrize("stage, expected, paper", [
-    (0, 120_000_000_000, 120.0), (1, 31_406_250_000, 31.4), (2, 16_640_625_000, 16.6), (3, 1_875_000_000, 1.9),
+    (0, 120_000_000_000, 120.0), (1, 31_406_250_000, 31.4), (2, 16_640_625_000, 16.6), (3, 1_875_000_000,
+                                                                                        1.9),
 ])
 def test_zero_paper_section5(stage: int, expected: int, paper: float) -> None:
     """7.5B parameters, AdamW bf16-mixed (K = 12), 64 data-parallel ranks: 120, 31.4, 16.6, 1.9 GB."""
@@ -62,7 +63,8 @@ def test_states_by_recipe(optimizer: str, precision: str, weights: int, grads: i
 
 def test_zero_shards_a_real_spec() -> None:
     m = memory(tiny(), "train", 1, 8, parallel=Parallel(dp=8, zero=3))
-    assert (m.total("weights"), m.total("gradients"), m.total("optimizer")) == (-(-2 * N // 8), -(-2 * N // 8),
+    assert (m.total("weights"), m.total("gradients"), m.total("optimizer")) == (-(-2 * N // 8),
+                                                                                -(-2 * N // 8),
                                                                                  -(-8 * N // 8) + 4 * N // 8)
 
 
@@ -87,7 +89,8 @@ def test_one_causal_mask_per_attention_kind_not_per_layer_group(name: str, masks
     reads it (``measure.reference``: ``step.once(("mask", window, chunk))``); a stack's dense and
     sparse layers of one kind share it (it was once counted per layer group: 64 B too many at
     S = 8 on DeepSeek-V2-Lite and Kimi K2)."""
-    items = {i.path: i.bytes for i in memory(catalog.load(name), "train", 2, 8).items if i.category == "activations"}
+    items = {i.path: i.bytes for i in memory(catalog.load(name), "train", 2,
+                                             8).items if i.category == "activations"}
     assert items["layers/causal_mask"] == masks * 8 * 8
 
 
@@ -123,7 +126,8 @@ def _gpt_layer_symbolic(recompute: str = "none") -> sympy.Expr:
     spec = catalog.load("gpt2-small")  # LayerNorm, 4h GeLU, dropout everywhere, MHA
     costs = model.components(spec, model.symbolic_dims(spec))
     s, b, hid, a = sympy.symbols("s b h a", positive=True)
-    subs = {sym.S: s, sym.C: s, sym.B: b, sym.d: hid, sym.h: a, sym.k: a, sym.d_h: hid / a, sym.f: 4 * hid, sym.p: 2,
+    subs = {sym.S: s, sym.C: s, sym.B: b, sym.d: hid, sym.h: a, sym.k: a, sym.d_h: hid / a, sym.f: 4 * hid,
+            sym.p: 2,
             sym.layer_count("layers", None): 1}
     total = 0
     for path, c in costs.items():
@@ -181,7 +185,8 @@ def test_kv_cache_dtype() -> None:
 
 
 #: tiny with latent attention: d=8, h=2, r_q=6, r_kv=4, d_n=4, d_r=2, d_v=3 (RoPE), f=12, V=10, L=2.
-TINY_MLA = dict(kind="mla", q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=4, qk_rope_head_dim=2, v_head_dim=3)
+TINY_MLA = dict(kind="mla", q_lora_rank=6, kv_lora_rank=4, qk_nope_head_dim=4, qk_rope_head_dim=2,
+                v_head_dim=3)
 
 
 def _sites(spec, phase: str, batch: int, seq: int, run: Run) -> dict[str, int]:
@@ -212,8 +217,10 @@ def test_latent_attention_live_peak_by_hand() -> None:
     # prefill of 16: S = C = 16
     stream, queries, one, latent = 1024, 1024, 2 * 2 * 2 * 16 * 16, 2 * 2 * 16 * 2 * 4
     values = 2 * 2 * 16 * 2 * 3
-    assert _sites(spec, "prefill", 2, 16, naive)["attention"] == stream + queries + 2 * 2 * 2 * 16 * 16 + 2 * one == 8192
-    assert _sites(spec, "prefill", 2, 16, absorbed)["attention"] == stream + queries + latent + 3 * one == 8704
+    assert _sites(spec, "prefill", 2, 16,
+                  naive)["attention"] == stream + queries + 2 * 2 * 2 * 16 * 16 + 2 * one == 8192
+    assert _sites(spec, "prefill", 2, 16,
+                  absorbed)["attention"] == stream + queries + latent + 3 * one == 8704
     assert 2 * one + 2 * latent + values == 5504 < 3 * one  # W_UV's moment is the lesser here
     # flash keeps no scores: absorbed is then W_UV's moment alone, naive the expanded C terms
     flash = _sites(spec, "prefill", 2, 16, Run(mla="absorbed", flash=True))["attention"]
@@ -248,22 +255,27 @@ def test_memory_and_fit_take_mla() -> None:
         return json.loads(r.stdout)
 
     naive = json_of("memory", "deepseek-v2-lite", "-p", "decode", "-b", "2", "-f", "json")
-    absorbed = json_of("memory", "deepseek-v2-lite", "-p", "decode", "-b", "2", "--mla", "absorbed", "-f", "json")
+    absorbed = json_of("memory", "deepseek-v2-lite", "-p", "decode", "-b", "2", "--mla", "absorbed", "-f",
+                       "json")
     assert (naive["mla_convention"], absorbed["mla_convention"]) == ("naive", "absorbed")
     assert absorbed["memory"]["activations"] < naive["memory"]["activations"]
     assert absorbed["memory"]["kv_cache"] == naive["memory"]["kv_cache"]
-    fits = json_of("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "--mla", "absorbed", "-f", "json")["phases"]
+    fits = json_of("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "--mla", "absorbed", "-f",
+                   "json")["phases"]
     assert {ph: v["mla_convention"] for ph, v in fits.items()} == {
         "train": "naive", "prefill": "absorbed", "decode": "absorbed"}
-    plain = json_of("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "-f", "json")["phases"]
+    plain = json_of("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "-f",
+                    "json")["phases"]
     assert fits["decode"]["max_batch"] > plain["decode"]["max_batch"]
-    assert "mla_convention" not in json_of("fit", "gpt2-small", "--hardware", "l4", "-f", "json")["phases"]["decode"]
+    assert "mla_convention" not in json_of("fit", "gpt2-small", "--hardware", "l4", "-f",
+                                           "json")["phases"]["decode"]
 
 
 def test_analyze_fit_warning_follows_mla() -> None:
     """analyze --hardware warns on the peak of its own convention: DeepSeek-V2-Lite decode at
     B = 600 on an H100 needs more than 80 GB naive (the re-expanded keys), not absorbed."""
-    args = ["analyze", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "-b", "600", "-f", "json"]
+    args = ["analyze", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "-b", "600", "-f",
+            "json"]
     naive, absorbed = runner.invoke(app, args), runner.invoke(app, [*args, "--mla", "absorbed"])
     assert naive.exit_code == absorbed.exit_code == 0
     assert naive.stderr.startswith("warning: decode at B=600") and absorbed.stderr == ""

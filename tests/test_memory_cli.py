@@ -56,7 +56,8 @@ def test_readme_memory_json() -> None:
 
 def test_readme_fit_batch() -> None:
     out = run("fit", "llama-2-7b", "--hardware", "h100-sxm").stdout
-    lines = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith(("train", "decode"))}
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith(("train",
+                                                                                            "decode"))}
     assert "none fits" in lines["train"]
     # decode: (80e9 - 2 x N) / (KV 512 KiB x 2048 tokens per sequence + activations) -> 61
     assert lines["decode"].split()[1] == "61"

@@ -46,8 +46,10 @@ def test_mixtral_active_params_both_conventions() -> None:
     the input table 12,748,853,248."""
     assert moe.inactive_params(MIXTRAL, D_MIXTRAL, 32) == 33_822_867_456
     total, embedding = 46_702_792_704, 32_000 * 4096
-    with_emb = moe.active_params(total, embedding, MIXTRAL, D_MIXTRAL, 32, moe.ActiveConvention.with_embedding)
-    without = moe.active_params(total, embedding, MIXTRAL, D_MIXTRAL, 32, moe.ActiveConvention.without_embedding)
+    with_emb = moe.active_params(total, embedding, MIXTRAL, D_MIXTRAL, 32,
+                                 moe.ActiveConvention.with_embedding)
+    without = moe.active_params(total, embedding, MIXTRAL, D_MIXTRAL, 32,
+                                moe.ActiveConvention.without_embedding)
     assert (with_emb, without) == (12_879_925_248, 12_748_853_248)
     assert round(with_emb / 1e8) == 129
 
@@ -64,7 +66,8 @@ def test_expert_biases_and_ungated_experts() -> None:
 def test_shared_experts_are_one_wide_mlp() -> None:
     """DeepSeekMoE: n_s shared experts of f_s hold n_s*3*d*f_s params and every token runs
     them: 2*T*3*d*n_s*f_s matmul FLOPs, beside 2*T*K*3*d*f_e for the routed ones."""
-    cfg = MoEFFN(activation="swiglu", n_experts=16, top_k=4, d_ff_expert=8, n_shared_experts=2, d_ff_shared=12)
+    cfg = MoEFFN(activation="swiglu", n_experts=16, top_k=4, d_ff_expert=8, n_shared_experts=2,
+                 d_ff_shared=12)
     d, T = 10, 7
     leaves = dict(moe.sparse(cfg, d, 2, moe.ExpertDims.of(cfg), T))
     shared = sum(c.params for k, c in leaves.items() if k.startswith("shared/"))
@@ -216,7 +219,8 @@ def test_layer_checks() -> None:
     with pytest.raises(ValueError, match="d_ff: every layer"):
         MoEFFN(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16, d_ff=32).check_layers(4)
     with pytest.raises(ValueError, match="moe_layers"):
-        MoEFFN(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16, d_ff=32, moe_layers=(5,)).check_layers(4)
+        MoEFFN(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=16, d_ff=32, moe_layers=(5,
+                                                                                               )).check_layers(4)
 
 
 # --- the reference module, counted --------------------------------------------------------------
@@ -242,7 +246,8 @@ def test_reference_counts_equal_the_formulas(case: str, device: str) -> None:
     from costmodel.measure.counters import Counts
     from costmodel.measure.moe import SparseMLP
 
-    cfg = MoEFFN(**{**dict(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=32, norm_topk=True), **CASES[case]})
+    cfg = MoEFFN(**{**dict(activation="swiglu", n_experts=8, top_k=2, d_ff_expert=32, norm_topk=True),
+                    **CASES[case]})
     d, B, S = 16, 3, 5
     with torch.device(device):
         module = SparseMLP(cfg, d).to(torch.bfloat16)
@@ -292,7 +297,8 @@ def _moe_specs():
     root = pathlib.Path(__file__).resolve().parent.parent / "specs"
     paths = sorted(root.glob("*.yaml"))
     data = {p.stem: yaml.safe_load(p.read_text()) for p in paths}
-    return {name: d for name, d in data.items() if isinstance(d.get("ffn"), dict) and d["ffn"]["kind"] == "moe"}
+    return {name: d for name, d in data.items() if isinstance(d.get("ffn"),
+                                                              dict) and d["ffn"]["kind"] == "moe"}
 
 
 PENDING = _moe_specs()
@@ -334,7 +340,8 @@ def test_saved_for_backward_of_the_block_equals_the_reference() -> None:
     torch = pytest.importorskip("torch")
     from costmodel.measure.moe import SparseMLP
 
-    for E, K, norm, aux, router in ((64, 8, False, 0.0, None), (8, 2, True, 0.01, None), (16, 4, True, 0.0, None),
+    for E, K, norm, aux, router in ((64, 8, False, 0.0, None), (8, 2, True, 0.01, None), (16, 4, True, 0.0,
+                                                                                          None),
                                     (16, 4, False, 0.01, "fp32")):
         cfg = MoEFFN(activation="swiglu", n_experts=E, top_k=K, d_ff_expert=32, norm_topk=norm, aux_loss=aux,
                      router_dtype=router)
@@ -381,7 +388,7 @@ def test_layer_groups_are_counted_not_listed() -> None:
         if "local" not in pattern:
             data.pop("window")
         spec = spec_from_dict(data)
-        listed = Counter(zip(spec.layer_kinds(), spec.sparse_layers()))
+        listed = Counter(zip(spec.layer_kinds(), spec.sparse_layers(), strict=True))
         assert spec.layer_group_counts() == dict(listed), (n_layers, pattern, rule)
     big = spec_from_dict({**base, "n_layers": 10**9, "layer_pattern": ["local", "global"],
                           "ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 2,

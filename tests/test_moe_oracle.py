@@ -22,44 +22,53 @@ from costmodel.components import moe
 from costmodel.spec import LayerKind, MoEFFN, Position
 from tests.hf_configs import CONFIGS, RELEASED_MOE
 
-# Seconds each (full models, transformers, hypothesis): not in the day-to-day run, python -m pytest -m "not slow".
+# Seconds each (full models, transformers, hypothesis): out of the day-to-day `-m "not slow"` run.
 pytestmark = pytest.mark.slow
 
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0, CPU build)")
-transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+transformers = pytest.importorskip("transformers",
+                                   reason="transformers is not installed (pip install -e '.[hf]')")
 transformers.logging.set_verbosity_error()
 
 D = 64
-BASE = dict(hidden_size=D, num_hidden_layers=2, num_attention_heads=4, vocab_size=300, max_position_embeddings=128)
+BASE = dict(hidden_size=D, num_hidden_layers=2, num_attention_heads=4, vocab_size=300,
+            max_position_embeddings=128)
 MLA = dict(kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8)
 
 # model type -> (config, the same sparse FFN as our fields)
 CASES = {
-    "mixtral": (dict(BASE, intermediate_size=96, num_local_experts=8, num_experts_per_tok=2, num_key_value_heads=2),
+    "mixtral": (dict(BASE, intermediate_size=96, num_local_experts=8, num_experts_per_tok=2,
+                     num_key_value_heads=2),
                 dict(n_experts=8, top_k=2, d_ff_expert=96, norm_topk=True)),
-    "qwen2_moe": (dict(BASE, intermediate_size=100, moe_intermediate_size=48, shared_expert_intermediate_size=80,
+    "qwen2_moe": (dict(BASE, intermediate_size=100, moe_intermediate_size=48,
+                       shared_expert_intermediate_size=80,
                        num_experts=8, num_experts_per_tok=2),
                   dict(n_experts=8, top_k=2, d_ff_expert=48, n_shared_experts=1, d_ff_shared=80,
                        shared_expert_gate=True)),
-    "qwen3_moe": (dict(BASE, intermediate_size=100, moe_intermediate_size=48, num_experts=16, num_experts_per_tok=4,
+    "qwen3_moe": (dict(BASE, intermediate_size=100, moe_intermediate_size=48, num_experts=16,
+                       num_experts_per_tok=4,
                        head_dim=32),
                   dict(n_experts=16, top_k=4, d_ff_expert=48, norm_topk=True)),
     "olmoe": (dict(BASE, intermediate_size=48, num_experts=8, num_experts_per_tok=3),
               dict(n_experts=8, top_k=3, d_ff_expert=48)),
     "deepseek_v2": (dict(BASE, **MLA, intermediate_size=100, moe_intermediate_size=48, n_routed_experts=8,
-                         num_experts_per_tok=2, n_shared_experts=2, first_k_dense_replace=1, q_lora_rank=None),
+                         num_experts_per_tok=2, n_shared_experts=2, first_k_dense_replace=1,
+                         q_lora_rank=None),
                     dict(n_experts=8, top_k=2, d_ff_expert=48, n_shared_experts=2, router_dtype="fp32")),
     "deepseek_v3": (dict(BASE, **MLA, intermediate_size=100, moe_intermediate_size=48, n_routed_experts=8,
-                         num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1,
+                         num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=2,
+                         topk_group=1,
                          q_lora_rank=24),
                     dict(n_experts=8, top_k=2, d_ff_expert=48, n_shared_experts=1, scoring="sigmoid",
                          norm_topk=True, router_dtype="fp32")),
     "gpt_oss": (dict(BASE, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2, head_dim=16,
-                     num_key_value_heads=2, layer_types=["sliding_attention", "full_attention"], sliding_window=16),
+                     num_key_value_heads=2, layer_types=["sliding_attention", "full_attention"],
+                     sliding_window=16),
                 dict(n_experts=8, top_k=2, d_ff_expert=48, router_bias=True, expert_bias=True)),
     "llama4_text": (dict(BASE, intermediate_size=48, intermediate_size_mlp=100, num_local_experts=8,
-                         num_experts_per_tok=2, head_dim=16, num_key_value_heads=2, interleave_moe_layer_step=1),
+                         num_experts_per_tok=2, head_dim=16, num_key_value_heads=2,
+                         interleave_moe_layer_step=1),
                     dict(n_experts=8, top_k=2, d_ff_expert=48, n_shared_experts=1, scoring="sigmoid")),
 }
 
@@ -127,7 +136,8 @@ WHOLE = {
     "qwen3_moe": dict(CASES["qwen3_moe"][0], num_hidden_layers=3, mlp_only_layers=[0], norm_topk_prob=True),
     "olmoe": dict(CASES["olmoe"][0], num_key_value_heads=2),
 }
-ARCH = {"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+ARCH = {"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+        "qwen3_moe": "Qwen3MoeForCausalLM",
         "olmoe": "OlmoeForCausalLM"}
 
 
@@ -164,12 +174,14 @@ def test_imported_config_counts_as_transformers(model_type: str, tmp_path) -> No
 DEEPSEEK = {
     # V2: no query compression, two shared experts with mlp_bias, group-limited routing and a scale
     "deepseek_v2": dict(CASES["deepseek_v2"][0], num_hidden_layers=3, mlp_bias=True,
-                        topk_method="group_limited_greedy", n_group=2, topk_group=1, routed_scaling_factor=16.0),
+                        topk_method="group_limited_greedy", n_group=2, topk_group=1,
+                        routed_scaling_factor=16.0),
     # V3: two dense layers first, then sparse; query latent, attention biases, sigmoid + renormalised
     "deepseek_v3": dict(CASES["deepseek_v3"][0], num_hidden_layers=4, first_k_dense_replace=2,
                         num_key_value_heads=4, attention_bias=True),
     # Kimi K2's shape in small: model_type kimi_k2 (read as deepseek_v3), one dense layer, one group
-    "kimi_k2": dict(CASES["deepseek_v3"][0], num_hidden_layers=3, num_key_value_heads=4, n_group=1, topk_group=1,
+    "kimi_k2": dict(CASES["deepseek_v3"][0], num_hidden_layers=3, num_key_value_heads=4, n_group=1,
+                    topk_group=1,
                     n_routed_experts=12, num_experts_per_tok=3, routed_scaling_factor=2.827),
 }
 
@@ -208,8 +220,10 @@ def test_deepseek_config_counts_as_transformers(model_type: str) -> None:
     from costmodel import hf
     from costmodel.analysis import analyze
 
-    config = {"model_type": model_type, "architectures": ["DeepseekV3ForCausalLM" if model_type != "deepseek_v2"
-                                                          else "DeepseekV2ForCausalLM"], **DEEPSEEK[model_type]}
+    config = {"model_type": model_type,
+              "architectures": ["DeepseekV3ForCausalLM" if model_type != "deepseek_v2"
+                                                          else "DeepseekV2ForCausalLM"],
+              **DEEPSEEK[model_type]}
     spec = hf.spec_from_hf(config)
     moe = spec.moe
     assert moe is not None and moe.router_dtype == "fp32"
@@ -252,8 +266,10 @@ def test_deepseek_routing_fields_refused_or_read() -> None:
     from costmodel.spec import SpecError
 
     v3 = {"model_type": "deepseek_v3", **DEEPSEEK["deepseek_v3"]}
-    with pytest.raises(SpecError, match=r"moe_layer_freq: 2 is not supported: transformers makes every layer from "
-                                        r"first_k_dense_replace on sparse.*; scoring_func: \"softmax\" is not "
+    with pytest.raises(SpecError,
+                       match=r"moe_layer_freq: 2 is not supported: transformers makes every layer from "
+                                        r"first_k_dense_replace on sparse.*; scoring_func: \"softmax\" is "
+                                        r"not "
                                         r"supported: transformers' deepseek_v3 router scores by sigmoid"):
         hf.spec_from_hf({**v3, "moe_layer_freq": 2, "scoring_func": "softmax"})
     v2 = {"model_type": "deepseek_v2", **DEEPSEEK["deepseek_v2"], "norm_topk_prob": True}
@@ -303,7 +319,8 @@ def test_gpt_oss_and_llama4_equal_transformers(model_type: str, i: int) -> None:
     # token making w (cache_utils.DynamicSlidingWindowLayer); we count the w slots a step uses.
     span = spec.window or spec.attention_chunk
     short = sum(k is not LayerKind.global_ for k in spec.layer_kinds()) if span and S >= span else 0
-    assert pre.total().kv_cache == (kv + short * 2 * B * spec.n_kv_heads * spec.head_dim) * pre.bytes_per_element
+    assert pre.total().kv_cache == (kv + short * 2 * B * spec.n_kv_heads
+                                    * spec.head_dim) * pre.bytes_per_element
 
 
 VISION = 871_932_416  # Llama 4's vision encoder and projector at the released vision_config

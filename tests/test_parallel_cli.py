@@ -17,7 +17,8 @@ from costmodel.spec import SpecError
 runner = CliRunner()
 CLUSTERS = Path(__file__).parent.parent / "specs" / "clusters"
 
-TRAIN_175B = ["train", "megatron-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64", "--tp", "8", "--pp", "8",
+TRAIN_175B = ["train", "megatron-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64", "--tp", "8", "--pp",
+              "8",
               "--interleave", "3", "--micro-batch", "1", "--global-batch", "64", "--recompute", "selective",
               "--sequence-parallel", "--dtype", "fp16", "--tokens", "3e11"]
 
@@ -62,8 +63,10 @@ def test_train_json_keys():
 
 def test_train_splits_a_pipeline_the_layers_do_not_divide():
     """48 layers on PP 5: stages of 9/10/10/10/9, said in a note; the fullest middle stage in the JSON."""
-    data = json.loads(run("train", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "40", "--tp", "8", "--pp", "5",
-                          "--micro-batch", "1", "--global-batch", "20", "--dtype", "fp16", "--format", "json").stdout)
+    data = json.loads(run("train", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "40", "--tp", "8",
+                          "--pp", "5",
+                          "--micro-batch", "1", "--global-batch", "20", "--dtype", "fp16", "--format",
+                          "json").stdout)
     assert "pipeline stages of 9/10/10/10/9 layers; stage 1 sets the pace" in data["notes"]
     assert data["memory"]["middle_stage"]["stage"] == "stage 1"
     assert data["memory"]["per_gpu"]["total"] == max(data["memory"][k]["total"]
@@ -71,27 +74,33 @@ def test_train_splits_a_pipeline_the_layers_do_not_divide():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--gpus", "64", "--tp", "7", "--pp", "8"], "--tp: 7 does not divide the 96 attention heads of megatron-175b"),
+    (["--gpus", "64", "--tp", "7", "--pp", "8"],
+     "--tp: 7 does not divide the 96 attention heads of megatron-175b"),
     (["--gpus", "1024", "--tp", "8", "--pp", "128"], "--pp: 128 stages for the 96 layers of megatron-175b"),
     (["--gpus", "40", "--tp", "8", "--pp", "5", "--interleave", "2"],
      "--interleave: 2 chunks x PP 5 does not divide the 96 layers"),
-    (["--gpus", "64", "--tp", "8", "--pp", "8", "--dp", "2"], "--gpus: 64 GPUs but TP 8 x PP 8 x DP 2 x CP 1 = 128"),
+    (["--gpus", "64", "--tp", "8", "--pp", "8", "--dp", "2"],
+     "--gpus: 64 GPUs but TP 8 x PP 8 x DP 2 x CP 1 = 128"),
     (["--gpus", "64", "--tp", "8", "--pp", "4", "--micro-batch", "5"],
      "--micro-batch: 5 does not divide the 32 sequences per DP rank (global batch 64 / DP 2)"),
     (["--gpus", "64", "--tp", "8", "--pp", "8", "--ep", "2"], "--ep: megatron-175b has no experts to split"),
-    (["--gpus", "64", "--tp", "8", "--pp", "8", "--interleave", "5"], "--interleave: 5 chunks x PP 8 does not divide"),
-    (["--gpus", "64", "--tp", "1", "--pp", "8", "--sequence-parallel"], "--sequence-parallel: splits activations"),
+    (["--gpus", "64", "--tp", "8", "--pp", "8", "--interleave", "5"],
+     "--interleave: 5 chunks x PP 8 does not divide"),
+    (["--gpus", "64", "--tp", "1", "--pp", "8", "--sequence-parallel"],
+     "--sequence-parallel: splits activations"),
     (["--gpus", "64", "--tp", "8", "--pp", "8", "--zero", "4"], "--zero: stage 4"),
 ])
 def test_bad_layouts_are_one_line_and_exit_2(args, message):
-    result = runner.invoke(app, ["train", "megatron-175b", "--cluster", "dgx-a100-80gb", "--global-batch", "64", *args])
+    result = runner.invoke(app, ["train", "megatron-175b", "--cluster", "dgx-a100-80gb", "--global-batch",
+                                 "64", *args])
     assert result.exit_code == 2
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
 
 
 def test_plan_ranks_fitting_layouts_fastest_first():
-    data = json.loads(run("plan", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "4",
+    data = json.loads(run("plan", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "8",
+                          "--global-batch", "4",
                           "--format", "json", "--top", "5").stdout)
     times = [d["step_time_s"] for d in data["layouts"]]
     assert times == sorted(times) and len(times) == 5
@@ -102,7 +111,8 @@ def test_plan_ranks_fitting_layouts_fastest_first():
 
 
 def test_plan_with_no_fitting_layout_says_so():
-    result = runner.invoke(app, ["plan", "megatron-1t", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "8"])
+    result = runner.invoke(app, ["plan", "megatron-1t", "--cluster", "dgx-a100-80gb", "--gpus", "8",
+                                 "--global-batch", "8"])
     assert result.exit_code == 1 and "no layout of megatron-1t fits" in result.stdout
 
 
@@ -157,7 +167,8 @@ def test_a_user_cluster_profile(tmp_path, monkeypatch):
     (tmp_path / "broken.yaml").write_text(text.replace("gpus_per_node: 4", "gpus_per_node: 0"))
     with pytest.raises(SpecError, match="gpus_per_node"):
         load_cluster("broken")
-    result = runner.invoke(app, ["train", "megatron-22b", "--cluster", "broken", "--gpus", "8", "--global-batch", "8"])
+    result = runner.invoke(app, ["train", "megatron-22b", "--cluster", "broken", "--gpus", "8",
+                                 "--global-batch", "8"])
     assert result.exit_code == 2 and "gpus_per_node" in result.stderr
 
 
@@ -168,7 +179,8 @@ def load_cluster_text(name: str) -> str:
 @pytest.mark.parametrize("args, expect", [
     (["train", "megatron-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64", "--tp", "8", "--pp", "8",
       "--global-batch", "64", "--recompute", "full"], "recompute"),
-    (["plan", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "4"], "Best layouts"),
+    (["plan", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "4"],
+     "Best layouts"),
     (["serve", "llama-3.1-405b", "--cluster", "dgx-h200", "--tp", "8", "--batch", "1,8,64"], "TPOT"),
 ])
 def test_readme_tour(args, expect):

@@ -12,8 +12,10 @@ from costmodel.parallel.collectives import collective, span
 # 4 GPUs per node; NVLink 100 GB/s at 0.5 -> 50 GB/s busbw; network 10 GB/s at 0.5 -> 5 GB/s.
 ROUND = Cluster(
     name="round", device="a100-80gb", gpus_per_node=4,
-    intra_node=Link(name="nvl", bandwidth=100e9, efficiency=0.5, latency=1e-6, ll_latency=0.1e-6, source="test"),
-    inter_node=Link(name="net", bandwidth=10e9, efficiency=0.5, latency=10e-6, ll_latency=1e-6, source="test"),
+    intra_node=Link(name="nvl", bandwidth=100e9, efficiency=0.5, latency=1e-6, ll_latency=0.1e-6,
+                    source="test"),
+    inter_node=Link(name="net", bandwidth=10e9, efficiency=0.5, latency=10e-6, ll_latency=1e-6,
+                    source="test"),
     collective_latency=5e-6, ll_collective_latency=2e-6, source="test",
 )
 

@@ -110,7 +110,8 @@ def test_interleaved_stages_take_every_pth_chunk():
     """deepseek-v2-lite: 27 layers (1 dense, 26 sparse), PP 3 with v 3: chunks of 3 layers,
     device 0 holds chunks 0, 3, 6 (layers 0-2, 9-11, 18-20), so the one dense layer."""
     model = StepModel(catalog.load("deepseek-v2-lite"), H100)
-    assert model.stage_groups(3, 3) == ({"dense": 1, "moe": 8}, {"dense": 0, "moe": 9}, {"dense": 0, "moe": 9})
+    assert model.stage_groups(3, 3) == ({"dense": 1, "moe": 8}, {"dense": 0, "moe": 9},
+                                        {"dense": 0, "moe": 9})
 
 
 def test_plan_never_ranks_a_layout_below_the_model_states_floor():

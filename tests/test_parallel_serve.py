@@ -69,5 +69,6 @@ def test_tensor_parallel_replicates_the_latent_cache(v3):
 def test_ep_refusals_are_one_line(v3):
     with pytest.raises(LayoutError, match="--batch: 4 sequences do not split over the 8"):
         decode(v3, H200, tp=1, batch=4, context=2048, ep=8)
-    with pytest.raises(LayoutError, match="--ep: 64 ranks leave 4 of the 256 experts on each, fewer than top_k 8"):
+    with pytest.raises(LayoutError,
+                       match="--ep: 64 ranks leave 4 of the 256 experts on each, fewer than top_k 8"):
         decode(v3, H200, tp=1, batch=64, context=2048, ep=64)

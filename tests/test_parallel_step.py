@@ -65,7 +65,8 @@ def test_tensor_parallel_collectives_per_step(m22):
     ar = st.by_collective()["tp/all_reduce"]
     assert ar["calls"] == 194
     assert ar["bytes_sent"] == pytest.approx(194 * 2 * 7 / 8 * x)
-    assert m22.step(Layout(4, 4, tp=8, recompute=Recompute.full)).by_collective()["tp/all_reduce"]["calls"] == 290
+    assert m22.step(Layout(4, 4, tp=8,
+                           recompute=Recompute.full)).by_collective()["tp/all_reduce"]["calls"] == 290
     sp = m22.step(Layout(4, 4, tp=8, sequence_parallel=True, recompute=Recompute.selective)).by_collective()
     assert sp["tp/reduce_scatter"]["calls"] == 4 * 48 + 2  # the embedding's output, the head's input gradient
     # the head's input, and the backward's re-gather of the two column-parallel inputs per layer
@@ -176,7 +177,9 @@ def test_the_column_parallel_backward_collectives_run_beside_their_gemms(m22):
     assert 2 * 8192 * 6144 * 2304 / (312e12 * 0.859) > one
     assert ar["exposed_s"] == pytest.approx((2 * 48 + 2) * one)
     assert st.breakdown["tp_comm"] == pytest.approx(ar["exposed_s"])
-    off = StepModel(m22.spec, A100, seq=2048, dtype="fp16", overlap=Overlap(tp_backward=False)).step(Layout(4, 4, tp=8))
+    off = StepModel(m22.spec, A100, seq=2048, dtype="fp16", overlap=Overlap(tp_backward=False)).step(Layout(4,
+                                                                                                            4,
+                                                                                                            tp=8))
     assert off.by_collective()["tp/all_reduce"]["exposed_s"] == pytest.approx(194 * one)
     # SP: per layer 2 all-gathers + 2 reduce-scatters forward and the 2 all-gathers of the
     # reduce-scatters' backward wait; the re-gathers and the input-gradient reduce-scatters hide.
@@ -202,7 +205,8 @@ def test_the_attention_core_as_megatron_runs_it(m22):
         assert mb.recompute_s == pytest.approx(core / 3)
     # the output dropout (b s h, 5 B a element) stays with the norms and residuals, split by SP
     plain, split = m22.micro(8, 4, 1, False, Recompute.none), m22.micro(8, 4, 1, True, Recompute.none)
-    assert split.layer_s["norms, residuals, dropout"] == pytest.approx(plain.layer_s["norms, residuals, dropout"] / 8)
+    assert split.layer_s["norms, residuals, dropout"] == pytest.approx(plain.layer_s["norms, residuals, "
+                                                                                     "dropout"] / 8)
 
 
 def test_megatrons_optimizer_step_moves_50_bytes_a_parameter(m22):

@@ -81,7 +81,8 @@ def test_a_serving_curve_with_int4_weights_and_an_fp8_cache(llama) -> None:
                               "--weights-dtype", "int4", "--kv-dtype", "fp8", "-f", "json"])
     assert out.exit_code == 0, out.output
     quantised = json.loads(out.output)
-    plain = json.loads(runner.invoke(app, ["inference", "llama-3-70b", "--hardware", "h100-sxm", "--batch", "1",
+    plain = json.loads(runner.invoke(app, ["inference", "llama-3-70b", "--hardware", "h100-sxm", "--batch",
+                                           "1",
                                            "-f", "json"]).output)
     assert (quantised["weights_dtype"], quantised["kv_dtype"]) == ("int4", "fp8")
     # 70.6 B parameters: 141 GB at bf16 does not fit in 80 GB; about 38 GB at int4 does
@@ -134,19 +135,23 @@ def test_compare_holds_prefill_and_decode_at_the_widths() -> None:
     data = json.loads(out.output)
     kv = next(r["values"] for r in data["costs"] if r["quantity"] == "kv_cache_per_token")
     # an fp8 cache: one byte per element, 2 x 8 heads x 128 x 32 layers a token for both
-    assert kv[data["models"].index("llama-3-8b")] == kv[data["models"].index("mistral-7b")] == 2 * 8 * 128 * 32
+    assert (kv[data["models"].index("llama-3-8b")] == kv[data["models"].index("mistral-7b")]
+            == 2 * 8 * 128 * 32)
     assert kv[data["models"].index("deepseek-v2-lite")] is None  # a latent cache is refused, with its reason
     assert any("deepseek-v2-lite: kv-dtype" in n for n in data["notes"]) and data["kv_dtype"] == "fp8"
     plain = json.loads(runner.invoke(app, ["compare", "llama-3-8b", "mistral-7b", "-f", "json"]).output)
-    train = [next(r["values"] for r in d["costs"] if r["quantity"] == "train_flops_per_token") for d in (data, plain)]
+    train = [next(r["values"] for r in d["costs"] if r["quantity"] == "train_flops_per_token") for d in (data,
+                                                                                                         plain)]
     assert train[0][:2] == train[1]  # training runs at --dtype (and FLOPs do not change anyway)
 
 
 def test_ablate_holds_both_sides_inference_at_the_widths() -> None:
-    out = runner.invoke(app, ["ablate", "llama-3-8b", "--set", "n_kv_heads=1", "--kv-dtype", "fp8", "-s", "1000",
+    out = runner.invoke(app, ["ablate", "llama-3-8b", "--set", "n_kv_heads=1", "--kv-dtype", "fp8", "-s",
+                              "1000",
                               "-f", "json"])
     assert out.exit_code == 0, out.output
-    kv = next(d for d in json.loads(out.output)["deltas"] if d["phase"] == "decode" and d["quantity"] == "kv_cache")
+    kv = next(d for d in json.loads(out.output)["deltas"] if d["phase"] == "decode" and d["quantity"]
+              == "kv_cache")
     # 1001 tokens x 32 layers x K and V x 128 at one byte: 8 K/V heads before, 1 after
     assert (kv["before"], kv["after"]) == (2 * 8 * 128 * 32 * 1001, 2 * 1 * 128 * 32 * 1001)
     table = runner.invoke(app, ["ablate", "llama-3-8b", "--set", "n_kv_heads=1", "--kv-dtype", "fp8"])
@@ -155,7 +160,8 @@ def test_ablate_holds_both_sides_inference_at_the_widths() -> None:
 
 
 def test_attention_tables_hold_the_cache_at_its_width() -> None:
-    out = runner.invoke(app, ["attention", "llama-3-8b", "--kv-dtype", "fp8", "--contexts", "4096", "-f", "json"])
+    out = runner.invoke(app, ["attention", "llama-3-8b", "--kv-dtype", "fp8", "--contexts", "4096", "-f",
+                              "json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     per_token = {r["variant"]: r["kv_bytes_per_token"] for r in data["kv_heads"] if r["phase"] == "decode"}
@@ -184,7 +190,8 @@ def test_a_sweep_at_other_widths_is_analyze_at_them(llama, phase) -> None:
             t = analyze(llama, phase, batch=b, seq=s, **widths.options()).total()
             assert got["bytes_fused"][i, j] == t.bytes_fused and got["kv_cache"][i, j] == t.kv_cache
             assert got["flops"][i, j] == t.flops
-    out = runner.invoke(app, ["sweep", "llama-3-8b", "-q", "kv_cache", "--over", "seq=1024,2048", "--kv-dtype", "fp8",
+    out = runner.invoke(app, ["sweep", "llama-3-8b", "-q", "kv_cache", "--over", "seq=1024,2048",
+                              "--kv-dtype", "fp8",
                               "-f", "json"])
     assert out.exit_code == 0, out.output
     series = json.loads(out.output)["series"]
@@ -212,5 +219,6 @@ def test_elements_rank_decode_at_the_widths() -> None:
     data = json.loads(out.output)
     assert data["baseline"]["kv_cache"] == 2 * 8 * 128 * 32 * 1001  # one byte a cached element
     # the swap to latent attention cannot hold an fp8 cache: skipped, with the reason
-    assert any("MLA" in s["swap"] and "latent (MLA) cache at another width" in s["reason"] for s in data["skipped"])
+    assert any("MLA" in s["swap"] and "latent (MLA) cache at another width" in s["reason"] for s
+               in data["skipped"])
     assert not any("MLA" in s["swap"] for s in data["swaps"])

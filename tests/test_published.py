@@ -117,7 +117,8 @@ def test_deepseek_v3_counts_the_main_model_as_the_paper() -> None:
 
 # --- the sparse specs of issue 11: both active conventions, by hand -----------------------------------
 
-GPT_OSS_EXPERT = (2880 * 2 * 2880 + 2 * 2880) + (2880 * 2880 + 2880)  # gate_up_proj and down_proj, with biases
+GPT_OSS_EXPERT = (2880 * 2 * 2880 + 2 * 2880) + (2880 * 2880
+                                                 + 2880)  # gate_up_proj and down_proj, with biases
 LLAMA4_EXPERT = 3 * 5120 * 8192  # gate, up, down; the shared expert has the same shape
 # name: (total, the parameters of the experts a token skips, the input token table)
 ACTIVE_BY_HAND = {
@@ -143,13 +144,15 @@ def test_totals_of_the_sparse_specs_by_hand() -> None:
     sinks, two norms, a biased router 2880 x 128, 128 biased experts, 36 layers."""
     att = 5120 * (5120 + 2 * 1024) + 5120 * 5120
     scout = 48 * (att + 2 * 5120 + 5120 * 16 + 17 * LLAMA4_EXPERT) + 2 * 202_048 * 5120 + 5120
-    maverick = (24 * (att + 2 * 5120 + 3 * 5120 * 16384) + 24 * (att + 2 * 5120 + 5120 * 128 + 129 * LLAMA4_EXPERT)
+    maverick = (24 * (att + 2 * 5120 + 3 * 5120 * 16384) + 24 * (att + 2 * 5120 + 5120 * 128 + 129
+                                                                 * LLAMA4_EXPERT)
                 + 2 * 202_048 * 5120 + 5120)
     oss_att = (2880 * 4096 + 4096) + 2 * (2880 * 512 + 512) + (4096 * 2880 + 2880) + 64
     oss = 36 * (oss_att + 2 * 2880 + 2880 * 128 + 128 + 128 * GPT_OSS_EXPERT) + 2 * 201_088 * 2880 + 2880
     oss20 = 24 * (oss_att + 2 * 2880 + 2880 * 32 + 32 + 32 * GPT_OSS_EXPERT) + 2 * 201_088 * 2880 + 2880
     assert (scout, maverick, oss, oss20) == tuple(ACTIVE_BY_HAND[n][0] for n in
-                                                  ("llama-4-scout", "llama-4-maverick", "gpt-oss-120b", "gpt-oss-20b"))
+                                                  ("llama-4-scout", "llama-4-maverick", "gpt-oss-120b",
+                                                   "gpt-oss-20b"))
     for name, (total, _, _) in ACTIVE_BY_HAND.items():
         assert count_params(catalog.load(name)) == total == catalog.load(name).published.exact
 
@@ -166,7 +169,8 @@ def test_active_params_in_both_conventions(name: str) -> None:
     assert ACTIVE[name] == (total - skipped, total - skipped - table)
     spec = catalog.load(name)
     a = analyze(spec, "decode", 1, 16)
-    ours = tuple(a.params_active(c) for c in (ActiveConvention.with_embedding, ActiveConvention.without_embedding))
+    ours = tuple(a.params_active(c) for c in (ActiveConvention.with_embedding,
+                                              ActiveConvention.without_embedding))
     assert ours == ACTIVE[name]
     pub = spec.published
     value, half_unit = parse_count(pub.active)
@@ -187,4 +191,5 @@ def test_gpt_oss_table_1_breakdown() -> None:
         ffn = sum(r.params for r in rows if "/ffn/" in r.path and not r.path.endswith("/norm"))
         att = sum(r.params for r in rows if "/attention/" in r.path and not r.path.endswith("/norm"))
         tables = sum(r.params for r in rows if r.path in ("embedding/tokens", "lm_head"))
-        assert abs(ffn - mlp) <= 0.005e9 and abs(att - attention) <= 0.005e9 and abs(tables - 1.16e9) <= 0.005e9
+        assert abs(ffn - mlp) <= 0.005e9 and abs(att - attention) <= 0.005e9 and abs(tables
+                                                                                     - 1.16e9) <= 0.005e9

@@ -82,7 +82,8 @@ def _bundled_profiles_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
 COMMANDS = quoted_commands(README.read_text())
 # The docs' console blocks are held to the same rule (docs/memory.md, docs/compare.md, ...).
-DOC_COMMANDS = [(f"docs/{p.name}", cmd, excerpt) for p in sorted(DOCS.glob("*.md")) if p.name not in NO_CONTENTS
+DOC_COMMANDS = [(f"docs/{p.name}", cmd, excerpt)
+                for p in sorted(DOCS.glob("*.md")) if p.name not in NO_CONTENTS
                 for cmd, excerpt in quoted_commands(p.read_text())]
 
 
@@ -141,7 +142,9 @@ def test_readme_counts_the_bundled_specs() -> None:
 
 def test_readme_cpu_time_figures_are_the_validation_table() -> None:
     table = (DOCS / "time-cpu.md").read_text()
-    median, worst = re.search(r"Calibrated model: median \|error\| ([\d.]+%), worst ([\d.]+%)", table).groups()
+    found = re.search(r"Calibrated model: median \|error\| ([\d.]+%), worst ([\d.]+%)", table)
+    assert found is not None
+    median, worst = found.groups()
     assert f"median |error| of {median}, worst {worst}" in README.read_text()
 
 
@@ -150,7 +153,8 @@ def test_docs_cli_is_generated_from_the_commands(request: pytest.FixtureRequest)
     text = render_cli_doc()
     if request.config.getoption("--update-snapshots"):
         page.write_text(text)
-    assert page.read_text() == text, "docs/cli.md is stale: python -m pytest tests/test_readme.py --update-snapshots"
+    stale = "docs/cli.md is stale: python -m pytest tests/test_readme.py --update-snapshots"
+    assert page.read_text() == text, stale
 
 
 def headings(text: str) -> list[str]:

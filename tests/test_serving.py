@@ -33,7 +33,8 @@ def test_ttft_is_the_prefill_with_the_head_over_the_last_position_only() -> None
     # (the head of a decode step: 4 rows, the same weights)
     sv_last = serve(spec, hw, prompt=512, output=2, batches=(4,))
     kept = [r for r in pre.rows if r.path not in HEAD]
-    body = max(sum(r.flops for r in kept) / hw.peak("bf16"), sum(r.bytes_unfused for r in kept) / hw.memory_bandwidth)
+    body = max(sum(r.flops for r in kept) / hw.peak("bf16"),
+               sum(r.bytes_unfused for r in kept) / hw.memory_bandwidth)
     dec = analyze(spec, "decode", batch=4, seq=512)
     head = dec.total("lm_head")
     head_t = max(head.flops / hw.peak("bf16"), head.bytes_unfused / hw.memory_bandwidth)
@@ -120,7 +121,8 @@ def test_mla_convention_sets_the_serving_times_not_the_cache() -> None:
     higher); the cache, and so what fits, is the latent in both."""
     spec, hw = catalog.load("deepseek-v3"), roofline_h100()
     P, O, B = 32768, 2, 4
-    points = {mla: serve(spec, hw, P, O, (B,), all_logits=True, mla=mla).points[0] for mla in ("naive", "absorbed")}
+    points = {mla: serve(spec, hw, P, O, (B,), all_logits=True, mla=mla).points[0] for mla in ("naive",
+                                                                                               "absorbed")}
     for mla, p in points.items():
         assert p.tpot_first_s == predict(analyze(spec, "decode", batch=B, seq=P, mla=mla), hw).time_s
         assert p.ttft_s == predict(analyze(spec, "prefill", batch=B, seq=P, mla=mla), hw).time_s
@@ -148,7 +150,8 @@ def test_inference_mla_option() -> None:
     naive is the default; a spec without latent attention has no such key."""
     base = ["inference", "deepseek-v2-lite", "--hardware", "h100-sxm", "--prompt", "4096", "--output", "16",
             "--batch", "1,8"]
-    out = {mla: runner.invoke(app, [*base, "--mla", mla, "--format", "json"]) for mla in ("naive", "absorbed")}
+    out = {mla: runner.invoke(app, [*base, "--mla", mla, "--format", "json"]) for mla in ("naive",
+                                                                                          "absorbed")}
     for mla, result in out.items():
         assert result.exit_code == 0, result.output
         assert json.loads(result.output)["mla_convention"] == mla
@@ -157,7 +160,8 @@ def test_inference_mla_option() -> None:
     assert json.loads(runner.invoke(app, [*base, "--format", "json"]).output)["mla_convention"] == "naive"
     table = runner.invoke(app, [*base, "--mla", "absorbed"])
     assert table.exit_code == 0 and "latent attention: absorbed" in table.output
-    dense = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--prompt", "64", "--output", "4",
+    dense = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--prompt", "64", "--output",
+                                "4",
                                 "--format", "json"])
     assert "mla_convention" not in json.loads(dense.output)
     bad = runner.invoke(app, [*base, "--mla", "fused"])

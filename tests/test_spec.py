@@ -31,31 +31,49 @@ BAD = {
     "malformed YAML": ("name: [unclosed\n", r"malformed YAML"),
     "not a mapping": ("- a\n- b\n", r"a spec is a YAML mapping"),
     "missing field": (with_line("d_ff: 256\n", ""), r"d_ff: field required"),
-    "negative width": (with_line("d_model: 64", "d_model: -5"), r":2: d_model: input should be greater than 0 \(got -5\)"),
+    "negative width": (with_line("d_model: 64", "d_model: -5"),
+                       r":2: d_model: input should be greater than 0 \(got -5\)"),
     "zero heads": (with_line("n_heads: 4", "n_heads: 0"), r"n_heads: input should be greater than 0"),
     "wrong type": (with_line("d_model: 64", "d_model: wide"), r"d_model: input should be a valid integer"),
     "float width": (with_line("d_ff: 256", "d_ff: 256.5"), r"d_ff: input should be a valid integer"),
-    "heads not divisible by kv heads": (GOOD + "n_kv_heads: 3\n", r"n_kv_heads: n_heads \(4\) must be a multiple of n_kv_heads \(3\)"),
+    "heads not divisible by kv heads": (GOOD + "n_kv_heads: 3\n",
+                                        r"n_kv_heads: n_heads \(4\) must be a multiple of n_kv_heads \(3\)"),
     "more kv heads than heads": (GOOD + "n_kv_heads: 8\n", r"n_kv_heads: n_heads \(4\) must be a multiple"),
-    "unknown activation": (with_line("activation: swiglu", "activation: swish"), r"activation: unknown value 'swish'; expected one of relu, gelu, reglu, geglu, swiglu"),
+    "unknown activation": (with_line("activation: swiglu", "activation: swish"),
+                           r"activation: unknown value 'swish'; expected one of relu, gelu, reglu, geglu, "
+                           r"swiglu"),
     "unknown norm": (with_line("norm: rmsnorm", "norm: batchnorm"), r"norm: unknown value 'batchnorm'"),
     "unknown field": (GOOD + "n_head: 4\n", r"n_head: unknown field \(did you mean n_heads\?\)"),
-    "head_dim needed": (with_line("d_model: 64", "d_model: 66"), r"head_dim: required, since d_model \(66\) is not divisible by n_heads \(4\)"),
-    "odd rotary dims": (GOOD + "rotary_fraction: 0.3\n", r"rotary_fraction: .*RoPE rotates an even whole number"),
-    "rotary without rope": (with_line("position: rope", "position: learned") + "rotary_fraction: 0.5\n", r"rotary_fraction: only for position: rope"),
-    "local layers without window": (GOOD + "layer_pattern: [local, global]\n", r"window: required, since layer_pattern has local layers"),
-    "window with no local layer": (GOOD + "window: 16\nlayer_pattern: [global]\n", r"layer_pattern: a window is given but no layer is local"),
+    "head_dim needed": (with_line("d_model: 64", "d_model: 66"),
+                        r"head_dim: required, since d_model \(66\) is not divisible by n_heads \(4\)"),
+    "odd rotary dims": (GOOD + "rotary_fraction: 0.3\n",
+                        r"rotary_fraction: .*RoPE rotates an even whole number"),
+    "rotary without rope": (with_line("position: rope", "position: learned") + "rotary_fraction: 0.5\n",
+                            r"rotary_fraction: only for position: rope"),
+    "local layers without window": (GOOD + "layer_pattern: [local, global]\n",
+                                    r"window: required, since layer_pattern has local layers"),
+    "window with no local layer": (GOOD + "window: 16\nlayer_pattern: [global]\n",
+                                   r"layer_pattern: a window is given but no layer is local"),
     "pattern as a string": (GOOD + "window: 16\nlayer_pattern: local\n", r"layer_pattern: should be a list"),
-    "nope without global": (GOOD + "window: 16\nglobal_nope: true\n", r"global_nope: layer_pattern has no global layer"),
-    "nope on added positions": (with_line("position: rope", "position: learned") + "window: 16\nlayer_pattern: [local, global]\nglobal_nope: true\n", r"global_nope: position learned is added to the input"),
+    "nope without global": (GOOD + "window: 16\nglobal_nope: true\n",
+                            r"global_nope: layer_pattern has no global layer"),
+    "nope on added positions": (with_line("position: rope",
+                                          "position: learned")
+                                + "window: 16\nlayer_pattern: [local, global]\nglobal_nope: true\n",
+                                r"global_nope: position learned is added to the input"),
     "rmsnorm with bias": (GOOD + "bias: {norm: true}\n", r"bias.norm: RMSNorm has no bias"),
     "unknown bias part": (GOOD + "bias: {mlp: true}\n", r"bias.mlp: unknown field"),
-    "encoder-decoder without stacks": (GOOD + "architecture: encoder-decoder\n", r"n_layers: an encoder-decoder gives n_encoder_layers and n_decoder_layers"),
-    "decoder with encoder layers": (GOOD + "n_encoder_layers: 2\n", r"n_encoder_layers: only for architecture: encoder-decoder"),
+    "encoder-decoder without stacks": (GOOD + "architecture: encoder-decoder\n",
+                                       r"n_layers: an encoder-decoder gives n_encoder_layers and "
+                                       r"n_decoder_layers"),
+    "decoder with encoder layers": (GOOD + "n_encoder_layers: 2\n",
+                                    r"n_encoder_layers: only for architecture: encoder-decoder"),
     "negative dropout": (GOOD + "dropout: -0.1\n", r"dropout: input should be greater than or equal to 0"),
     "zero softcap": (GOOD + "attn_softcap: 0\n", r"attn_softcap: input should be greater than 0"),
-    "shared_norm on a serial block": (GOOD + "shared_norm: false\n", r"shared_norm: only for block: parallel"),
-    "bad published count": (GOOD + "published: {params: about 7 billion, source: x}\n", r"published.params: .*should look like 6.74B"),
+    "shared_norm on a serial block": (GOOD + "shared_norm: false\n",
+                                      r"shared_norm: only for block: parallel"),
+    "bad published count": (GOOD + "published: {params: about 7 billion, source: x}\n",
+                            r"published.params: .*should look like 6.74B"),
 }
 
 
@@ -71,7 +89,8 @@ def test_bad_spec_is_one_line_naming_the_field(case: str) -> None:
     assert message.startswith("x.yaml")
 
 
-@pytest.mark.parametrize("case", ["malformed YAML", "negative width", "heads not divisible by kv heads", "unknown activation", "missing field"])
+@pytest.mark.parametrize("case", ["malformed YAML", "negative width", "heads not divisible by kv heads",
+                                  "unknown activation", "missing field"])
 def test_cli_bad_spec_exit_code_2_without_traceback(case: str, tmp_path) -> None:
     """The CLI prints `error: <one line>` on stderr and exits 2."""
     path = tmp_path / "bad.yaml"
@@ -135,15 +154,18 @@ def test_shorthand_is_the_dense_ffn_and_mha_attention():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"attention": {"kind": "gqa"}, "n_kv_heads": None}, "attention.kind: unknown kind 'gqa'; expected one of mha, mla"),
+    ({"attention": {"kind": "gqa"}, "n_kv_heads": None},
+     "attention.kind: unknown kind 'gqa'; expected one of mha, mla"),
     ({"attention": {"kind": "mla"}, "n_kv_heads": None}, "attention.kv_lora_rank: field required"),
     ({"ffn": {"kind": "sparse"}, "d_ff": None, "activation": None},
      "ffn.kind: unknown kind 'sparse'; expected one of dense, moe"),
     ({"ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 5, "d_ff_expert": 8},
       "d_ff": None, "activation": None}, "ffn.top_k: 5 experts per token, but only 4"),
     ({"ffn": {"kind": "moe", "activation": "swiglu", "n_experts": 4, "top_k": 2, "d_ff_expert": 8,
-              "first_k_dense": 1}, "d_ff": None, "activation": None}, "ffn.d_ff: required, since 1 layers are dense"),
-    ({"ffn": {"kind": "dense", "activation": "relu", "d_ff": 4}}, "give ffn or its shorthand fields, not both"),
+              "first_k_dense": 1}, "d_ff": None, "activation": None},
+     "ffn.d_ff: required, since 1 layers are dense"),
+    ({"ffn": {"kind": "dense", "activation": "relu", "d_ff": 4}},
+     "give ffn or its shorthand fields, not both"),
     ({"d_ff": 0}, "d_ff: input should be greater than 0"),
     ({"ffn": {"kind": "dense", "activation": "relu", "d_ff": 0}, "d_ff": None, "activation": None},
      "ffn.d_ff: input should be greater than 0"),

@@ -28,7 +28,8 @@ def test_parse_axis():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("tokens=1:2", "--over: 'tokens=1:2': expected NAME=START:STOP[:POINTS] or NAME=A,B,C with NAME one of seq, batch"),
+    ("tokens=1:2",
+     "--over: 'tokens=1:2': expected NAME=START:STOP[:POINTS] or NAME=A,B,C with NAME one of seq, batch"),
     ("seq=9:3", "--over seq: need 1 <= START <= STOP (got 9:3)"),
     ("seq=a:b", "--over seq: 'a:b' is not START:STOP[:POINTS] nor a list of integers"),
     ("batch=0,4", "--over batch: values must be at least 1 (got 0)"),
@@ -52,7 +53,8 @@ def test_sweep_equals_the_exact_path(name, quantity):
         for i, j in ((0, 0), (6, 1), (-1, -1)):
             t = analyze(variant, s.phase, batch=int(s.batch[j]), seq=int(s.seq[i])).total()
             exact = {"intensity": t.flops / t.bytes_fused, "kv_cache": t.kv_cache,
-                     "time": max(t.flops / H100.peak("bf16"), t.bytes_fused / H100.memory_bandwidth)}[quantity]
+                     "time": max(t.flops / H100.peak("bf16"),
+                                 t.bytes_fused / H100.memory_bandwidth)}[quantity]
             assert s.values[i, j] == pytest.approx(exact, rel=1e-12)
 
 
@@ -83,7 +85,8 @@ def test_ten_thousand_points_are_vectorised(monkeypatch):
 def test_learned_positions_bound_the_sweep():
     result = runner.invoke(app, ["sweep", "gpt2-small", "--over", "seq=512:2048"])
     assert result.exit_code == 2
-    assert result.output == "error: seq: prefill attends to 2048 positions, beyond the 1024 learned positions of gpt2-small\n"
+    assert result.output == ("error: seq: prefill attends to 2048 positions, "
+                             "beyond the 1024 learned positions of gpt2-small\n")
 
 
 def test_readme_sweep_example_table():

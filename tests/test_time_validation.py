@@ -20,7 +20,8 @@ def test_gpu_check_cpu_path_calibrates_and_writes_the_table(tmp_path) -> None:
     env = {**os.environ, "OUT": str(tmp_path), "COSTMODEL_HARDWARE_DIR": str(tmp_path / "hw"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "cpu", "--tiny", "--rounds", "1",
-                           "--min-run", "0.01"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                           "--min-run", "0.01"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     table = (tmp_path / "gpu_check-cpu.md").read_text()
     assert table == done.stdout.strip() + "\n" or table.strip() == done.stdout.strip()
@@ -37,6 +38,8 @@ def test_the_validation_refuses_a_missing_gpu_in_one_line() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "time_validation.py"), "--device", "cuda"],
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [f"device: CUDA is not available here (torch {torch.__version__})"]
+    assert done.stderr.strip().splitlines() == ["device: CUDA is not available here (torch "
+                                                f"{torch.__version__})"]

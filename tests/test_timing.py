@@ -88,7 +88,8 @@ def test_phase_time_is_matmul_flops_at_their_rate_plus_other_bytes_at_theirs(pha
     p = predict(a, flat(0.5, 0.25))
     assert p.calibrated and p.note is None
     matmul = sum(max(r.flops_matmul / 5e11, r.bytes_unfused / 2.5e10) for r in a.rows if r.flops_matmul)
-    other = sum(r.bytes_unfused + (8 * r.params if phase == "train" else 0) for r in a.rows if r.flops_matmul == 0)
+    other = sum(r.bytes_unfused + (8 * r.params if phase == "train" else 0) for r in a.rows if r.flops_matmul
+                == 0)
     assert any(r.bytes_unfused / 2.5e10 > r.flops_matmul / 5e11 for r in a.rows if r.flops_matmul)
     assert p.time_s == pytest.approx(matmul + other / 2.5e10)
     assert p.roofline_s == pytest.approx(max(a.total().flops / 1e12, a.total().bytes_unfused / 1e11))
@@ -146,7 +147,8 @@ def test_flash_attention_fuses_the_score_pipeline_and_skips_masked_pairs() -> No
     plain, flash = predict(a, hw), predict(a, hw, Kernels(flash_attention=True))
     rows, frows = {r.path: r for r in plain.rows}, {r.path: r for r in flash.rows}
     for leaf in ("softmax", "mask", "scale"):
-        assert frows[f"layers/attention/{leaf}"].kind == "fused" and frows[f"layers/attention/{leaf}"].time_s == 0
+        assert (frows[f"layers/attention/{leaf}"].kind == "fused"
+                and frows[f"layers/attention/{leaf}"].time_s == 0)
     scores = a.total("layers/attention/scores")
     # the unmasked pairs at the matmul rate: the scores never reach memory
     assert frows["layers/attention/scores"].time_s == pytest.approx(scores.flops_matmul_effective / 5e11)
@@ -162,7 +164,8 @@ def test_the_fused_softmax_folds_scale_and_mask_and_keeps_the_rest() -> None:
     fused = {r.path: r for r in predict(a, hw, Kernels(fused_softmax=True)).rows}
     for leaf in ("scale", "mask"):
         assert plain[f"layers/attention/{leaf}"].time_s > 0
-        assert fused[f"layers/attention/{leaf}"].kind == "fused" and fused[f"layers/attention/{leaf}"].time_s == 0
+        assert (fused[f"layers/attention/{leaf}"].kind == "fused"
+                and fused[f"layers/attention/{leaf}"].time_s == 0)
     assert {p: r.time_s for p, r in fused.items() if not p.endswith(("scale", "mask"))} == {
         p: r.time_s for p, r in plain.items() if not p.endswith(("scale", "mask"))}
 
@@ -201,7 +204,8 @@ def test_a_profile_without_tables_falls_back_to_the_roofline_and_says_so() -> No
     hw = load_hardware("h100-sxm")
     p = predict(a, hw)
     assert not p.calibrated
-    assert p.time_s == p.roofline_s == max(a.total().flops / hw.peak("fp32"), a.total().bytes_unfused / hw.memory_bandwidth)
+    assert p.time_s == p.roofline_s == max(a.total().flops / hw.peak("fp32"),
+                                           a.total().bytes_unfused / hw.memory_bandwidth)
     assert "no efficiency tables" in p.note and "\n" not in p.note
 
 
@@ -257,7 +261,9 @@ def test_h100_step_tables_by_op_size() -> None:
     assert mm(4096, 4096, 256) == 0.6  # 8.6 GFLOP
     assert mm(1024, 1024, 512) == 0.6  # 1.07 GFLOP
     assert mm(1, 4096, 4096) == 0.1  # a decode GEMV: 33.6 MFLOP
-    assert (e.memory(2e8), e.memory(1e8), e.memory(99e6), e.memory(1e6), e.memory(999_999)) == (0.9, 0.9, 0.75, 0.6, 0.3)
+    assert (e.memory(2e8), e.memory(1e8), e.memory(99e6), e.memory(1e6), e.memory(999_999)) == (0.9, 0.9,
+                                                                                                0.75, 0.6,
+                                                                                                0.3)
     assert e.floor_s == 3.25e-6
 
 
@@ -267,7 +273,8 @@ def test_h100_bf16_big_gemm_time_is_095_of_peak() -> None:
     t = flops / (989.4e12 * 0.95)  # hand: 1.170 ms
     from costmodel.runtime.timing import gemm_time
 
-    assert gemm_time(1, 8192, 8192, 8192, hw.peak("bf16"), hw.efficiency.matmul["bf16"]) == pytest.approx(t, rel=1e-12)
+    assert gemm_time(1, 8192, 8192, 8192, hw.peak("bf16"), hw.efficiency.matmul["bf16"]) == pytest.approx(t,
+                                                                                                          rel=1e-12)
     assert t == pytest.approx(1.1697e-3, rel=1e-3)
 
 
@@ -347,7 +354,8 @@ def test_fresh_outputs_pay_the_first_touch_rate_by_their_size() -> None:
         predict(a, flat(0.5, 0.25)).time_s)
     V, d, f, T = 50_000, 2048, 8192, 64
     big = parse_spec(TINY.replace("d_model: 64", f"d_model: {d}").replace("d_ff: 256", f"d_ff: {f}")
-                     .replace("vocab_size: 100", f"vocab_size: {V}").replace("activation: swiglu", "activation: gelu")
+                     .replace("vocab_size: 100", f"vocab_size: {V}").replace("activation: swiglu",
+                                                                             "activation: gelu")
                      .replace("n_heads: 4", "n_heads: 16").replace("n_layers: 2", "n_layers: 1")
                      + "tied_embeddings: true\n")
     a = analyze(big, "train", batch=1, seq=T, dtype="fp32")
@@ -372,7 +380,8 @@ def test_analyze_cli_says_a_datasheet_profile_is_calibrated_by_its_tables() -> N
     out = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "h100-sxm"])
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
-    assert "calibrated by h100-sxm's efficiency tables (Datasheet default: Calculon's published H100 tables)" in text
+    assert ("calibrated by h100-sxm's efficiency tables "
+            "(Datasheet default: Calculon's published H100 tables)") in text
     assert "no efficiency tables" not in text and "(unfused roofline: no tables)" not in text
     js = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "h100-sxm", "--format", "json"])
     assert json.loads(js.stdout)["phases"]["prefill"]["time"]["calibrated"] is True

@@ -23,7 +23,8 @@ np = pytest.importorskip("numpy")
 from costmodel.runtime.timing_grid import predict_grid  # noqa: E402  (numpy first)
 
 KERNELS = (Kernels(), Kernels(flash_attention=True), Kernels(fused=True),
-           Kernels(fused_softmax=True, fused_bias_dropout_add=True), Kernels(flash_attention=True, fused=True))
+           Kernels(fused_softmax=True, fused_bias_dropout_add=True), Kernels(flash_attention=True,
+                                                                             fused=True))
 
 
 @functools.cache
@@ -62,7 +63,7 @@ def test_the_grid_is_predict_on_every_spec(name, phase) -> None:
     batch, seq = shape_for(spec)
     turn = catalog.bundled_names().index(name) + ["prefill", "decode", "train"].index(phase)
     cases = zip(("calibrated", "calibrated", "h100-sxm", "a100-80gb", "calibrated-realistic"),
-                (KERNELS[(turn + i) % len(KERNELS)] for i in range(5)))
+                (KERNELS[(turn + i) % len(KERNELS)] for i in range(5)), strict=False)
     for hw, kernels in cases:
         assert_grid_is_predict(spec, phase, batch, seq, profiles()[hw], kernels)
 
@@ -89,13 +90,15 @@ def test_the_grid_is_predict_across_windows_and_chunks(name) -> None:
     hw = profiles()["calibrated"]
     for phase in ("prefill", "decode", "train"):
         assert_grid_is_predict(spec, phase, np.array([[1, 2, 5]]), lengths[:3, None], hw, Kernels())
-        assert_grid_is_predict(spec, phase, np.array([3, 1, 2, 4]), lengths, hw, Kernels(flash_attention=True))
+        assert_grid_is_predict(spec, phase, np.array([3, 1, 2, 4]), lengths, hw,
+                               Kernels(flash_attention=True))
 
 
 def test_the_grid_is_predict_for_encoder_lengths_of_their_own() -> None:
     spec = catalog.load("t5-11b")
     for phase in ("prefill", "decode", "train"):
-        assert_grid_is_predict(spec, phase, np.array([[1, 4]]), np.array([[5], [300]]), profiles()["calibrated"],
+        assert_grid_is_predict(spec, phase, np.array([[1, 4]]), np.array([[5], [300]]),
+                               profiles()["calibrated"],
                                Kernels(), enc_seq=np.array([[7], [500]]))
 
 
@@ -103,13 +106,16 @@ def test_sizes_past_int64_do_not_wrap() -> None:
     """LLaMA 3.1 405B, a training step of 4096 x 131,072 tokens: 1.3e21 FLOPs, past int64's
     9.2e18 (the grid once held sizes as int64 and gave 1.2e6 s where predict gives 1.7e7 s)."""
     spec = catalog.load("llama-3.1-405b")
-    assert_grid_is_predict(spec, "train", np.array([4096]), np.array([131072]), profiles()["h100-sxm"], Kernels())
-    assert_grid_is_predict(spec, "train", np.array([4096]), np.array([131072]), profiles()["calibrated"], Kernels())
+    assert_grid_is_predict(spec, "train", np.array([4096]), np.array([131072]), profiles()["h100-sxm"],
+                           Kernels())
+    assert_grid_is_predict(spec, "train", np.array([4096]), np.array([131072]), profiles()["calibrated"],
+                           Kernels())
 
 
 def test_a_profile_without_tables_is_refused_in_one_line() -> None:
     with pytest.raises(AnalysisError, match="no efficiency tables") as e:
-        predict_grid(catalog.load("llama-3-8b"), "decode", np.array([1]), np.array([8]), load_hardware("h100-sxm"),
+        predict_grid(catalog.load("llama-3-8b"), "decode", np.array([1]), np.array([8]),
+                     load_hardware("h100-sxm"),
                      "fp32")
     assert "\n" not in str(e.value)
 

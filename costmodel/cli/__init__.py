@@ -69,8 +69,9 @@ def main() -> None:  # pragma: no cover - the console script
 
 
 __all__ = ["COMMANDS", "HARDWARE_HELP", "BatchOpt", "Dtype", "DtypeOpt", "EncSeqOpt", "Format", "FormatOpt",
-           "HardwareOpt", "PhaseName", "SeqOpt", "SpecArg", "_user_errors", "app", "last_resort", "emit", "main",
+           "HardwareOpt", "PhaseName", "SeqOpt", "SpecArg", "_user_errors", "app", "last_resort", "emit",
+           "main",
            "render_tables", "user_errors"]
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

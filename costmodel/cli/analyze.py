@@ -39,23 +39,31 @@ from costmodel.phases import PHASES
 from costmodel.precision import DEFAULT_GROUP, Widths
 
 
-RoutingOpt = Annotated[Routing, typer.Option("--routing", help="Mixture of experts: the experts a sparse layer reads over T tokens, uniform (the expectation E*(1-(1-K/E)^T)) or worst (min(E, T*K)).")]
+RoutingOpt = Annotated[Routing, typer.Option("--routing",
+                                             help="Mixture of experts: the experts a sparse layer reads over "
+                                                  "T tokens, uniform (the expectation E*(1-(1-K/E)^T)) or "
+                                                  "worst (min(E, T*K)).")]
 
 #: `formula --quantity`: the library's formula quantities, and their older aliases.
-Quantity = Enum("Quantity", {q: q for q in (*FORMULA_QUANTITIES, *FORMULA_ALIASES)}, type=str)  # type: ignore[misc]
+Quantity = Enum(  # type: ignore[misc]
+    "Quantity", {q: q for q in (*FORMULA_QUANTITIES, *FORMULA_ALIASES)}, type=str)
 
 
 @app.command("analyze")
 def analyze_cmd(
     spec: SpecArg,
-    phase: Annotated[Optional[PhaseName], typer.Option("--phase", "-p", help="One phase, with its per-component table. Default: all three.")] = None,
+    phase: Annotated[Optional[PhaseName], typer.Option("--phase", "-p",
+                                                       help="One phase, with its per-component table. "
+                                                            "Default: all three.")] = None,
     batch: BatchOpt = 1,
     seq: SeqOpt = None,
     enc_seq: EncSeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
     hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
-    convention: Annotated[Optional[list[ConventionName]], typer.Option("--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do (repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
+    convention: Annotated[Optional[list[ConventionName]], typer.Option(
+        "--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do "
+        "(repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
     mla: MlaOpt = Convention.naive,
     routing: RoutingOpt = Routing.uniform,
     weights_dtype: WeightsDtypeOpt = None,
@@ -110,7 +118,8 @@ def analyze_cmd(
     if phase:
         tables.append(report.components_table(analyses[0]))
     if paper_rows:
-        from costmodel.report import compare as compare_report  # with compare and variants: kept out of plain analyze's start-up
+        # with compare and variants: kept out of plain analyze's start-up
+        from costmodel.report import compare as compare_report
 
         tables.append(compare_report.conventions_table(paper_rows, train_seq))
     if latent:
@@ -123,10 +132,16 @@ def analyze_cmd(
 @app.command("formula")
 def formula_cmd(
     spec: SpecArg,
-    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", metavar="QUANTITY", help="What to express: " + ", ".join(FORMULA_QUANTITIES) + ".")] = Quantity.flops,  # type: ignore[attr-defined]
-    phase: Annotated[PhaseName, typer.Option("--phase", "-p", help="The phase: fixes S or C.")] = PhaseName.prefill,
-    component: Annotated[str, typer.Option("--component", "-c", help="A component path or prefix (layers/attention, lm_head). Default: the whole model.")] = "",
-    symbolic: Annotated[bool, typer.Option("--symbolic", help="Keep the spec's sizes as symbols (d, h, k, L, ...).")] = False,
+    quantity: Annotated[Quantity, typer.Option("--quantity", "-q", metavar="QUANTITY",
+                                               help="What to express: " + ", ".join(FORMULA_QUANTITIES)
+                                               + ".")] = Quantity.flops,  # type: ignore[attr-defined]
+    phase: Annotated[PhaseName, typer.Option("--phase", "-p",
+                                             help="The phase: fixes S or C.")] = PhaseName.prefill,
+    component: Annotated[str, typer.Option("--component", "-c",
+                                           help="A component path or prefix (layers/attention, lm_head). "
+                                                "Default: the whole model.")] = "",
+    symbolic: Annotated[bool, typer.Option(
+        "--symbolic", help="Keep the spec's sizes as symbols (d, h, k, L, ...).")] = False,
     latex: Annotated[bool, typer.Option("--latex", help="Print LaTeX.")] = False,
     asymptotic: Annotated[bool, typer.Option(
         "--asymptotic", help="Instead: the leading-order FLOPs and memory of the spec's attention layer "
@@ -147,7 +162,8 @@ def formula_cmd(
 
             results = shazeer(s)
         else:
-            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic, mla=mla.value, routing=routing.value)
+            expr = formula(s, quantity.value, phase.value, component, symbolic=symbolic, mla=mla.value,
+                           routing=routing.value)
     if asymptotic:
         from costmodel.report import attention as report_attention
 
@@ -158,7 +174,8 @@ def formula_cmd(
     names = symbols.legend(str(x) for x in expr.free_symbols)
     if fmt is Format.json:
         typer.echo(report.render_json({
-            "spec": s.name, "quantity": quantity.value, "phase": phase.value, "component": component or "total",
+            "spec": s.name, "quantity": quantity.value, "phase": phase.value,
+            "component": component or "total",
             "symbolic": symbolic, "formula": str(expr), "latex": sympy.latex(expr)}
             | ({"symbols": names} if symbolic else {})))
         return
@@ -177,6 +194,8 @@ def formula_cmd(
 @app.command("list")
 def list_cmd(fmt: FormatOpt = Format.table) -> None:
     """The bundled specs, with their published and computed parameter counts."""
+    from costmodel import units
+
     with _user_errors():
         specs = [catalog.load_spec(p) for p in catalog.bundled_paths()]
     specs.sort(key=lambda s: (s.year or 0, s.name))
@@ -186,7 +205,7 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
         pub = s.published
         exact = "" if not (pub and pub.exact) else "equal" if pub.exact == ours else f"{ours - pub.exact:+,}"
         rows.append((s.name, str(s.year or ""), s.architecture.value, str(pub.params) if pub else "",
-                     f"{ours:,}", report.units.count(ours),
+                     f"{ours:,}", units.count(ours),
                      f"{100 * (ours - pub.value) / pub.value:+.2f}%" if pub else "", exact))
         data.append({"name": s.name, "family": s.family, "year": s.year,
                      "architecture": s.architecture.value, "published": pub.params if pub else None,

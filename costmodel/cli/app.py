@@ -60,28 +60,38 @@ class Format(str, Enum):
     csv = "csv"
 
 
-SpecArg = Annotated[str, typer.Argument(help="A spec file, or the name of a bundled spec (see `costmodel list`).")]
+SpecArg = Annotated[str,
+                    typer.Argument(help="A spec file, or the name of a bundled spec (see `costmodel list`).")]
 BatchOpt = Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences per pass (B).")]
 SeqOpt = Annotated[
     Optional[int],
     typer.Option("--seq", "-s", min=1, help="Prompt length S (prefill, train); cached tokens (decode). "
-                 "Default: a 2048-token context (or max_seq_len if shorter): 2048 for prefill and train, 2047 cached for decode."),
+                 "Default: a 2048-token context (or max_seq_len if shorter): 2048 for prefill and train, "
+                 "2047 cached for decode."),
 ]
-EncSeqOpt = Annotated[Optional[int], typer.Option("--enc-seq", min=1, help="Encoder input length (encoder-decoder only). Default: --seq.")]
+EncSeqOpt = Annotated[Optional[int], typer.Option("--enc-seq", min=1,
+                                                  help="Encoder input length (encoder-decoder only). "
+                                                       "Default: --seq.")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Element type of weights and activations.")]
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", metavar="FORMAT", help="Output format: table, json, markdown, csv.")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", metavar="FORMAT",
+                                           help="Output format: table, json, markdown, csv.")]
 HARDWARE_HELP = ("A device profile: a bundled name (a100-80gb, h100-sxm, h200, b200, l4, rtx-4090), `local` "
-                 "once `costmodel calibrate` has measured this machine, or a YAML file. See `costmodel hardware`.")
+                 "once `costmodel calibrate` has measured this machine, or a YAML file. See `costmodel "
+                 "hardware`.")
 HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=HARDWARE_HELP)]
 WeightsDtypeOpt = Annotated[Optional[str], typer.Option(
     "--weights-dtype", help="Inference weights: fp32, bf16, fp16, fp8, int8, int4 (int8/int4: weight-only "
-    "quantisation of the linear layers, an fp16 scale per --group-size weights, the LM head left at --dtype). "
+    "quantisation of the linear layers, an fp16 scale per --group-size weights, the LM head left at "
+    "--dtype). "
     "Default: --dtype.")]
-KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype (fp32, bf16, fp16, fp8). Default: --dtype.")]
+KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype",
+                                                   help="KV cache dtype (fp32, bf16, fp16, fp8). Default: "
+                                                        "--dtype.")]
 GroupSizeOpt = Annotated[int, typer.Option("--group-size", help="Weights per int8/int4 quantisation scale.")]
 MlaOpt = Annotated[Convention, typer.Option(
     "--mla", help="How latent attention (MLA) runs: naive (the cached latent re-expanded every step, "
-    "as transformers does) or absorbed (W_UK and W_UV folded into query and output, as DeepSeek's kernels do).")]
+    "as transformers does) or absorbed (W_UK and W_UV folded into query and output, as DeepSeek's kernels "
+    "do).")]
 
 
 @contextmanager
@@ -151,7 +161,8 @@ def emit(
         from costmodel.report import compare as compare_report
 
         shown = [p for t in shown for p in compare_report.pages(t, _width())]
-    rich = report.rich_header(header) if isinstance(header, Spec) else (f"[bold]{header}[/bold]" if header else None)
+    rich = report.rich_header(header) if isinstance(header,
+                                                    Spec) else (f"[bold]{header}[/bold]" if header else None)
     report.render_rich(shown, rich)
 
 

@@ -41,7 +41,8 @@ class SweepQuantity(str, Enum):
 
 DeviceOpt = Annotated[str, typer.Option("--hardware", help=f"{HARDWARE_HELP} Default: {DEFAULT_HARDWARE}.")]
 KvHeadsOpt = Annotated[Optional[str], typer.Option(
-    "--kv-heads", help="Key/value head counts to compare, e.g. 32,8,1. Default: h (MHA), the spec's own k, 1 (MQA).")]
+    "--kv-heads",
+    help="Key/value head counts to compare, e.g. 32,8,1. Default: h (MHA), the spec's own k, 1 (MQA).")]
 
 
 def _ints(text: str | None, option: str) -> list[int] | None:
@@ -87,7 +88,8 @@ def attention_cmd(
         hw = load_hardware(hardware)
         hw.peak(dtype.value)
         widths = Widths(weights_dtype, kv_dtype, group_size)
-        heads = compare_kv_heads(s, hw, batch, seq, dtype.value, _ints(kv_heads, "--kv-heads"), enc_seq, widths)
+        heads = compare_kv_heads(s, hw, batch, seq, dtype.value, _ints(kv_heads, "--kv-heads"), enc_seq,
+                                 widths)
         windows = compare_windows(s, hw, batch, _ints(contexts, "--contexts"), dtype.value, window, widths)
         from costmodel.runtime.memory import fit_warning
 
@@ -97,8 +99,10 @@ def attention_cmd(
             if warning:
                 typer.echo(warning, err=True)
     held = widths.label(dtype.value)
-    emit(fmt, lambda: [ra.heads_table(heads, hw, dtype.value, held), ra.windows_table(windows, hw, batch, held)],
-         lambda: {"spec": s.name, "hardware": hardware_dict(hw, dtype.value), "batch": batch, "dtype": dtype.value,
+    emit(fmt, lambda: [ra.heads_table(heads, hw, dtype.value, held), ra.windows_table(windows, hw, batch,
+                                                                                      held)],
+         lambda: {"spec": s.name, "hardware": hardware_dict(hw, dtype.value), "batch": batch,
+                  "dtype": dtype.value,
                   "weights_dtype": weights_dtype or dtype.value, "kv_dtype": kv_dtype or dtype.value,
                   "kv_heads": [r.to_dict() for r in heads], "windows": [r.to_dict() for r in windows]},
          s, csv=lambda: ra.records_csv([{"table": "kv_heads", **r.to_dict()} for r in heads]
@@ -117,13 +121,16 @@ def sweep_cmd(
         help="intensity (FLOP/B, fused bytes), kv_cache (bytes) or time (roofline seconds).")
     ] = SweepQuantity.intensity,
     phases: Annotated[Optional[list[PhaseName]], typer.Option(
-        "--phase", "-p", metavar="PHASE", help="Phases to evaluate (repeat): train, prefill, decode. Default: prefill and decode; decode alone for kv_cache.")] = None,
+        "--phase", "-p", metavar="PHASE",
+        help="Phases to evaluate (repeat): train, prefill, decode. Default: prefill and decode; decode alone "
+             "for kv_cache.")] = None,
     batch: BatchOpt = 1,
     seq: SeqOpt = None,
     hardware: DeviceOpt = DEFAULT_HARDWARE,
     kv_heads: KvHeadsOpt = None,
     component: Annotated[str, typer.Option(
-        "--component", "-c", help="A component path or prefix (layers/attention). Default: the whole model.")] = "",
+        "--component", "-c",
+        help="A component path or prefix (layers/attention). Default: the whole model.")] = "",
     dtype: DtypeOpt = Dtype.bf16,
     weights_dtype: WeightsDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,

@@ -36,7 +36,8 @@ RankBy = Enum("RankBy", {k: k for k in RANK_KEYS}, type=str)  # type: ignore[mis
 
 ConventionOpt = Annotated[
     Optional[list[ConventionName]],
-    typer.Option("--convention", metavar="PAPER", help="Also count as these papers do (repeatable): kaplan, chinchilla, "
+    typer.Option("--convention", metavar="PAPER",
+                 help="Also count as these papers do (repeatable): kaplan, chinchilla, "
                  "megatron, palm, all; exact is ours, always shown."),
 ]
 
@@ -95,7 +96,8 @@ def elements_cmd(
     seq: SeqOpt = None,
     enc_seq: EncSeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
-    by: Annotated[RankBy, typer.Option("--by", metavar="KEY", help="Rank by params, train_flops, decode_bytes or kv_cache, "
+    by: Annotated[RankBy, typer.Option("--by", metavar="KEY",
+                                       help="Rank by params, train_flops, decode_bytes or kv_cache, "
                                        "or by the largest change of the four (max).")] = RankBy.max,  # type: ignore[attr-defined]
     window: Annotated[Optional[int], typer.Option("--window", min=1, help="Window of the sliding-window "
                       "swaps (a spec without one). Default: 1024, or half the context if shorter.")] = None,

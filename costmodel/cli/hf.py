@@ -23,10 +23,15 @@ class SpecFormat(str, Enum):
 
 @app.command("import-hf")
 def import_hf_cmd(
-    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json, or a model folder holding one.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the spec here (YAML). Default: print it.")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="The spec's name. Default: the model's hub name, or the config's folder.")] = None,
-    fmt: Annotated[SpecFormat, typer.Option("--format", "-f", help="Print the spec as YAML or as JSON fields.")] = SpecFormat.yaml,
+    config: Annotated[Path,
+                      typer.Argument(help="A Hugging Face config.json, or a model folder holding one.")],
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write the spec here (YAML). Default: print it.")] = None,
+    name: Annotated[Optional[str], typer.Option("--name",
+                                                help="The spec's name. Default: the model's hub name, or the "
+                                                     "config's folder.")] = None,
+    fmt: Annotated[SpecFormat, typer.Option(
+        "--format", "-f", help="Print the spec as YAML or as JSON fields.")] = SpecFormat.yaml,
 ) -> None:
     """A spec from a config.json (no network, no transformers): every cost-changing field mapped,
     or one line naming the fields this tool cannot express; unknown fields are ignored with a warning."""

@@ -38,15 +38,18 @@ def serving_table(sv: Serving) -> report.Table:
     rows = [(str(p.batch), s(p.ttft_s), s(p.tpot_s), s(p.tpot_first_s), s(p.tpot_last_s), s(p.latency_s),
              f"{p.tokens_per_s:,.1f}", {True: "yes", False: "NO", None: "-"}[p.fits]) for p in sv.points]
     notes = [
-        f"prompt {sv.prompt} tokens, {sv.output} generated, {sv.dtype}{sv.precision.label(sv.dtype)} on {sv.hardware.name}; "
+        f"prompt {sv.prompt} tokens, {sv.output} generated, {sv.dtype}{sv.precision.label(sv.dtype)} on "
+        f"{sv.hardware.name}; "
         + ("logits at every prompt position (--all-logits, the HF forward)" if sv.all_logits
-           else "prefill computes the logits of the last position only (as serving does; --all-logits for all)"),
+           else "prefill computes the logits of the last position only (as serving does; --all-logits for "
+                "all)"),
         "TPOT grows with the context: mean over the output, and its first and last step; "
         "tokens/s = batch x output / latency, per device",
         "fits: weights + KV cache at the last step within device memory (activations not counted)",
     ]
     if sv.spec.mla is not None:
-        notes.append(f"latent attention: {sv.mla} (--mla naive|absorbed; the cached latent is the same in both)")
+        notes.append(f"latent attention: {sv.mla} (--mla naive|absorbed; the cached latent is the same in "
+                     "both)")
     if sv.note:
         notes.append(sv.note)
     else:
@@ -83,7 +86,8 @@ def plot_serving(sv: Serving, path: str) -> str:
 @app.command("inference")
 def inference_cmd(
     spec: SpecArg,
-    hardware: Annotated[str, typer.Option("--hardware", help="Hardware profile (bundled name, `local`, or a YAML file).")],
+    hardware: Annotated[str, typer.Option("--hardware",
+                                          help="Hardware profile (bundled name, `local`, or a YAML file).")],
     prompt: Annotated[int, typer.Option("--prompt", help="Prompt tokens per request.")] = 2048,
     output: Annotated[int, typer.Option("--output", help="Generated tokens per request.")] = 256,
     batch: Annotated[str, typer.Option("--batch", help="Batch sizes, comma-separated: 1,8,64.")] = "1,8,64",
@@ -92,7 +96,8 @@ def inference_cmd(
                                              "position (the HF forward), not the last only.")] = False,
     flash: Annotated[bool, typer.Option("--flash-attention", help="Attention as one fused kernel: "
                                         "scores never written.")] = False,
-    fused: Annotated[bool, typer.Option("--fused", help="Norms and activations fused into the matmuls.")] = False,
+    fused: Annotated[bool, typer.Option("--fused",
+                                        help="Norms and activations fused into the matmuls.")] = False,
     mla: MlaOpt = Convention.naive,
     weights_dtype: WeightsDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,

@@ -58,7 +58,9 @@ CheckOpt = Annotated[bool, typer.Option(
     "--check", help="Exit 1 when a parameter, matmul FLOP or KV-cache count differs from its formula.")]
 CalDeviceOpt = Annotated[Device, typer.Option("--device", "-d", help="The device to profile.")]
 CalDtypesOpt = Annotated[Optional[list[Dtype]], typer.Option(
-    "--dtype", metavar="DTYPE", help="A dtype to measure peak FLOP/s for (repeatable): bf16, fp16, fp32, fp8. Default: fp32, bf16 (+ fp16 on cuda).")]
+    "--dtype", metavar="DTYPE",
+    help="A dtype to measure peak FLOP/s for (repeatable): bf16, fp16, fp32, fp8. Default: fp32, bf16 (+ "
+         "fp16 on cuda).")]
 MatmulOpt = Annotated[Optional[int], typer.Option(
     "--matmul-size", min=16, help="n of the n x n matmul. Default: 8192 (cuda), 1024 (cpu).")]
 CopyOpt = Annotated[Optional[int], typer.Option(

@@ -42,14 +42,16 @@ from costmodel.runtime.memory import (
 from costmodel.precision import WEIGHT_DTYPES
 from costmodel.spec import Spec
 
-PhaseOpt = Annotated[PhaseName, typer.Option("--phase", "-p", metavar="PHASE", help="train, prefill or decode.")]
+PhaseOpt = Annotated[PhaseName, typer.Option("--phase", "-p", metavar="PHASE",
+                                             help="train, prefill or decode.")]
 OptimizerOpt = Annotated[Optional[str], typer.Option(
     "--optimizer", help=f"Training optimizer: {', '.join(OPTIMIZERS)}. Default: adamw.")]
 PrecisionOpt = Annotated[Optional[str], typer.Option(
     "--precision", help=f"Training recipe: {', '.join(PRECISIONS)}. Default: bf16-mixed.")]
 ZeroOpt = Annotated[Optional[int], typer.Option(
     "--zero", help="ZeRO stage 0-3 (1: optimizer states, 2: + gradients, 3: + weights sharded); needs --dp.")]
-DpOpt = Annotated[Optional[int], typer.Option("--dp", help="Data-parallel ranks ZeRO shards over. Default: 1.")]
+DpOpt = Annotated[Optional[int], typer.Option("--dp",
+                                              help="Data-parallel ranks ZeRO shards over. Default: 1.")]
 RecomputeOpt = Annotated[Optional[str], typer.Option(
     "--recompute", help=f"Activation recomputation: {', '.join(RECOMPUTE)}. Default: none.")]
 FlashOpt = Annotated[bool, typer.Option(
@@ -64,8 +66,9 @@ LastOpt = Annotated[bool, typer.Option(
     "--last-logits/--all-logits", help="Prefill computes only the last position's logits (serving).")]
 
 
-def _config(phase: str, optimizer, precision, zero, dp, recompute, flash, weights_dtype, kv_dtype,
-            dtype, group_size, mask_bytes, last_logits, mla) -> tuple[Run, Parallel]:
+def _config(phase: str, optimizer: str | None, precision: str | None, zero: int | None, dp: int | None,
+            recompute: str | None, flash: bool, weights_dtype: str, kv_dtype: str | None, dtype: str,
+            group_size: int, mask_bytes: int, last_logits: bool, mla: Convention) -> tuple[Run, Parallel]:
     """The options as a Run and a Parallel; options of the other kind of phase are an error."""
     training = phase == "train"
     given = {"--optimizer": optimizer, "--precision": precision, "--zero": zero, "--recompute": recompute}
@@ -127,15 +130,18 @@ def memory_cmd(
     if m.phase == "train" and not s.is_encoder_decoder:
         ours = sum(i.bytes for i in m.items if i.category == "activations" and is_layer(i.path))
         r = run.recompute if not run.flash else "selective"
-        theirs = (ours, int(s.decoder_layers * korthikanti(m.shape["S"], m.batch, s.d_model, s.n_heads, recompute=r)))
-    emit(fmt, lambda: report_memory.memory_tables(m, hw, theirs), lambda: m.to_dict(hw.memory_bytes if hw else None),
+        theirs = (ours, int(s.decoder_layers * korthikanti(m.shape["S"], m.batch, s.d_model, s.n_heads,
+                                                           recompute=r)))
+    emit(fmt, lambda: report_memory.memory_tables(m, hw, theirs),
+         lambda: m.to_dict(hw.memory_bytes if hw else None),
          s, csv=lambda: report_memory.memory_csv(m))
 
 
 @app.command("fit")
 def fit_cmd(
     spec: SpecArg,
-    hardware: Annotated[str, typer.Option("--hardware", help="The device to fit on (see `costmodel hardware`).")],
+    hardware: Annotated[str, typer.Option("--hardware",
+                                          help="The device to fit on (see `costmodel hardware`).")],
     over: Annotated[str, typer.Option("--over", help="What to grow: batch or seq.")] = "batch",
     phase: Annotated[Optional[list[PhaseName]], typer.Option(
         "--phase", "-p", metavar="PHASE", help="Phases (repeat). Default: all three.")] = None,
@@ -174,9 +180,11 @@ def fit_cmd(
             results.append((ph, n, m))
     from costmodel.report import memory as report_memory
 
-    emit(fmt, lambda: [report_memory.fit_table(results, over, hw, s.max_seq_len, mla_convention(s, "decode", mla.value))],
+    emit(fmt, lambda: [report_memory.fit_table(results, over, hw, s.max_seq_len, mla_convention(s, "decode",
+                                                                                                mla.value))],
          lambda: {"spec": s.name, "hardware": hw.name, "device_bytes": int(hw.memory_bytes), "over": over,
-                  "phases": {ph: {f"max_{over}": n, "memory": m.to_dict(hw.memory_bytes)["memory"] if m else None,
+                  "phases": {ph: {f"max_{over}": n,
+                                  "memory": m.to_dict(hw.memory_bytes)["memory"] if m else None,
                                   **_convention(s, ph, mla)} for ph, n, m in results}},
          s, csv=lambda: report.records_csv([{"spec": s.name, "phase": ph, f"max_{over}": n,
                                              "peak": m.peak if m else None} for ph, n, m in results]))

@@ -31,6 +31,7 @@ from costmodel.parallel.plan import plan
 from costmodel.parallel.serve import decode
 from costmodel.parallel.step import Overlap, StepModel
 from costmodel.precision import DEFAULT_GROUP, Widths
+from costmodel.spec import Spec
 
 
 class TrainDtype(str, Enum):
@@ -55,23 +56,33 @@ class OverlapName(str, Enum):
 
 
 RECIPES = {"megatron": device.MEGATRON, "zero": device.ZERO}
-ClusterOpt = Annotated[str, typer.Option("--cluster", help="A cluster profile: dgx-a100-80gb, dgx-h100, dgx-h200, "
+ClusterOpt = Annotated[str, typer.Option("--cluster",
+                                         help="A cluster profile: dgx-a100-80gb, dgx-h100, dgx-h200, "
                                          "gb200-nvl72, or a YAML file (see `costmodel clusters`).")]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in all (N = TP x PP x DP x CP).")]
-TrainSeqOpt = Annotated[Optional[int], typer.Option("--seq", "-s", min=1, help="Tokens per sequence. Default: 2048, or max_seq_len if shorter.")]
-TrainDtypeOpt = Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Compute dtype of the matmuls: bf16, fp16, fp8.")]
-RecipeOpt = Annotated[RecipeName, typer.Option("--recipe", metavar="RECIPE", help="megatron: fp16/bf16 weights, fp32 gradients, fp32 master + Adam (18 B/param); zero: bf16 gradients (16 B/param).")]
-OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option("--overlap", metavar="KIND", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, dp, tp-backward, or none. Default: what Megatron-LM ran in Korthikanti et al. 2022: tp-backward (the column-parallel linears' backward collectives beside their GEMMs) and cp.")]
+TrainSeqOpt = Annotated[Optional[int], typer.Option("--seq", "-s", min=1,
+                                                    help="Tokens per sequence. Default: 2048, or max_seq_len "
+                                                         "if shorter.")]
+TrainDtypeOpt = Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE",
+                                                   help="Compute dtype of the matmuls: bf16, fp16, fp8.")]
+RecipeOpt = Annotated[RecipeName, typer.Option(
+    "--recipe", metavar="RECIPE", help="megatron: fp16/bf16 weights, fp32 gradients, fp32 master + Adam "
+    "(18 B/param); zero: bf16 gradients (16 B/param).")]
+OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option(
+    "--overlap", metavar="KIND", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, "
+    "dp, tp-backward, or none. Default: what Megatron-LM ran in Korthikanti et al. 2022: tp-backward (the "
+    "column-parallel linears' backward collectives beside their GEMMs) and cp.")]
 
 
 def _overlap(names: list[OverlapName] | None) -> Overlap:
     if not names:
         return Overlap()
     chosen = {n.value for n in names} - {"none"}
-    return Overlap(**{k.replace("-", "_"): k in chosen for k in ("tp", "cp", "ep", "pp", "dp", "tp-backward")})
+    return Overlap(**{k.replace("-", "_"): k in chosen for k in ("tp", "cp", "ep", "pp", "dp",
+                                                                 "tp-backward")})
 
 
-def _seq(spec, seq: int | None) -> int:
+def _seq(spec: Spec, seq: int | None) -> int:
     return seq if seq is not None else min(2048, spec.max_seq_len)
 
 
@@ -84,14 +95,24 @@ def train_cmd(
     micro_batch: Annotated[int, typer.Option("--micro-batch", "-m", help="Sequences per micro-batch.")] = 1,
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel stages.")] = 1,
-    dp: Annotated[Optional[int], typer.Option("--dp", help="Data-parallel size. Default: N / (TP x PP x CP).")] = None,
+    dp: Annotated[Optional[int], typer.Option(
+        "--dp", help="Data-parallel size. Default: N / (TP x PP x CP).")] = None,
     cp: Annotated[int, typer.Option("--cp", help="Context-parallel size (ring attention).")] = 1,
-    ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size (mixture-of-experts specs), within DP x CP.")] = 1,
-    interleave: Annotated[int, typer.Option("--interleave", "-v", help="Model chunks per pipeline device (interleaved 1F1B).")] = 1,
-    recompute: Annotated[Recompute, typer.Option("--recompute", metavar="MODE", help="Activation recomputation: none, selective (the attention core), full.")] = Recompute.none,
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", "--sp", help="Split norms, dropout and residuals along the sequence over the TP ranks.")] = False,
-    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3 (FSDP).")] = 0,
-    tokens: Annotated[Optional[float], typer.Option("--tokens", help="Training tokens D: prints the time and GPU-hours to train on them (e.g. 3e11).")] = None,
+    ep: Annotated[int, typer.Option(
+        "--ep", help="Expert-parallel size (mixture-of-experts specs), within DP x CP.")] = 1,
+    interleave: Annotated[int, typer.Option("--interleave", "-v",
+                                            help="Model chunks per pipeline device (interleaved 1F1B).")] = 1,
+    recompute: Annotated[Recompute, typer.Option("--recompute", metavar="MODE",
+                                                 help="Activation recomputation: none, selective (the "
+                                                      "attention core), full.")] = Recompute.none,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", "--sp",
+                                                    help="Split norms, dropout and residuals along the "
+                                                         "sequence over the TP ranks.")] = False,
+    zero: Annotated[int, typer.Option(
+        "--zero", help="ZeRO stage over the data-parallel ranks: 0, 1, 2 or 3 (FSDP).")] = 0,
+    tokens: Annotated[Optional[float], typer.Option("--tokens",
+                                                    help="Training tokens D: prints the time and GPU-hours "
+                                                         "to train on them (e.g. 3e11).")] = None,
     seq: TrainSeqOpt = None,
     dtype: TrainDtypeOpt = TrainDtype.bf16,
     recipe: RecipeOpt = RecipeName.megatron,
@@ -110,18 +131,21 @@ def train_cmd(
             if inner < 1 or gpus % inner:
                 # The spec's own limits (heads, layers) first: they name the option to change.
                 check(Layout(global_batch, micro_batch, tp, pp, 1, cp, 1, interleave), s)
-                raise LayoutError(f"--gpus: {gpus} GPUs are not a multiple of TP {tp} x PP {pp} x CP {cp} = {inner}")
+                raise LayoutError(f"--gpus: {gpus} GPUs are not a multiple of TP {tp} x PP {pp} x CP {cp} = "
+                                  f"{inner}")
             dp = gpus // inner
-        layout = Layout(global_batch, micro_batch, tp, pp, dp, cp, ep, interleave, sequence_parallel, recompute, zero)
+        layout = Layout(global_batch, micro_batch, tp, pp, dp, cp, ep, interleave, sequence_parallel,
+                        recompute, zero)
         check(layout, s, gpus, _seq(s, seq))
         model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap))
         step = model.step(layout)
     emit(fmt, lambda: [report_parallel.summary_table(step, tokens), report_parallel.breakdown_table(step),
                        report_parallel.collectives_table(step), report_parallel.memory_table(step)],
          lambda: step.to_dict(tokens), s)
-    if not step.fits:  # printed in full, so the user sees where the memory goes; exit 1 says it cannot run
-        typer.echo(f"error: {step.layout.label()} does not fit: {units.decimal_bytes(step.per_gpu.total)} a GPU "
-                   f"({step.per_gpu.stage} stage) on {units.decimal_bytes(cl.hardware.memory_bytes)} GPUs", err=True)
+    if not step.fits:  # printed in full, so the user sees where the memory goes; exit 1: it cannot run
+        typer.echo(f"error: {step.layout.label()} does not fit: {units.decimal_bytes(step.per_gpu.total)} "
+                   f"a GPU ({step.per_gpu.stage} stage) on {units.decimal_bytes(cl.hardware.memory_bytes)} "
+                   "GPUs", err=True)
         raise typer.Exit(1)
 
 
@@ -133,8 +157,11 @@ def plan_cmd(
     global_batch: Annotated[int, typer.Option("--global-batch", "-G", help="Sequences per step.")],
     seq: TrainSeqOpt = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Layouts to show.")] = 10,
-    max_micro_batch: Annotated[int, typer.Option("--max-micro-batch", min=1, help="Largest micro-batch tried.")] = 16,
-    cp: Annotated[Optional[list[int]], typer.Option("--cp", help="Context-parallel sizes to try (repeatable). Default: 1.")] = None,
+    max_micro_batch: Annotated[int, typer.Option("--max-micro-batch", min=1,
+                                                 help="Largest micro-batch tried.")] = 16,
+    cp: Annotated[Optional[list[int]], typer.Option("--cp",
+                                                    help="Context-parallel sizes to try (repeatable). "
+                                                         "Default: 1.")] = None,
     dtype: TrainDtypeOpt = TrainDtype.bf16,
     recipe: RecipeOpt = RecipeName.megatron,
     overlap: OverlapOpt = None,
@@ -153,7 +180,8 @@ def plan_cmd(
         elapsed = time.perf_counter() - start
     if fmt is not Format.json and not result.ranked:
         typer.echo(f"no layout of {s.name} fits on {gpus} GPUs of {cl.name} "
-                   f"({result.considered} valid layouts, all over {units.decimal_bytes(cl.hardware.memory_bytes)})")
+                   f"({result.considered} valid layouts, all over "
+                   f"{units.decimal_bytes(cl.hardware.memory_bytes)})")
         raise typer.Exit(1)
     emit(fmt, lambda: [report_parallel.plan_table(result, top, elapsed)], lambda: {
         "spec": s.name, "cluster": cl.name, "gpus": gpus, "global_batch": global_batch, "seq": model.seq,
@@ -167,9 +195,13 @@ def serve_cmd(
     cluster: ClusterOpt,
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 8,
     ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size (mixture-of-experts specs).")] = 1,
-    batch: Annotated[str, typer.Option("--batch", "-b", help="Sequences decoding together; a list such as 1,8,64.")] = "1",
-    context: Annotated[int, typer.Option("--context", "-c", help="Tokens already cached per sequence.")] = 2048,
-    dtype: Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")] = TrainDtype.bf16,
+    batch: Annotated[str, typer.Option("--batch", "-b",
+                                       help="Sequences decoding together; a list such as 1,8,64.")] = "1",
+    context: Annotated[int, typer.Option("--context", "-c",
+                                         help="Tokens already cached per sequence.")] = 2048,
+    dtype: Annotated[TrainDtype, typer.Option(
+        "--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")
+    ] = TrainDtype.bf16,
     mla: MlaOpt = Convention.naive,
     weights_dtype: WeightsDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
@@ -200,7 +232,10 @@ def clusters_cmd(fmt: FormatOpt = Format.table) -> None:
     rows = [(c.name, c.device, str(c.gpus_per_node), units.bandwidth(c.intra_node.bandwidth),
              units.bandwidth(c.intra_node.bus_bandwidth), units.bandwidth(c.inter_node.bandwidth),
              units.bandwidth(c.inter_node.bus_bandwidth)) for c in found]
-    table = report.Table("Clusters", ("cluster", "device", "GPUs/node", "NVLink", "busbw", "network/GPU", "busbw"),
-                         rows, ("per GPU per direction; busbw: what NCCL reaches (nccl-tests), sources in each profile",),
+    table = report.Table("Clusters", ("cluster", "device", "GPUs/node", "NVLink", "busbw", "network/GPU",
+                                      "busbw"),
+                         rows,
+                         ("per GPU per direction; busbw: what NCCL reaches (nccl-tests), sources in each "
+                          "profile",),
                          numeric_from=2)
     emit(fmt, [table], lambda: [c.model_dump() for c in found], "Cluster profiles")

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from costmodel.components import attention, bias, block, embedding, ffn, loss, mla, moe, norm, position, shape, stability
+from costmodel.components import (
+    attention, bias, block, embedding, ffn, loss, mla, moe, norm, position, shape, stability,
+)
 from costmodel.components.element import Element, Symbol
 from costmodel.cost import Cost, Dims, Num
 from costmodel.symbols import declare_sizes
@@ -63,4 +65,5 @@ def size_symbols() -> dict[str, Symbol]:
 # The alphabet (costmodel.symbols, below this package) learns the sizes the elements declare.
 declare_sizes({n: s.meaning for n, s in size_symbols().items()})
 
-__all__ = ["ATTENTION_KINDS", "ELEMENTS", "FFN_KINDS", "Cost", "Dims", "Element", "Num", "element", "size_symbols"]
+__all__ = ["ATTENTION_KINDS", "ELEMENTS", "FFN_KINDS", "Cost", "Dims", "Element", "Num", "element",
+           "size_symbols"]

@@ -227,7 +227,8 @@ def _window_swaps(spec: Spec, window: int) -> list[Alternative]:
     out: list[Alternative] = []
     runs = pattern(spec)
     if spec.window is None:
-        out.append((f"full -> window {window} on every layer", {"window": window, "layer_pattern": ["local"]}))
+        out.append((f"full -> window {window} on every layer", {"window": window,
+                                                                "layer_pattern": ["local"]}))
         if spec.decoder_layers >= 6:
             out.append((f"full -> window {window} on 5 of every 6 layers (Gemma 3)",
                         {"window": window, "layer_pattern": ["local"] * 5 + ["global"]}))
@@ -259,7 +260,8 @@ def _sample_qk_norm(choose: Choose, data: dict[str, Any]) -> None:
 
 
 def _qk_norm_swaps(spec: Spec, window: int) -> list[Alternative]:
-    return [(f"{spec.qk_norm.value} -> {q.value}", {"qk_norm": q.value}) for q in QKNorm if q is not spec.qk_norm]
+    return [(f"{spec.qk_norm.value} -> {q.value}",
+             {"qk_norm": q.value}) for q in QKNorm if q is not spec.qk_norm]
 
 
 ELEMENTS = (
@@ -325,10 +327,12 @@ def _chunk_swaps(spec: Spec, window: int) -> list[Alternative]:
             return []
         if spec.decoder_layers >= 4:
             nope = spec.position.per_layer
-            return [(f"full -> chunks of {window} on 3 of every 4 layers" + (", NoPE global (Llama 4)" if nope else ""),
+            return [(f"full -> chunks of {window} on 3 of every 4 layers" + (", NoPE global (Llama 4)" if nope
+                                                                             else ""),
                      {"attention_chunk": window, "layer_pattern": ["chunked"] * 3 + ["global"],
                       **({"global_nope": True} if nope else {})})]
-        return [(f"full -> chunks of {window} on every layer", {"attention_chunk": window, "layer_pattern": ["chunked"]})]
+        return [(f"full -> chunks of {window} on every layer", {"attention_chunk": window,
+                                                                "layer_pattern": ["chunked"]})]
     kinds = [kind.value for kind in spec.layer_pattern]
     full = ["global" if kind == "chunked" else kind for kind in kinds]
     out: list[Alternative] = [(f"chunks of {c} on {pattern(spec)} -> full attention", {

@@ -27,7 +27,8 @@ def _swaps(spec: Spec, window: int) -> list[Alternative]:
     out: list[Alternative] = []
     present = [p for p in LINEAR_PARTS if getattr(spec.bias, p)]
     if present:
-        out.append((f"linear biases on {'+'.join(present)} -> none", {f"bias.{p}": False for p in LINEAR_PARTS}))
+        out.append((f"linear biases on {'+'.join(present)} -> none",
+                    {f"bias.{p}": False for p in LINEAR_PARTS}))
     if len(present) < len(LINEAR_PARTS):
         out.append((f"linear biases on {'+'.join(present) or 'none'} -> all",
                     {f"bias.{p}": True for p in LINEAR_PARTS}))

@@ -103,7 +103,8 @@ def _moe_swaps(spec: Spec) -> list[Alternative]:
     if moe.top_k > 1:
         out.append((f"top_k {moe.top_k} -> 1", {"ffn": {**data, "top_k": 1}}))
     if moe.n_shared_experts:
-        fewer = {k: v for k, v in data.items() if k not in ("n_shared_experts", "d_ff_shared", "shared_expert_gate")}
+        fewer = {k: v for k, v in data.items() if k not in ("n_shared_experts", "d_ff_shared",
+                                                            "shared_expert_gate")}
         out.append(("no shared experts", {"ffn": fewer}))
     return out
 
@@ -155,7 +156,8 @@ ELEMENTS = (
         describe=_describe,
         choices=(("d_ff", lambda s: s.d_ff), ("activation", lambda s: s.activation.value),
                  ("experts", lambda s: f"{s.moe.n_experts} top-{s.moe.top_k}" if s.moe else "-"),
-                 ("d_ff_expert", _moe_value("d_ff_expert")), ("shared experts", _moe_value("n_shared_experts")),
+                 ("d_ff_expert", _moe_value("d_ff_expert")), ("shared experts",
+                                                              _moe_value("n_shared_experts")),
                  ("sparse layers", lambda s: s.moe.sparse_count(s.decoder_layers) if s.moe else "-")),
         swaps=_swaps, sample=_sample,
         symbols={

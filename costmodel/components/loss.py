@@ -57,7 +57,7 @@ SITES = ("embedding_dropout", "attention_dropout", "ffn_dropout", "final_dropout
 def sites(spec: Spec) -> str:
     """Each site's rate: "embeddings 0.1, attention 0.1, ffn 0, final 0"."""
     rates = (spec.embedding_dropout_rate, spec.attention_dropout_rate, spec.ffn_dropout, spec.final_dropout)
-    return ", ".join(f"{site.removesuffix('_dropout')} {r:g}" for site, r in zip(SITES, rates))
+    return ", ".join(f"{site.removesuffix('_dropout')} {r:g}" for site, r in zip(SITES, rates, strict=False))
 
 
 def _rates(spec: Spec) -> str:

@@ -55,7 +55,8 @@ class Convention(str, Enum):
 ROPE_FLOPS = 3  # as components.position: x*cos + rotate_half(x)*sin per rotated element
 
 
-def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bias: bool) -> list[tuple[str, Cost]]:
+def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bias: bool) -> list[tuple[str,
+                                                                                                       Cost]]:
     """The leaves of one MLA sub-block (norms, dropout and residual are the block's), in the
     convention ``dims.mla`` names. The leaf names are the same in both; kv_b, scores and av
     (and their bytes) differ.
@@ -142,7 +143,8 @@ def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bia
 
 SYMBOLS = {
     "r_q": Symbol("query latent rank, q_lora_rank (MLA)", lambda s: s.mla.q_lora_rank if s.mla else None),
-    "r_kv": Symbol("key/value latent rank, kv_lora_rank (MLA)", lambda s: s.mla.kv_lora_rank if s.mla else None),
+    "r_kv": Symbol("key/value latent rank, kv_lora_rank (MLA)",
+                   lambda s: s.mla.kv_lora_rank if s.mla else None),
     "d_n": Symbol("query/key head width without positions, qk_nope_head_dim (MLA)",
                   lambda s: s.mla.qk_nope_head_dim if s.mla else None),
     "d_r": Symbol("decoupled RoPE width per head, qk_rope_head_dim (MLA)",

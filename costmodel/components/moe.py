@@ -214,7 +214,8 @@ def mlp(activation: Activation, d: Num, f: Num, bias: bool, p: Num, tokens: Num,
 
     hidden = tokens * f
     gated = activation.gated
-    act = elementwise(hidden, ACTIVATION_FLOPS[activation], p, saves=0 if activation is Activation.reglu else 1)
+    act = elementwise(hidden, ACTIVATION_FLOPS[activation], p,
+                      saves=0 if activation is Activation.reglu else 1)
     out = []
     if gated:
         out.append(("gate", lin(d, f, saves_input=first_saves)))
@@ -279,14 +280,18 @@ def sparse(cfg: MoEFFN, d: Num, p: Num, e: ExpertDims, tokens: Num, *, ffn_bias:
     out.append(("combine", combine))
     if cfg.n_shared_experts:
         # The router keeps the block's input already, unless it keeps its own fp32 copy.
-        shared = mlp(cfg.activation, d, e.n_s * e.f_s, ffn_bias, p, tokens, first_saves=cfg.router_dtype is not None)
+        shared = mlp(cfg.activation, d, e.n_s * e.f_s, ffn_bias, p, tokens,
+                     first_saves=cfg.router_dtype is not None)
         for leaf, cost in shared:
             out.append((f"shared/{leaf}", cost))
         if cfg.shared_expert_gate:  # sigmoid(x w_g) * shared(x), w_g: d x 1 (Qwen2-MoE)
-            gate = linear(tokens, d, 1, False, p, saves_input=False) + elementwise(tokens, SIGMOID_FLOPS, p, saves=1)
-            out.append(("shared_gate", gate + elementwise(tokens * d, 1, p, inputs=2) + Cost(saved=p * tokens * d)))
+            gate = linear(tokens, d, 1, False, p, saves_input=False) + elementwise(tokens, SIGMOID_FLOPS, p,
+                                                                                   saves=1)
+            out.append(("shared_gate", gate + elementwise(tokens * d, 1, p,
+                                                          inputs=2) + Cost(saved=p * tokens * d)))
     if cfg.aux_loss > 0:
-        out.append(("aux_loss", aux_loss(p, e, tokens, DTYPE_BYTES[cfg.router_dtype] if cfg.router_dtype else p)))
+        out.append(("aux_loss", aux_loss(p, e, tokens,
+                                         DTYPE_BYTES[cfg.router_dtype] if cfg.router_dtype else p)))
     return out
 
 

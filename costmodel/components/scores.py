@@ -77,7 +77,8 @@ def sinks(dims: Dims, rows: Num) -> Cost:
     does its SOFTMAX_FLOPS over `rows` more elements, reading the logits and writing the column.
     """
     read = dims.p * dims.h * runs(rows)
-    return Cost(params=dims.h, other=SOFTMAX_FLOPS * rows, bytes_unfused=2 * dims.p * rows + read, weights_read=read,
+    return Cost(params=dims.h, other=SOFTMAX_FLOPS * rows, bytes_unfused=2 * dims.p * rows + read,
+                weights_read=read,
                 saved=dims.p * rows,  # the softmax keeps its output, one column wider
                 factored=dims.h)  # a vector: every element its own second moment
 

@@ -23,7 +23,8 @@ def layers(spec: Spec) -> str:
 
 def _describe_architecture(spec: Spec) -> str:
     if spec.is_encoder_decoder:
-        return f"{spec.architecture.value} · encoder {spec.n_encoder_layers} + decoder {spec.n_decoder_layers} layers"
+        return (f"{spec.architecture.value} · encoder {spec.n_encoder_layers} "
+                f"+ decoder {spec.n_decoder_layers} layers")
     return f"{spec.architecture.value} · {spec.n_layers} layers"
 
 

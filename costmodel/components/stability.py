@@ -60,7 +60,8 @@ def _softcap_swaps(spec: Spec, window: int) -> list[Alternative]:
 
 
 def _describe_softcaps(spec: Spec) -> str | None:
-    caps = [f"{name} softcap {v:g}" for name, v in (("attn", spec.attn_softcap), ("final", spec.final_softcap)) if v]
+    caps = [f"{name} softcap {v:g}" for name, v in (("attn", spec.attn_softcap), ("final",
+                                                                                  spec.final_softcap)) if v]
     return " · ".join(caps) or None
 
 

@@ -39,7 +39,7 @@ Fraction = Annotated[float, Field(gt=0)]
 
 
 def _increasing(name: str, values: Sequence[float]) -> None:
-    if not values or any(b <= a for a, b in zip(values, values[1:])) or values[0] <= 0:
+    if not values or any(b <= a for a, b in zip(values, values[1:], strict=False)) or values[0] <= 0:
         raise ValueError(f"{name}: must be positive and strictly increasing")
 
 
@@ -76,7 +76,8 @@ class MatmulTable(BaseModel):
         for name in ("M", "N", "K"):
             _increasing(name, getattr(self, name))
         e = self.efficiency
-        if len(e) != len(self.M) or any(len(r) != len(self.N) or any(len(c) != len(self.K) for c in r) for r in e):
+        if len(e) != len(self.M) or any(len(r) != len(self.N) or any(len(c) != len(self.K) for c in r) for r
+                                        in e):
             raise ValueError(f"efficiency: must be {len(self.M)} x {len(self.N)} x {len(self.K)} (M x N x K)")
         return self
 
@@ -108,7 +109,8 @@ Interpolation = Literal["log", "step"]
 Allocator = Literal["cache", "system"]
 
 
-def _lookup(grid: Sequence[float], efficiency: Sequence[float], x: float, interpolation: Interpolation) -> float:
+def _lookup(grid: Sequence[float], efficiency: Sequence[float], x: float,
+            interpolation: Interpolation) -> float:
     """One size table at x: log-log interpolation, or the step of the largest grid point <= x
     (the first value below the grid)."""
     if interpolation == "step":

@@ -71,7 +71,8 @@ class Profiles:
         shown = name if len(name) <= 60 else name[:57] + "..."
         guesses = prefixed or difflib.get_close_matches(name.lower(), list(paths), n=3)
         hint = f"did you mean {' or '.join(guesses)}? " if guesses else ""
-        raise SpecError(f"{self.kind} {shown}: no such file or profile ({hint}known: {', '.join(paths) or 'none'})")
+        raise SpecError(f"{self.kind} {shown}: no such file or profile ({hint}known: "
+                        f"{', '.join(paths) or 'none'})")
 
     def load(self, name_or_path: str, model: type[M]) -> M:
         """A profile by file or by name (see ``find``); SpecError, one line per problem."""

@@ -36,7 +36,8 @@ from costmodel.spec import SpecError
 SUPPORTED = tuple(FAMILIES)
 
 __all__ = [
-    "COMMON_IGNORED", "FAMILIES", "MIXTURE_OF_EXPERTS", "MULTIMODAL", "SUPPORTED", "Config", "Export", "Family",
+    "COMMON_IGNORED", "FAMILIES", "MIXTURE_OF_EXPERTS", "MULTIMODAL", "SUPPORTED", "Config", "Export",
+    "Family",
     "Imported", "SpecError", "config_path", "cost_fields", "export_hf", "load_hf", "read_config", "register",
     "spec_fields_from_hf", "spec_from_hf", "to_yaml",
 ]

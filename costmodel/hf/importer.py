@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.hf.family import FAMILIES, Family
-from costmodel.hf.reader import COMMON_IGNORED, EXPERT_FIELDS, LM_HEADS, MIXTURE_OF_EXPERTS, Abort, Config, show
+from costmodel.hf.reader import (
+    COMMON_IGNORED, EXPERT_FIELDS, LM_HEADS, MIXTURE_OF_EXPERTS, Abort, Config, show,
+)
 from costmodel.spec import Spec, SpecError, spec_from_dict
 
 # A config.json is a few kilobytes; anything much larger is not one (and must not eat memory).
@@ -23,7 +25,8 @@ MAX_DEPTH = 32  # real configs nest 3 or 4 levels (rope_parameters, text_config)
 # whether a tied text_config ties the head too). transformers 5 ties the head as the wrapper's
 # tie_word_embeddings says (LlavaConfig also takes a true from text_config, for old checkpoints).
 MULTIMODAL: dict[str, tuple[str, bool, bool]] = {
-    "llava": ("llama", False, True), "llava_next": ("llama", False, True), "mistral3": ("mistral", True, False),
+    "llava": ("llama", False, True), "llava_next": ("llama", False, True), "mistral3": ("mistral", True,
+                                                                                        False),
     "gemma3": ("gemma3_text", True, False), "llama4": ("llama4_text", False, False),
 }
 
@@ -32,7 +35,8 @@ MULTIMODAL: dict[str, tuple[str, bool, bool]] = {
 # type read instead, and why. Moonshot's Kimi K2 configs say kimi_k2 and name the architecture
 # DeepseekV3ForCausalLM; transformers' own kimi_k25 reads a kimi_k2 text_config as deepseek_v3.
 ALIASES: dict[str, tuple[str, str]] = {
-    "kimi_k2": ("deepseek_v3", "Kimi K2 is DeepseekV3ForCausalLM (transformers' kimi_k25 reads kimi_k2 as deepseek_v3)"),
+    "kimi_k2": ("deepseek_v3",
+                "Kimi K2 is DeepseekV3ForCausalLM (transformers' kimi_k25 reads kimi_k2 as deepseek_v3)"),
 }
 
 
@@ -69,7 +73,8 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
                             f"text_config should be an object (got {show(text)})")
         if data.get("architectures") is not None:
             _check_architectures(data["architectures"], origin, "text_config's language model")
-        warnings.append(f"warning: {origin}: {model_type} is multimodal: only its text decoder (text_config) is "
+        warnings.append(f"warning: {origin}: {model_type} is multimodal: only its text decoder (text_config) "
+                        "is "
                         "counted, not the vision tower nor the projector")
         text_type, tie_default, text_ties = MULTIMODAL[model_type]
         inner = {"model_type": text_type, **text}
@@ -95,8 +100,9 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
                         f"supported: {', '.join(FAMILIES)}")
     c = Config(data, origin, model_type, family.defaults)
     out: dict[str, Any] = {"name": name or _name(data, origin), "family": model_type, "source": source}
-    for check in (lambda: _check_head(c, family), lambda: family.read(c, out),
-                  lambda: _check_common(c, family, warnings)):
+    checks: tuple[Callable[[], object], ...] = (lambda: _check_head(c, family), lambda: family.read(c, out),
+                                                lambda: _check_common(c, family, warnings))
+    for check in checks:
         try:
             check()
         except Abort:
@@ -114,7 +120,8 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
         ignored.append(key)
     if c.problems:
         raise SpecError(f"{origin}: " + "; ".join(dict.fromkeys(c.problems)))
-    warnings += [f"warning: {origin}: {key}: not a field transformers' {model_type} reads that this tool knows; "
+    warnings += [f"warning: {origin}: {key}: not a field transformers' {model_type} reads that this tool "
+                 "knows; "
                  "ignored (docs/hf.md lists the fields known to change no cost)" for key in ignored]
     if ignored:
         out["ignored_fields"] = ignored
@@ -154,7 +161,8 @@ def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
     if isinstance(method, str) and method in family.quantized:
         warnings.append(f"warning: {c.origin}: quantization_config: {method}: {family.quantized[method]}")
     elif quant:
-        c.problems.append("quantization_config: quantised weights are not modelled (the element type is --dtype); "
+        c.problems.append("quantization_config: quantised weights are not modelled (the element type is "
+                          "--dtype); "
                           "remove the field to import the unquantised architecture")
     c.read.add("quantization_config")
     if c.data.get("pruned_heads"):
@@ -162,7 +170,8 @@ def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
     c.read.add("pruned_heads")
     for key in ("add_cross_attention", "cross_attention_hidden_size", "tie_encoder_decoder"):
         if c.data.get(key):
-            c.problems.append(f"{key}: cross-attention or shared encoder-decoder weights are not modelled here")
+            c.problems.append(f"{key}: cross-attention or shared encoder-decoder weights are not modelled "
+                              "here")
         c.read.add(key)
     if c.model_type != "t5" and c.data.get("is_encoder_decoder"):
         c.problems.append(f"is_encoder_decoder: {c.model_type} is decoder-only")
@@ -196,8 +205,10 @@ def config_path(path: str | Path) -> Path:
     return path
 
 
-def read_config(path: str | Path) -> dict[str, Any]:
-    """A config.json's mapping: a regular file of at most 10 MiB, UTF-8 JSON, no NaN or Infinity."""
+def read_config(path: str | Path) -> object:
+    """A config.json's JSON: a regular file of at most 10 MiB, UTF-8 JSON, no NaN or Infinity.
+
+    Any JSON value; spec_fields_from_hf refuses one that is not an object."""
     path = config_path(path)
     try:
         if not stat.S_ISREG(path.stat().st_mode):
@@ -217,7 +228,8 @@ def read_config(path: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}:{e.lineno}: malformed JSON: {e.msg}") from None
     except RecursionError:
-        raise SpecError(f"{path}: nested more than {MAX_DEPTH} levels deep; a config.json nests a few") from None
+        raise SpecError(f"{path}: nested more than {MAX_DEPTH} levels deep; "
+                        "a config.json nests a few") from None
     except ValueError as e:  # NaN/Infinity, or an integer past Python's 4,300-digit limit
         raise SpecError(f"{path}: {str(e).split(';')[0]}") from None
     return data

@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Mapping
 from typing import Any
+from typing import cast
 
 from costmodel.spec import Activation, LayerKind, SpecError
 
@@ -16,7 +17,8 @@ from costmodel.spec import Activation, LayerKind, SpecError
 MIXTURE_OF_EXPERTS = frozenset({
     "mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "dbrx", "jamba",
     "olmoe", "phimoe", "granitemoe", "granitemoeshared", "granitemoehybrid", "jetmoe", "switch_transformers",
-    "nllb_moe", "llama4", "llama4_text", "gpt_oss", "minimax", "arctic", "ernie4_5_moe", "glm4_moe", "hunyuan_v1_moe",
+    "nllb_moe", "llama4", "llama4_text", "gpt_oss", "minimax", "arctic", "ernie4_5_moe", "glm4_moe",
+    "hunyuan_v1_moe",
     "dots1", "bailing_moe", "flex_olmo", "longcat_flash", "aria_text", "openai-moe",
 })
 # Fields that only a mixture-of-experts config carries, whatever its model_type says.
@@ -36,26 +38,35 @@ COMMON_IGNORED: dict[str, str] = {
                      "architectures"), "bookkeeping (architectures is checked for a language-model head)"),
     **dict.fromkeys(("torch_dtype", "dtype", "use_bfloat16"), "element type: chosen with --dtype"),
     **dict.fromkeys(("_attn_implementation", "_attn_implementation_autoset", "attn_implementation"),
-                    "attention kernel: the dense count is the convention, the masked count is reported beside it"),
-    **dict.fromkeys(("use_cache", "cache_implementation"), "caching is modelled per phase (decode reads the KV cache)"),
-    **dict.fromkeys(("return_dict", "output_hidden_states", "output_attentions", "torchscript", "use_return_dict",
+                    "attention kernel: the dense count is the convention, the masked count is reported "
+                    "beside it"),
+    **dict.fromkeys(("use_cache", "cache_implementation"),
+                    "caching is modelled per phase (decode reads the KV cache)"),
+    **dict.fromkeys(("return_dict", "output_hidden_states", "output_attentions", "torchscript",
+                     "use_return_dict",
                      "tf_legacy_loss", "chunk_size_feed_forward", "problem_type", "finetuning_task",
-                     "tokenizer_class", "prefix", "task_specific_params", "id2label", "label2id", "num_labels",
+                     "tokenizer_class", "prefix", "task_specific_params", "id2label", "label2id",
+                     "num_labels",
                      "classifier_dropout"), "framework options, or settings of heads other than the LM head"),
     **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
                      "forced_bos_token_id", "forced_eos_token_id"), "token ids"),
-    **dict.fromkeys(("max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    **dict.fromkeys(("max_length", "min_length", "do_sample", "early_stopping", "num_beams",
+                     "num_beam_groups",
                      "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
-                     "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
-                     "num_return_sequences", "output_scores", "return_dict_in_generate", "remove_invalid_values",
+                     "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+                     "bad_words_ids",
+                     "num_return_sequences", "output_scores", "return_dict_in_generate",
+                     "remove_invalid_values",
                      "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens"),
                     "generation settings of a request, not of the architecture"),
     **dict.fromkeys(("initializer_range", "initializer_factor", "init_std"), "initialisation only"),
     **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"),
                     "a constant inside the norm"),
-    **dict.fromkeys(("rope_theta", "rope_scaling", "rope_parameters", "rotary_emb_base", "rope_local_base_freq",
+    **dict.fromkeys(("rope_theta", "rope_scaling", "rope_parameters", "rotary_emb_base",
+                     "rope_local_base_freq",
                      "original_max_position_embeddings"),
-                    "RoPE base and scaling change the angles, not the work (partial_rotary_factor inside is read)"),
+                    "RoPE base and scaling change the angles, not the work (partial_rotary_factor inside is "
+                    "read)"),
     "pretraining_tp": "splits each matmul into slices: the same FLOPs",
     "query_pre_attn_scalar": "the value of the score scale, which is counted anyway",
     "reorder_and_upcast_attn": "precision of the score matmul, not its size",
@@ -135,7 +146,11 @@ class Config:
         if v is None:
             return None
         if isinstance(v, bool) or not isinstance(v, int) or (positive and v <= 0) or v < 0:
-            v = self.bad(key, f"should be a {'positive' if positive else 'non-negative'} integer (got {show(v)})")
+            # bad() gives the class default, an int or None, or stops
+            return cast("builtins.int | None", self.bad(key,
+                                                        "should be a "
+                                                        f"{'positive' if positive else 'non-negative'} "
+                                                        f"integer (got {show(v)})"))
         return v
 
     def req_int(self, key: builtins.str) -> builtins.int:
@@ -163,7 +178,7 @@ class Config:
         except OverflowError:
             f = math.inf
         if not math.isfinite(f):
-            return self.bad(key, f"should be a finite number (got {show(v)})")
+            return cast("builtins.float | None", self.bad(key, f"should be a finite number (got {show(v)})"))
         return f
 
     def rate(self, key: builtins.str) -> builtins.float:
@@ -181,7 +196,7 @@ class Config:
     def list(self, key: builtins.str) -> builtins.list[Any] | None:
         v = self.get(key)
         if v is not None and not isinstance(v, list):
-            v = self.bad(key, f"should be a list (got {show(v)})")
+            return cast("builtins.list[Any] | None", self.bad(key, f"should be a list (got {show(v)})"))
         return v
 
     def require(self, key: builtins.str, expected: Any, why: builtins.str) -> None:
@@ -203,7 +218,8 @@ def read_heads(c: Config, out: dict[str, Any], heads: str, kv: str | None, head_
         hd = d // h
     out["head_dim"] = hd
     if h % out["n_kv_heads"]:
-        raise c.error(kv or heads, f"{h} query heads are not a multiple of {out['n_kv_heads']} key/value heads")
+        raise c.error(kv or heads,
+                      f"{h} query heads are not a multiple of {out['n_kv_heads']} key/value heads")
 
 
 def fixed_head_dim(c: Config, out: dict[str, Any], heads: str) -> None:
@@ -225,7 +241,8 @@ def read_activation(c: Config, key: str, gated: bool) -> Activation:
     if act in SILU and gated:
         return Activation.swiglu
     kind = "gated FFN" if gated else "two-matrix FFN"
-    raise c.error(key, f"{show(act)} in a {kind} is not supported (the spec has relu, gelu, reglu, geglu, swiglu)")
+    raise c.error(key,
+                  f"{show(act)} in a {kind} is not supported (the spec has relu, gelu, reglu, geglu, swiglu)")
 
 
 def read_rotary_fraction(c: Config, *top_level: str) -> float:
@@ -259,7 +276,8 @@ def no_partial_rotary(c: Config) -> None:
                                                "a partial rotary factor is not supported by its attention")
 
 
-def read_layer_pattern(c: Config, out: dict[str, Any], types: list[str], window: int | None, field: str) -> None:
+def read_layer_pattern(c: Config, out: dict[str, Any], types: list[str], window: int | None,
+                       field: str) -> None:
     """Per-layer kinds from transformers' layer_types, as the shortest repeating pattern."""
     if len(types) != out["n_layers"]:
         raise c.error(field, f"{len(types)} entries for {out['n_layers']} layers")
@@ -267,7 +285,8 @@ def read_layer_pattern(c: Config, out: dict[str, Any], types: list[str], window:
     for t in types:
         if t not in ("full_attention", "sliding_attention"):
             raise c.error(field, f"layer type {show(t)} is not supported (full_attention, sliding_attention)")
-        kinds.append(LayerKind.local if t == "sliding_attention" and window is not None else LayerKind.global_)
+        kinds.append(LayerKind.local if t == "sliding_attention" and window is not None
+                     else LayerKind.global_)
     pattern = kinds[:_period(kinds)]
     if LayerKind.local in pattern:
         out["window"] = window

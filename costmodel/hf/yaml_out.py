@@ -49,7 +49,7 @@ def _yaml_value(v: Any) -> str:
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {_yaml_value(x)}" for k, x in v.items()) + "}"
     if _PLAIN.fullmatch(v) and v.lower() not in _YAML_WORDS:
-        return v
+        return str(v)  # a str: fullmatch takes nothing else
     return json.dumps(str(v))  # a JSON string is a valid YAML scalar
 
 

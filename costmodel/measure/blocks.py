@@ -106,7 +106,8 @@ class RelativeBias(nn.Module):
     def forward(self, queries: Tensor, keys: Tensor) -> Tensor:
         """The (h, queries, keys) bias for these query and key positions."""
         distance = keys[None, :] - queries[:, None]
-        return self.table(self.bucket(distance)).permute(2, 0, 1)
+        bias: Tensor = self.table(self.bucket(distance)).permute(2, 0, 1)
+        return bias
 
 
 class ALiBi(nn.Module):
@@ -116,6 +117,8 @@ class ALiBi(nn.Module):
     Slopes are the geometric sequence 2^(-8/n), 2^(-16/n), ... for n heads a power of two;
     otherwise the sequence of the nearest lower power of two, then every other one of twice it.
     """
+
+    slopes: Tensor  # a buffer
 
     def __init__(self, spec: Spec):
         super().__init__()
@@ -156,7 +159,7 @@ class Step:
     cache: KVCache | None = None
     memory: Tensor | None = None
     bias: Tensor | None = None
-    shared: dict = field(default_factory=dict)
+    shared: dict[object, Any] = field(default_factory=dict)
 
     @property
     def prompt(self) -> bool:
@@ -297,7 +300,7 @@ class Attention(SubBlock):
             k = self.k_norm(k) if k is not None else None
         if self.rope_dims:
             cos, sin = step.once("rope", lambda: rope_angles(step.positions, self.rope_dims, q.dtype))
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
+            q, k = rope(q, cos, sin), rope(k, cos, sin) if k is not None else None
         k, v, key_positions = self.keys(k, v, step)
 
         # GQA/MQA (Ainslie et al. 2023; Shazeer 2019): the g = h/k query heads that share a
@@ -306,19 +309,23 @@ class Attention(SubBlock):
         scores = q.reshape(B, self.kv_heads, -1, self.head_dim) @ k.transpose(-2, -1)
         probs = self.probabilities(scores.view(B, self.heads, S, span) * self.scale, step, key_positions)
         out = probs.view(B, self.kv_heads, -1, span) @ v
-        return self.out(out.view(B, self.heads, S, self.head_dim).transpose(1, 2).reshape(B, S, -1))
+        result: Tensor = self.out(out.view(B, self.heads, S, self.head_dim).transpose(1, 2).reshape(B, S, -1))
+        return result
 
     def probabilities(self, scores: Tensor, step: Step, key_positions: Tensor | None) -> Tensor:
         """Scaled scores -> probabilities: position bias, soft-cap, mask, softmax (with sinks)."""
         if self.score_bias:
             bias = step.bias
+            assert bias is not None  # the stack computes it for a layer that has one
             if key_positions is not None and key_positions.shape[0] < step.context:
                 # a rolling buffer's keys, in slot order
-                bias = step.once(("bias", self.ring), lambda: bias[..., key_positions])
+                full = bias
+                bias = step.once(("bias", self.ring), lambda: full[..., key_positions])
             scores = scores + bias
         if self.softcap is not None:
             scores = self.softcap * torch.tanh(scores / self.softcap)
         if self.causal and not self.cross:
+            assert key_positions is not None  # keys' positions: None for cross-attention only
             key = ("mask", self.window, self.chunk)
             mask = step.once(key, lambda: self.mask(step.positions, key_positions))
             scores = scores.masked_fill(mask, float("-inf"))
@@ -346,11 +353,13 @@ class Attention(SubBlock):
         cache = step.cache[self.slot] if step.cache is not None and self.slot is not None else None
         if self.cross:
             if cache is None:
+                assert k is not None and v is not None  # no cache: the encoder output is given
                 return k, v, None
-            if k is not None:  # prefill: K and V of the encoder output, projected once
+            if k is not None and v is not None:  # prefill: K and V of the encoder output, projected once
                 cache[0].copy_(k)
                 cache[1].copy_(v)
             return cache[0], cache[1], None
+        assert k is not None and v is not None  # self-attention projects its own K and V
         if cache is None:
             return k, v, step.positions
         k_cache, v_cache = cache
@@ -373,7 +382,7 @@ class Attention(SubBlock):
         return k_cache, v_cache, C - 1 - (C - 1 - slot) % ring
 
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
     Activation.relu: F.relu,
     Activation.gelu: partial(F.gelu, approximate="tanh"),
     Activation.reglu: F.relu,
@@ -397,7 +406,8 @@ class FeedForward(SubBlock):
 
     def function(self, x: Tensor, step: Step) -> Tensor:
         hidden = self.act(self.up(x)) if self.gate is None else self.act(self.gate(x)) * self.up(x)
-        return self.down(drop(hidden, self.hidden_dropout, self.training))
+        out: Tensor = self.down(drop(hidden, self.hidden_dropout, self.training))
+        return out
 
 
 class KVCache:

@@ -30,6 +30,8 @@ import os
 import platform
 import re
 import statistics
+from collections.abc import Callable
+from typing import TypedDict
 
 import torch
 
@@ -42,8 +44,22 @@ from costmodel.measure.run import TORCH_DTYPES, check_device, time_runs
 
 DEFAULT_MATMUL = {"cuda": 8192, "cpu": 1024}  # n of the n x n matmul
 DEFAULT_COPY_MIB = {"cuda": 2048, "cpu": 256}  # buffer copied to measure bandwidth
+
+
+class Grid(TypedDict, total=False):
+    """Where the efficiency tables are measured: M, N, K of the matmuls, bytes of the memory
+    op, bytes of the first-touch fills (optional), and the seconds each point runs for."""
+
+    M: list[int]
+    N: list[int]
+    K: list[int]
+    bytes: list[int]
+    fresh: list[int]
+    run_s: float
+
+
 #: The grids of the efficiency tables (M, N, K of the matmuls; bytes of the memory op).
-GRID = {
+GRID: dict[str, Grid] = {
     "cpu": {"M": [1, 2, 4, 8, 16, 32, 64, 256, 1024], "N": [64, 256, 1024, 4096, 16384],
             "K": [16, 64, 256, 1024, 4096],
             "bytes": [2**i for i in range(12, 29, 2)], "fresh": [2**i for i in range(20, 29)], "run_s": 0.1},
@@ -58,13 +74,13 @@ POOL_BYTES = {"cpu": 2**27, "cuda": 2**30}
 AMORTISE_MNK = {"cpu": 2**22, "cuda": 2**30}
 
 
-def timed(run, device: torch.device, min_run_s: float) -> float:
+def timed(run: Callable[..., object], device: torch.device, min_run_s: float) -> float:
     """Median seconds per call, from ``Timer.blocked_autorange`` (CUDA-synchronised; all the
     process's CPU threads, not the Timer's default of one)."""
     return statistics.median(block_times(run, device, min_run_s))
 
 
-def block_times(run, device: torch.device, min_run_s: float) -> list[float]:
+def block_times(run: Callable[..., object], device: torch.device, min_run_s: float) -> list[float]:
     """Seconds per call of each block of ``Timer.blocked_autorange``."""
     from torch.utils.benchmark import Timer
 
@@ -86,13 +102,14 @@ def weight_views(pool: torch.Tensor, b: int, N: int, K: int) -> list[torch.Tenso
             for i in range(min(64, pool.numel() // size))]
 
 
-def matmul_table(device: torch.device, dtype: str, peak: float, grid: dict) -> MatmulTable:
+def matmul_table(device: torch.device, dtype: str, peak: float, grid: Grid) -> MatmulTable:
     """Efficiency of (M x K) @ (K x N) over the grid, as a fraction of `peak`; the weights of
     successive calls are distinct (``weight_views``), so a small product is not timed from cache."""
     kind = device.type
     t_dtype = TORCH_DTYPES[dtype]
     points = [(M, N, K) for M in grid["M"] for N in grid["N"] for K in grid["K"]]
-    pool = torch.randn(POOL_BYTES[kind] // torch.empty(0, dtype=t_dtype).element_size(), device=device).to(t_dtype)
+    pool = torch.randn(POOL_BYTES[kind] // torch.empty(0, dtype=t_dtype).element_size(),
+                       device=device).to(t_dtype)
     # Two passes in opposite orders, the median of both passes' blocks: a burst of load on a
     # shared machine then hits one half of a point's samples, not a whole row of the grid.
     times: dict[tuple[int, int, int], list[float]] = {p: [] for p in points}
@@ -109,9 +126,10 @@ def matmul_table(device: torch.device, dtype: str, peak: float, grid: dict) -> M
     return MatmulTable(M=grid["M"], N=grid["N"], K=grid["K"], efficiency=table)
 
 
-def memory_table(device: torch.device, bandwidth: float, grid: dict) -> MemoryTable:
+def memory_table(device: torch.device, bandwidth: float, grid: Grid) -> MemoryTable:
     """Efficiency of c = a + b (fp32) moving each size of the grid, as a fraction of `bandwidth`."""
-    sizes, effs = [], []
+    sizes: list[float] = []
+    effs: list[float] = []
     for nbytes in grid["bytes"]:
         n = max(1, nbytes // 12)  # 3 tensors of 4-byte elements
         a, b, c = (torch.ones(n, device=device) for _ in range(3))
@@ -121,7 +139,7 @@ def memory_table(device: torch.device, bandwidth: float, grid: dict) -> MemoryTa
     return MemoryTable(bytes=sizes, efficiency=effs)
 
 
-def first_touch_table(device: torch.device, grid: dict) -> FirstTouchTable | None:
+def first_touch_table(device: torch.device, grid: Grid) -> FirstTouchTable | None:
     """Extra seconds per byte of writing a freshly allocated buffer, over the grid's sizes:
     ``torch.empty(n).fill_`` against ``buf.fill_`` of a kept buffer (negative differences, noise
     below the allocator's mmap threshold, are 0)."""
@@ -137,7 +155,8 @@ def first_touch_table(device: torch.device, grid: dict) -> FirstTouchTable | Non
         kept = torch.empty(n, dtype=torch.uint8, device=device)
         reused = timed(lambda kept=kept: kept.fill_(1), device, grid["run_s"])
         del kept
-        fresh = timed(lambda n=n: torch.empty(n, dtype=torch.uint8, device=device).fill_(1), device, grid["run_s"])
+        fresh = timed(lambda n=n: torch.empty(n, dtype=torch.uint8, device=device).fill_(1), device,
+                      grid["run_s"])
         extra.append(float(f"{max(0.0, (fresh - reused) / n):.4g}"))
     return FirstTouchTable(bytes=[float(n) for n in sizes], s_per_byte=extra)
 
@@ -184,7 +203,7 @@ def calibrate(
     repeats: int = 5,
     name: str = "local",
     tables: tuple[str, ...] | None = None,
-    grid: dict | None = None,
+    grid: Grid | None = None,
     allocator: str = "cache",
 ) -> Hardware:
     """A measured profile of `device`: peak matmul FLOP/s per dtype, copy bandwidth, and the
@@ -218,10 +237,13 @@ def calibrate(
         if tables:
             grid = grid or GRID[dev.type]
             efficiency = Efficiency(
-                source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N {grid['N']}, "
-                        f"K {grid['K']}; c = a + b over {len(grid['bytes'])} sizes; fresh against reused fills over "
+                source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N "
+                        f"{grid['N']}, "
+                        f"K {grid['K']}; c = a + b over {len(grid['bytes'])} sizes; fresh against reused "
+                        "fills over "
                         f"{len(grid.get('fresh') or [])} sizes; median of "
-                        f"torch.utils.benchmark blocked_autorange; allocator {in_effect}; torch {torch.__version__}"),
+                        f"torch.utils.benchmark blocked_autorange; allocator {in_effect}; torch "
+                        f"{torch.__version__}"),
                 floor_s=op_floor(dev),
                 matmul={dtype: matmul_table(dev, dtype, peaks[dtype], grid) for dtype in tables},
                 memory=memory_table(dev, bandwidth, grid),

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from typing import Any
+from collections.abc import Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -64,11 +65,13 @@ def op_bytes(func: Any, args: Any, kwargs: Any, out: Any) -> int:
     return read + sum(touched(t) for t in outputs)
 
 
-class ByteCounter(TorchDispatchMode):
+# torch's TorchDispatchMode, FlopCounterMode and ModuleTracker are unannotated: their __init_subclass__,
+# __init__, __enter__ and __exit__ are untyped calls (the ignores below say no-untyped-call).
+class ByteCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Sums the bytes of every aten op dispatched while active, per innermost module."""
 
-    def __init__(self, tracker: ModuleTracker):
-        super().__init__()
+    def __init__(self, tracker: ModuleTracker) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
         self.tracker = tracker
         self.by_module: dict[str, int] = defaultdict(int)
 
@@ -76,7 +79,8 @@ class ByteCounter(TorchDispatchMode):
     def total(self) -> int:
         return sum(self.by_module.values())
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func.is_view or func in FREE_OPS:
@@ -93,23 +97,25 @@ def innermost(parents: set[str]) -> str:
 class Counts:
     """Matmul FLOPs and bytes of everything run inside ``with Counts() as c:``, per module."""
 
-    def __init__(self, count_bytes: bool = True):
+    def __init__(self, count_bytes: bool = True) -> None:
         self.flops = FlopCounterMode(display=False)
         self.tracker = ModuleTracker() if count_bytes else None
         self.bytes = ByteCounter(self.tracker) if self.tracker is not None else None
 
     def __enter__(self) -> Counts:
-        self.flops.__enter__()
+        self.flops.__enter__()  # type: ignore[no-untyped-call]
         if self.tracker is not None:
-            self.tracker.__enter__()
-            self.bytes.__enter__()
+            self.tracker.__enter__()  # type: ignore[no-untyped-call]
+        if self.bytes is not None:  # there is a byte counter when there is a tracker
+            self.bytes.__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self.bytes is not None:
+            self.bytes.__exit__(*exc)  # type: ignore[no-untyped-call]
         if self.tracker is not None:
-            self.bytes.__exit__(*exc)
-            self.tracker.__exit__(*exc)
-        self.flops.__exit__(*exc)
+            self.tracker.__exit__(*exc)  # type: ignore[no-untyped-call]
+        self.flops.__exit__(*exc)  # type: ignore[no-untyped-call]
 
     @property
     def total_flops(self) -> int:
@@ -159,13 +165,14 @@ _POINTWISE_KW = {aten.gelu.default, aten.gelu_backward.default}  # approximate="
 _REDUCTIONS = {aten.sum.dim_IntList, aten.mean.dim}
 
 
-class MetaShapes(TorchDispatchMode):
+class MetaShapes(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Output shapes of common float ops on meta tensors, without torch's Python meta kernels.
 
     Enter it before the counters, so that they see every op first.
     """
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         if all(t.device.type == "meta" for t in _tensors(args)):
             out = _outputs(func, args, kwargs)
@@ -174,9 +181,9 @@ class MetaShapes(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def _tensors(args: tuple) -> list[torch.Tensor]:
+def _tensors(args: tuple[Any, ...]) -> list[torch.Tensor]:
     """Tensor arguments, and those in a list argument (cat); cheaper than a tree walk."""
-    out = []
+    out: list[torch.Tensor] = []
     for a in args:
         if isinstance(a, torch.Tensor):
             out.append(a)
@@ -185,11 +192,12 @@ def _tensors(args: tuple) -> list[torch.Tensor]:
     return out
 
 
-def _empty(shape, dtype: torch.dtype) -> torch.Tensor:
+def _empty(shape: Iterable[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(list(shape), dtype=dtype, device="meta")
 
 
-def _outputs(func, args, kwargs):
+def _outputs(func: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> torch.Tensor | tuple[torch.Tensor | None, ...] | None:
     """The op's output (empty meta tensors of the right shapes and dtypes), or None to let
     torch compute it."""
     if func in _POINTWISE and not kwargs or func in _POINTWISE_KW and set(kwargs) <= {"approximate"}:
@@ -198,7 +206,8 @@ def _outputs(func, args, kwargs):
             return None
         values = [a for a in args if not (isinstance(a, torch.Tensor) and a.dtype == torch.bool)]
         dtype = torch.result_type(*values[:2]) if len(values) > 1 else values[0].dtype
-        return _empty(torch.broadcast_shapes(*(t.shape for t in tensors)), dtype)
+        shape = torch.broadcast_shapes(*(t.shape for t in tensors))  # type: ignore[no-untyped-call]  # torch: unannotated
+        return _empty(shape, dtype)
     if func is aten.addmm.default and not kwargs:
         return _empty((args[1].shape[0], args[2].shape[1]), args[1].dtype)
     if func in _REDUCTIONS and set(kwargs) <= {"dtype"}:

@@ -111,7 +111,8 @@ class LatentAttention(Attention):
                       + q_rot.reshape(B, 1, h * S, self.rotary) @ k_rot.transpose(-2, -1))
             probs = self.probabilities(scores.view(B, h, S, span) * self.scale, step, key_positions)
             out = self.kv_b((probs.view(B, 1, h * S, span) @ latent).view(B, h, S, self.rank), "v")
-        return self.out(out.transpose(1, 2).reshape(B, S, h * self.value))
+        result: torch.Tensor = self.out(out.transpose(1, 2).reshape(B, S, h * self.value))
+        return result
 
 
 def set_convention(model: nn.Module, convention: Convention | str) -> None:

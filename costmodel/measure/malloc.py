@@ -68,7 +68,7 @@ def glibc() -> ctypes.CDLL | None:
     if _libc is False:
         try:
             lib = ctypes.CDLL(None)
-            lib.gnu_get_libc_version  # only glibc has it
+            lib.gnu_get_libc_version  # noqa: B018 - only glibc has it (AttributeError otherwise)
             lib.mallopt.argtypes, lib.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
             _libc = lib
         except (OSError, AttributeError):

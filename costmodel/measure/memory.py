@@ -30,7 +30,8 @@ from costmodel.spec import Spec
 
 
 def _key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+    key: int = t.untyped_storage()._cdata
+    return key
 
 
 @dataclass
@@ -78,12 +79,12 @@ def saved_for_backward(model: Transformer, run: Callable[[], Any]) -> Saved:
     return out
 
 
-class LiveBytes(TorchDispatchMode):
+class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: unannotated
     """Live bytes of the storages ops create, and their high-water mark."""
 
     def __init__(self, exclude: set[int] | None = None) -> None:
         """`exclude`: storages live before the pass (weights, cache, inputs), never counted."""
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch: unannotated
         self.live = 0
         self.peak = 0
         self._tracked: set[int] = set()
@@ -137,6 +138,7 @@ def inference_live_peak(spec: Spec, phase: str, batch: int, seq: int, enc_seq: i
     with warnings.catch_warnings():  # isinstance() on every object trips deprecation shims
         warnings.simplefilter("ignore")
         before = {_key(t) for t in gc.get_objects() if isinstance(t, torch.Tensor)}
-    with LiveBytes(before) as live:
+    live = LiveBytes(before)
+    with live:
         run()
     return live.peak

@@ -24,9 +24,7 @@ out: ``ffn/experts/up``), ``ffn.shared.down``, ``ffn.shared_gate``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from fractions import Fraction
-from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +60,7 @@ class Expert(nn.Module):
         self.gate = nn.Linear(d, f, bias=bias) if activation.gated else None
         self.up = nn.Linear(d, f, bias=bias)
         self.down = nn.Linear(f, d, bias=bias)
-        self.act = cast(Callable[[Tensor], Tensor], ACTIVATIONS[activation])
+        self.act = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = self.act(self.up(x)) if self.gate is None else self.act(self.gate(x)) * self.up(x)

@@ -1,8 +1,9 @@
 """A PyTorch transformer built from a ``Spec``: the executable definition of every design element.
 
 Read top to bottom, nanoGPT-style (the sub-blocks, norms, positions, attention, FFN and the
-residual wiring of a sub-block, are in ``measure.blocks``): a layer, a stack, the model, its KV cache. Every element of docs/reference.md is
-here, written plainly, with no fused kernel that would hide work from the counters:
+residual wiring of a sub-block, are in ``measure.blocks``): a layer, a stack, the model, its KV
+cache. Every element of docs/reference.md is here, written plainly, with no fused kernel that
+would hide work from the counters:
 
 - attention is two matmuls over the whole score matrix (the dense convention): a causal or
   window mask is applied to the scores, never skipped; a GQA/MQA layer groups the h query
@@ -33,7 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from costmodel.measure.blocks import ALiBi, Attention, FeedForward, KVCache, Norm, RelativeBias, Step, SubBlock, drop, sinusoidal
+from costmodel.measure.blocks import (
+    ALiBi, Attention, FeedForward, KVCache, Norm, RelativeBias, Step, SubBlock, drop, sinusoidal,
+)
 from costmodel.measure.latent import LatentAttention
 from costmodel.measure.moe import SparseFeedForward, keep_router_dtypes
 from costmodel.spec import Block, LayerKind, NormPosition, Position, Spec
@@ -86,7 +89,7 @@ class Layer(nn.Module):
         y = self.norm(x) if self.norm is not None and not self.post else x
         for block in self.sub_blocks():
             x = x + block.branch(y, step)
-        return self.norm(x) if self.post else x
+        return self.norm(x) if self.post and self.norm is not None else x  # post: a norm is built
 
 
 class Stack(nn.Module):
@@ -97,10 +100,9 @@ class Stack(nn.Module):
                  sparse: list[bool] | None = None):
         super().__init__()
         sparse = sparse or [False] * len(kinds)
-        self.layers = nn.ModuleList(
-            Layer(spec, kind, causal, cross, moe) for kind, moe in zip(kinds, sparse, strict=True)
-        )
-        biased = any(layer.attention.score_bias for layer in self.layers)
+        layers = [Layer(spec, kind, causal, cross, moe) for kind, moe in zip(kinds, sparse, strict=True)]
+        self.layers = nn.ModuleList(layers)
+        biased = any(layer.attention.score_bias for layer in layers)
         self.position_bias: nn.Module | None = None
         if biased and spec.position is Position.t5_relative:
             self.position_bias = RelativeBias(spec, bidirectional=not causal)
@@ -123,16 +125,18 @@ class Stack(nn.Module):
         return drop(x, self.final_dropout, self.training)
 
 
-def checkpointed(layer: Layer, x: Tensor, step: Step) -> Tensor:
+def checkpointed(layer: nn.Module, x: Tensor, step: Step) -> Tensor:
     """The layer under activation checkpointing (Chen et al. 2016): its forward keeps nothing;
     its tensor inputs (x, the encoder output, the position bias) are saved and the layer is run
     again in backward. Reentrant, so that what it keeps goes through save_for_backward."""
     from torch.utils.checkpoint import checkpoint
 
     def run(x: Tensor, memory: Tensor | None, bias: Tensor | None) -> Tensor:
-        return layer(x, replace(step, memory=memory, bias=bias))
+        out: Tensor = layer(x, replace(step, memory=memory, bias=bias))
+        return out
 
-    return checkpoint(run, x, step.memory, step.bias, use_reentrant=True)
+    out: Tensor = checkpoint(run, x, step.memory, step.bias, use_reentrant=True)
+    return out
 
 
 class Embedding(nn.Module):
@@ -189,12 +193,14 @@ class Transformer(nn.Module):
         self.embedding = Embedding(spec, stacks=2 if enc_dec else 1)
         self.encoder = None
         if enc_dec:
+            assert spec.n_encoder_layers is not None and spec.n_decoder_layers is not None
             encoder_kinds = [LayerKind.global_] * spec.n_encoder_layers
             self.encoder = Stack(spec, encoder_kinds, causal=False, cross=False)
             decoder_kinds = [LayerKind.global_] * spec.n_decoder_layers
         else:
             decoder_kinds = spec.layer_kinds()
-        self.decoder = Stack(spec, decoder_kinds, causal=True, cross=enc_dec, sparse=list(spec.sparse_layers()))
+        self.decoder = Stack(spec, decoder_kinds, causal=True, cross=enc_dec,
+                             sparse=list(spec.sparse_layers()))
         self.lm_head = LMHead(spec)
         self.cached = [m for m in self.decoder.modules() if isinstance(m, Attention)]
         self.stacks = [s for s in (self.encoder, self.decoder) if s is not None]
@@ -219,7 +225,7 @@ class Transformer(nn.Module):
         x = self.decoder(x, Step(positions, context=start + S, cache=cache, memory=memory))
         if self.spec.head_scale:  # T5 with a tied head (Mesh TensorFlow): x * d^-1/2 first
             x = x * self.spec.d_model ** -0.5
-        logits = self.lm_head(x, self.embedding.tokens.weight)
+        logits: Tensor = self.lm_head(x, self.embedding.tokens.weight)
         if self.spec.logit_scale is not None:  # Cohere
             logits = logits * self.spec.logit_scale
         if self.spec.final_softcap is not None:  # Gemma 2: cap * tanh(logits / cap)

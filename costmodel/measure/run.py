@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from collections.abc import Iterable
 
 import torch
 
@@ -36,7 +37,8 @@ from costmodel.measure.malloc import allocator as kept
 from costmodel.measure.malloc import check as check_allocator
 from costmodel.measure.counters import Counts, MetaShapes
 from costmodel.measure.latent import set_convention
-from costmodel.measure.reference import KVCache, Transformer, build
+from costmodel.measure.blocks import KVCache
+from costmodel.measure.reference import Transformer, build
 from costmodel.spec import LayerKind, Spec
 from costmodel.runtime.timing import predict
 from costmodel.studies.variants import variant
@@ -184,7 +186,8 @@ def phase_runner(model: Transformer, phase: str, shape: dict[str, int]) -> Calla
 
         def step() -> None:
             model.zero_grad(set_to_none=True)
-            model.loss(model(tokens, enc_tokens), targets).backward()
+            model.loss(model(tokens, enc_tokens),
+                       targets).backward()  # type: ignore[no-untyped-call]  # torch
         return step
 
     model.eval()
@@ -206,7 +209,9 @@ def time_runs(run: Callable[[], Any], device: torch.device, repeats: int, warmup
     cuda = device.type == "cuda"
     for _ in range(repeats):
         if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # torch.cuda.Event's __init__ is unannotated
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             torch.cuda.synchronize()
             start.record()
             run()
@@ -280,7 +285,8 @@ def measure(
     # formulas' worst case (costmodel.measure.moe).
     a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=mla, routing="worst")
     # torch sizes are C longs: the largest tensor (B x C x h x d_h scores' sides) must fit one.
-    elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim, spec.vocab_size)
+    elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim,
+                                                                                        spec.vocab_size)
     if elements >= 2**63:
         raise MeasureError(f"seq: batch {a.shape['B']} x context {max(a.shape['C'], a.shape['C_e'])} makes "
                            "tensors past 2^63 elements, more than torch can index (even on meta)")
@@ -292,7 +298,9 @@ def measure(
             model = build(spec, str(dev), TORCH_DTYPES[dtype])
         set_convention(model, mla)
         run = phase_runner(model, phase, a.shape)
-        with MetaShapes() if dev.type == "meta" else contextlib.nullcontext(), Counts(count_bytes) as counts:
+        # MetaShapes inherits TorchDispatchMode's unannotated __init__
+        meta = MetaShapes() if dev.type == "meta" else contextlib.nullcontext()  # type: ignore[no-untyped-call]
+        with meta, Counts(count_bytes) as counts:
             cache = run()
     total = a.total()
     params = sum(p.numel() for p in model.parameters())
@@ -416,13 +424,13 @@ def _prefixes_of(path: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]
 
 
-def _prefixes(paths) -> set[str]:
+def _prefixes(paths: Iterable[str]) -> set[str]:
     return {p for path in paths for p in _prefixes_of(path)}
 
 
 def _order(formula: dict[str, Any]) -> Callable[[str], tuple[int, str]]:
     """Components in the order the formula tree lists them."""
-    first = {}
+    first: dict[str, int] = {}
     for i, path in enumerate(formula):
         for p in _prefixes_of(path):
             first.setdefault(p, i)

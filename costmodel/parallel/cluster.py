@@ -75,5 +75,5 @@ cluster_paths = PROFILES.paths
 def load_cluster(name_or_path: str) -> Cluster:
     """A cluster profile by file or by name; its device profile is loaded here too."""
     cluster = PROFILES.load(name_or_path, Cluster)
-    cluster.hardware  # an unknown device is an error here, not in the middle of a plan
+    cluster.hardware  # noqa: B018 - an unknown device is an error here, not in the middle of a plan
     return cluster

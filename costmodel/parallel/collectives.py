@@ -11,7 +11,8 @@ Collective Communication Operations in MPICH"), for n ranks and a buffer of S by
 
 time = collective latency + steps * per-step latency + bytes per device / bus bandwidth, which is
 the form of NCCL's own tuning model (src/graph/tuning.cc: base latency + steps * hardware
-latency, bandwidth as nccl-tests' "busbw"), for its Simple and LL protocols, the faster taken. A group whose ranks all sit in one node uses NVLink;
+latency, bandwidth as nccl-tests' "busbw"), for its Simple and LL protocols, the faster taken.
+A group whose ranks all sit in one node uses NVLink;
 one that spans nodes is limited by min(NVLink, k * network), k being its ranks per node (k rings
 cross the network through k NICs at once), and a ring step crossing nodes pays the network's
 latency. All-to-all cannot aggregate NICs (each pair exchanges directly): its network share moves
@@ -84,7 +85,8 @@ def _steps_and_volume(kind: str, n: int, size: float) -> tuple[int, float]:
     raise ValueError(f"collective: unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
-def collective(cluster: Cluster, kind: str, group: str, ranks: int, size: float, stride: int = 1) -> Collective:
+def collective(cluster: Cluster, kind: str, group: str, ranks: int, size: float,
+               stride: int = 1) -> Collective:
     """The time of one `kind` over `ranks` devices `stride` apart, on a buffer of `size` bytes:
     the faster of NCCL's Simple and LL protocols, as its tuner picks.
 
@@ -111,7 +113,8 @@ def collective(cluster: Cluster, kind: str, group: str, ranks: int, size: float,
     intra_steps = steps - inter_steps
     simple = (cluster.collective_latency + intra_steps * nvl.latency + inter_steps * net.latency, sent / bw)
     best = simple
-    if cluster.ll_collective_latency is not None and nvl.ll_latency is not None and net.ll_latency is not None:
+    if (cluster.ll_collective_latency is not None and nvl.ll_latency is not None
+            and net.ll_latency is not None):
         share = 1 / 4 if (kind == "all_reduce" or where.crosses_nodes) else 1 / 3
         ll = (cluster.ll_collective_latency + intra_steps * nvl.ll_latency + inter_steps * net.ll_latency,
               sent / (bw * share))

@@ -47,7 +47,8 @@ class ParameterBytes:
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
 
     @classmethod
-    def of(cls, name: str, p: memory.TrainingPrecision, update_bytes: int, optimizer: str = "adamw") -> ParameterBytes:
+    def of(cls, name: str, p: memory.TrainingPrecision, update_bytes: int,
+           optimizer: str = "adamw") -> ParameterBytes:
         """The bytes of precision `p` with `optimizer`'s states, and the update's traffic."""
         states = memory.optimizer_bytes(optimizer, 1, 0, p.states)
         return cls(name, p.weights, p.gradients, p.master + states, update_bytes)
@@ -58,7 +59,8 @@ class ParameterBytes:
 #: fp16/bf16 weights, fp32 main gradients (Megatron accumulates in fp32: none of the memory
 #: model's ``PRECISIONS`` has them, so it is declared here), fp32 master weights, Adam's m and v.
 MEGATRON_PRECISION = memory.TrainingPrecision(
-    "fp16-mixed (Megatron)", 2, 0, 4, 4, 4, 2, "fp16/bf16 weights, fp32 main gradients, master weights and Adam states")
+    "fp16-mixed (Megatron)", 2, 0, 4, 4, 4, 2,
+    "fp16/bf16 weights, fp32 main gradients, master weights and Adam states")
 
 #: Its update, pass by pass over every parameter: zero the fp32 gradient buffer (write 4); unscale
 #: and check for inf/NaN in place (``_amp_foreach_non_finite_check_and_unscale_``: read 4, write
@@ -87,7 +89,8 @@ ZERO = _zero()
 #: the output dropout and residual add one kernel (``bias_dropout_add_fused_train``, the default
 #: --bias-dropout-fusion); its other fusions (bias-GeLU) join elementwise ops to each other, not to
 #: the matmuls: every other elementwise component moves its unfused bytes.
-MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False, fused_softmax=True, fused_bias_dropout_add=True)
+MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False, fused_softmax=True,
+                           fused_bias_dropout_add=True)
 
 
 def component_seconds(a: Analysis, hw: Hardware, kernels: Kernels = MEGATRON_KERNELS) -> dict[str, float]:
@@ -163,7 +166,8 @@ def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parall
                 else:  # the stack's, the same on every layer (full recompute's layer inputs)
                     every += n
         first = sum(n for path, n in acts.items() if path.startswith("embedding"))
-        last = sum(n for path, n in acts.items() if not memory.is_layer(path) and not path.startswith("embedding"))
+        last = sum(n for path, n in acts.items()
+                   if not memory.is_layer(path) and not path.startswith("embedding"))
         layers = sum(counts.values())
         per_group = {g: (v / counts[g] + every / layers) / divide for g, v in groups.items()}
         mean = (sum(groups.values()) + every) / layers / divide

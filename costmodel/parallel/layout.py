@@ -105,7 +105,8 @@ def experts(spec: Spec) -> tuple[int, int] | None:
 def check(layout: Layout, spec: Spec, gpus: int | None = None, seq: int | None = None) -> None:
     """Raise LayoutError naming the first option that makes `layout` impossible for `spec`."""
     t, p, v = layout.tp, layout.pp, layout.interleave
-    for name, value in (("--tp", t), ("--pp", p), ("--dp", layout.dp), ("--cp", layout.cp), ("--ep", layout.ep),
+    for name, value in (("--tp", t), ("--pp", p), ("--dp", layout.dp), ("--cp", layout.cp), ("--ep",
+                                                                                             layout.ep),
                         ("--micro-batch", layout.micro_batch), ("--global-batch", layout.global_batch),
                         ("--interleave", v)):
         if value < 1:
@@ -127,7 +128,8 @@ def check(layout: Layout, spec: Spec, gpus: int | None = None, seq: int | None =
         raise LayoutError(f"--tp: {t} does not divide the FFN width {spec.d_ff} of {spec.name}")
     layers = spec.n_layers or 0
     if p > layers:
-        raise LayoutError(f"--pp: {p} stages for the {layers} layers of {spec.name}; at most one stage per layer")
+        raise LayoutError(f"--pp: {p} stages for the {layers} layers of {spec.name}; at most one stage per "
+                          "layer")
     if v > 1:
         if p == 1:
             raise LayoutError("--interleave: needs pipeline parallelism (--pp > 1)")
@@ -149,12 +151,14 @@ def check(layout: Layout, spec: Spec, gpus: int | None = None, seq: int | None =
             f"DP rank to be a multiple of PP {p}"
         )
     if layout.sequence_parallel and t == 1:
-        raise LayoutError("--sequence-parallel: splits activations over the tensor-parallel ranks; needs --tp > 1")
+        raise LayoutError("--sequence-parallel: splits activations over the tensor-parallel ranks; needs "
+                          "--tp > 1")
     if layout.zero not in (0, 1, 2, 3):
         raise LayoutError(f"--zero: stage {layout.zero}; expected 0, 1, 2 or 3")
     if seq is not None and layout.cp > 1 and seq % (2 * layout.cp):
         raise LayoutError(
-            f"--cp: ring attention splits the sequence into 2 x CP = {2 * layout.cp} chunks; {seq} is not divisible"
+            f"--cp: ring attention splits the sequence into 2 x CP = {2 * layout.cp} chunks; {seq} is not "
+            "divisible"
         )
     moe = experts(spec)
     if layout.ep > 1:
@@ -164,6 +168,7 @@ def check(layout: Layout, spec: Spec, gpus: int | None = None, seq: int | None =
             raise LayoutError(f"--ep: {layout.ep} does not divide the {moe[0]} experts of {spec.name}")
         if (layout.dp * layout.cp) % layout.ep:
             raise LayoutError(
-                f"--ep: {layout.ep} expert-parallel ranks are carved out of DP x CP = {layout.dp * layout.cp}; "
+                f"--ep: {layout.ep} expert-parallel ranks are carved out of DP x CP = "
+                f"{layout.dp * layout.cp}; "
                 "it must divide them"
             )

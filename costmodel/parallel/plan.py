@@ -58,7 +58,8 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
                     if b > max_micro_batch:
                         break
                     m = per_rank // b
-                    vs = [1] + ([v for v in divisors(L // pp)[1:] if v <= 8] if pp > 1 and m % pp == 0 else [])
+                    vs = [1] + ([v for v in divisors(L // pp)[1:] if v <= 8] if pp > 1 and m % pp == 0
+                                else [])
                     for v in vs:
                         for rc in Recompute:
                             for sp in ((False, True) if tp > 1 else (False,)):

@@ -89,10 +89,12 @@ class Decode:
             "tpot_s": self.tpot_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
             "comm_bytes_per_gpu": self.comm_bytes, "tokens_per_s": self.tokens_per_s,
             "comm": {"by_collective": {f"{c.group}/{c.kind}": {"calls": n, "bytes_sent": n * c.bytes_sent,
-                                                                "time_s": n * c.time_s, "ranks": c.ranks, "link": c.link}
+                                                                "time_s": n * c.time_s, "ranks": c.ranks,
+                                                               "link": c.link}
                                        for c, n in self.calls}},
             "memory": {"per_gpu": {"weights": int(self.weights_bytes), "kv_cache": int(self.kv_cache_bytes),
-                                   "total": int(self.memory_bytes)}, "device_bytes": int(self.cluster.hardware.memory_bytes)},
+                                   "total": int(self.memory_bytes)},
+                       "device_bytes": int(self.cluster.hardware.memory_bytes)},
             "fits": self.fits,
         }
 
@@ -121,9 +123,11 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
     local = batch
     if moe and ep > 1:
         if batch % ep:
-            raise LayoutError(f"--batch: {batch} sequences do not split over the {ep} expert-parallel attention replicas")
+            raise LayoutError(f"--batch: {batch} sequences do not split over the {ep} expert-parallel "
+                              "attention replicas")
         if moe[0] // ep < moe[1]:
-            raise LayoutError(f"--ep: {ep} ranks leave {moe[0] // ep} of the {moe[0]} experts on each, fewer than "
+            raise LayoutError(f"--ep: {ep} ranks leave {moe[0] // ep} of the {moe[0]} experts on each, fewer "
+                              "than "
                               f"top_k {moe[1]}")
         local = batch // ep
         shard = shard.model_copy(update={"ffn": shard.ffn.model_copy(update={"n_experts": moe[0] // ep})})
@@ -146,6 +150,8 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
     calls: list[tuple[Collective, int]] = [(collective(cluster, "all_reduce", "tp", tp, x), 2 * L)]
     weights = a.bytes_weights + (params - a.total().params) * p  # the replicated routers at p
     if moe and ep > 1:
-        calls.append((collective(cluster, "all_to_all", "ep", ep, moe[1] * x, stride=tp), 2 * moe_layers(spec)))
-    return Decode(spec, cluster, tp, ep, batch, context, dtype, compute, tuple(calls), weights, a.total().kv_cache,
+        calls.append((collective(cluster, "all_to_all", "ep", ep, moe[1] * x, stride=tp),
+                      2 * moe_layers(spec)))
+    return Decode(spec, cluster, tp, ep, batch, context, dtype, compute, tuple(calls), weights,
+                  a.total().kv_cache,
                   widths)

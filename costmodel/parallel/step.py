@@ -113,7 +113,9 @@ def category(path: str) -> str:
     if stage == "first":
         return "embedding"
     if stage == "last":
-        return "lm_head + loss" if leaf in ("lm_head", "cross_entropy", "z_loss") or path.startswith("loss") else "final norm"
+        if leaf in ("lm_head", "cross_entropy", "z_loss") or path.startswith("loss"):
+            return "lm_head + loss"
+        return "final norm"
     if leaf in REPLICATED:
         return "norms, residuals, dropout"
     if "/ffn/" in path:
@@ -285,7 +287,8 @@ class Step:
             "step_time_s": self.step_time_s, "breakdown_s": dict(self.breakdown),
             "compute": {"by_component_s": dict(self.compute_by_component)},
             "comm": {"by_collective": self.by_collective()},
-            "mfu": self.mfu, "hfu": self.hfu, "tokens_per_step": self.tokens, "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu, "hfu": self.hfu, "tokens_per_step": self.tokens,
+            "tokens_per_s": self.tokens_per_s,
             "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
             "memory": {"per_gpu": self.per_gpu.to_dict(), "first_stage": self.memory.to_dict(),
                        "last_stage": self.memory_last.to_dict(), "device_bytes": int(hw.memory_bytes)}
@@ -294,7 +297,8 @@ class Step:
         }
         if tokens is not None:
             t = self.train_time_s(tokens)
-            data["train"] = {"tokens": tokens, "time_s": t, "days": t / 86400, "gpu_hours": t * self.layout.gpus / 3600}
+            data["train"] = {"tokens": tokens, "time_s": t, "days": t / 86400,
+                             "gpu_hours": t * self.layout.gpus / 3600}
         return data
 
 
@@ -683,8 +687,8 @@ class StepModel:
         first_params = last_params = 0
         softmax = {r.path.rsplit("/", 1)[0]: r.bytes_unfused for r in a.rows if _leaf(r.path) == "softmax"}
         acc: dict[str | None, dict[str, Any]] = {
-            g: {"seconds": {}, "mm": 0.0, "column": {}, "core": 0.0, "rec": 0.0, "flops": 0.0, "rec_flops": 0.0,
-                "params": 0, "experts": 0} for g in counts}
+            g: {"seconds": {}, "mm": 0.0, "column": {}, "core": 0.0, "rec": 0.0, "flops": 0.0,
+                "rec_flops": 0.0, "params": 0, "experts": 0} for g in counts}
 
         def add(g: dict[str, Any], cat: str, t: float, f: float, in_core: bool) -> None:
             g["seconds"][cat] = g["seconds"].get(cat, 0.0) + t
@@ -718,7 +722,8 @@ class StepModel:
                 # selective recompute: Megatron-LM's checkpointed CoreAttention ends with it) and
                 # of the output (B S d, split by SP). The softmax row's bytes (2p per score)
                 # give the score elements; a dropout moves 2p + 1 bytes per element.
-                probs = softmax[r.path.rsplit("/", 1)[0]] / (2 * self.act_bytes) * (2 * self.act_bytes + MASK_BYTES)
+                score_elements = softmax[r.path.rsplit("/", 1)[0]] / (2 * self.act_bytes)
+                probs = score_elements * (2 * self.act_bytes + MASK_BYTES)
                 share = min(1.0, probs / r.bytes_unfused) if self.spec.attention_dropout_rate > 0 else 0.0
                 add(g, "attention core", t * share * cp, f * share * cp, True)
                 t, f = t * (1 - share), f * (1 - share)
@@ -740,11 +745,12 @@ class StepModel:
         for name, g in acc.items():
             n = counts[name]
             groups[name] = LayerWork(
-                {c: v / n for c, v in g["seconds"].items()}, g["mm"] / n, tuple(v / n for v in g["column"].values()),
+                {c: v / n for c, v in g["seconds"].items()}, g["mm"] / n,
+                tuple(v / n for v in g["column"].values()),
                 g["core"] / n, g["rec"] / n, g["flops"] / n, g["rec_flops"] / n, g["params"] // n,
                 g["experts"] // n, sparse[name])
-        return MicroBatch(groups, dict(counts), first_s, sum(last_cat.values()), last_cat, first_flops, last_flops,
-                          first_params, last_params, embedding_table)
+        return MicroBatch(groups, dict(counts), first_s, sum(last_cat.values()), last_cat, first_flops,
+                          last_flops, first_params, last_params, embedding_table)
 
     def stage_groups(self, pp: int, interleave: int = 1) -> tuple[dict[str | None, int], ...]:
         """Layers of each group on each of `pp` pipeline devices: contiguous stages of
@@ -756,7 +762,8 @@ class StepModel:
             L = self.spec.n_layers or 0
             if interleave > 1:
                 c = L // (pp * interleave)
-                ranges = [[((j * pp + i) * c, (j * pp + i + 1) * c) for j in range(interleave)] for i in range(pp)]
+                ranges = [[((j * pp + i) * c, (j * pp + i + 1) * c) for j in range(interleave)]
+                          for i in range(pp)]
             else:
                 bounds = [0]
                 for n in stage_layers(L, pp):
@@ -800,7 +807,8 @@ class StepModel:
         tp = tensor_parallel(lo, mb, call, x, ov)
         cp = context_parallel(lo, spec, mb, call, s_local, self.act_bytes, ov)
         ep = expert_parallel(lo, mb, self.experts, call, x, ov)
-        t_layer = {g: w.compute_s + tp.exposed[g] + cp.exposed[g] + ep.exposed[g] for g, w in mb.groups.items()}
+        t_layer = {g: w.compute_s + tp.exposed[g] + cp.exposed[g] + ep.exposed[g]
+                   for g, w in mb.groups.items()}
 
         # Across the stages, and over the data-parallel ranks of the fullest stage's parameters.
         on_device = self.stage_groups(p, lo.interleave)
@@ -829,7 +837,8 @@ class StepModel:
         mem_first, mem_last = memory or self.memory(lo, mb)
         mem_middle = None
         if len(set(stages)) > 1 and p > 2:  # a middle stage with an extra layer may hold the most
-            mem_middle = max((self.stage_memory(lo, i, mb) for i in range(1, p - 1)), key=lambda mem: mem.total)
+            mem_middle = max((self.stage_memory(lo, i, mb) for i in range(1, p - 1)),
+                             key=lambda mem: mem.total)
         full = self._flops_per_sequence * lo.global_batch
         rec_full = self._recompute_per_sequence[lo.recompute] * lo.global_batch
         return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, sum(breakdown.values()),
@@ -839,10 +848,11 @@ class StepModel:
     def _notes(self, stages: tuple[int, ...], slow: int) -> tuple[str, ...]:
         notes: list[str] = []
         if len(set(stages)) > 1:
-            notes.append("pipeline stages of " + "/".join(map(str, stages)) + f" layers; stage {slow} sets the pace")
+            notes.append("pipeline stages of " + "/".join(map(str, stages))
+                         + f" layers; stage {slow} sets the pace")
         if not device.calibrated(self.hw, self.dtype):
-            notes.append(f"{self.hw.name} has no efficiency tables for {self.dtype}: compute times are the roofline "
-                         "lower bound")
+            notes.append(f"{self.hw.name} has no efficiency tables for {self.dtype}: compute times are "
+                         "the roofline lower bound")
         if self.overlap.tp or self.overlap.dp or self.overlap.pp or self.overlap.ep:
             notes.append("overlap: " + ", ".join(k for k, on in self.overlap.to_dict().items() if on))
         return tuple(notes)
@@ -881,10 +891,12 @@ class StepModel:
         r = self.recipe
 
         def held(width: int, zero: int) -> float:
-            return dense * width / (n_dp if lo.zero >= zero else 1) + routed * width / (n_edp if lo.zero >= zero else 1)
+            return (dense * width / (n_dp if lo.zero >= zero else 1)
+                    + routed * width / (n_edp if lo.zero >= zero else 1))
 
         return StageMemory(
-            weights=held(r.weight_bytes, 3), gradients=held(r.grad_bytes, 2), optimizer=held(r.optimizer_bytes, 1),
+            weights=held(r.weight_bytes, 3), gradients=held(r.grad_bytes, 2),
+            optimizer=held(r.optimizer_bytes, 1),
             activations=activations, recompute_working_set=working,
             stage="first" if first else "last" if last else f"stage {stage}",
         )

@@ -59,7 +59,8 @@ class Comparison:
             "selective_sp_s": self.selective_sp.step_time_s / p.selective_sp_s - 1,
             "params_optimizer": self.layers_params_optimizer_bytes / GiB / p.params_optimizer_gib - 1,
             "activations": self.layers_activations_bytes / GiB / p.activations_gib - 1,
-            "activations_sp_selective": self.layers_activations_sp_selective_bytes / GiB / p.activations_sp_selective_gib - 1,
+            "activations_sp_selective": self.layers_activations_sp_selective_bytes / GiB
+            / p.activations_sp_selective_gib - 1,
         }
 
 
@@ -81,7 +82,8 @@ def compare(m: Measured, cluster: str = "dgx-a100-80gb") -> Comparison:
     def acts(sp: bool, rc: Recompute) -> float:
         return model._activations(m.tp, m.micro_batch, 2048, sp, rc).per_layer * per_stage * in_flight
 
-    return Comparison(m, model.step(layout(False, Recompute.full)), model.step(layout(True, Recompute.selective)),
+    return Comparison(m, model.step(layout(False, Recompute.full)), model.step(layout(True,
+                                                                                      Recompute.selective)),
                       none, layers, acts(False, Recompute.none), acts(True, Recompute.selective))
 
 
@@ -97,9 +99,11 @@ def markdown(comparisons: list[Comparison]) -> str:
     for c in comparisons:
         p, e = c.paper, c.errors()
         errs += [abs(e["full_s"]), abs(e["selective_sp_s"])]
-        out.append(f"| {p.spec} | TP{p.tp} PP{p.pp} v{p.interleave}, {p.gpus} GPUs, G {p.global_batch}, b {p.micro_batch} "
+        out.append(f"| {p.spec} | TP{p.tp} PP{p.pp} v{p.interleave}, {p.gpus} GPUs, G {p.global_batch}, b "
+                   f"{p.micro_batch} "
                    f"| {p.full_s:.2f} s | {c.full.step_time_s:.2f} s | {100 * e['full_s']:+.1f}% "
-                   f"| {p.selective_sp_s:.2f} s | {c.selective_sp.step_time_s:.2f} s | {100 * e['selective_sp_s']:+.1f}% |")
+                   f"| {p.selective_sp_s:.2f} s | {c.selective_sp.step_time_s:.2f} s | "
+                   f"{100 * e['selective_sp_s']:+.1f}% |")
     out.append(f"\nTime: mean |error| {100 * sum(errs) / len(errs):.1f}%, worst {100 * max(errs):.1f}%.\n")
     out += ["| model | params + optimizer: paper | ours | error | activations: paper | ours | error "
             "| SP + selective: paper | ours | error |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -108,10 +112,13 @@ def markdown(comparisons: list[Comparison]) -> str:
         p, e = c.paper, c.errors()
         acts += [abs(e["activations"]), abs(e["activations_sp_selective"])]
         out.append(f"| {p.spec} | {p.params_optimizer_gib:.2f} | {c.layers_params_optimizer_bytes / GiB:.2f} "
-                   f"| {100 * e['params_optimizer']:+.2f}% | {p.activations_gib:.2f} | {c.layers_activations_bytes / GiB:.2f} "
+                   f"| {100 * e['params_optimizer']:+.2f}% | {p.activations_gib:.2f} | "
+                   f"{c.layers_activations_bytes / GiB:.2f} "
                    f"| {100 * e['activations']:+.2f}% | {p.activations_sp_selective_gib:.2f} "
-                   f"| {c.layers_activations_sp_selective_bytes / GiB:.2f} | {100 * e['activations_sp_selective']:+.2f}% |")
-    out.append(f"\nActivations: mean |error| {100 * sum(acts) / len(acts):.2f}%, worst {100 * max(acts):.2f}% (GiB per GPU, first stage).")
+                   f"| {c.layers_activations_sp_selective_bytes / GiB:.2f} | "
+                   f"{100 * e['activations_sp_selective']:+.2f}% |")
+    out.append(f"\nActivations: mean |error| {100 * sum(acts) / len(acts):.2f}%, worst "
+               f"{100 * max(acts):.2f}% (GiB per GPU, first stage).")
     return "\n".join(out)
 
 

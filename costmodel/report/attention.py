@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from costmodel import units
 from costmodel.studies.attention_variants import HeadsRow, LatentRow, WindowRow
 from costmodel.devices.hardware import Hardware
-from costmodel.report.tables import Table, device_note, records_csv  # noqa: F401 - records_csv re-exported
+from costmodel.report.tables import Table, device_note, records_csv as records_csv  # re-exported
 
 if TYPE_CHECKING:  # sympy and numpy load only for the commands that use them
     from costmodel.studies.asymptotics import Result
@@ -98,7 +98,8 @@ def windows_table(rows: Sequence[WindowRow], hw: Hardware, batch: int, held: str
         units.seconds(r.decode_roofline.time_s),
     ) for r in rows]
     notes = [f"batch {batch}. Attention sub-blocks only. KV cache after a decode step at context C (a local "
-             "layer keeps a rolling window of w tokens). Prefill of C tokens: masked = the (query, key) pairs "
+             "layer keeps a rolling window of w tokens). Prefill of C tokens: masked = the (query, key) "
+             "pairs "
              "the causal and window masks allow, dense = the full S x span score matrices. Decode: one step "
              "attending C tokens; bytes fused, time on the roofline."]
     if len({r.variant for r in rows}) == 1:
@@ -115,7 +116,9 @@ def shazeer_table(spec_name: str, results: Sequence[Result]) -> Table:
     """Shazeer's three results beside ours, quantity by quantity."""
     from costmodel.studies.asymptotics import ASSUMPTIONS_TEXT
 
-    tick = lambda ok: "yes" if ok else "NO"  # noqa: E731
+    def tick(ok: bool) -> str:
+        return "yes" if ok else "NO"
+
     rows = []
     for r in results:
         rows += [
@@ -152,7 +155,8 @@ def sweep_table(sw: Sweep) -> Table:
             keys = [str(v) for a, v in (("seq", s), ("batch", b)) if a in sw.swept]
             rows.append((*keys, *(_value(x.values[i, j], sw.unit) for x in sw.series)))
     fixed = fixed_text(sw)
-    notes = [f"{sw.quantity} ({sw.unit}) of {sw.component or 'the whole model'}, {sw.dtype}{sw.widths.label(sw.dtype)}"
+    notes = [f"{sw.quantity} ({sw.unit}) of {sw.component or 'the whole model'}, "
+             f"{sw.dtype}{sw.widths.label(sw.dtype)}"
              + (f"; fixed {fixed}" if fixed else "")
              + ("; seq = prompt (prefill) or tokens cached (decode)" if "seq" in sw.swept else "")]
     if sw.quantity == "time":
@@ -163,7 +167,8 @@ def sweep_table(sw: Sweep) -> Table:
 
 
 def fixed_text(sw: Sweep) -> str:
-    """The axes held fixed: ``batch=1``, or per phase when they differ (``prefill seq=2048, decode seq=2047``)."""
+    """The axes held fixed: ``batch=1``, or per phase when they differ (``prefill seq=2048,
+    decode seq=2047``)."""
     by_phase = {x.phase: x.fixed(sw.swept) for x in sw.series}
     if len(set(by_phase.values())) == 1:
         return next(iter(by_phase.values()))

@@ -16,7 +16,9 @@ from costmodel import units
 from costmodel.studies.compare import SideBySide
 from costmodel.studies.conventions import ConventionRow
 from costmodel.report.tables import Table
-from costmodel.studies.variants import METRICS, QUANTITY_LABELS, Ablation, ElementRanking, ElementSummary, show
+from costmodel.studies.variants import (
+    METRICS, QUANTITY_LABELS, Ablation, ElementRanking, ElementSummary, show,
+)
 
 FLAG = " !"  # a value outside its rule of thumb
 
@@ -79,11 +81,13 @@ def comparison_tables(c: SideBySide) -> list[Table]:
     for ch in c.choices:
         flags = ch.flags or (False,) * len(ch.values)
         choice_rows.append((ch.label, _status(ch.distinct),
-                            *(value_cell(v) + (FLAG if flag else "") for v, flag in zip(ch.values, flags))))
+                            *(value_cell(v) + (FLAG if flag else "") for v, flag in zip(ch.values, flags,
+                                                                                        strict=False))))
     same = [ch.label for ch in c.choices if ch.invariant]
     rules = "; ".join(f"{ch.label} {ch.rule}" for ch in c.choices if ch.rule)
     choice_notes = [f"same across all {len(names)}: {', '.join(same) if same else 'nothing'}",
-                    f"{FLAG.strip()}: outside the rule of thumb (docs/reference.md, 'Shape rules of thumb'; the study note, "
+                    f"{FLAG.strip()}: outside the rule of thumb (docs/reference.md, 'Shape rules of thumb'; "
+                    "the study note, "
                     f"section 4): {rules}"]
     # A long choice (dropout sites) wraps in its model's column rather than crop the others.
     tables = [Table("Design choices", ("choice", "across", *names), choice_rows, choice_notes,
@@ -95,7 +99,8 @@ def comparison_tables(c: SideBySide) -> list[Table]:
         cost_rows.append((r.label, _status(len(set(r.values))), *cells))
     s = c.seq
     held = c.widths.label(c.dtype)
-    cost_notes = [f"batch {c.batch}, {c.dtype}{held and f'{held[:-1]} in prefill and decode)'}; train and prefill over {s['train']} tokens, decode one "
+    cost_notes = [f"batch {c.batch}, {c.dtype}{held and f'{held[:-1]} in prefill and decode)'}; train and "
+                  f"prefill over {s['train']} tokens, decode one "
                   f"token after {s['decode']} cached; per-token figures divide by the batch's tokens",
                   *c.notes]
     tables.append(Table("Costs at a common shape", ("quantity", "across", *names), cost_rows, cost_notes,
@@ -179,7 +184,8 @@ def conventions_table(rows: Sequence[ConventionRow], seq: int) -> Table:
         else:
             notes.append(f"{c.convention}:")
         notes.extend(f"  - {item}" for item in c.leaves_out)
-    return Table("Counting conventions", ("convention", "params", "vs ours", "FLOP/token", "vs ours", "vs matmul"),
+    return Table("Counting conventions", ("convention", "params", "vs ours", "FLOP/token", "vs ours",
+                                          "vs matmul"),
                  cells, notes)
 
 
@@ -198,7 +204,8 @@ def ablation_tables(a: Ablation) -> list[Table]:
                 rows.append((QUANTITY_LABELS[d.quantity], *(_ablation_cell(d.quantity, v, signed=i == 2)
                                       for i, v in enumerate((d.before, d.after, d.change))), pct(d.relative)))
         shape = f"{before.seq} cached" if phase == "decode" else f"seq {before.seq}"
-        tables.append(Table(f"{phase} (batch {before.batch}, {shape}, {before.dtype}{before.precision.label(before.dtype)})",
+        tables.append(Table(f"{phase} (batch {before.batch}, {shape}, "
+                            f"{before.dtype}{before.precision.label(before.dtype)})",
                             ("quantity", "before", "after", "change", "relative"), rows))
     return tables
 

@@ -7,11 +7,13 @@ rounded, with its relative error beside it.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from costmodel import units
 from costmodel.devices.hardware import Hardware
 from costmodel.phases import LABELS as QUANTITY_LABELS
 from costmodel.report.tables import Table
+from costmodel.devices.efficiency import FlopsTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from costmodel.measure.run import FormulaCheck, Measurement
@@ -55,7 +57,8 @@ def measurement_table(m: Measurement) -> Table:
         if r.get("note"):
             notes.append(r["note"])
         if r.get("calibrated_allocator") and r.get("allocator") != r["calibrated_allocator"]:
-            notes.append(f"timed with the allocator {r['allocator']}, calibrated with {r['calibrated_allocator']}: "
+            notes.append(f"timed with the allocator {r['allocator']}, calibrated with "
+                         f"{r['calibrated_allocator']}: "
                          "the prediction describes the other setting (costmodel.malloc)")
         notes.append(
             f"roofline on {m.hardware}: compute {units.seconds(r['compute_s'])}, memory "
@@ -72,7 +75,7 @@ def measurement_table(m: Measurement) -> Table:
 
 
 def components_table(m: Measurement) -> Table:
-    def pair(p: tuple[int, int], fmt) -> tuple[str, str]:
+    def pair(p: tuple[int, int], fmt: Callable[[int], str]) -> tuple[str, str]:
         return (fmt(p[0]) if p[0] else "", fmt(p[1]) if p[1] else "")
 
     def full(n: int) -> str:
@@ -104,17 +107,25 @@ def calibration_table(hw: Hardware, path: str) -> Table:
     if e is not None:
         rows.append(("op floor", units.seconds(e.floor_s)))
         for dtype, t in e.matmul.items():
+            if isinstance(t, FlopsTable):  # by op size, not by shape: one row
+                rows.append((f"matmul {dtype}",
+                             f"{100 * min(t.efficiency):.0f}-{100 * max(t.efficiency):.0f}% "
+                             f"of peak (ops of {units.flops(t.flops[0])}-{units.flops(t.flops[-1])})"))
+                continue
             for i, M in enumerate(t.M):
                 cells = [c for row in t.efficiency[i] for c in row]
-                rows.append((f"matmul {dtype} M={M}", f"{100 * min(cells):.0f}-{100 * max(cells):.0f}% of peak "
+                rows.append((f"matmul {dtype} M={M}",
+                             f"{100 * min(cells):.0f}-{100 * max(cells):.0f}% of peak "
                              f"(N {t.N[0]}-{t.N[-1]}, K {t.K[0]}-{t.K[-1]})"))
         m = e.memory
         rows.append(("memory op", ", ".join(f"{units.nbytes(b)}: {100 * x:.0f}%" for b, x in
-                                            zip(m.bytes[::2], m.efficiency[::2])) + " of bandwidth"))
+                                            zip(m.bytes[::2], m.efficiency[::2],
+                                                strict=True)) + " of bandwidth"))
         if e.first_touch is not None:  # what a freshly allocated output costs beyond a reused one
             f = e.first_touch
             rows.append(("fresh output", ", ".join(f"{units.nbytes(b)}: {1e9 * x:.2g} ns/B" for b, x in
-                                                   zip(f.bytes[::2], f.s_per_byte[::2])) + " extra"))
+                                                   zip(f.bytes[::2], f.s_per_byte[::2],
+                                                       strict=True)) + " extra"))
         notes.append(e.source)
     else:
         notes.append("no efficiency tables: times on this profile are the roofline")

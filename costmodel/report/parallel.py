@@ -13,7 +13,8 @@ from costmodel.report.tables import Table
 BREAKDOWN_LABELS = {
     "compute": "compute", "tp_comm": "tensor-parallel comm", "cp_comm": "context-parallel comm",
     "ep_comm": "expert-parallel comm", "pipeline_bubble": "pipeline bubble", "pp_comm": "pipeline sends",
-    "dp_comm": "data-parallel comm", "embedding_sync": "tied-embedding gradient sync", "optimizer": "optimizer step",
+    "dp_comm": "data-parallel comm", "embedding_sync": "tied-embedding gradient sync",
+    "optimizer": "optimizer step",
 }
 
 
@@ -22,7 +23,9 @@ def summary_table(s: Step, tokens: float | None = None) -> Table:
     rows = [
         ("layout", lo.label()),
         ("GPUs", f"{lo.gpus} on {s.cluster.name} ({s.cluster.hardware.name})"),
-        ("batch", f"{lo.global_batch} x {s.seq} tokens; {lo.micro_batches} micro-batches of {lo.micro_batch} per DP rank"),
+        ("batch",
+         f"{lo.global_batch} x {s.seq} tokens; {lo.micro_batches} micro-batches of {lo.micro_batch} per DP "
+         "rank"),
         ("step time", units.seconds(s.step_time_s)),
         ("tokens/s", f"{s.tokens_per_s:,.0f}"),
         ("MFU", f"{100 * s.mfu:.1f}%"),
@@ -31,8 +34,10 @@ def summary_table(s: Step, tokens: float | None = None) -> Table:
     ]
     if tokens is not None:
         t = s.train_time_s(tokens)
-        rows.append((f"{units.count(tokens)} tokens", f"{t / 86400:.3g} days, {t * lo.gpus / 3600:,.0f} GPU-hours"))
-    notes = [f"{s.dtype}, {s.recipe.name}; MFU and HFU after Chowdhery et al. 2022 (exact model FLOPs; HFU adds "
+        rows.append((f"{units.count(tokens)} tokens",
+                     f"{t / 86400:.3g} days, {t * lo.gpus / 3600:,.0f} GPU-hours"))
+    notes = [f"{s.dtype}, {s.recipe.name}; MFU and HFU after Chowdhery et al. 2022 (exact model FLOPs; HFU "
+             "adds "
              "the recomputed forward)",
              "overlapped: " + (", ".join(k for k, on in s.overlap.to_dict().items() if on) or "nothing"),
              *(n for n in s.notes if not n.startswith("overlap"))]
@@ -49,7 +54,8 @@ def breakdown_table(s: Step) -> Table:
             for cat, c in sorted(s.compute_by_component.items(), key=lambda kv: -kv[1]):
                 rows.append((f"  {cat}", units.seconds(c), units.percent(c, s.step_time_s)))
     rows.append(("total", units.seconds(s.step_time_s), "100.0%"))
-    return Table("Where the step goes (critical path of the slowest pipeline stage)", ("part", "time", "share"),
+    return Table("Where the step goes (critical path of the slowest pipeline stage)", ("part", "time",
+                                                                                       "share"),
                  rows, ("compute time from the device model (docs/parallel.md, Integration notes)",))
 
 
@@ -61,7 +67,8 @@ def collectives_table(s: Step) -> Table:
                      units.nbytes(per_call), units.seconds(e["time_s"]), units.seconds(e["exposed_s"])))
     return Table("Collectives per step (one GPU of the slowest stage)",
                  ("group/kind", "ranks", "link", "calls", "sent per call", "time", "exposed"), rows,
-                 ("ring algorithms; time = latency + bytes sent / bus bandwidth of the slowest link the group spans",),
+                 ("ring algorithms; time = latency + bytes sent / bus bandwidth of the slowest link the "
+                  "group spans",),
                  numeric_from=1)
 
 
@@ -73,7 +80,8 @@ def memory_table(s: Step) -> Table:
     rows.append(("total", *(units.nbytes(m.total) for m in stages)))
     dev = s.cluster.hardware.memory_bytes
     verdict = "fits" if s.fits else f"DOES NOT FIT: {units.nbytes(s.per_gpu.total - dev)} over"
-    heads = ("first stage", *([f"{s.memory_middle.stage} (fullest middle)"] if s.memory_middle else []), "last stage")
+    heads = ("first stage", *([f"{s.memory_middle.stage} (fullest middle)"] if s.memory_middle else []),
+             "last stage")
     return Table("Memory per GPU", ("", *heads), rows, (f"device {units.decimal_bytes(dev)}: {verdict}",))
 
 
@@ -101,7 +109,9 @@ def decode_table(ds: Sequence[Decode]) -> Table:
         f"Decode on TP{d0.tp}" + (f" x EP{d0.ep}" if d0.ep > 1 else "") + f" ({d0.cluster.name})"
         + d0.widths.label(d0.dtype),
         ("batch", "context", "compute", "comm", "TPOT", "tokens/s", "sent/GPU/step", "memory/GPU", "fits"),
-        rows, ("TPOT = compute of one rank's shard + its all-reduces (and expert all-to-alls), nothing overlapped",
+        rows,
+        ("TPOT = compute of one rank's shard + its all-reduces (and expert all-to-alls), nothing overlapped",
                *([] if d0.cluster.hardware.tables_for(d0.dtype) else
-                 [f"{d0.cluster.hardware.name} has no efficiency tables for {d0.dtype}: compute is the roofline lower bound"])),
+                 [f"{d0.cluster.hardware.name} has no efficiency tables for {d0.dtype}: compute is the "
+                  "roofline lower bound"])),
         numeric_from=0)

@@ -19,16 +19,25 @@ from costmodel import units
 from costmodel.analysis import AnalysisError
 from costmodel.report.attention import fixed_text
 from costmodel.studies.sweep import Sweep
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # matplotlib is the optional `plot` extra: imported when a chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.ticker import FuncFormatter
+
+    from costmodel.studies.sweep import Series
 
 PHASE_MARKERS = {"prefill": "o", "decode": "^", "train": "s"}
 PHASE_LINES = {"prefill": "-", "decode": "--", "train": ":"}
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
     except ImportError:
-        raise AnalysisError("--plot: needs matplotlib; install it with pip install 'costmodel[plot]'") from None
+        raise AnalysisError("--plot: needs matplotlib; "
+                            "install it with pip install 'costmodel[plot]'") from None
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
@@ -74,7 +83,7 @@ def _span(sw: Sweep) -> str:
     return ", ".join(parts + ([fixed] if fixed else []))
 
 
-def _roofline(ax, lanes, sw: Sweep, colours: dict[str, str]) -> None:
+def _roofline(ax: Axes, lanes: Axes, sw: Sweep, colours: dict[str, str]) -> None:
     """Top: the roof and every point on it. Bottom: one lane per variant and phase, the same
     points spread out, so that series sharing a stretch of roof stay apart."""
     hw, dtype = sw.hardware, sw.dtype
@@ -83,7 +92,8 @@ def _roofline(ax, lanes, sw: Sweep, colours: dict[str, str]) -> None:
     lo, hi = min(xs.min(), ridge) / 4, max(xs.max(), ridge) * 4
     roof_x = np.geomspace(lo, hi, 400)
     ax.loglog(roof_x, np.minimum(peak, roof_x * bw), color="0.2", lw=2, zorder=2,
-              label=f"{hw.name} roof: {units.bandwidth(bw)} x intensity, capped at {units.flops(peak)}/s {dtype}")
+              label=f"{hw.name} roof: {units.bandwidth(bw)} x intensity, capped at {units.flops(peak)}/s "
+                    f"{dtype}")
     for axis in (ax, lanes):
         axis.axvline(ridge, color="0.4", ls=":", lw=1.2)
         axis.axvspan(lo, ridge, color="0.5", alpha=0.06, lw=0)
@@ -94,31 +104,33 @@ def _roofline(ax, lanes, sw: Sweep, colours: dict[str, str]) -> None:
     many = xs.size > 60 * len(sw.series)
     for lane, s in enumerate(sw.series):
         x = s.values.ravel()
-        style = dict(marker=PHASE_MARKERS.get(s.phase, "o"), color=colours[s.variant],
-                     s=12 if many else 40, alpha=0.5 if many else 0.9, zorder=3,
-                     edgecolors="none" if many else "black", linewidths=0.4)
+        style: dict[str, Any] = dict(marker=PHASE_MARKERS.get(s.phase, "o"), color=colours[s.variant],
+                                     s=12 if many else 40, alpha=0.5 if many else 0.9, zorder=3,
+                                     edgecolors="none" if many else "black", linewidths=0.4)
         ax.scatter(x, np.minimum(peak, x * bw), label=s.label, **style)
         lanes.scatter(x, np.full(x.size, lane), **style)
         for idx, side in ((int(np.argmin(x)), "right"), (int(np.argmax(x)), "left")):
             i, j = np.unravel_index(idx, s.values.shape)
-            lanes.annotate(_point_name(sw, s, i, j), (x[idx], lane), fontsize=7, color="0.2", va="bottom",
+            lanes.annotate(_point_name(sw, s, int(i), int(j)), (x[idx], lane), fontsize=7, color="0.2",
+                           va="bottom",
                            xytext=(0, 5), textcoords="offset points", ha=side)
     lanes.set_yticks(range(len(sw.series)), [s.label for s in sw.series], fontsize=8)
     lanes.set_ylim(len(sw.series) - 0.5, -0.5)
     lanes.set_xlim(lo, hi)
     lanes.grid(True, axis="x", alpha=0.3)
     ax.set_ylabel("attainable performance (FLOP/s)")
-    lanes.set_xlabel("arithmetic intensity (FLOP per byte; bytes = fused lower bound: weights and KV cache once)")
+    lanes.set_xlabel("arithmetic intensity (FLOP per byte; bytes = fused lower bound: weights and KV cache "
+                     "once)")
     ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1, 0.08))
     ax.set_title(f"{sw.spec}: where each variant and phase sits on the {hw.name} roofline "
                  f"({sw.component or 'whole model'}, {dtype})\n{_span(sw)}", fontsize=10)
 
 
-def _point_name(sw: Sweep, s, i: int, j: int) -> str:
+def _point_name(sw: Sweep, s: Series, i: int, j: int) -> str:
     return " ".join(f"{a}={getattr(s, a)[k]:,}" for a, k in (("seq", i), ("batch", j)) if a in sw.swept)
 
 
-def _lines(ax, sw: Sweep, colours: dict[str, str]) -> None:
+def _lines(ax: Axes, sw: Sweep, colours: dict[str, str]) -> None:
     x_axis = sw.swept[0]
     other = next((a for a in ("seq", "batch") if a != x_axis), "batch")
     for s in sw.series:
@@ -129,7 +141,8 @@ def _lines(ax, sw: Sweep, colours: dict[str, str]) -> None:
         for n, k in enumerate(picks):
             label = s.label + (f", {other}={others[k]:,}" if other in sw.swept else "")
             ax.plot(x, values[:, k], ls=PHASE_LINES.get(s.phase, "-"), color=colours[s.variant],
-                    marker=PHASE_MARKERS.get(s.phase, "o"), markersize=4 + 2 * n, markevery=max(1, len(x) // 12),
+                    marker=PHASE_MARKERS.get(s.phase, "o"), markersize=4 + 2 * n, markevery=max(1,
+                                                                                                len(x) // 12),
                     label=label, alpha=1 - 0.25 * n)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -145,31 +158,34 @@ def _lines(ax, sw: Sweep, colours: dict[str, str]) -> None:
     else:
         ax.set_ylabel(f"roofline time on {sw.hardware.name} (s)")
     if sw.unit == "B":  # ticks at powers of two, which binary prefixes print as round numbers
-        _binary_ticks(ax, np.concatenate([s.values.ravel() for s in sw.series] + [[sw.hardware.memory_bytes]]))
+        _binary_ticks(ax,
+                      np.concatenate([s.values.ravel() for s in sw.series] + [[sw.hardware.memory_bytes]]))
     ax.yaxis.set_major_formatter(_formatter(sw.unit))
     title = {"kv_cache": "KV cache", "time": "roofline time"}.get(sw.quantity, sw.quantity)
     ax.set_title(f"{sw.spec}: {title} of {sw.component or 'the whole model'}, {sw.dtype}\n{_span(sw)}",
                  fontsize=10)
 
 
-def _formatter(unit: str):
+def _formatter(unit: str) -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
 
     fmt = {"B": units.nbytes, "s": units.seconds}.get(unit, units.number)
     return FuncFormatter(lambda v, _pos: fmt(v))
 
 
-def _tokens_formatter():
+def _tokens_formatter() -> FuncFormatter:
     """512, 1K, 128K: token counts and batch sizes at powers of two."""
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: f"{v / 1024:g}K" if v >= 1024 else f"{v:g}")
 
 
-def _binary_ticks(ax, values: np.ndarray) -> None:
+def _binary_ticks(ax: Axes, values: np.ndarray) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator
 
     lo, hi = np.floor(np.log2(values.min())), np.ceil(np.log2(values.max()))
     step = max(1, int(np.ceil((hi - lo) / 8)))
-    ax.yaxis.set_major_locator(FixedLocator(2.0 ** np.arange(lo - lo % step, hi + step, step)))
+    ticks = 2.0 ** np.arange(lo - lo % step, hi + step, step)
+    # matplotlib's stub asks for Sequence[float]; FixedLocator takes any array (np.asarray)
+    ax.yaxis.set_major_locator(FixedLocator(ticks))  # type: ignore[arg-type]
     ax.yaxis.set_minor_locator(NullLocator())

@@ -14,6 +14,7 @@ import io
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +125,7 @@ def active_note(a: Analysis) -> str:
 
 def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Table:
     """Quantities down, phases across; with a device, where each phase sits on its roofline."""
-    def per(f) -> list[str]:
+    def per(f: Callable[[Analysis], str]) -> list[str]:
         return [f(a) for a in analyses]
 
     def tot(a: Analysis) -> Row:
@@ -133,7 +134,8 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
     rows = [
         ("seq", *per(lambda a: str(a.seq))),
         ("shape", *per(lambda a: f"B={a.shape['B']} S={a.shape['S']} C={a.shape['C']}"
-                       + (f" S_e={a.shape['S_e']} C_e={a.shape['C_e']}" if a.spec.is_encoder_decoder else ""))),
+                       + (f" S_e={a.shape['S_e']} C_e={a.shape['C_e']}" if a.spec.is_encoder_decoder
+                          else ""))),
         (LABELS["flops_matmul"], *per(lambda a: units.flops(tot(a).flops_matmul))),
         (LABELS["flops_matmul_effective"], *per(lambda a: units.flops(tot(a).flops_matmul_effective))),
         (LABELS["flops_other"], *per(lambda a: units.flops(tot(a).flops_other))),
@@ -179,8 +181,10 @@ def device_note(hw: Hardware, dtype: str) -> str:
     """One line naming the device, its roofs and where the figures come from."""
     source = hw.source if isinstance(hw.source, str) else "; ".join(f"{k}: {v}" for k, v in hw.source.items())
     kind = "measured" if hw.measured else "datasheet"
-    return (f"{hw.name}: {units.flops(hw.peak(dtype))}/s dense {dtype}, {units.bandwidth(hw.memory_bandwidth)}, "
-            f"{units.decimal_bytes(hw.memory_bytes)}; ridge point {hw.ridge(dtype):.3g} FLOP/B ({kind}: {source}); "
+    return (f"{hw.name}: {units.flops(hw.peak(dtype))}/s dense {dtype}, "
+            f"{units.bandwidth(hw.memory_bandwidth)}, "
+            f"{units.decimal_bytes(hw.memory_bytes)}; ridge point {hw.ridge(dtype):.3g} FLOP/B ({kind}: "
+            f"{source}); "
             "time = max(FLOPs / peak, fused bytes / bandwidth), a lower bound")
 
 
@@ -226,7 +230,8 @@ def render_rich(tables: Sequence[Table], header: str | None = None) -> None:
         rt = RichTable(title=escape(t.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold",
                        padding=(0, 1), pad_edge=False)
         for i, col in enumerate(t.columns):
-            rt.add_column(escape(col), justify="right" if i >= t.numeric_from else "left", no_wrap=i not in t.wrap)
+            rt.add_column(escape(col), justify="right" if i >= t.numeric_from else "left",
+                          no_wrap=i not in t.wrap)
         for row in t.rows:
             rt.add_row(*map(escape, row), style="bold" if row[0] == "total" else None)
         console.print(rt)
@@ -240,7 +245,8 @@ def render_markdown(tables: Sequence[Table], header: str | None = None) -> str:
     for t in tables:
         out.append(f"### {t.title}\n")
         out.append("| " + " | ".join(t.columns) + " |")
-        out.append("|" + "|".join("---:" if i >= t.numeric_from else "---" for i in range(len(t.columns))) + "|")
+        out.append("|" + "|".join("---:" if i >= t.numeric_from else "---" for i in range(len(t.columns)))
+                   + "|")
         out.extend("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in t.rows)
         out.extend(f"\n{note}" for note in t.notes)
         out.append("")
@@ -280,7 +286,8 @@ def render_csv(
                              r.bytes_unfused, r.bytes_fused, r.kv_cache, *roof, *blank_conv))
     for c in conventions:
         a = analyses[0]
-        writer.writerow((a.spec.name, "train", a.batch, conventions_seq, a.dtype, f"convention/{c.count.convention}",
+        writer.writerow((a.spec.name, "train", a.batch, conventions_seq, a.dtype,
+                         f"convention/{c.count.convention}",
                          c.count.params if c.count.params is not None else "", "", "", "", "", "", "",
                          *blank_roof, c.count.train if c.count.train is not None else "", c.ours_train))
     return buf.getvalue()
@@ -314,7 +321,7 @@ def render_tables_csv(tables: Sequence[Table]) -> str:
     writer.writerow(("table", "row", "column", "value"))
     for t in tables:
         for row in t.rows:
-            for col, cell in zip(t.columns[1:], row[1:]):
+            for col, cell in zip(t.columns[1:], row[1:], strict=False):
                 writer.writerow((t.title, row[0], col, cell))
     return buf.getvalue()
 

@@ -81,12 +81,13 @@ class TrainingPrecision:
 
 PRECISIONS = {p.name: p for p in (
     TrainingPrecision("bf16-mixed", 2, 0, 2, FP32, FP32, 2,
-              "bf16 weights and gradients, fp32 master weights and optimizer states"),
-    TrainingPrecision("bf16", 2, 0, 2, 0, 2, 2, "everything bf16, optimizer states included (no master copy)"),
+                      "bf16 weights and gradients, fp32 master weights and optimizer states"),
+    TrainingPrecision("bf16", 2, 0, 2, 0, 2, 2,
+                      "everything bf16, optimizer states included (no master copy)"),
     TrainingPrecision("fp32", 4, 0, 4, 0, 4, 4, "everything fp32"),
     TrainingPrecision("fp8-mixed", 2, 1, 2, FP32, FP32, 2,
-              "bf16-mixed plus an fp8 copy of every weight for the fp8 matmuls; activations counted "
-              "at bf16 (fp8 copies of saved matmul inputs are not modelled)"),
+                      "bf16-mixed plus an fp8 copy of every weight for the fp8 matmuls; activations counted "
+                      "at bf16 (fp8 copies of saved matmul inputs are not modelled)"),
 )}
 
 OPTIMIZERS = ("adamw", "sgd", "adam8bit", "adafactor")
@@ -102,7 +103,8 @@ def optimizer_bytes(optimizer: str, params: int, factored: int, width: int) -> i
         return 2 * (params + FP32 * -(-params // ADAM8BIT_BLOCK))  # 1-byte m, v; fp32 absmax per block
     if optimizer == "adafactor":
         return width * factored  # factored second moment, beta1 = None
-    raise MemoryConfigError(f"optimizer: unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
+    raise MemoryConfigError(f"optimizer: unknown optimizer {optimizer!r}; expected one of "
+                            f"{', '.join(OPTIMIZERS)}")
 
 
 # --- the split ------------------------------------------------------------------------------------
@@ -120,8 +122,7 @@ class Parallel:
     micro_batch         sequences per micro-batch (default: the whole batch)
     in_flight           micro-batches whose activations the first pipeline stage holds at once
                         (1F1B: pp)
-    Only dp and zero are modelled here; tp, pp > 1 are refused (``StepModel.stage_memory`` holds
-    a parallel layout's memory per GPU).
+    Only dp and zero are modelled here; tp, pp > 1 are refused (see ``StepModel.stage_memory``).
     """
 
     dp: int = 1
@@ -138,7 +139,8 @@ class Parallel:
         if self.zero not in (0, 1, 2, 3):
             raise MemoryConfigError(f"zero: stage must be 0, 1, 2 or 3 (got {self.zero})")
         if self.tp != 1 or self.pp != 1 or self.sequence_parallel or self.in_flight != 1:
-            raise MemoryConfigError("tp/pp/sequence_parallel: only data parallel (--dp, --zero) is modelled yet")
+            raise MemoryConfigError("tp/pp/sequence_parallel: only data parallel (--dp, --zero) is modelled "
+                                    "yet")
 
     def shard(self, n: int, stage: int) -> int:
         """What one rank holds of `n` bytes sharded from ZeRO stage `stage` on."""
@@ -190,7 +192,8 @@ class Run:
                                     "attention never keeps; use none or full with --flash")
         Widths(self.weights_dtype, self.kv_dtype, self.group_size).check(MemoryConfigError)
         if self.dtype not in DTYPE_BYTES:
-            raise MemoryConfigError(f"dtype: unknown {self.dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+            raise MemoryConfigError(f"dtype: unknown {self.dtype!r}; "
+                                    f"expected one of {', '.join(DTYPE_BYTES)}")
         if self.mla not in Convention.__members__:
             raise MemoryConfigError(
                 f"mla: unknown convention {self.mla!r}; expected one of {', '.join(Convention.__members__)}")
@@ -308,7 +311,8 @@ def memory(spec: Spec, phase: str = "train", batch: int = 1, seq: int | None = N
                          "prefill and decode only")
     else:
         items, peak, notes = _inference(spec, phase, costs, dict(a.shape), p, run, a.total().kv_cache, conv)
-    return Memory(spec.name, phase, batch, a.seq, dict(a.shape), run, parallel, tuple(items), peak, tuple(notes),
+    return Memory(spec.name, phase, batch, a.seq, dict(a.shape), run, parallel, tuple(items), peak,
+                  tuple(notes),
                   mla)
 
 
@@ -321,7 +325,8 @@ def _training(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int,
     items: list[Item] = []
     for category, stage, width in (("weights", 3, rec.weights + rec.extra), ("gradients", 2, rec.gradients)):
         if par.zero >= stage:  # one flat buffer, partitioned evenly (ZeRO, FSDP)
-            items.append(Item(category, f"all parameters, ZeRO-{par.zero} shard of {par.dp}", states[category]))
+            items.append(Item(category, f"all parameters, ZeRO-{par.zero} shard of {par.dp}",
+                              states[category]))
         else:
             items += [Item(category, path, int(c.params) * width) for path, c in costs.items() if c.params]
     items.append(Item("optimizer", f"{run.optimizer} states", states["optimizer"] - states["master"]))
@@ -362,7 +367,8 @@ def _attention_core(path: str) -> bool:
         "softmax", "softcap")
 
 
-def activations(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run) -> dict[str, int]:
+def activations(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run) -> dict[str,
+                                                                                                     int]:
     """Bytes kept for backward, by component path (plus the tensors a stack's layers share).
 
     none       every ``saved`` of the element formulas, and the dropout masks at ``mask_bytes``
@@ -487,7 +493,8 @@ def live_peak(spec: Spec, shape: dict[str, int], p: int, flash: bool, last_logit
               No per-head key or value is ever made: the scores read the cached latent.
     """
     B, S, C = shape["B"], shape["S"], shape["C"]
-    h, k, d_h, d, f, V = spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.d_model, spec.d_ff, spec.vocab_size
+    h, k, d_h = spec.n_heads, spec.n_kv_heads, spec.head_dim
+    d, f, V = spec.d_model, spec.d_ff, spec.vocab_size
     stream = 2 * p * B * S * d
     scores = 0 if flash else 2 * p * B * h * S * C
     copies = 1 + (spec.logit_scale is not None) + 2 * (spec.final_softcap is not None)

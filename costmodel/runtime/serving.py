@@ -72,7 +72,8 @@ class Serving:
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec.name, "hardware": self.hardware.name, "dtype": self.dtype,
-            "weights_dtype": self.precision.weights or self.dtype, "kv_dtype": self.precision.kv or self.dtype,
+            "weights_dtype": self.precision.weights or self.dtype,
+            "kv_dtype": self.precision.kv or self.dtype,
             "prompt": self.prompt, "output": self.output,
             "logits": "all positions" if self.all_logits else "last position only",
             **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
@@ -86,7 +87,8 @@ def parse_batches(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
-        raise AnalysisError(f"batch: {text!r} is not a comma-separated list of integers (e.g. 1,8,64)") from None
+        raise AnalysisError(f"batch: {text!r} is not a comma-separated list of integers "
+                            "(e.g. 1,8,64)") from None
     bad = [v for v in values if v < 1]
     if bad:
         raise AnalysisError(f"batch: every batch size must be at least 1 (got {bad[0]} in {text!r})")
@@ -165,7 +167,7 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
 def _integrate(js: list[int], times: dict[int, float]) -> float:
     """Sum of the step times over steps js[0] .. js[-1], linear between the sampled steps."""
     total = times[js[0]]
-    for j0, j1 in zip(js, js[1:]):
+    for j0, j1 in zip(js, js[1:], strict=False):
         # steps j0+1 .. j1: sum_{i=1}^{n} t0 + (t1 - t0) i / n = n t0 + (t1 - t0)(n + 1) / 2
         n = j1 - j0
         total += n * times[j0] + (times[j1] - times[j0]) * (n + 1) / 2

@@ -94,7 +94,8 @@ class Kernels:
     fused_bias_dropout_add: bool = False
 
     def to_dict(self) -> dict[str, bool]:
-        return {"flash_attention": self.flash_attention, "fused": self.fused, "fused_softmax": self.fused_softmax,
+        return {"flash_attention": self.flash_attention, "fused": self.fused,
+                "fused_softmax": self.fused_softmax,
                 "fused_bias_dropout_add": self.fused_bias_dropout_add}
 
     def share(self, path: str, dropped: set[str]) -> float:
@@ -175,7 +176,7 @@ def dropout_parents(rows: Iterable[tuple[str, Any]], moves: Callable[[Any], bool
             if path.rpartition("/")[2] == "dropout" and moves(moved)}
 
 
-def layer_count(groups: dict, path: str) -> int:
+def layer_count(groups: dict[tuple[str, str | None], int], path: str) -> int:
     """Layers a component spans: its group's count (``layers[local]/ffn/up``: L_local), else 1.
     `groups` is ``model.layer_groups(spec)``."""
     parts = path.split("/")
@@ -187,7 +188,8 @@ def layer_count(groups: dict, path: str) -> int:
     return 1
 
 
-def gemm_time(count: float, M: float, K: float, N: float, peak: float, table) -> float:
+def gemm_time(count: float, M: float, K: float, N: float, peak: float,
+              table: MatmulTable | FlopsTable) -> float:
     """count products of (M x K) @ (K x N) at the table's efficiency for the shape."""
     if count == 0 or M == 0 or K == 0 or N == 0:
         return 0.0
@@ -219,7 +221,7 @@ class Rates(Protocol):
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
         """max(t, memory(moved, ops))."""
 
-    def first_touch(self, outputs: list[tuple[int, tuple]]) -> Any:
+    def first_touch(self, outputs: list[tuple[int, tuple[Any, ...]]]) -> Any:
         """Seconds of writing freshly allocated outputs, (ops, factors of one's bytes) pairs."""
 
     def maximum(self, a: Any, b: Any) -> Any: ...
@@ -231,10 +233,14 @@ class Rates(Protocol):
 class Quantities(Protocol):
     """What the rule reads of a component's phase numbers (an ``analysis.Row``), all its layers."""
 
-    flops_matmul: Any
-    flops_matmul_effective: Any
-    bytes_unfused: Any
-    params: Any
+    @property
+    def flops_matmul(self) -> Any: ...
+    @property
+    def flops_matmul_effective(self) -> Any: ...
+    @property
+    def bytes_unfused(self) -> Any: ...
+    @property
+    def params(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -249,7 +255,8 @@ class Part:
     moved: Any = None
 
 
-def component_time(spec: Spec, path: str, gemms: tuple, q: Quantities, layers: int, training: bool,
+def component_time(spec: Spec, path: str, gemms: tuple[tuple[Any, Any, Any, Any], ...], q: Quantities,
+                   layers: int, training: bool,
                    kernels: Kernels, dropped: set[str], p: int, rates: Rates) -> Part:
     """One component's time on a calibrated profile, by the rule of the module docstring.
 
@@ -274,12 +281,14 @@ def component_time(spec: Spec, path: str, gemms: tuple, q: Quantities, layers: i
     if share == 0:
         return Part("fused", 0, 0.0)
     moved = q.bytes_unfused if share == 1 else share * q.bytes_unfused  # (over arrays, a pass saved)
-    ops, outputs = layers * (3 if training else 1), []
+    ops = layers * (3 if training else 1)
+    outputs: list[tuple[int, tuple[Any, ...]]] = []
     if training:
         extra_ops, extra_bytes, outputs = weight_gradients(spec, path, q.params, layers, p)
         ops, moved = ops + extra_ops, moved + extra_bytes
     fresh = rates.first_touch(outputs)
-    return Part("memory", ops, rates.maximum(ops * rates.floor_s, rates.memory(moved, ops)) + fresh, fresh, moved)
+    return Part("memory", ops, rates.maximum(ops * rates.floor_s, rates.memory(moved, ops)) + fresh, fresh,
+                moved)
 
 
 class ScalarRates:
@@ -302,7 +311,7 @@ class ScalarRates:
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
         return max(t, self.memory(moved, ops))
 
-    def first_touch(self, outputs: list[tuple[int, tuple]]) -> float:
+    def first_touch(self, outputs: list[tuple[int, tuple[Any, ...]]]) -> float:
         return first_touch_s(self.eff, outputs)
 
     @staticmethod
@@ -333,7 +342,8 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
                 f"{a.weights_dtype} weights and a {a.kv_dtype} cache, times are the roofline lower bound")
     rates = ScalarRates(eff, peak, bw, dtype) if calibrated and eff is not None else None
     # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
-    costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
+    costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla,
+                                                        a.routing))
     rows = []
     groups = model.layer_groups(a.spec)
     dropped = dropout_parents((r.path, r.bytes_unfused) for r in a.rows)  # dropout runs in training only
@@ -364,7 +374,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     )
 
 
-def gradient_bytes(params, p: int):
+def gradient_bytes(params: Any, p: int) -> Any:
     """A non-matmul weight's gradient in a training step: zero-filled, then written."""
     return 2 * params * p
 
@@ -376,7 +386,8 @@ def table_gradients(spec: Spec) -> tuple[int, int]:
     return lookups, lookups + int(spec.tied_embeddings) - 1
 
 
-def weight_gradients(spec: Spec, path: str, params, layers: int, p: int):
+def weight_gradients(spec: Spec, path: str, params: Any, layers: int,
+                     p: int) -> tuple[int, Any, list[tuple[int, tuple[Any, ...]]]]:
     """A memory component's training-step extras: (ops, bytes, fresh outputs as (ops, factors
     of one's bytes)). Its weights' dense gradients, one per layer; for the token table one per
     lookup, then the adds that sum them with a tied head's."""
@@ -387,14 +398,16 @@ def weight_gradients(spec: Spec, path: str, params, layers: int, p: int):
     return adds, lookups * gradient_bytes(params, p) + 3 * adds * table, [(lookups + adds, (params, p))]
 
 
-def gemm_outputs(gemms, layers: int, p: int) -> list[tuple[int, tuple]]:
+def gemm_outputs(gemms: Iterable[tuple[Any, Any, Any, Any]], layers: int, p: int) -> list[tuple[int,
+                                                                                                tuple[Any,
+                                                                                                      ...]]]:
     """(ops, factors of one op's output bytes) of each product: a layer's batch of
     count / layers products of M x N (the factors, not their product: the grid shares the
     lookups of outputs that differ by a number only)."""
     return [(layers, (count / layers, M, N, p)) for count, M, K, N in gemms]
 
 
-def first_touch_s(eff, outputs) -> float:
+def first_touch_s(eff: Efficiency, outputs: Iterable[tuple[int, tuple[Any, ...]]]) -> float:
     """Seconds of writing freshly allocated outputs ((ops, factors of one's bytes) pairs) on
     `eff`'s device."""
     table = eff.first_touch

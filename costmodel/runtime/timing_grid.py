@@ -32,7 +32,8 @@ groups share once (``model._layer``), and the merge above then sees the same obj
 
 A program that sweeps at scale should first ask glibc to keep freed heap
 (``costmodel.measure.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
-of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at 10,000 points). ``predict_grid`` does not do
+of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at
+10,000 points). ``predict_grid`` does not do
 it itself: a library does not change its host process's allocator behind its back (nor under a
 calibration or a measurement running in the same process); bench/time_sweep_speed.py does.
 
@@ -48,6 +49,7 @@ import operator
 from dataclasses import replace
 from functools import reduce
 from typing import Any
+from typing import cast
 
 import numpy as np
 
@@ -110,7 +112,8 @@ def _step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
     points = [grid[k] for k in kept]
     steps = np.asarray([values[0], *(values[k + 1] for k in kept)], dtype=float)
     if len(points) == 1:
-        return np.where(x >= points[0], steps[1], steps[0])
+        out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
+        return out
     if len(points) <= _COMPARE:
         i = np.zeros(x.shape, dtype=np.intp)
         for g in points:
@@ -146,9 +149,10 @@ class GridRates:
                              -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
                             if memory.interpolation == "log" and len(memory.bytes) > 1 else None)
         fresh = eff.first_touch  # the least size with a first-touch cost
-        self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte) if r), None) if fresh else None
-        self._memo: dict[tuple, tuple[list[np.ndarray], Any]] = {}
-        self._by_value: dict[tuple, list[tuple[np.ndarray, Any]]] = {}
+        self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
+                                None) if fresh else None
+        self._memo: dict[tuple[Any, ...], tuple[list[np.ndarray], Any]] = {}
+        self._by_value: dict[tuple[Any, ...], list[tuple[list[np.ndarray], Any]]] = {}
 
     # --- Rates --------------------------------------------------------------------------------
 
@@ -214,13 +218,13 @@ class GridRates:
         out[over] = np.maximum(out[over], some / (self.bandwidth * e))
         return out
 
-    def first_touch(self, outputs: list[tuple[int, tuple]]) -> Any:
+    def first_touch(self, outputs: list[tuple[int, tuple[Any, ...]]]) -> Any:
         table = self.eff.first_touch
         if table is None:
             return 0.0
         terms = []
         for n, factors in outputs:
-            factors = [_number(x) for x in factors]
+            factors = tuple(_number(x) for x in factors)
             arrays = [x for x in factors if _array(x)]
             if not n:
                 continue
@@ -229,7 +233,7 @@ class GridRates:
                 continue
             number = math.prod(x for x in factors if not _array(x))
 
-            def one(n: int = n, number: Any = number, arrays: list = arrays) -> Any:
+            def one(n: int = n, number: Any = number, arrays: list[np.ndarray] = arrays) -> Any:
                 x = _product(number, *arrays)
                 if self._fresh_from is None or x.max() < self._fresh_from:
                     return 0.0  # every size at a rate of 0
@@ -256,7 +260,7 @@ class GridRates:
 
     # --- lookups ------------------------------------------------------------------------------
 
-    def _lookup(self, kind: str, numbers: tuple, arrays: list[np.ndarray], compute: Any) -> Any:
+    def _lookup(self, kind: str, numbers: tuple[Any, ...], arrays: list[np.ndarray], compute: Any) -> Any:
         """compute(), once per (kind, numbers, arrays): by identity, then by value (a T array
         built twice, or two norms' equal byte counts; candidates share three sampled values)."""
         key = (kind, numbers, tuple(id(a) for a in arrays))
@@ -265,8 +269,8 @@ class GridRates:
             return hit[1]
         prints = (kind, numbers, tuple((a.shape, a.flat[0], a.flat[-1], a.flat[a.size // 2]) for a in arrays))
         seen = self._by_value.setdefault(prints, [])
-        for other, value in seen:
-            if all(np.array_equal(a, b) for a, b in zip(arrays, other)):
+        for other, value in seen:  # noqa: B007 - value is read after the loop (break)
+            if all(np.array_equal(a, b) for a, b in zip(arrays, other, strict=True)):
                 break
         else:
             value = compute()
@@ -274,7 +278,7 @@ class GridRates:
         self._memo[key] = (arrays, value)  # holds the arrays: their ids stay theirs
         return value
 
-    def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple) -> Any:
+    def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...]) -> Any:
         """exp(np.interp(lx, xp, fp)), interpolated only where lx is below xp's last point (`name`
         names xp): above it the value is exp(fp[-1]), a number, at most of a sweep's points (T =
         B x S on calibrate's grids, M up to 1024 and K up to 4096). The points below are found
@@ -298,9 +302,10 @@ class GridRates:
         return out
 
     def _log(self, x: np.ndarray) -> np.ndarray:
-        return self._lookup("log", (), [x], lambda: np.log(np.maximum(x, 1e-300)))
+        logs: np.ndarray = self._lookup("log", (), [x], lambda: np.log(np.maximum(x, 1e-300)))
+        return logs
 
-    def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> np.ndarray:
+    def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> Any:
         """1 / (peak x the table's efficiency) of (M x K) @ (K x N), some of them arrays (the
         peak folded into the log table: exp(-(log peak + log e)), equal to 1e-16)."""
         table = self.table
@@ -321,13 +326,14 @@ class GridRates:
         point), in one einsum, then interpolated over the array axes."""
         free = []  # (letter, log grid, log x) of the array axes
         weights, letters = [], []
-        for letter, x, grid, log_grid in zip("mnk", (M, N, K), self._grids, self._axes):
+        for letter, x, grid, log_grid in zip("mnk", (M, N, K), self._grids, self._axes, strict=True):
             if _array(x) and len(grid) > 1:
                 free.append((letter, log_grid, self._log(x)))
             else:
                 weights.append(_weights(grid, x))
                 letters.append(letter)
-        reduced = np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table, *weights)
+        reduced = np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table,
+                            *weights)
         if not free:
             return np.exp(reduced)
         if len(free) == 1:
@@ -340,12 +346,12 @@ class GridRates:
             i = np.minimum(f.astype(np.intp), len(grid) - 2)
             corners.append((i, f - i))
         flat, strides = reduced.ravel(), np.cumprod([1, *reduced.shape[:0:-1]])[::-1]
-        base = sum(i * s for (i, _), s in zip(corners, strides))
+        base = sum(i * s for (i, _), s in zip(corners, strides, strict=True))
         total: Any = 0.0
         for bits in range(2 ** len(free)):
             w: Any = 1.0
             offset = 0
-            for a, ((_, t), s) in enumerate(zip(corners, strides)):
+            for a, ((_, t), s) in enumerate(zip(corners, strides, strict=True)):
                 up = bits >> a & 1
                 w = w * (t if up else 1 - t)
                 offset += up * int(s)
@@ -353,8 +359,9 @@ class GridRates:
         return np.exp(total)
 
     def _size_efficiency(self, grid: list[float], efficiency: list[float], interpolation: str,
-                         x: np.ndarray, memo: bool = True) -> np.ndarray:
-        """A size table (``efficiency._lookup``) at every x (`memo`: x's log kept for reuse)."""
+                         x: Any, memo: bool = True) -> Any:
+        """A size table (``efficiency._lookup``) at every x (`memo`: x's log kept for reuse): a
+        number at a number x, else an array."""
         if not _array(x):
             return _lookup(grid, efficiency, x, interpolation)  # type: ignore[arg-type]
         if len(grid) == 1:  # one size: its value everywhere, as ``_lookup`` holds it
@@ -392,7 +399,8 @@ def _same(a: Any, b: Any) -> bool:
 _READ = ("params", "matmul", "matmul_eff", "other", "bytes_unfused", "train_only")
 
 
-def _merged(costs: dict[str, Cost], groups: dict, kernels: Kernels, dropped: set[str]) -> dict[str, tuple[Cost, int]]:
+def _merged(costs: dict[str, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels,
+            dropped: set[str]) -> dict[str, tuple[Cost, int]]:
     """path -> (one layer's cost, layers): a component of several layer groups whose one layer
     costs the same in each (an FFN beside local and global attention) once, over all their
     layers. Its time is linear in its layers (each product, op, byte and gradient is per layer,
@@ -410,7 +418,8 @@ def _merged(costs: dict[str, Cost], groups: dict, kernels: Kernels, dropped: set
                     cost is other  # built once for both groups (``model._layer``)
                     or (all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
                         and len(cost.gemms) == len(other.gemms)
-                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms) for x, y in zip(g, h)))):
+                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms, strict=True) for x,
+                                y in zip(g, h, strict=True)))):
                 out[head] = (other, count + layers)
                 continue
         elif sep:
@@ -419,7 +428,8 @@ def _merged(costs: dict[str, Cost], groups: dict, kernels: Kernels, dropped: set
     return out
 
 
-def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware, dtype: str = "bf16",
+def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware,
+                 dtype: str = "bf16",
                  kernels: Kernels = Kernels(), enc_seq: np.ndarray | None = None, mla: str = "naive",
                  routing: str = "uniform") -> np.ndarray:
     """Calibrated seconds of `phase` at every (batch, seq) (broadcast together), as ``predict``
@@ -439,14 +449,17 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     B, seq = np.asarray(batch, dtype=float), np.asarray(seq, dtype=float)
     enc = np.asarray(enc_seq if enc_seq is not None else seq, dtype=float) if spec.is_encoder_decoder else 0
     p = DTYPE_BYTES[dtype]
-    dims = model.numeric_dims(spec, ph.shape(B, seq, enc), p, mla, routing)
+    # Phase.shape and numeric_dims are typed for ints; their arithmetic runs on arrays as well.
+    dims = model.numeric_dims(spec, ph.shape(cast(int, B), cast(int, seq), cast(int, enc)), p, mla, routing)
     # One layer of each kind: the rule multiplies by the layers (``Cost.times`` on arrays is
     # the tree's largest cost); nothing else in the tree reads the layer counts.
     dims = replace(dims, layers=dict.fromkeys(dims.layers, 1))
     groups = model.layer_groups(spec)
     rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype)
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
-    costs = {path: cost for path, cost in model.components(spec, dims).items() if ph.training or not cost.train_only}
+    costs = {path: cost for path, cost in model.components(spec,
+                                                           dims).items() if ph.training or
+             not cost.train_only}
     dropped = dropout_parents(((path, cost.bytes_unfused) for path, cost in costs.items()), _nonzero)
     for path, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
@@ -456,10 +469,11 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
             if not _array(busy):
                 if busy == 0:
                     continue
-            elif (busy == 0).any():
+            elif np.any(busy == 0):
                 idle = busy == 0
         gemms = tuple((c * layers, m, k, n) for c, m, k, n in cost.gemms)
-        part = component_time(spec, path, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels, dropped, p,
+        part = component_time(spec, path, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels,
+                              dropped, p,
                               rates)
         total += part.time_s if idle is None else np.where(idle, 0.0, part.time_s)
     return total

@@ -83,33 +83,42 @@ def _rays() -> tuple[tuple[sympy.Rational, ...], ...]:
             continue
         for sign in (1, -1):
             ray = [sign * x for x in null[0]]
-            if all(sum(a * x for a, x in zip(row, ray)) >= 0 for row in ASSUMPTIONS):
+            if all(sum(a * x for a, x in zip(row, ray, strict=True)) >= 0 for row in ASSUMPTIONS):
                 scale = max(abs(x) for x in ray)
                 found.add(tuple(sympy.Rational(x) / scale for x in ray))
     return tuple(sorted(found))
 
 
-def bounded(exponents: tuple) -> bool:
+#: A monomial's exponents over GROWING.
+Exponents = tuple[sympy.Rational, ...]
+
+
+def _diff(a: Exponents, b: Exponents) -> Exponents:
+    """The exponents of the monomial a / b."""
+    return tuple(x - y for x, y in zip(a, b, strict=True))
+
+
+def bounded(exponents: Exponents) -> bool:
     """Whether the monomial with these exponents of GROWING stays bounded under ASSUMPTIONS:
     its log is a linear form, bounded above on the cone iff it is <= 0 on every extreme ray."""
-    return all(sum(e * x for e, x in zip(exponents, ray)) <= 0 for ray in _rays())
+    return all(sum(e * x for e, x in zip(exponents, ray, strict=True)) <= 0 for ray in _rays())
 
 
-def _terms(expr: sympy.Expr) -> dict[tuple, sympy.Expr]:
+def _terms(expr: sympy.Expr) -> dict[Exponents, sympy.Expr]:
     """exponent vector over GROWING -> coefficient, for a sum of monomials."""
-    out: dict[tuple, sympy.Expr] = {}
+    out: dict[Exponents, sympy.Expr] = {}
     for term in sympy.Add.make_args(sympy.expand(expr)):
         powers = term.as_powers_dict()
         exps = tuple(sympy.Rational(powers.get(v, 0)) for v in GROWING)
-        coeff = term / sympy.Mul(*(v**e for v, e in zip(GROWING, exps)))
+        coeff = term / sympy.Mul(*(v**e for v, e in zip(GROWING, exps, strict=True)))
         if coeff.free_symbols:
             raise ValueError(f"term {term} has sizes other than {GROWING}")
         out[exps] = out.get(exps, 0) + coeff
     return {e: c for e, c in out.items() if c != 0}
 
 
-def _monomial(exps: tuple) -> sympy.Expr:
-    return sympy.Mul(*(v**e for v, e in zip(GROWING, exps)))
+def _monomial(exps: Exponents) -> sympy.Expr:
+    return sympy.Mul(*(v**e for v, e in zip(GROWING, exps, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -122,8 +131,7 @@ class Leading:
 def leading_terms(expr: sympy.Expr) -> Leading:
     """The terms of `expr` that no other term bounds as the sizes grow under ASSUMPTIONS."""
     terms = _terms(expr)
-    diff = lambda a, b: tuple(x - y for x, y in zip(a, b))  # noqa: E731
-    kept = [e for e in terms if not any(o != e and bounded(diff(e, o)) for o in terms)]
+    kept = [e for e in terms if not any(o != e and bounded(_diff(e, o)) for o in terms)]
     return Leading(
         sympy.Add(*(terms[e] * _monomial(e) for e in kept)),
         sympy.Add(*(_monomial(e) for e in kept)),
@@ -133,8 +141,7 @@ def leading_terms(expr: sympy.Expr) -> Leading:
 
 def is_big_o(expr: sympy.Expr, bound: sympy.Expr) -> bool:
     """expr = O(bound) under ASSUMPTIONS: every term of expr is bounded by some term of bound."""
-    diff = lambda a, b: tuple(x - y for x, y in zip(a, b))  # noqa: E731
-    return all(any(bounded(diff(e, o)) for o in _terms(bound)) for e in _terms(expr))
+    return all(any(bounded(_diff(e, o)) for o in _terms(bound)) for e in _terms(expr))
 
 
 def same_terms(a: sympy.Expr, b: sympy.Expr) -> bool:

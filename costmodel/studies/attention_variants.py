@@ -25,7 +25,8 @@ from typing import Any
 from costmodel.analysis import Analysis, AnalysisError, Row, analyze
 from costmodel.devices.hardware import Hardware
 from costmodel.runtime.roofline import Fit, Roofline, attention_total, fit, roofline_dict, roofline_of
-from costmodel.components.attention import heads, heads_kind, pattern
+from costmodel.components.attention import heads, pattern
+from costmodel.components.scores import heads_kind
 from costmodel.components.mla import Convention
 from costmodel.phases import DECODE
 from costmodel.precision import Widths
@@ -214,7 +215,8 @@ def compare_windows(
     for v in window_variants(spec, window):
         for c in contexts:
             pre = analyze(v.spec, "prefill", batch=batch, seq=c, dtype=dtype, **widths.options())
-            dec = analyze(v.spec, "decode", batch=batch, seq=DECODE.seq_for(c), dtype=dtype, **widths.options())
+            dec = analyze(v.spec, "decode", batch=batch, seq=DECODE.seq_for(c), dtype=dtype,
+                          **widths.options())
             att = attention_total(dec)
             rows.append(WindowRow(v.label, v.own, c, dec.total().kv_cache, attention_total(pre), att,
                                   roofline_of(att, hw, dtype)))

@@ -178,7 +178,8 @@ def common_seq(specs: Sequence[Spec], seq: int | None) -> dict[str, int]:
             for p in ("train", "prefill", "decode")}
 
 
-def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str, widths: Widths = Widths()) -> dict[str, float]:
+def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str, widths: Widths = Widths()) -> dict[str,
+                                                                                                      float]:
     """The compared quantities of one spec at one shape (AnalysisError if it cannot run it);
     prefill and decode hold weights and cache at `widths` (training runs at `dtype`)."""
     train = analyze(spec, "train", batch, seq["train"], dtype)
@@ -258,7 +259,7 @@ def compare(
     rows = tuple(CostRow(key, label, tuple(m[key] if m else None for m in per_model))
                  for key, label in COSTS.items())
     conv: dict[str, list[ConventionRow | None]] = {}
-    for i, (s, m) in enumerate(zip(ordered, per_model)):
+    for i, (s, m) in enumerate(zip(ordered, per_model, strict=False)):
         if m is not None and conventions:
             for row in compare_conventions(s, shape["train"], conventions):
                 conv.setdefault(row.count.convention, [None] * len(ordered))[i] = row

@@ -31,7 +31,7 @@ from enum import Enum
 from typing import Any
 
 from costmodel.analysis import analyze, default_seq
-from costmodel.components.attention import heads_kind
+from costmodel.components.scores import heads_kind
 from costmodel.components.ffn import dense_equivalent_d_ff
 from costmodel.spec import ActiveConvention, Position, Spec
 
@@ -261,7 +261,7 @@ def _common_omissions(spec: Spec, counts_kv_full: bool = True) -> list[str]:
 
 
 def _kaplan(spec: Spec, seq: int, exact_params: int) -> PaperCount:
-    L, d, d_attn, f = spec.n_layers, spec.d_model, _attn_width(spec), _ff(spec)
+    L, d, d_attn, f = spec.decoder_layers, spec.d_model, _attn_width(spec), _ff(spec)
     N = kaplan_params(L, d, d_attn, f)
     fwd = kaplan_forward_flops_per_token(N, L, seq, d_attn)
     context = 6 * L * seq * d_attn
@@ -285,7 +285,7 @@ def _kaplan(spec: Spec, seq: int, exact_params: int) -> PaperCount:
 
 def _chinchilla(spec: Spec, seq: int, exact_params: int) -> PaperCount:
     fwd_seq = chinchilla_forward_flops(seq, spec.vocab_size, spec.d_model, spec.n_heads, spec.head_dim,
-                                       spec.n_layers, _ff(spec))
+                                       spec.decoder_layers, _ff(spec))
     fwd = fwd_seq // seq  # every term carries one factor of seq_len
     leaves = ["embedding lookup counted as a matmul (2*S*V*d) a gather does not execute"]
     if spec.tied_embeddings:
@@ -303,7 +303,7 @@ def _chinchilla(spec: Spec, seq: int, exact_params: int) -> PaperCount:
 
 
 def _megatron(spec: Spec, seq: int) -> list[PaperCount]:
-    l, h, V, f = spec.n_layers, spec.d_model, spec.vocab_size, _ff(spec)
+    l, h, V, f = spec.decoder_layers, spec.d_model, spec.vocab_size, _ff(spec)
     P = megatron_params(l, h, V, seq)
     leaves = ["norms, softmax, activations and biases in FLOPs (matmuls only)"]
     if f != 4 * h or spec.activation.gated:
@@ -336,7 +336,7 @@ def _megatron(spec: Spec, seq: int) -> list[PaperCount]:
 
 
 def _palm(spec: Spec, seq: int, exact_params: int) -> PaperCount:
-    L, H, Q = spec.n_layers, spec.n_heads, spec.head_dim
+    L, H, Q = spec.decoder_layers, spec.n_heads, spec.head_dim
     train = palm_train_flops_per_token(exact_params, L, H, Q, seq)
     leaves = ["6N counts every parameter as a matmul weight: the embedding lookup (no FLOPs), "
               "norm gains and biases included"]

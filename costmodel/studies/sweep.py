@@ -105,7 +105,8 @@ class Evaluator:
         tree = symbolic_tree(spec, phase, mla, widths=widths, dtype=dtype)
         values = {**model.spec_values(spec), sym.p: DTYPE_BYTES[dtype],
                   getattr(sym, ph.seq_symbol): _SEQ + ph.seq_offset, getattr(sym, ph.enc_symbol): _SEQ}
-        exprs = [select(tree, q, component, spec.name).xreplace(values) for q in ("flops", "bytes_fused", "kv_cache")]
+        exprs = [select(tree, q, component, spec.name).xreplace(values) for q in ("flops", "bytes_fused",
+                                                                                  "kv_cache")]
         self._fn: Callable[..., list[Any]] = sympy.lambdify((sym.B, _SEQ), exprs, "numpy")
 
     def __call__(self, batch: np.ndarray, seq: np.ndarray) -> dict[str, np.ndarray]:
@@ -165,7 +166,8 @@ class Sweep:
 def quantity_of(q: str, numbers: dict[str, np.ndarray], hw: Hardware, dtype: str) -> np.ndarray:
     """intensity (FLOPs / fused bytes), kv_cache (bytes) or time (roofline seconds)."""
     if q == "intensity":
-        return numbers["flops"] / numbers["bytes_fused"]
+        ratio: np.ndarray = numbers["flops"] / numbers["bytes_fused"]
+        return ratio
     if q == "kv_cache":
         return numbers["kv_cache"]
     return np.maximum(numbers["flops"] / hw.peak(dtype), numbers["bytes_fused"] / hw.memory_bandwidth)
@@ -180,7 +182,8 @@ def sweep(
     key/value-head variant (default: h, the spec's k, 1) and phase; weights and cache at
     `widths` (``costmodel.precision``)."""
     if quantity not in QUANTITIES:
-        raise AnalysisError(f"quantity: unknown quantity {quantity!r}; expected one of {', '.join(QUANTITIES)}")
+        raise AnalysisError(f"quantity: unknown quantity {quantity!r}; expected one of "
+                            f"{', '.join(QUANTITIES)}")
     given = {a.name: a.values for a in axes}
     if len(given) != len(axes):
         raise AnalysisError("--over: each axis at most once")
@@ -193,16 +196,19 @@ def sweep(
     evaluators = {}
     for v in variants:
         for phase in phases:
-            grid = {"seq": given.get("seq", [seq or default_seq(spec, phase)]), "batch": given.get("batch", [batch])}
+            grid = {"seq": given.get("seq", [seq or default_seq(spec, phase)]), "batch": given.get("batch",
+                                                                                                   [batch])}
             # The largest point through the exact path: it checks the request (learned positions,
             # the component) and costs one analysis.
             analyze(v.spec, phase, batch=int(max(grid["batch"])), seq=int(max(grid["seq"])), dtype=dtype,
                     mla=v.mla, **widths.options()).total(component)
             evaluators[v.label, phase] = (v, grid, Evaluator(v.spec, phase, dtype, component, v.mla, widths))
-    return replace(evaluate(spec.name, quantity, evaluators, hw, dtype, component, tuple(given)), widths=widths)
+    return replace(evaluate(spec.name, quantity, evaluators, hw, dtype, component, tuple(given)),
+                   widths=widths)
 
 
-def evaluate(name: str, quantity: str, evaluators: dict[tuple[str, str], tuple[Variant, dict, Evaluator]],
+def evaluate(name: str, quantity: str,
+             evaluators: dict[tuple[str, str], tuple[Variant, dict[str, np.ndarray | list[int]], Evaluator]],
              hw: Hardware, dtype: str, component: str, swept: tuple[str, ...]) -> Sweep:
     """The hot path: numpy over every grid (no sympy)."""
     out = []

@@ -156,7 +156,7 @@ QUANTITY_LABELS = LABELS  # one list of labels: phases.LABELS
 
 def _quantities(a: Analysis) -> dict[str, float]:
     t = a.total()
-    out = {"flops": t.flops, "flops_matmul": t.flops_matmul, "flops_other": t.flops_other,
+    out: dict[str, float] = {"flops": t.flops, "flops_matmul": t.flops_matmul, "flops_other": t.flops_other,
            "bytes_unfused": t.bytes_unfused, "bytes_fused": t.bytes_fused}
     if a.phase != "train":
         out["kv_cache"] = t.kv_cache

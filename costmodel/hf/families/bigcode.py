@@ -67,8 +67,10 @@ def _export_gpt_bigcode(spec: Spec) -> dict[str, Any]:
 def _export_starcoder2(spec: Spec) -> dict[str, Any]:
     return {"vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "intermediate_size": spec.d_ff,
             "num_hidden_layers": spec.n_layers, "num_attention_heads": spec.n_heads,
-            "num_key_value_heads": spec.n_kv_heads, "head_dim": spec.head_dim, "hidden_act": "gelu_pytorch_tanh",
-            "max_position_embeddings": spec.max_seq_len, "use_bias": spec.bias.qkv, "sliding_window": spec.window,
+            "num_key_value_heads": spec.n_kv_heads, "head_dim": spec.head_dim,
+            "hidden_act": "gelu_pytorch_tanh",
+            "max_position_embeddings": spec.max_seq_len, "use_bias": spec.bias.qkv,
+            "sliding_window": spec.window,
             "residual_dropout": spec.dropout, "embedding_dropout": spec.embedding_dropout_rate,
             "attention_dropout": spec.attention_dropout_rate, "tie_word_embeddings": spec.tied_embeddings}
 
@@ -96,7 +98,8 @@ register(Family("gpt_bigcode", "GPTBigCodeForCausalLM", _gpt_bigcode,
                  "validate_runner_input": "a setting of BigCode's own inference code"},
                 export=_export_gpt_bigcode, matches=_mqa_learned))
 register(Family("starcoder2", "Starcoder2ForCausalLM", _starcoder2,
-                dict(num_key_value_heads=2, head_dim=None, hidden_act="gelu_pytorch_tanh", sliding_window=None,
+                dict(num_key_value_heads=2, head_dim=None, hidden_act="gelu_pytorch_tanh",
+                     sliding_window=None,
                      attention_dropout=0.0, residual_dropout=0.0, embedding_dropout=0.0, use_bias=True,
                      tie_word_embeddings=True),
                 ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",

@@ -45,7 +45,8 @@ def _mla(c: Config, out: dict[str, Any]) -> None:
     h = out["n_heads"] = c.req_int("num_attention_heads")
     kv = c.int("num_key_value_heads")
     if kv is not None and kv != h:
-        c.problems.append(f"num_key_value_heads: {kv}: latent attention expands its latent into all {h} heads "
+        c.problems.append(f"num_key_value_heads: {kv}: latent attention expands its latent into all {h} "
+                          "heads "
                           "(kv_b_proj); fewer key/value heads are not supported")
     out["attention"] = {
         "kind": "mla", "q_lora_rank": c.int("q_lora_rank"), "kv_lora_rank": c.req_int("kv_lora_rank"),
@@ -54,7 +55,8 @@ def _mla(c: Config, out: dict[str, Any]) -> None:
     }
     rope = c.int("head_dim")  # the width transformers builds its rotary tables for
     if rope is not None and rope != out["attention"]["qk_rope_head_dim"]:
-        c.problems.append(f"head_dim: {rope}: transformers sizes the rotary tables by head_dim, which must equal "
+        c.problems.append(f"head_dim: {rope}: transformers sizes the rotary tables by head_dim, which must "
+                          "equal "
                           f"qk_rope_head_dim ({out['attention']['qk_rope_head_dim']})")
     c.read.update(("qk_head_dim", "rope_interleave"))  # derived; the layout of the rotated pairs
     out["vocab_size"] = c.req_int("vocab_size")
@@ -65,8 +67,10 @@ def _mla(c: Config, out: dict[str, Any]) -> None:
     read_tied(c, out)
     read_dropout(c, out, None, None, "attention_dropout")
     b = c.bool("attention_bias")  # q_a_proj, kv_a_proj_with_mqa and o_proj (q_b, kv_b never)
-    # mlp_bias (V2): the dense layers' and the shared experts' linears (DeepseekV2MLP); routed experts have none.
-    out["bias"] = {"qkv": b, "attn_out": b, "ffn": c.bool("mlp_bias") if c.model_type == "deepseek_v2" else False}
+    # mlp_bias (V2): the dense layers' and the shared experts' linears (DeepseekV2MLP); routed
+    # experts have none.
+    out["bias"] = {"qkv": b, "attn_out": b,
+                   "ffn": c.bool("mlp_bias") if c.model_type == "deepseek_v2" else False}
     first = c.int("first_k_dense_replace", positive=False) or 0
     dense = c.req_int("intermediate_size")
     if first >= layers:  # every layer dense: the experts' fields build nothing
@@ -80,7 +84,8 @@ def _deepseek_moe(c: Config, activation: str, first: int, dense: int) -> dict[st
     """The sparse FFN of the layers from `first` on (DeepseekV2Moe, DeepseekV3MoE)."""
     shared = c.int("n_shared_experts", positive=False)
     if shared is None:
-        c.problems.append("n_shared_experts: null: transformers builds the shared experts from it; give 0 for none")
+        c.problems.append("n_shared_experts: null: transformers builds the shared experts from it; give 0 "
+                          "for none")
     c.require("moe_layer_freq", 1, "transformers makes every layer from first_k_dense_replace on sparse "
                                    "(DeepSeek's own code would make every n-th one)")
     scoring = _SCORING[c.model_type]
@@ -135,7 +140,8 @@ def _matches(spec: Spec) -> bool:
             and spec.bias.qkv == spec.bias.attn_out and not spec.bias.lm_head
             and (moe is None or (moe.moe_layers is None and moe.moe_every == 1 and moe.router_dtype == "fp32"
                                  and moe.d_ff_shared in (None, moe.d_ff_expert) and not moe.shared_expert_gate
-                                 and not moe.router_bias and not moe.expert_bias and moe.capacity_factor is None)))
+                                 and not moe.router_bias and not moe.expert_bias and moe.capacity_factor
+                                 is None)))
 
 
 SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
@@ -143,15 +149,20 @@ SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediat
          "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
 _DEFAULTS: dict[str, Any] = dict(num_key_value_heads=None, q_lora_rank=1536, hidden_act="silu", head_dim=None,
                                  tie_word_embeddings=False, attention_bias=False, attention_dropout=0.0,
-                                 mlp_bias=False, first_k_dense_replace=0, n_shared_experts=2, moe_layer_freq=1,
+                                 mlp_bias=False, first_k_dense_replace=0, n_shared_experts=2,
+                                 moe_layer_freq=1,
                                  scoring_func="softmax", norm_topk_prob=False, routed_scaling_factor=1.0,
-                                 topk_method="greedy", n_group=None, topk_group=None, output_router_logits=False)
+                                 topk_method="greedy", n_group=None, topk_group=None,
+                                 output_router_logits=False)
 
-register(Family("deepseek_v2", "DeepseekV2ForCausalLM", _mla, _DEFAULTS, SIZES, export=_export, matches=_matches))
+register(Family("deepseek_v2", "DeepseekV2ForCausalLM", _mla, _DEFAULTS, SIZES, export=_export,
+                matches=_matches))
 register(Family("deepseek_v3", "DeepseekV3ForCausalLM", _mla,
                 {**_DEFAULTS, "first_k_dense_replace": 3, "num_key_value_heads": 128, "n_shared_experts": 1,
-                 "scoring_func": "sigmoid", "norm_topk_prob": True, "routed_scaling_factor": 2.5, "n_group": 8,
+                 "scoring_func": "sigmoid", "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+                 "n_group": 8,
                  "topk_group": 4, "topk_method": "noaux_tc"}, SIZES,
-                {"num_nextn_predict_layers": "the multi-token-prediction module, which transformers does not build",
+                {"num_nextn_predict_layers": "the multi-token-prediction module, which transformers does not "
+                                             "build",
                  "num_mtp_layers": "transformers' name for num_nextn_predict_layers (not built)"},
                 export=_export, matches=_matches))

@@ -84,7 +84,8 @@ def _opt(c: Config, out: dict[str, Any]) -> None:
                                              "project_out matrices around the stack are not modelled")
     if c.bool("do_layer_norm_before"):
         if c.bool("_remove_final_layer_norm"):
-            raise c.error("_remove_final_layer_norm", "a pre-norm stack without its final norm is not modelled")
+            raise c.error("_remove_final_layer_norm",
+                          "a pre-norm stack without its final norm is not modelled")
     else:  # OPT-350m: norm(x + F(x)), no final norm
         out["norm_position"] = NormPosition.post.value
         c.read.add("_remove_final_layer_norm")
@@ -116,7 +117,8 @@ def _falcon(c: Config, out: dict[str, Any]) -> None:
     norms = c.int("num_ln_in_parallel_attn")
     if new:  # Falcon 40B/180B: GQA with num_kv_heads, always parallel
         if not parallel:
-            raise c.error("parallel_attn", "false with new_decoder_architecture builds norms its forward never uses")
+            raise c.error("parallel_attn",
+                          "false with new_decoder_architecture builds norms its forward never uses")
         out["n_kv_heads"] = kv
         out["block"], out["shared_norm"] = Block.parallel.value, (norms or 2) == 1
     else:
@@ -129,7 +131,8 @@ def _falcon(c: Config, out: dict[str, Any]) -> None:
     hidden, attention = c.rate("hidden_dropout"), c.rate("attention_dropout")
     if hidden or attention:  # applied once to the summed branches, or to the attention residual
         raise c.error("hidden_dropout" if hidden else "attention_dropout",
-                      "Falcon's dropout sites differ from the spec's (one per branch); set it to 0.0 to import")
+                      "Falcon's dropout sites differ from the spec's (one per branch); set it to 0.0 to "
+                      "import")
 
 
 
@@ -164,7 +167,8 @@ def _export_gpt_neox(spec: Spec) -> dict[str, Any]:
 
 def _export_opt(spec: Spec) -> dict[str, Any]:
     return {"vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers,
-            "ffn_dim": spec.d_ff, "num_attention_heads": spec.n_heads, "max_position_embeddings": spec.max_seq_len,
+            "ffn_dim": spec.d_ff, "num_attention_heads": spec.n_heads,
+            "max_position_embeddings": spec.max_seq_len,
             "do_layer_norm_before": spec.norm_position is not NormPosition.post,
             "activation_function": spec.activation.value, "enable_bias": spec.bias.qkv,
             "dropout": spec.dropout, "attention_dropout": spec.attention_dropout_rate,
@@ -206,12 +210,15 @@ def _learned(spec: Spec) -> bool:
 
 
 register(Family("gpt2", "GPT2LMHeadModel", _gpt2,
-                dict(n_inner=None, activation_function="gelu_new", resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
-                     scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False, add_cross_attention=False,
+                dict(n_inner=None, activation_function="gelu_new", resid_pdrop=0.1, embd_pdrop=0.1,
+                     attn_pdrop=0.1,
+                     scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
+                     add_cross_attention=False,
                      tie_word_embeddings=True),
                 _GPT2_SIZES, OLD_GPT2_KEYS, export=_export_gpt2, matches=_learned))
 register(Family("gptj", "GPTJForCausalLM", _gptj,
-                dict(rotary_dim=64, n_inner=None, activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                dict(rotary_dim=64, n_inner=None, activation_function="gelu_new", resid_pdrop=0.0,
+                     embd_pdrop=0.0,
                      attn_pdrop=0.0, tie_word_embeddings=False),
                 _GPT2_SIZES, {**OLD_GPT2_KEYS, "rotary": "not read by transformers (rotary_dim is)",
                               "scale_attn_weights": "not read by GPT-J, which always scales the scores"},
@@ -224,13 +231,19 @@ register(Family("gpt_neox", "GPTNeoXForCausalLM", _gpt_neox,
                               "early Pythia names transformers' GPT-NeoX does not read"),
                 export=_export_gpt_neox, matches=_layernorm))
 register(Family("opt", "OPTForCausalLM", _opt,
-                dict(do_layer_norm_before=True, _remove_final_layer_norm=False, word_embed_proj_dim=None, dropout=0.1,
+                dict(do_layer_norm_before=True, _remove_final_layer_norm=False, word_embed_proj_dim=None,
+                     dropout=0.1,
                      attention_dropout=0.0, activation_function="relu", layerdrop=0.0, activation_dropout=0.0,
                      enable_bias=True, layer_norm_elementwise_affine=True, tie_word_embeddings=True),
                 (*_SIZES, "ffn_dim"), export=_export_opt, matches=_learned))
 register(Family("falcon", "FalconForCausalLM", _falcon,
-                dict(num_ln_in_parallel_attn=None, hidden_dropout=0.0, attention_dropout=0.0, num_kv_heads=None,
-                     alibi=False, new_decoder_architecture=False, multi_query=True, parallel_attn=True, bias=False,
+                dict(num_ln_in_parallel_attn=None, hidden_dropout=0.0, attention_dropout=0.0,
+                     num_kv_heads=None,
+                     alibi=False, new_decoder_architecture=False, multi_query=True, parallel_attn=True,
+                     bias=False,
                      ffn_hidden_size=None, activation="gelu", tie_word_embeddings=True),
-                _SIZES, {"apply_residual_connection_post_layernorm": "a BLOOM flag transformers' Falcon does not read"},
-                export=_export_falcon, matches=_layernorm, unreadable_on_export=("hidden_dropout", "attention_dropout")))
+                _SIZES,
+                {"apply_residual_connection_post_layernorm":
+                 "a BLOOM flag transformers' Falcon does not read"},
+                export=_export_falcon, matches=_layernorm, unreadable_on_export=("hidden_dropout",
+                                                                                 "attention_dropout")))

@@ -80,7 +80,8 @@ register(Family(
         "swiglu_alpha": "a constant of the clamped SwiGLU (the sigmoid's gain), not its size",
         "swiglu_limit": "a constant of the clamped SwiGLU (where gate and up are clamped), not its size",
         "experts_per_token": "OpenAI's own name for num_experts_per_tok, which transformers reads",
-        "initial_context_length": "OpenAI's own key (YaRN's original context, in rope_scaling too): angles only",
+        "initial_context_length": "OpenAI's own key (YaRN's original context, in rope_scaling too): angles "
+                                  "only",
     },
     export=_export, matches=_matches,
     quantized={"mxfp4": "the experts' weights in 4-bit blocks with shared scales (transformers dequantises "

@@ -58,7 +58,8 @@ def _mistral(c: Config, out: dict[str, Any]) -> None:
     out["bias"] = False
     if c.has("layer_types"):
         c.read.add("layer_types")
-        raise c.error("layer_types", "MistralForCausalLM ignores it and slides every layer (Ministral reads it)")
+        raise c.error("layer_types",
+                      "MistralForCausalLM ignores it and slides every layer (Ministral reads it)")
     window = c.int("sliding_window")
     if window is not None:  # null: full attention on every layer (Mistral 7B v0.2 on)
         out["window"], out["layer_pattern"] = window, [LayerKind.local.value]
@@ -88,7 +89,8 @@ def _windows(c: Config, out: dict[str, Any], default_types: Callable[[int], list
 
 
 def _softcaps(c: Config, out: dict[str, Any]) -> None:
-    for key, field in (("attn_logit_softcapping", "attn_softcap"), ("final_logit_softcapping", "final_softcap")):
+    for key, field in (("attn_logit_softcapping", "attn_softcap"), ("final_logit_softcapping",
+                                                                    "final_softcap")):
         cap = c.float(key)
         if cap is not None:
             out[field] = cap
@@ -96,7 +98,8 @@ def _softcaps(c: Config, out: dict[str, Any]) -> None:
 
 def _every(n: int | None) -> Callable[[int], list[str]]:
     """Layer types where layer i is global when (i + 1) % n == 0 and slides otherwise."""
-    return lambda layers: ["sliding_attention" if (i + 1) % (n or 1) else "full_attention" for i in range(layers)]
+    return lambda layers: ["sliding_attention" if (i + 1) % (n or 1) else "full_attention" for i
+                           in range(layers)]
 
 
 def _gemma_sandwich(c: Config, out: dict[str, Any], every: int | None) -> None:
@@ -131,7 +134,8 @@ def _qwen(c: Config, out: dict[str, Any]) -> None:
         return
     first = c.int("max_window_layers", positive=False)
     if first is None:
-        raise c.error("max_window_layers", "should be a non-negative integer with use_sliding_window (got null)")
+        raise c.error("max_window_layers",
+                      "should be a non-negative integer with use_sliding_window (got null)")
     _windows(c, out, lambda n: ["sliding_attention" if i >= first else "full_attention" for i in range(n)])
 
 
@@ -269,7 +273,8 @@ def _export_phi3(spec: Spec) -> dict[str, Any]:
 
 def _export_cohere(spec: Spec) -> dict[str, Any]:
     # Cohere always scales its logits: 1.0 where the spec has no scale (then reported as lost).
-    out = {**_export_rope_decoder(spec), "attention_bias": spec.bias.qkv, "logit_scale": spec.logit_scale or 1.0}
+    out = {**_export_rope_decoder(spec), "attention_bias": spec.bias.qkv,
+           "logit_scale": spec.logit_scale or 1.0}
     if spec.qk_norm is not QKNorm.none:
         out["use_qk_norm"] = True
     if spec.window is not None or spec.global_nope:
@@ -288,13 +293,15 @@ LLAMA_DEFAULTS: dict[str, Any] = dict(num_key_value_heads=None, head_dim=None, h
                                       mlp_bias=False)
 _GEMMA = {**LLAMA_DEFAULTS, "num_key_value_heads": 16, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
           "tie_word_embeddings": True, "use_bidirectional_attention": None}
-_GEMMA2 = {**LLAMA_DEFAULTS, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+_GEMMA2 = {**LLAMA_DEFAULTS, "num_key_value_heads": 4, "head_dim": 256,
+           "hidden_activation": "gelu_pytorch_tanh",
            "tie_word_embeddings": True, "sliding_window": 4096, "use_bidirectional_attention": None}
 _QWEN = {**LLAMA_DEFAULTS, "num_key_value_heads": 32, "use_sliding_window": False, "sliding_window": 4096,
          "max_window_layers": 28}
 _COHERE = {**LLAMA_DEFAULTS, "tie_word_embeddings": True, "logit_scale": 0.0625}
 _COHERE_OWN_KEYS = dict.fromkeys(
-    ("layer_switch", "order_of_interleaved_layers", "position_embedding_type", "rotary_pct", "use_embedding_sharing",
+    ("layer_switch", "order_of_interleaved_layers", "position_embedding_type", "rotary_pct",
+     "use_embedding_sharing",
      "use_gated_activation", "use_parallel_block", "use_parallel_embedding"),
     "keys of Cohere's own code that transformers' Cohere2 does not read")
 
@@ -313,17 +320,21 @@ register(Family("mistral", "MistralForCausalLM", _mistral,
                 {**LLAMA_DEFAULTS, "num_key_value_heads": 8, "sliding_window": 4096}, SIZES,
                 export=_export_mistral, matches=_rmsnorm_rope))
 register(Family("gemma", "GemmaForCausalLM", _gemma, _GEMMA, SIZES,
-                {"hidden_activation": "Gemma 1 reads hidden_act; hidden_activation is a leftover of early configs"},
+                {"hidden_activation": "Gemma 1 reads hidden_act; hidden_activation is a leftover of early "
+                                      "configs"},
                 export=_export_gemma, matches=_rmsnorm_rope))
 register(Family("gemma2", "Gemma2ForCausalLM", _gemma2,
                 {**_GEMMA2, "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0}, SIZES,
-                {"hidden_act": "Gemma 2 reads hidden_activation"}, export=_export_gemma2, matches=_rmsnorm_rope))
+                {"hidden_act": "Gemma 2 reads hidden_activation"}, export=_export_gemma2,
+                matches=_rmsnorm_rope))
 register(Family("gemma3_text", "Gemma3ForCausalLM", _gemma3_text,
                 {**_GEMMA2, "final_logit_softcapping": None, "attn_logit_softcapping": None,
                  "use_bidirectional_attention": False, "sliding_window_pattern": 6}, SIZES,
-                {"hidden_act": "Gemma 3 reads hidden_activation"}, export=_export_gemma2, matches=_rmsnorm_rope))
+                {"hidden_act": "Gemma 3 reads hidden_activation"}, export=_export_gemma2,
+                matches=_rmsnorm_rope))
 register(Family("qwen2", "Qwen2ForCausalLM", _qwen2, _QWEN, SIZES,
-                {"use_mrope": "multimodal RoPE sections: angles only"}, export=_export_qwen, matches=_rmsnorm_rope))
+                {"use_mrope": "multimodal RoPE sections: angles only"}, export=_export_qwen,
+                matches=_rmsnorm_rope))
 register(Family("qwen3", "Qwen3ForCausalLM", _qwen3, {**_QWEN, "head_dim": 128}, SIZES, export=_export_qwen,
                 matches=_rmsnorm_rope))
 register(Family("olmo2", "Olmo2ForCausalLM", _olmo2, LLAMA_DEFAULTS, SIZES, export=_export_olmo2,

@@ -69,10 +69,10 @@ def _layers(c: Config, out: dict[str, Any], n: int) -> None:
     kinds = [_TYPES[t] for t in types]
     if LayerKind.chunked in kinds and chunk is None:
         raise c.error("attention_chunk_size", "null, but layer_types has chunked_attention layers")
-    if any(k is LayerKind.chunked and not r for k, r in zip(kinds, rope)):
+    if any(k is LayerKind.chunked and not r for k, r in zip(kinds, rope, strict=False)):
         raise c.error("no_rope_layers", "a chunked layer without RoPE is not supported (the spec's NoPE "
                                         "layers are its global ones: global_nope)")
-    global_rope = {bool(r) for k, r in zip(kinds, rope) if k is LayerKind.global_}
+    global_rope = {bool(r) for k, r in zip(kinds, rope, strict=False) if k is LayerKind.global_}
     if len(global_rope) > 1:
         raise c.error("no_rope_layers", "RoPE on some full-attention layers and not on others is not "
                                         "supported (global_nope takes positions off every global layer)")
@@ -96,7 +96,8 @@ def _ffn(c: Config, out: dict[str, Any], n: int, activation: str) -> None:
         raise c.error("moe_layers", f"should list layer indices (got {show(listed)})")
     dense_width = c.req_int("intermediate_size_mlp")  # a size: stated even where every layer is sparse
     rule = list(range((step or 1) - 1, n, step or 1))
-    sparse = rule if listed is None else sorted({i for i in listed if 0 <= i < n})  # `layer_idx in moe_layers`
+    sparse = rule if listed is None else sorted({i for i in listed if 0 <= i
+                                                 < n})  # `layer_idx in moe_layers`
     if not sparse:  # every FFN dense: the expert fields build nothing
         c.read.update(_EXPERT_KEYS)
         out["ffn"] = {"kind": "dense", "activation": activation, "d_ff": dense_width}
@@ -133,9 +134,11 @@ def _export(spec: Spec) -> dict[str, Any]:
     if moe is None:
         out.update(moe_layers=[], intermediate_size_mlp=spec.d_ff)
         return out
-    out.update(num_local_experts=moe.n_experts, num_experts_per_tok=moe.top_k, intermediate_size=moe.d_ff_expert)
+    out.update(num_local_experts=moe.n_experts, num_experts_per_tok=moe.top_k,
+               intermediate_size=moe.d_ff_expert)
     sparse = spec.sparse_layers()
-    out["intermediate_size_mlp"] = moe.d_ff or moe.d_ff_expert  # a required size, read by no layer if all sparse
+    # a required size, read by no layer if all sparse
+    out["intermediate_size_mlp"] = moe.d_ff or moe.d_ff_expert
     if moe.moe_layers is None and moe.first_k_dense == 0:
         out["interleave_moe_layer_step"] = moe.moe_every
     else:
@@ -156,25 +159,30 @@ def _matches(spec: Spec) -> bool:
         return spec.attention_chunk is not None
     return (moe.scoring is Scoring.sigmoid and moe.n_shared_experts == 1 and not moe.norm_topk
             and moe.d_ff_shared in (None, moe.d_ff_expert) and not moe.shared_expert_gate
-            and not moe.router_bias and not moe.expert_bias and moe.router_dtype is None and moe.aux_loss == 0)
+            and not moe.router_bias and not moe.expert_bias and moe.router_dtype is None and moe.aux_loss
+            == 0)
 
 
-SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "intermediate_size_mlp",
+SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+         "intermediate_size_mlp",
          "vocab_size", "max_position_embeddings", "num_local_experts", "num_experts_per_tok")
 _NO_BALANCE_LOSS = "Llama4ForCausalLM adds no load-balancing loss to its loss, whatever it says"
 _NOT_COUNTED = "not counted: "
 
 register(Family(
     "llama4_text", "Llama4ForCausalLM", _llama4_text,
-    dict(num_key_value_heads=8, head_dim=128, hidden_act="silu", tie_word_embeddings=False, attention_dropout=0.0,
+    dict(num_key_value_heads=8, head_dim=128, hidden_act="silu", tie_word_embeddings=False,
+         attention_dropout=0.0,
          attention_bias=False, moe_layers=None, interleave_moe_layer_step=1, no_rope_layers=None,
          no_rope_layer_interval=4, attention_chunk_size=8192, layer_types=None),
     SIZES,
     {
-        "use_qk_norm": _NOT_COUNTED + "an L2 norm of q and k on the RoPE layers without weights (Llama4TextL2Norm): "
+        "use_qk_norm": _NOT_COUNTED
+        + "an L2 norm of q and k on the RoPE layers without weights (Llama4TextL2Norm): "
                        "no parameters, elementwise work only",
         **dict.fromkeys(("attn_temperature_tuning", "floor_scale", "attn_scale"),
-                        _NOT_COUNTED + "a position-dependent scale of the NoPE layers' queries: elementwise work only"),
+                        _NOT_COUNTED
+                        + "a position-dependent scale of the NoPE layers' queries: elementwise work only"),
         **dict.fromkeys(("output_router_logits", "router_aux_loss_coef"), _NO_BALANCE_LOSS),
         "router_jitter_noise": "Llama4Router applies no jitter, whatever it says",
         "for_llm_compressor": "a flag of Meta's released configs that no transformers class reads",

@@ -25,7 +25,8 @@ from costmodel.hf.reader import Config, no_partial_rotary
 from costmodel.spec import LayerKind, QKNorm, Spec
 
 
-def _experts(c: Config, out: dict[str, Any], experts: str, width: str, norm_topk: bool | None) -> dict[str, Any]:
+def _experts(c: Config, out: dict[str, Any], experts: str, width: str, norm_topk: bool | None) -> dict[str,
+                                                                                                       Any]:
     """The sparse FFN's common fields; the dense width _rope_decoder read becomes the expert's
     unless `width` names another field."""
     dense = out.pop("d_ff")
@@ -72,7 +73,8 @@ def _mixtral(c: Config, out: dict[str, Any]) -> None:
     window = c.int("sliding_window")
     if window is not None:
         out["window"], out["layer_pattern"] = window, [LayerKind.local.value]
-    _experts(c, out, "num_local_experts", "intermediate_size", norm_topk=True)  # MixtralTopKRouter renormalises
+    _experts(c, out, "num_local_experts", "intermediate_size",
+             norm_topk=True)  # MixtralTopKRouter renormalises
     _done(out)
 
 
@@ -120,7 +122,8 @@ register(Family("mixtral", "MixtralForCausalLM", _mixtral,
                 {**_MOE, "num_key_value_heads": 8, "sliding_window": None, "router_jitter_noise": 0.0},
                 (*SIZES, "num_local_experts")))
 register(Family("qwen2_moe", "Qwen2MoeForCausalLM", _qwen2_moe,
-                {**_QWEN_MOE, "num_key_value_heads": 16, "qkv_bias": True, "shared_expert_intermediate_size": 5632},
+                {**_QWEN_MOE, "num_key_value_heads": 16, "qkv_bias": True,
+                 "shared_expert_intermediate_size": 5632},
                 (*SIZES, "num_experts", "moe_intermediate_size")))
 register(Family("qwen3_moe", "Qwen3MoeForCausalLM", _qwen3_moe, {**_QWEN_MOE, "num_key_value_heads": 4},
                 (*SIZES, "num_experts", "moe_intermediate_size")))
@@ -172,6 +175,7 @@ def _is_moe(spec: Spec) -> bool:
     return spec.moe is not None and not spec.is_encoder_decoder
 
 
-for _type, _export in (("mixtral", _export_mixtral), ("qwen2_moe", _export_qwen_moe), ("qwen3_moe", _export_qwen_moe),
+for _type, _export in (("mixtral", _export_mixtral), ("qwen2_moe", _export_qwen_moe), ("qwen3_moe",
+                                                                                       _export_qwen_moe),
                        ("olmoe", _export_olmoe)):
     FAMILIES[_type] = replace(FAMILIES[_type], export=_export, matches=_is_moe)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from costmodel.hf.family import Family, register
-from costmodel.hf.reader import Config, read_activation, read_dropout, read_heads, read_rotary_fraction, read_tied
+from costmodel.hf.reader import (
+    Config, read_activation, read_dropout, read_heads, read_rotary_fraction, read_tied,
+)
 from costmodel.spec import Block, Norm, Position, Spec
 
 

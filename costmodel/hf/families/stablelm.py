@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from costmodel.hf.family import Family, register
-from costmodel.hf.reader import Config, read_activation, read_dropout, read_heads, read_rotary_fraction, read_tied
+from costmodel.hf.reader import (
+    Config, read_activation, read_dropout, read_heads, read_rotary_fraction, read_tied,
+)
 from costmodel.spec import Block, Norm, Position, Spec
 
 
@@ -26,7 +28,8 @@ def _stablelm(c: Config, out: dict[str, Any]) -> None:
     if c.bool("use_parallel_residual"):  # x + attn(ln1(x)) + mlp(ln1(x)): one norm
         out["block"], out["shared_norm"] = Block.parallel.value, True
     if c.bool("qk_layernorm"):  # StableLM 2 12B: a LayerNorm per head, each with its own weights
-        raise c.error("qk_layernorm", "per-head LayerNorms on q and k (one weight set per head) are not modelled")
+        raise c.error("qk_layernorm",
+                      "per-head LayerNorms on q and k (one weight set per head) are not modelled")
     read_tied(c, out)
     if c.rate("hidden_dropout"):  # StableLM drops out the MLP output only, not the attention output
         raise c.error("hidden_dropout", "StableLM drops out the FFN branch only; the spec drops out both "
@@ -50,7 +53,8 @@ def _layernorm_gated_rope(spec: Spec) -> bool:
 
 register(Family("stablelm", "StableLmForCausalLM", _stablelm,
                 dict(num_key_value_heads=32, hidden_act="silu", tie_word_embeddings=False, use_qkv_bias=False,
-                     qk_layernorm=False, use_parallel_residual=False, hidden_dropout=0.0, attention_dropout=0.0,
+                     qk_layernorm=False, use_parallel_residual=False, hidden_dropout=0.0,
+                     attention_dropout=0.0,
                      partial_rotary_factor=0.25),
                 ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
                  "max_position_embeddings"),

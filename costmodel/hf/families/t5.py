@@ -38,7 +38,8 @@ def _t5(c: Config, out: dict[str, Any]) -> None:
              ("gelu", True): "geglu", ("silu", True): "swiglu"}
     key = (act or "", gated)
     if key not in names:
-        raise c.error("feed_forward_proj", f"{show(proj)} is not supported (relu, gelu, gated-relu, gated-gelu, gated-silu)")
+        raise c.error("feed_forward_proj",
+                      f"{show(proj)} is not supported (relu, gelu, gated-relu, gated-gelu, gated-silu)")
     out["activation"] = names[key]
     out["bias"] = False
     # transformers 4 ties the LM head to the shared embedding only with tie_word_embeddings, and
@@ -47,7 +48,8 @@ def _t5(c: Config, out: dict[str, Any]) -> None:
     out["tied_embeddings"] = out["head_scale"] = tied
     # transformers 5 writes scale_decoder_outputs (= tie_word_embeddings) into the configs it saves.
     if c.has("scale_decoder_outputs") and c.bool("scale_decoder_outputs") != tied:
-        c.problems.append("scale_decoder_outputs: differs from tie_word_embeddings; a scaled untied head (or an "
+        c.problems.append("scale_decoder_outputs: differs from tie_word_embeddings; a scaled untied head (or "
+                          "an "
                           "unscaled tied one) is not modelled")
     if c.get("tie_encoder_decoder"):
         raise c.error("tie_encoder_decoder", "encoder and decoder sharing their weights is not modelled")
