@@ -25,7 +25,7 @@ from costmodel.components import ATTENTION_KINDS, FFN_KINDS, size_symbols
 from costmodel.components import attention as attn
 from costmodel.components import embedding, position, stability
 from costmodel.components.block import RESIDUAL_FLOPS, residual
-from costmodel.components.key import Key, Role, layer_role
+from costmodel.components.key import TOKEN_TABLE, Key, Role, layer_role
 from costmodel.components.loss import cross_entropy, dropout
 from costmodel.components.norm import norm
 from costmodel.cost import Cost, Dims, Num
@@ -126,14 +126,15 @@ def tree(spec: Spec, dims: Dims) -> dict[Key, Cost]:
     out: dict[Key, Cost] = {}
     # Encoder and decoder of an encoder-decoder share one embedding table (T5, Vaswani et al.).
     stacks = [(S_e, "encoder"), (S, "decoder")] if spec.is_encoder_decoder else [(S, "layers")]
-    out[Key("tokens", Role.embedding, block="embedding")] = _sum(
+    out[TOKEN_TABLE] = _sum(
         embedding.tokens(spec, dims, B * n, owns_table=i == 0) for i, (n, _) in enumerate(stacks)
     )
     if spec.position in (Position.learned, Position.sinusoidal):
         out[Key("positions", Role.embedding, block="embedding")] = _sum(
             position.input_positions(spec, dims, B * n, n) for n, _ in stacks)
     if spec.embedding_dropout_rate > 0:
-        out[Key("dropout", Role.dropout, block="embedding")] = _sum(dropout(dims, B * n * dims.d) for n, _ in stacks)
+        out[Key("dropout", Role.dropout, block="embedding")] = _sum(
+            dropout(dims, B * n * dims.d) for n, _ in stacks)
     for _, stack in stacks:
         out.update(_stack(spec, dims, stack))
     if spec.head_scale:
@@ -163,7 +164,8 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[Key, Cost]:
     if spec.position in (Position.t5_relative, Position.alibi):
         spans = [subs[0].shape.span for subs in layers.values() if subs[0].score_bias]
         if spans:  # one bias per stack, as wide as the widest layer that uses it
-            out[Key("position_bias", Role.position, stack)] = position.score_bias(spec, dims, q_len, spans[-1])
+            bias = position.score_bias(spec, dims, q_len, spans[-1])
+            out[Key("position_bias", Role.position, stack)] = bias
     for kind, count in groups:
         sparse = stack == "layers" and group_kinds(spec, kind)[1]
         for block, name, cost in _layer(spec, dims, layers[kind], q_len, sparse, built):

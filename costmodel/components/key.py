@@ -18,7 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["ATTENTION_BLOCKS", "ATTENTION_CORE", "Key", "Role", "layer_role"]
+__all__ = ["ATTENTION_BLOCKS", "ATTENTION_CORE", "TOKEN_TABLE", "Key", "Role", "SubBlock", "layer_role"]
+
+#: Where a leaf sits, its path less the leaf: (stack, layer, group, block, part).
+SubBlock = tuple[str | None, bool, str | None, str | None, str | None]
 
 
 class Role(str, Enum):
@@ -101,17 +104,27 @@ class Key:
     @property
     def path(self) -> str:
         """The component's path: its display name and JSON key."""
+        return "/".join((*self._where(), *(p for p in (self.block, self.part) if p is not None), self.leaf))
+
+    @property
+    def block_path(self) -> str:
+        """The path of the layer sub-block it sits in (``layers[local]/attention``, the experts'
+        too), or its own path where it sits in none (``layers/norm``, ``final_norm``)."""
+        if self.layer and self.block is not None:
+            return "/".join((*self._where(), self.block))
+        return self.path
+
+    def _where(self) -> list[str]:
         parts = [self.stack] if self.stack in ("encoder", "decoder") else []
         if self.layer:
             parts.append("layers" + (f"[{self.group}]" if self.group is not None else ""))
-        parts += [p for p in (self.block, self.part) if p is not None]
-        return "/".join((*parts, self.leaf))
+        return parts
 
     def __str__(self) -> str:
         return self.path
 
     @property
-    def sub_block(self) -> tuple[str | None, bool, str | None, str | None, str | None]:
+    def sub_block(self) -> SubBlock:
         """What the leaf sits in (its path less the leaf): its siblings share it."""
         return (self.stack, self.layer, self.group, self.block, self.part)
 
@@ -138,3 +151,7 @@ class Key:
     def total(cls, name: str) -> Key:
         """The key of a sum of components (``analysis.sum_rows``): its name is its path."""
         return cls(name, Role.total)
+
+
+#: The token embedding table's lookup (every stack's: an encoder-decoder's share one table).
+TOKEN_TABLE = Key("tokens", Role.embedding, block="embedding")
