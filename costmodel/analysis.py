@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from collections.abc import Callable
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from costmodel import model
+from costmodel.components.key import Key
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost
 from costmodel.errors import AnalysisError as AnalysisError  # re-exported: where callers have found it
@@ -37,7 +38,8 @@ class ContextWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Row:
-    """One component's numbers in one phase."""
+    """One component's numbers in one phase. `path` names it (tables, JSON); `key` says what it
+    is (``components.key.Key``), for selecting components: a sum's key is ``Key.total``."""
 
     path: str
     params: int
@@ -47,10 +49,19 @@ class Row:
     bytes_unfused: int
     bytes_fused: int
     kv_cache: int
+    key: Key = field(default=None, repr=False)  # type: ignore[assignment]  # set by every constructor
+
+    def __post_init__(self) -> None:
+        if self.key is None:
+            object.__setattr__(self, "key", Key.total(self.path))
 
     @property
     def flops(self) -> int:
         return self.flops_matmul + self.flops_other
+
+    def numbers(self) -> dict[str, Any]:
+        """The path and the numbers, as JSON holds a row (the key is no number)."""
+        return {f: getattr(self, f) for f in ROW_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,7 @@ class Analysis:
         total = self.total().params
         moe = self.spec.moe
         if moe is not None:  # experts rows hold E experts each: a token uses K of them
-            experts = sum(r.params for r in self.rows if "/ffn/experts/" in r.path)
+            experts = sum(r.params for r in self.rows if r.key.routed_expert)
             total -= experts * (moe.n_experts - moe.top_k) // moe.n_experts
         if convention is ActiveConvention.without_embedding:
             total -= self.total("embedding/tokens").params
@@ -195,15 +206,19 @@ class Analysis:
             "kv_cache_bytes": t.kv_cache,
             "arithmetic_intensity": self.arithmetic_intensity,
             "arithmetic_intensity_unfused": self.arithmetic_intensity_unfused,
-            "components": [asdict(r) for r in self.rows],
+            "components": [r.numbers() for r in self.rows],
         }
 
 
+#: A row's fields as JSON and tables hold them: the path and the numbers.
+ROW_FIELDS = tuple(f.name for f in fields(Row) if f.name != "key")
+
+
 def sum_rows(rows: Iterable[Row], path: str) -> Row:
-    """One row holding the sums of `rows`, named `path`."""
+    """One row holding the sums of `rows`, named `path` (its key ``Key.total(path)``)."""
     rows = list(rows)
-    sums = {f.name: sum(getattr(r, f.name) for r in rows) for f in fields(Row) if f.name != "path"}
-    return Row(path=path, **sums)
+    sums = {f: sum(getattr(r, f) for r in rows) for f in ROW_FIELDS if f != "path"}
+    return Row(path=path, **sums, key=Key.total(path))
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -285,11 +300,11 @@ def analyze(
     p = DTYPE_BYTES[dtype]
     p_kv = DTYPE_BYTES[precision.kv] if precision.kv not in (None, dtype) else None
     dims = model.numeric_dims(spec, shape, p, mla, routing, p_kv=p_kv)
-    costs = model.components(spec, dims)
+    costs = model.tree(spec, dims)
     weight_bytes = None
     if precision.weights not in (None, dtype):
         costs, weight_bytes = _at_weight_width(costs, precision, p, int)
-    rows = tuple(_row(path, ph, cost) for path, cost in costs.items())
+    rows = tuple(_row(key, ph, cost) for key, cost in costs.items())
     largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
                                               "kv_cache")) for r in rows)
     if largest > MAX_COUNT:
@@ -313,8 +328,11 @@ def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
                             "not modelled (kv_b reads it back); use --dtype")
 
 
-def _at_weight_width(costs: dict[str, Cost], widths: Widths, p: int,
-                     count: Callable[[Any], int]) -> tuple[dict[str, Cost], int]:
+_Name = TypeVar("_Name", str, Key)
+
+
+def _at_weight_width(costs: dict[_Name, Cost], widths: Widths, p: int,
+                     count: Callable[[Any], int]) -> tuple[dict[_Name, Cost], int]:
     """Each component's weight reads at the weights' width (its unfused bytes and fused bound
     alike), and the weights' bytes: a component reads the same share of its weights as before.
     `count` makes a component's params an integer (``int``, or the spec's sizes put into a
@@ -326,7 +344,7 @@ def _at_weight_width(costs: dict[str, Cost], widths: Widths, p: int,
         if not params:
             out[path] = c
             continue
-        held = weight_bytes_of(path, params, count(c.matrices), widths.weights, p, widths.group_size)
+        held = weight_bytes_of(str(path), params, count(c.matrices), widths.weights, p, widths.group_size)
         total += held
         share = Fraction(held, p * params)
         read = c.weights_read * share
@@ -341,8 +359,8 @@ def count_params(spec: Spec) -> int:
     return analyze(spec, "decode", seq=1).total().params
 
 
-def _row(path: str, phase: Phase, cost: Cost) -> Row:
-    return Row(path, **{q: int(v) for q, v in phase.quantities(cost).items()})
+def _row(key: Key, phase: Phase, cost: Cost) -> Row:
+    return Row(key.path, **{q: int(v) for q, v in phase.quantities(cost).items()}, key=key)
 
 
 # --- formulas -----------------------------------------------------------------------------

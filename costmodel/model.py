@@ -1,6 +1,8 @@
 """A whole model's component tree: the design elements of a spec assembled into blocks and stacks.
 
-The tree is a flat, ordered mapping from a component path to its ``Cost``, nanoGPT-style:
+The tree is a flat, ordered mapping from a component to its ``Cost``: ``tree`` keys it by
+``Key`` (``components/key.py``: stack, layer group, sub-block, leaf, role), ``components`` by
+the key's path, nanoGPT-style:
 ``embedding/tokens``, ``layers/attention/q``, ``layers/ffn/down``, ``lm_head``. A parent is the
 sum of its children, so a path prefix selects a sub-tree. A stack with several kinds of layer
 (a local/global pattern) has one group per kind: ``layers[local]/...``, ``layers[global]/...``.
@@ -23,12 +25,14 @@ from costmodel.components import ATTENTION_KINDS, FFN_KINDS, size_symbols
 from costmodel.components import attention as attn
 from costmodel.components import embedding, position, stability
 from costmodel.components.block import RESIDUAL_FLOPS, residual
+from costmodel.components.key import TOKEN_TABLE, Key, Role, layer_role
 from costmodel.components.loss import cross_entropy, dropout
 from costmodel.components.norm import norm
 from costmodel.cost import Cost, Dims, Num
 from costmodel.spec import Block, LayerKind, Norm, NormPosition, Position, Spec
 
-__all__ = ["RESIDUAL_FLOPS", "components", "layer_groups", "numeric_dims", "spec_values", "symbolic_dims"]
+__all__ = ["RESIDUAL_FLOPS", "Key", "Role", "components", "layer_groups", "numeric_dims", "spec_values",
+           "symbolic_dims", "tree"]
 
 
 @dataclass(frozen=True)
@@ -112,37 +116,43 @@ def group_kinds(spec: Spec, group: str | None) -> tuple[LayerKind, bool]:
 
 
 def components(spec: Spec, dims: Dims) -> dict[str, Cost]:
-    """The component tree of one forward pass (plus the training-only leaves, flagged)."""
+    """The component tree of one forward pass (plus the training-only leaves, flagged), by path."""
+    return {key.path: cost for key, cost in tree(spec, dims).items()}
+
+
+def tree(spec: Spec, dims: Dims) -> dict[Key, Cost]:
+    """The component tree of one forward pass (plus the training-only leaves, flagged), by key."""
     B, S, S_e = dims.B, dims.S, dims.S_e
-    out: dict[str, Cost] = {}
+    out: dict[Key, Cost] = {}
     # Encoder and decoder of an encoder-decoder share one embedding table (T5, Vaswani et al.).
     stacks = [(S_e, "encoder"), (S, "decoder")] if spec.is_encoder_decoder else [(S, "layers")]
-    out["embedding/tokens"] = _sum(
+    out[TOKEN_TABLE] = _sum(
         embedding.tokens(spec, dims, B * n, owns_table=i == 0) for i, (n, _) in enumerate(stacks)
     )
     if spec.position in (Position.learned, Position.sinusoidal):
-        out["embedding/positions"] = _sum(position.input_positions(spec, dims, B * n, n) for n, _ in stacks)
+        out[Key("positions", Role.embedding, block="embedding")] = _sum(
+            position.input_positions(spec, dims, B * n, n) for n, _ in stacks)
     if spec.embedding_dropout_rate > 0:
-        out["embedding/dropout"] = _sum(dropout(dims, B * n * dims.d) for n, _ in stacks)
+        out[Key("dropout", Role.dropout, block="embedding")] = _sum(
+            dropout(dims, B * n * dims.d) for n, _ in stacks)
     for _, stack in stacks:
         out.update(_stack(spec, dims, stack))
     if spec.head_scale:
-        out["head_scale"] = embedding.head_scale(dims, B * S)
-    out["lm_head"] = embedding.lm_head(spec, dims, B * S)
+        out[Key("head_scale", Role.head)] = embedding.head_scale(dims, B * S)
+    out[Key("lm_head", Role.head)] = embedding.lm_head(spec, dims, B * S)
     if spec.logit_scale is not None:
-        out["logit_scale"] = embedding.logit_scale(dims, B * S)
+        out[Key("logit_scale", Role.head)] = embedding.logit_scale(dims, B * S)
     if spec.final_softcap is not None:
-        out["logit_softcap"] = embedding.logit_softcap(dims, B * S)
-    out["loss/cross_entropy"] = cross_entropy(dims, B * S)
+        out[Key("logit_softcap", Role.head)] = embedding.logit_softcap(dims, B * S)
+    out[Key("cross_entropy", Role.loss, block="loss")] = cross_entropy(dims, B * S)
     if spec.z_loss > 0:
-        out["loss/z_loss"] = stability.z_loss(dims, B * S)
+        out[Key("z_loss", Role.loss, block="loss")] = stability.z_loss(dims, B * S)
     return out
 
 
-def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
-    prefix = "" if stack == "layers" else f"{stack}/"
+def _stack(spec: Spec, dims: Dims, stack: str) -> dict[Key, Cost]:
     q_len = dims.S_e if stack == "encoder" else dims.S
-    out: dict[str, Cost] = {}
+    out: dict[Key, Cost] = {}
     groups = [(kind, n) for (s, kind), n in dims.layers.items() if s == stack]
     # Groups of one attention kind share its sub-blocks, and (``_layer``'s `built`) their
     # attention and FFN leaves: each is built once per stack (Llama 4's four groups have two of
@@ -154,16 +164,19 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[str, Cost]:
     if spec.position in (Position.t5_relative, Position.alibi):
         spans = [subs[0].shape.span for subs in layers.values() if subs[0].score_bias]
         if spans:  # one bias per stack, as wide as the widest layer that uses it
-            out[f"{prefix}position_bias"] = position.score_bias(spec, dims, q_len, spans[-1])
+            bias = position.score_bias(spec, dims, q_len, spans[-1])
+            out[Key("position_bias", Role.position, stack)] = bias
     for kind, count in groups:
-        group = f"{prefix}layers" + (f"[{kind}]" if kind else "")
         sparse = stack == "layers" and group_kinds(spec, kind)[1]
-        for name, cost in _layer(spec, dims, layers[kind], q_len, sparse, built):
-            out[f"{group}/{name}"] = cost.times(count)
+        for block, name, cost in _layer(spec, dims, layers[kind], q_len, sparse, built):
+            # A component names the parts it holds in its leaves: a sparse FFN's ``experts/up``.
+            part, _, leaf = name.rpartition("/")
+            key = Key(leaf, layer_role(leaf), stack, layer=True, group=kind, block=block, part=part or None)
+            out[key] = cost.times(count)
     if spec.final_norm:
-        out[f"{prefix}final_norm"] = norm(spec, dims, dims.B * q_len, dims.d)
+        out[Key("final_norm", Role.norm, stack)] = norm(spec, dims, dims.B * q_len, dims.d)
     if spec.final_dropout > 0:
-        out[f"{prefix}final_dropout"] = dropout(dims, dims.B * q_len * dims.d)
+        out[Key("final_dropout", Role.dropout, stack)] = dropout(dims, dims.B * q_len * dims.d)
     return out
 
 
@@ -196,7 +209,7 @@ _Built = TypeVar("_Built")
 
 
 def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: bool = False,
-           built: dict[object, Any] | None = None) -> list[tuple[str, Cost]]:
+           built: dict[object, Any] | None = None) -> list[tuple[str | None, str, Cost]]:
     """One layer: its sub-blocks with norms, dropout and residual adds where the spec puts them.
 
     pre            x + F(norm(x))                  (GPT-2, LLaMA)
@@ -207,6 +220,7 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: boo
     residual in one step: x + Attn(norm(x)) + FFN(norm(x)), with one shared norm or one each.
     `built` holds what another group of the stack has built already (a sub-block's leaves by
     the sub-block's identity, an FFN's by its sparseness, the norm): reused, not built again.
+    Each leaf comes as (its sub-block, or None for the layer's own; its name; its cost).
     """
     T = dims.B * q_len
     built = {} if built is None else built
@@ -230,19 +244,19 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: boo
         return once("norm", lambda: norm(spec, dims, T, dims.d))
 
     def branch(name: str, leaves: list[tuple[str, Cost]], sub: SubBlock | None, own_norm: bool,
-               kept: bool = False) -> Iterator[tuple[str, Cost]]:
+               kept: bool = False) -> Iterator[tuple[str | None, str, Cost]]:
         # `kept`: a later branch of a parallel block reads the tensor the first branch already
         # keeps for backward; its first reader (a LayerNorm, or the first linear) keeps no copy.
         if own_norm:
             n = the_norm()
-            yield f"{name}/norm", replace(n, saved=n.saved - dims.p * T * dims.d) if kept and (
+            yield name, "norm", replace(n, saved=n.saved - dims.p * T * dims.d) if kept and (
                 spec.norm is Norm.layernorm) else n
         for i, (leaf, cost) in enumerate(leaves):
             if kept and not own_norm and i == 0:
                 cost = replace(cost, saved=cost.saved - dims.p * T * dims.d)
-            yield f"{name}/{leaf}", cost
+            yield name, leaf, cost
         if on_output:
-            yield f"{name}/post_norm", the_norm()
+            yield name, "post_norm", the_norm()
         # On the branch output, the attention probabilities and the FFN hidden activations,
         # each at its own rate.
         drop_out = spec.dropout > 0
@@ -253,25 +267,25 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: boo
             probs = (dims.B * dims.h * sub.shape.q_len * sub.shape.span
                      if sub is not None and drop_probs else 0)
             hidden = T * dims.f if drop_hidden else 0
-            yield f"{name}/dropout", dropout(dims, output + probs + hidden)
+            yield name, "dropout", dropout(dims, output + probs + hidden)
 
-    out: list[tuple[str, Cost]] = []
+    out: list[tuple[str | None, str, Cost]] = []
     if spec.block is Block.parallel:
         shared = pre and spec.shared_norm
         if shared:
-            out.append(("norm", the_norm()))
+            out.append((None, "norm", the_norm()))
         for i, (name, leaves, sub) in enumerate(branches):
             out.extend(branch(name, leaves, sub, own_norm=pre and not shared, kept=i > 0))
         n = len(branches)
-        out.append(("residual", residual(dims, T, n)))
+        out.append((None, "residual", residual(dims, T, n)))
         if pos is NormPosition.post:
-            out.append(("norm", the_norm()))
+            out.append((None, "norm", the_norm()))
         return out
     for name, leaves, sub in branches:
         out.extend(branch(name, leaves, sub, own_norm=pre))
-        out.append((f"{name}/residual", residual(dims, T, 1)))
+        out.append((name, "residual", residual(dims, T, 1)))
         if pos is NormPosition.post:
-            out.append((f"{name}/norm", the_norm()))
+            out.append((name, "norm", the_norm()))
     return out
 
 

@@ -96,3 +96,9 @@ def calibrated_profile(dtypes: tuple[str, ...] = ("bf16", "fp32"), realistic: bo
                     efficiency=Efficiency(source="made-up values on calibrate's CPU grid", floor_s=floor,
                                           matmul=dict.fromkeys(dtypes, table), memory=memory,
                                           first_touch=fresh))
+
+
+def is_layer(path: str) -> bool:
+    """A leaf of a layer of a stack, read off its path (``layers/...``, ``layers[local]/...``,
+    ``decoder/layers/...``): the package asks its ``Key.layer``."""
+    return any(part == "layers" or part.startswith("layers[") for part in path.split("/")[:-1])

@@ -17,12 +17,11 @@ from costmodel.runtime.memory import (
     Parallel,
     Run,
     fit,
-    is_layer,
     korthikanti,
     memory,
     model_states,
 )
-from tests.helpers import tiny
+from tests.helpers import is_layer, tiny
 
 runner = CliRunner()
 N = 1160  # tiny's parameters: 2 x 496 per layer, 80 embedding, 8 final norm, 80 untied head

@@ -34,7 +34,6 @@ from costmodel.runtime.memory import (
     Parallel,
     Run,
     fit,
-    is_layer,
     korthikanti,
     memory,
     mla_convention,
@@ -128,7 +127,8 @@ def memory_cmd(
 
     theirs = None
     if m.phase == "train" and not s.is_encoder_decoder:
-        ours = sum(i.bytes for i in m.items if i.category == "activations" and is_layer(i.path))
+        ours = sum(i.bytes for i in m.items
+                   if i.category == "activations" and i.key is not None and i.key.layer)
         r = run.recompute if not run.flash else "selective"
         theirs = (ours, int(s.decoder_layers * korthikanti(m.shape["S"], m.batch, s.d_model, s.n_heads,
                                                            recompute=r)))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from costmodel import model
 from costmodel.runtime import memory
 from costmodel.analysis import Analysis, analyze
+from costmodel.components.key import Key, Role
 from costmodel.devices.hardware import Hardware
 from costmodel.parallel.layout import Recompute
 from costmodel.parallel.shard import shard_spec
@@ -93,14 +94,14 @@ MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False, fused_softmax=Tru
                            fused_bias_dropout_add=True)
 
 
-def component_seconds(a: Analysis, hw: Hardware, kernels: Kernels = MEGATRON_KERNELS) -> dict[str, float]:
+def component_seconds(a: Analysis, hw: Hardware, kernels: Kernels = MEGATRON_KERNELS) -> dict[Key, float]:
     """Seconds per component of `a`'s pass on `hw`: ``runtime.timing.predict`` (each matmul's
     forward and backward products at the profile's efficiency for their shapes, every other
     component's bytes at its memory efficiency; the roofline where the profile has no tables).
 
     A training pass keeps no KV cache: its ``kv_cache`` rows are left out."""
     rows = predict(a, hw, kernels).rows
-    return {r.path: r.time_s for r in rows if not (a.phase == "train" and r.path.endswith("kv_cache"))}
+    return {r.key: r.time_s for r in rows if not (a.phase == "train" and r.key.role is Role.kv_cache)}
 
 
 def calibrated(hw: Hardware, dtype: str) -> bool:
@@ -133,9 +134,6 @@ class Activations:
     per_layer: float  # the mean over every layer of the model
 
 
-_SHARED = ("causal_mask", "rope_tables", "position_bias")
-
-
 def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parallel: bool,
                 recompute: Recompute) -> Activations:
     """Activations of one micro-batch on one GPU, from the memory model's exact per-element counts
@@ -149,25 +147,24 @@ def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parall
     """
     counts = {g: n for (_, g), n in model.layer_groups(spec).items()}
 
-    def count(s: Spec) -> dict[str, int]:
+    def count(s: Spec) -> dict[Key, int]:
         a = analyze(s, "train", batch=micro_batch, seq=seq, dtype="bf16")
-        costs = model.components(s, model.numeric_dims(s, dict(a.shape), 2))
+        costs = model.tree(s, model.numeric_dims(s, dict(a.shape), 2))
         return memory.activations(s, costs, dict(a.shape), 2, memory.Run(recompute=recompute.value))
 
-    def split(acts: dict[str, int], divide: float) -> Activations:
+    def split(acts: dict[Key, int], divide: float) -> Activations:
         groups = dict.fromkeys(counts, 0.0)
         shared = every = 0.0
-        for path, n in acts.items():
-            if memory.is_layer(path):
-                if _leaf(path) in _SHARED:
+        for key, n in acts.items():
+            if key.layer:
+                if key.role is Role.shared:  # the causal mask, RoPE's tables, the position bias
                     shared += n
-                elif _group(path) in groups:
-                    groups[_group(path)] += n
+                elif key.group in groups:
+                    groups[key.group] += n
                 else:  # the stack's, the same on every layer (full recompute's layer inputs)
                     every += n
-        first = sum(n for path, n in acts.items() if path.startswith("embedding"))
-        last = sum(n for path, n in acts.items()
-                   if not memory.is_layer(path) and not path.startswith("embedding"))
+        first = sum(n for key, n in acts.items() if key.first_stage)
+        last = sum(n for key, n in acts.items() if not key.layer and not key.first_stage)
         layers = sum(counts.values())
         per_group = {g: (v / counts[g] + every / layers) / divide for g, v in groups.items()}
         mean = (sum(groups.values()) + every) / layers / divide
@@ -185,13 +182,3 @@ def activation_bytes_per_layer(
 ) -> float:
     """Bytes one transformer layer keeps for backward on one GPU for one micro-batch."""
     return activations(spec, micro_batch, seq, tp, sequence_parallel, recompute).per_layer
-
-
-def _leaf(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
-
-def _group(path: str) -> str | None:
-    """The layer group of a layer's component path (``layers[moe]/ffn/router`` -> ``moe``)."""
-    top = path.split("/", 1)[0]
-    return top[len("layers["):-1] if top.startswith("layers[") else None

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.analysis import analyze
+from costmodel.components.key import Role
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective
@@ -99,10 +100,6 @@ class Decode:
         }
 
 
-def _leaf(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
-
 def moe_layers(spec: Spec) -> int:
     """Sparse layers of a mixture-of-experts spec, by the spec's own rule (``MoEFFN.sparse_count``:
     first_k_dense, moe_every or the listed moe_layers), the one ``analyze`` counts by."""
@@ -140,8 +137,8 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
         # Every replica scores its tokens against all E experts: the router and the top-k over
         # E/EP experts in the shard cost EP times that (linear in the number of experts).
         for r in a.rows:
-            if _leaf(r.path) in ("router", "routing"):
-                secs[r.path] = secs.get(r.path, 0.0) * ep
+            if r.key.role is Role.router:
+                secs[r.key] = secs.get(r.key, 0.0) * ep
                 params += r.params * (ep - 1)
     compute = sum(secs.values())
     p = DTYPE_BYTES[dtype]

@@ -35,6 +35,7 @@ from typing import Any
 
 from costmodel import model
 from costmodel.analysis import Row, analyze
+from costmodel.components.key import TOKEN_TABLE, Key, Role
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.devices.hardware import Hardware
@@ -44,10 +45,12 @@ from costmodel.parallel.shard import shard_spec
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
-ATTENTION_CORE = ("scores", "scale", "mask", "softmax", "av", "softcap", "position_bias")
-REPLICATED = ("norm", "post_norm", "residual", "dropout")  # whole on every TP rank unless SP
-FIRST_STAGE = ("embedding",)
-LAST_STAGE = ("final_norm", "final_dropout", "head_scale", "lm_head", "logit_scale", "logit_softcap", "loss")
+#: A layer's leaves on the whole hidden state around its sub-blocks (the block's norms, residual
+#: adds and output dropout): whole on every TP rank unless SP. The attention core is
+#: ``Key.attention_core`` (``components.key.ATTENTION_CORE``).
+REPLICATED = ("norm", "post_norm", "residual", "dropout")
+#: Reported with the attention core: the positions and norms applied to Q and K, and the sinks.
+BESIDE_CORE = ("rope", "qk_norm", "sinks")
 
 
 @dataclass(frozen=True)
@@ -74,21 +77,12 @@ class Overlap:
                 "tp_backward": self.tp_backward}
 
 
-def _leaf(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
-
-def _group(path: str) -> str | None:
-    """The layer group of a layer's component path (``layers[dense]/ffn/up`` -> ``dense``)."""
-    top = path.split("/", 1)[0]
-    return top[len("layers["):-1] if top.startswith("layers[") else None
-
-
-def _stage(path: str) -> str:
-    top = path.split("/", 1)[0]
-    if top.startswith("layers"):
+def _stage(key: Key) -> str:
+    """Where a component runs in a pipeline: in the ``layers``, on the ``first`` stage (the
+    embedding) or on the ``last`` (the stack's own final norm and bias, the head, the loss)."""
+    if key.layer:
         return "layers"
-    if top in FIRST_STAGE:
+    if key.first_stage:
         return "first"
     return "last"
 
@@ -98,29 +92,26 @@ def _stage(path: str) -> str:
 ROW_PARALLEL = ("out", "down", "shared_down", "router")
 
 
-def _column_parallel(path: str) -> str | None:
+def _column_parallel(key: Key) -> str | None:
     """The column-parallel linear a layer's matmul row belongs to ("attention" for Q, K and V, one
     GEMM in Megatron-LM; "ffn" for the FFN's first), or None for a row-parallel one."""
-    leaf = _leaf(path)
-    if leaf in ROW_PARALLEL or leaf in ATTENTION_CORE:
+    if key.leaf in ROW_PARALLEL or key.attention_core:
         return None
-    return "ffn" if "/ffn/" in path else "attention"
+    return "ffn" if key.block == "ffn" else "attention"
 
 
-def category(path: str) -> str:
+def category(key: Key) -> str:
     """Where a component's time is reported: a handful of groups a reader recognises."""
-    leaf, stage = _leaf(path), _stage(path)
+    stage = _stage(key)
     if stage == "first":
         return "embedding"
     if stage == "last":
-        if leaf in ("lm_head", "cross_entropy", "z_loss") or path.startswith("loss"):
-            return "lm_head + loss"
-        return "final norm"
-    if leaf in REPLICATED:
+        return "lm_head + loss" if key.leaf == "lm_head" or key.role is Role.loss else "final norm"
+    if key.leaf in REPLICATED:
         return "norms, residuals, dropout"
-    if "/ffn/" in path:
+    if key.block == "ffn":
         return "ffn"
-    if leaf in ATTENTION_CORE or leaf in ("rope", "qk_norm", "sinks"):
+    if key.attention_core or key.leaf in BESIDE_CORE:
         return "attention core"
     return "attention projections"
 
@@ -685,7 +676,8 @@ class StepModel:
         last_cat: dict[str, float] = {}
         first_flops = last_flops = 0.0
         first_params = last_params = 0
-        softmax = {r.path.rsplit("/", 1)[0]: r.bytes_unfused for r in a.rows if _leaf(r.path) == "softmax"}
+        softmax = {r.key.sub_block: r.bytes_unfused for r in a.rows
+                   if r.key.attention_core and r.key.leaf == "softmax"}
         acc: dict[str | None, dict[str, Any]] = {
             g: {"seconds": {}, "mm": 0.0, "column": {}, "core": 0.0, "rec": 0.0, "flops": 0.0,
                 "rec_flops": 0.0, "params": 0, "experts": 0} for g in counts}
@@ -700,8 +692,9 @@ class StepModel:
                 g["rec_flops"] += f / 3
 
         for r in a.rows:
-            stage, leaf = _stage(r.path), _leaf(r.path)
-            t, f = secs.get(r.path, 0.0), float(r.flops)
+            key = r.key
+            stage = _stage(key)
+            t, f = secs.get(key, 0.0), float(r.flops)
             if stage != "layers":
                 if stage == "first":
                     first_flops += f
@@ -709,37 +702,36 @@ class StepModel:
                 else:
                     last_flops += f
                     last_params += r.params
-                    last_cat[category(r.path)] = last_cat.get(category(r.path), 0.0) + t
+                    last_cat[category(key)] = last_cat.get(category(key), 0.0) + t
                 continue
-            g = acc[_group(r.path)]
+            g = acc[key.group]
             g["params"] += r.params
-            if "/ffn/experts/" in r.path:
+            if key.routed_expert:
                 g["experts"] += r.params
-            in_core = leaf in ATTENTION_CORE
-            if leaf == "dropout" and r.path.rsplit("/", 1)[0] in softmax:
+            in_core = key.attention_core
+            if key.role is Role.dropout and key.sub_block in softmax:
                 # The attention sub-block's dropout row holds two dropouts: of the probabilities
                 # (B h S^2 elements, already split over the heads, recomputed with the core in
                 # selective recompute: Megatron-LM's checkpointed CoreAttention ends with it) and
                 # of the output (B S d, split by SP). The softmax row's bytes (2p per score)
                 # give the score elements; a dropout moves 2p + 1 bytes per element.
-                score_elements = softmax[r.path.rsplit("/", 1)[0]] / (2 * self.act_bytes)
-                probs = score_elements * (2 * self.act_bytes + MASK_BYTES)
+                probs = softmax[key.sub_block] / (2 * self.act_bytes) * (2 * self.act_bytes + MASK_BYTES)
                 share = min(1.0, probs / r.bytes_unfused) if self.spec.attention_dropout_rate > 0 else 0.0
                 add(g, "attention core", t * share * cp, f * share * cp, True)
                 t, f = t * (1 - share), f * (1 - share)
                 in_core = False
-            if sp and leaf in REPLICATED:  # sequence parallel splits them along the sequence
+            if sp and key.leaf in REPLICATED:  # sequence parallel splits them along the sequence
                 t, f = t / tp, f / tp
             if in_core:  # ring attention: local queries against every key
                 t, f = t * cp, f * cp
-            add(g, category(r.path), t, f, in_core)
+            add(g, category(key), t, f, in_core)
             if r.flops_matmul and not in_core:
                 g["mm"] += t
-                group = _column_parallel(r.path)
+                group = _column_parallel(key)
                 if group:
                     g["column"][group] = g["column"].get(group, 0.0) + t
-        first_s = sum(secs.get(r.path, 0.0) for r in a.rows if _stage(r.path) == "first")
-        embedding_table = next((r.params for r in a.rows if r.path == "embedding/tokens"), 0)
+        first_s = sum(secs.get(r.key, 0.0) for r in a.rows if r.key.first_stage)
+        embedding_table = next((r.params for r in a.rows if r.key == TOKEN_TABLE), 0)
         sparse = {name: kinds[1] for name, kinds in self.kinds.items()}
         groups = {}
         for name, g in acc.items():
@@ -934,7 +926,7 @@ class StepModel:
         attention core (selective)."""
         if rc is Recompute.none:
             return 0.0
-        rows: list[Row] = [r for r in self._full.rows if _stage(r.path) == "layers"]
+        rows: list[Row] = [r for r in self._full.rows if r.key.layer]
         if rc is Recompute.selective:
-            rows = [r for r in rows if _leaf(r.path) in ATTENTION_CORE]
+            rows = [r for r in rows if r.key.attention_core]
         return sum(r.flops for r in rows) / 3

@@ -55,19 +55,12 @@ def rich_header(spec: Spec, *extra: str) -> str:
     return f"[bold]{escape(spec.name)}[/bold]: " + escape(" · ".join((describe(spec), *extra)))
 
 
-def group_of(path: str) -> str:
-    """A leaf's sub-block: ``layers/attention/q`` -> ``layers/attention``; others unchanged."""
-    parts = path.split("/")
-    for i, part in enumerate(parts):
-        if part.startswith("layers") and i + 2 < len(parts):
-            return "/".join(parts[: i + 2])
-    return path
-
-
 def grouped(rows: Iterable[Row]) -> list[tuple[str, list[Row]]]:
+    """Rows by the layer sub-block they sit in (``layers/attention/q`` under ``layers/attention``,
+    ``Key.block_path``); a row outside one is a group of its own."""
     groups: dict[str, list[Row]] = {}
     for row in rows:
-        groups.setdefault(group_of(row.path), []).append(row)
+        groups.setdefault(row.key.block_path, []).append(row)
     return list(groups.items())
 
 

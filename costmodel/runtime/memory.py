@@ -33,11 +33,12 @@ GPU is ``costmodel.parallel.step``'s (``StepModel.stage_memory``, what ``train``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from costmodel import model
 from costmodel.analysis import AnalysisError, analyze
+from costmodel.components.key import Key, Role
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
@@ -218,11 +219,13 @@ CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache")
 
 @dataclass(frozen=True)
 class Item:
-    """One line of the breakdown: a category, a component path (or a name), bytes per device."""
+    """One line of the breakdown: a category, a component path (or a name), bytes per device;
+    `key`: the component's (``components.key.Key``), None for a name (a ZeRO shard, the cache)."""
 
     category: str
     path: str
     bytes: int
+    key: Key | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -303,7 +306,7 @@ def memory(spec: Spec, phase: str = "train", batch: int = 1, seq: int | None = N
     mla = mla_convention(spec, phase, run.mla)
     conv = mla or Convention.naive.value
     a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=conv)
-    costs = model.components(spec, model.numeric_dims(spec, dict(a.shape), p, conv))
+    costs = model.tree(spec, model.numeric_dims(spec, dict(a.shape), p, conv))
     if training:
         items, peak, notes = _training(spec, costs, dict(a.shape), p, run, parallel)
         if mla is not None and run.mla != mla:
@@ -316,7 +319,7 @@ def memory(spec: Spec, phase: str = "train", batch: int = 1, seq: int | None = N
                   mla)
 
 
-def _training(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run,
+def _training(spec: Spec, costs: dict[Key, Cost], shape: dict[str, int], p: int, run: Run,
               par: Parallel) -> tuple[list[Item], int, list[str]]:
     rec = PRECISIONS[run.precision]
     params = sum(int(c.params) for c in costs.values())
@@ -328,12 +331,13 @@ def _training(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int,
             items.append(Item(category, f"all parameters, ZeRO-{par.zero} shard of {par.dp}",
                               states[category]))
         else:
-            items += [Item(category, path, int(c.params) * width) for path, c in costs.items() if c.params]
+            items += [Item(category, key.path, int(c.params) * width, key)
+                      for key, c in costs.items() if c.params]
     items.append(Item("optimizer", f"{run.optimizer} states", states["optimizer"] - states["master"]))
     if rec.master:
         items.append(Item("optimizer", "master weights (fp32)", states["master"]))
     acts = activations(spec, costs, shape, p, run)
-    items += [Item("activations", path, n) for path, n in acts.items() if n]
+    items += [Item("activations", key.path, n, key) for key, n in acts.items() if n]
     notes = [f"precision {rec.name}: {rec.note}"]
     if run.recompute == "selective":
         notes.append("selective recompute: the attention core (scores, softmax, dropout, AV) is "
@@ -356,20 +360,10 @@ def model_states(params: int, factored: int, run: Run, par: Parallel) -> dict[st
     }
 
 
-def is_layer(path: str) -> bool:
-    """A leaf of a layer of a stack (``layers/...``, ``layers[local]/...``, ``decoder/layers/...``)."""
-    return any(part == "layers" or part.startswith("layers[") for part in path.split("/")[:-1])
-
-
-def _attention_core(path: str) -> bool:
-    parts = path.split("/")
-    return len(parts) >= 2 and parts[-2] in ("attention", "cross_attention") and parts[-1] in (
-        "softmax", "softcap")
-
-
-def activations(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run) -> dict[str,
-                                                                                                     int]:
-    """Bytes kept for backward, by component path (plus the tensors a stack's layers share).
+def activations(spec: Spec, costs: dict[Key, Cost], shape: dict[str, int], p: int,
+                run: Run) -> dict[Key, int]:
+    """Bytes kept for backward, by component (``model.tree``'s keys; plus the tensors a stack's
+    layers share, ``Role.shared``, and full recompute's layer inputs, ``Role.checkpoint``).
 
     none       every ``saved`` of the element formulas, and the dropout masks at ``mask_bytes``
     selective  less the attention core: the softmax output (and softcap's tanh), the dropped-out
@@ -386,69 +380,65 @@ def activations(spec: Spec, costs: dict[str, Cost], shape: dict[str, int], p: in
     B, S, S_e, d = shape["B"], shape["S"], shape["S_e"], spec.d_model
     core_dropped = run.recompute == "selective" or run.flash
     attn_dropout = spec.attention_dropout_rate > 0
-    out: dict[str, int] = {}
-    for path, c in costs.items():
-        if run.recompute == "full" and is_layer(path):
+    # The softmax output of each attention sub-block (p x its score elements).
+    probs_of = {key.sub_block: int(c.saved) for key, c in costs.items()
+                if key.attention_core and key.leaf == "softmax"}
+    out: dict[Key, int] = {}
+    for key, c in costs.items():
+        if run.recompute == "full" and key.layer:
             continue
         n = int(c.saved) + int(c.mask_elements) * run.mask_bytes
-        block, _, leaf = path.rpartition("/")
-        probs = _probs_bytes(costs, block)  # p x scores of this attention sub-block (0: none)
+        probs = probs_of.get(key.sub_block, 0)  # p x scores of this attention sub-block (0: none)
         if core_dropped and probs:
-            if leaf in ("softmax", "softcap"):
+            if key.leaf in ("softmax", "softcap"):  # the core's own outputs
                 n = 0
-            elif leaf == "av" and attn_dropout:
+            elif key.leaf == "av" and attn_dropout:
                 n -= probs  # the dropped-out probabilities
-            elif leaf == "dropout" and attn_dropout:
+            elif key.role is Role.dropout and attn_dropout:
                 n -= probs // p * run.mask_bytes  # their mask
-        out[path] = n
-        if run.flash and leaf == "softmax":
-            rows = probs // p // _span(shape, path)  # B x h x queries, times the layers
-            out[f"{block}/flash_output"] = rows * (spec.head_dim * p + FP32)
+        out[key] = n
+        if run.flash and key.attention_core and key.leaf == "softmax":
+            rows = probs // p // _span(shape, key)  # B x h x queries, times the layers
+            out[replace(key, leaf="flash_output")] = rows * (spec.head_dim * p + FP32)
     groups = model.layer_groups(spec)
     stacks = [("encoder", S_e), ("decoder", S)] if spec.is_encoder_decoder else [("layers", S)]
     for stack, q_len in stacks:
-        prefix = "" if stack == "layers" else f"{stack}/"
-        mine = [path for path in costs if path.startswith(prefix) and is_layer(path)]
+        mine = [key for key in costs if key.stack == stack and key.layer]
         if run.recompute == "full":
             layers = sum(n for (s, _), n in groups.items() if s == stack)
-            out[f"{prefix}layers/inputs"] = layers * B * q_len * d * p
-            if any(path.endswith("attention/position_bias") for path in mine):
-                out[f"{prefix}layers/position_bias"] = spec.n_heads * q_len * q_len * p
+            out[Key("inputs", Role.checkpoint, stack, layer=True)] = layers * B * q_len * d * p
+            if any(key.attention_core and key.leaf == "position_bias" for key in mine):
+                out[Key("position_bias", Role.shared, stack, layer=True)] = spec.n_heads * q_len * q_len * p
             continue
         if stack != "encoder" and not run.flash:
             # one mask per attention kind: a dense and a sparse group of one kind share theirs
             kinds = len(spec.kind_counts())
-            out[f"{prefix}layers/causal_mask"] = kinds * q_len * q_len * MASK_BYTES
-        if any(path.endswith("/rope") for path in mine):
-            out[f"{prefix}layers/rope_tables"] = 2 * q_len * spec.rotary_dims * p
+            out[Key("causal_mask", Role.shared, stack, layer=True)] = kinds * q_len * q_len * MASK_BYTES
+        if any(key.role is Role.position and key.leaf == "rope" for key in mine):
+            out[Key("rope_tables", Role.shared, stack, layer=True)] = 2 * q_len * spec.rotary_dims * p
     if spec.is_encoder_decoder:
-        out["decoder/layers/cross_attention/encoder_output"] = B * S_e * d * p
+        encoder_output = Key("encoder_output", Role.shared, "decoder", layer=True, block="cross_attention")
+        out[encoder_output] = B * S_e * d * p
     return out
 
 
-def _probs_bytes(costs: dict[str, Cost], block: str) -> int:
-    """The softmax output of an attention sub-block (p x its score elements), or 0."""
-    softmax = costs.get(f"{block}/softmax")
-    return int(softmax.saved) if softmax is not None else 0
-
-
-def _span(shape: dict[str, int], path: str) -> int:
+def _span(shape: dict[str, int], key: Key) -> int:
     """Keys per query in a training pass: the decoder's own S, or the encoder's S_e."""
-    return shape["S_e"] if path.startswith("encoder/") or "cross_attention" in path else shape["S"]
+    return shape["S_e"] if key.stack == "encoder" or key.block == "cross_attention" else shape["S"]
 
 
-def weight_bytes(costs: dict[str, Cost], weights_dtype: str, p: int, group_size: int) -> dict[str, int]:
+def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int) -> dict[Key, int]:
     """Inference weights by component. A float dtype holds every parameter at its width; int8 and
     int4 hold the matrices of the linear layers (the LM head excepted, as GPTQ and AWQ leave it)
     at 8 or 4 bits plus an fp16 scale per group of `group_size` weights, and the rest at `p`."""
-    return {path: weight_bytes_of(path, int(c.params), int(c.matrices), weights_dtype, p, group_size)
-            for path, c in costs.items() if c.params}
+    return {key: weight_bytes_of(key.path, int(c.params), int(c.matrices), weights_dtype, p, group_size)
+            for key, c in costs.items() if c.params}
 
 
-def _inference(spec: Spec, phase: str, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run,
+def _inference(spec: Spec, phase: str, costs: dict[Key, Cost], shape: dict[str, int], p: int, run: Run,
                kv_cache: int, mla: str) -> tuple[list[Item], int, list[str]]:
-    items = [Item("weights", path, n) for path, n in weight_bytes(costs, run.weights_dtype, p,
-                                                                 run.group_size).items()]
+    items = [Item("weights", key.path, n, key) for key, n in weight_bytes(costs, run.weights_dtype, p,
+                                                                         run.group_size).items()]
     kv_p = DTYPE_BYTES[run.kv_dtype or run.dtype]
     items.append(Item("kv_cache", "kv_cache", kv_cache * kv_p // p))
     live = live_peak(spec, shape, p, run.flash, run.last_logits and phase == "prefill", mla)

@@ -37,20 +37,12 @@ def roofline(flops: float, nbytes: float, hw: Hardware, dtype: str) -> Roofline:
 
 
 
-#: Sub-blocks counted as attention: self-attention and an encoder-decoder's cross-attention.
-ATTENTION_BLOCKS = ("attention", "cross_attention")
-
-
-def is_attention(path: str) -> bool:
-    """A leaf of an attention sub-block: ``layers[local]/attention/scores``, ``decoder/layers/
-    cross_attention/k``. The sub-block holds its norm and residual add (as the tree groups them);
-    a stack-wide relative-position bias (T5) is not inside it."""
-    return any(part in ATTENTION_BLOCKS for part in path.split("/")[:-1])
-
-
 def attention_total(a: Analysis) -> Row:
-    """Sum over every attention sub-block of every layer group."""
-    return sum_rows((r for r in a.rows if is_attention(r.path)), "attention")
+    """Sum over every attention sub-block of every layer group (``Key.in_attention``: self- and
+    cross-attention, ``layers[local]/attention/scores``, ``decoder/layers/cross_attention/k``).
+    The sub-block holds its norm and residual add (as the tree groups them); a stack-wide
+    relative-position bias (T5) is not inside it."""
+    return sum_rows((r for r in a.rows if r.key.in_attention), "attention")
 
 
 def roofline_of(row: Row, hw: Hardware, dtype: str) -> Roofline:

@@ -26,13 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.analysis import Analysis, AnalysisError, analyze
+from costmodel.components.key import Role
 from costmodel.devices.hardware import Hardware
 from costmodel.runtime.roofline import fit, roofline
 from costmodel.precision import Widths
 from costmodel.spec import Spec
 from costmodel.runtime.timing import Kernels, Prediction, predict
 
-#: Components after the last hidden state: computed for the last position only in serving.
+#: Components after the last hidden state (``Role.head``): computed for the last position only in
+#: serving. Their paths, for readers; the code selects them by role.
 HEAD = ("head_scale", "lm_head", "logit_scale", "logit_softcap")
 SAMPLES = 9  # decode steps evaluated per request (the ends included)
 
@@ -95,20 +97,11 @@ def parse_batches(text: str) -> tuple[int, ...]:
     return values
 
 
-def _time(p: Prediction, a: Analysis, hw: Hardware, drop: tuple[str, ...] = ()) -> float:
-    """The phase's time without the components named in `drop`."""
-    if not drop:
-        return p.time_s
+def _time(p: Prediction, a: Analysis, hw: Hardware, head: bool) -> float:
+    """The phase's time of the head's components (`head`), or of all the others."""
     if p.calibrated:
-        return sum(r.time_s for r in p.rows if r.path not in drop)
-    kept = [r for r in a.rows if r.path not in drop]
-    return roofline(sum(r.flops for r in kept), sum(r.bytes_unfused for r in kept), hw, a.dtype).time_s
-
-
-def _head_time(p: Prediction, a: Analysis, hw: Hardware) -> float:
-    if p.calibrated:
-        return sum(r.time_s for r in p.rows if r.path in HEAD)
-    kept = [r for r in a.rows if r.path in HEAD]
+        return sum(r.time_s for r in p.rows if (r.key.role is Role.head) == head)
+    kept = [r for r in a.rows if (r.key.role is Role.head) == head]
     return roofline(sum(r.flops for r in kept), sum(r.bytes_unfused for r in kept), hw, a.dtype).time_s
 
 
@@ -144,7 +137,7 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
         if all_logits or encdec:  # an encoder-decoder's prefill has one decoder position already
             ttft = p_pre.time_s
         else:  # the head over the last position: the decode step's head (B tokens, same weights)
-            ttft = _time(p_pre, pre, hw, HEAD) + _head_time(first[1], first[0], hw)
+            ttft = _time(p_pre, pre, hw, head=False) + _time(first[1], first[0], hw, head=True)
         steps = output - 1
         last = first
         decode_total = 0.0

@@ -70,18 +70,19 @@ from typing import Any, Protocol
 
 from costmodel import model
 from costmodel.analysis import Analysis
+from costmodel.components.key import TOKEN_TABLE, Key, Role, SubBlock
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
 from costmodel.runtime.roofline import roofline
 from costmodel.phases import PHASES
 from costmodel.spec import Spec
 
-#: Leaves of an attention sub-block that one flash-attention kernel runs.
-FLASH_LEAVES = {"scores", "scale", "position_bias", "mask", "softcap", "softmax", "av", "attention_dropout"}
-#: Leaves the fused scale-mask-softmax kernel folds into the softmax.
+#: One flash-attention kernel runs the attention core (``components.key.ATTENTION_CORE``).
+#: Leaves of the core the fused scale-mask-softmax kernel folds into the softmax.
 SOFTMAX_FUSED = {"scale", "mask"}
-#: Leaves that move their bytes even when everything fusible is fused.
-UNFUSIBLE = {"tokens", "positions", "kv_cache", "cross_entropy", "z_loss"}
+#: Roles that move their bytes even when everything fusible is fused: the embedding lookups,
+#: the KV-cache writes and the loss.
+UNFUSIBLE = {Role.embedding, Role.kv_cache, Role.loss}
 
 
 @dataclass(frozen=True)
@@ -98,23 +99,21 @@ class Kernels:
                 "fused_softmax": self.fused_softmax,
                 "fused_bias_dropout_add": self.fused_bias_dropout_add}
 
-    def share(self, path: str, dropped: set[str]) -> float:
+    def share(self, key: Key, dropped: set[SubBlock]) -> float:
         """The share of a non-matmul component's unfused bytes that reaches memory (`dropped`:
         the sub-blocks with a dropout row, ``dropout_parents``)."""
-        if self.folds(path):
+        if self.folds(key):
             return 0.0
-        parent, _, leaf = path.rpartition("/")
-        if self.fused_bias_dropout_add and leaf == "residual" and parent in dropped:
+        if self.fused_bias_dropout_add and key.role is Role.residual and key.sub_block in dropped:
             return 1 / 3  # reads the residual stream; the dropout's output stays in registers
         return 1.0
 
-    def folds(self, path: str) -> bool:
+    def folds(self, key: Key) -> bool:
         """Whether a non-matmul component's bytes never reach memory under these kernels."""
-        leaf = path.rsplit("/", 1)[-1]
-        if (self.flash_attention or self.fused_softmax) and _in_attention(path):
-            if leaf in (FLASH_LEAVES if self.flash_attention else SOFTMAX_FUSED):
-                return True
-        return self.fused and leaf not in UNFUSIBLE
+        if key.attention_core and (
+                self.flash_attention or (self.fused_softmax and key.leaf in SOFTMAX_FUSED)):
+            return True
+        return self.fused and key.role not in UNFUSIBLE
 
 
 @dataclass(frozen=True)
@@ -130,6 +129,11 @@ class ComponentTime:
     roofline_s: float  # max(flops / peak, bytes / bandwidth): its lower bound
     efficiency: float  # roofline_s / time_s (1: at the roof)
     first_touch_s: float = 0.0  # of time_s: writing freshly allocated outputs
+    key: Key = field(default=None, repr=False)  # type: ignore[assignment]  # what it is (Row.key)
+
+    def __post_init__(self) -> None:
+        if self.key is None:
+            object.__setattr__(self, "key", Key.total(self.path))
 
 
 @dataclass(frozen=True)
@@ -169,22 +173,18 @@ def no_tables_note(hw: Hardware, dtype: str) -> str:
             "(run `costmodel calibrate` on the device for calibrated times)")
 
 
-def dropout_parents(rows: Iterable[tuple[str, Any]], moves: Callable[[Any], bool] = bool) -> set[str]:
-    """The sub-blocks (``layers/attention``) whose output has a dropout row that moves bytes:
-    `rows` are (path, unfused bytes); the name is tested first (over arrays, `moves` is a pass)."""
-    return {path.rpartition("/")[0] for path, moved in rows
-            if path.rpartition("/")[2] == "dropout" and moves(moved)}
+def dropout_parents(rows: Iterable[tuple[Key, Any]], moves: Callable[[Any], bool] = bool) -> set[SubBlock]:
+    """The sub-blocks (``Key.sub_block``: ``layers/attention``) whose output has a dropout row
+    that moves bytes: `rows` are (key, unfused bytes); the role is tested first (over arrays,
+    `moves` is a pass)."""
+    return {key.sub_block for key, moved in rows if key.role is Role.dropout and moves(moved)}
 
 
-def layer_count(groups: dict[tuple[str, str | None], int], path: str) -> int:
+def layer_count(groups: dict[tuple[str, str | None], int], key: Key) -> int:
     """Layers a component spans: its group's count (``layers[local]/ffn/up``: L_local), else 1.
     `groups` is ``model.layer_groups(spec)``."""
-    parts = path.split("/")
-    for i, part in enumerate(parts[:-1]):
-        name, _, kind = part.partition("[")
-        if name == "layers":
-            stack = parts[i - 1] if i > 0 else "layers"
-            return groups.get((stack, kind.rstrip("]") or None), 1)
+    if key.layer and key.stack is not None:
+        return groups.get((key.stack, key.group), 1)
     return 1
 
 
@@ -255,9 +255,9 @@ class Part:
     moved: Any = None
 
 
-def component_time(spec: Spec, path: str, gemms: tuple[tuple[Any, Any, Any, Any], ...], q: Quantities,
+def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], q: Quantities,
                    layers: int, training: bool,
-                   kernels: Kernels, dropped: set[str], p: int, rates: Rates) -> Part:
+                   kernels: Kernels, dropped: set[SubBlock], p: int, rates: Rates) -> Part:
     """One component's time on a calibrated profile, by the rule of the module docstring.
 
     `gemms` are its forward products over all its layers (``Cost.gemms``), `q` its phase
@@ -265,8 +265,7 @@ def component_time(spec: Spec, path: str, gemms: tuple[tuple[Any, Any, Any, Any]
     (``dropout_parents``), `p` bytes per element. A component that does nothing in the phase
     (no FLOPs, no bytes) takes no time, floor included: the caller skips it.
     """
-    leaf = path.rsplit("/", 1)[-1]
-    flash = kernels.flash_attention and leaf in FLASH_LEAVES and _in_attention(path)
+    flash = kernels.flash_attention and key.attention_core
     if gemms:
         run = [g for c in gemms for g in (backward_gemms(*c) if training else (c,))]
         t = rates.gemms(run)
@@ -277,14 +276,14 @@ def component_time(spec: Spec, path: str, gemms: tuple[tuple[Any, Any, Any, Any]
             t = rates.at_least_memory(t, q.bytes_unfused, ops)
         fresh = rates.first_touch(gemm_outputs(run, layers, p))
         return Part("matmul", ops, rates.maximum(t, ops * rates.floor_s) + fresh, fresh)
-    share = kernels.share(path, dropped)
+    share = kernels.share(key, dropped)
     if share == 0:
         return Part("fused", 0, 0.0)
     moved = q.bytes_unfused if share == 1 else share * q.bytes_unfused  # (over arrays, a pass saved)
     ops = layers * (3 if training else 1)
     outputs: list[tuple[int, tuple[Any, ...]]] = []
     if training:
-        extra_ops, extra_bytes, outputs = weight_gradients(spec, path, q.params, layers, p)
+        extra_ops, extra_bytes, outputs = weight_gradients(spec, key, q.params, layers, p)
         ops, moved = ops + extra_ops, moved + extra_bytes
     fresh = rates.first_touch(outputs)
     return Part("memory", ops, rates.maximum(ops * rates.floor_s, rates.memory(moved, ops)) + fresh, fresh,
@@ -342,30 +341,29 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
                 f"{a.weights_dtype} weights and a {a.kv_dtype} cache, times are the roofline lower bound")
     rates = ScalarRates(eff, peak, bw, dtype) if calibrated and eff is not None else None
     # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
-    costs = model.components(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla,
-                                                        a.routing))
+    costs = model.tree(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
     rows = []
     groups = model.layer_groups(a.spec)
-    dropped = dropout_parents((r.path, r.bytes_unfused) for r in a.rows)  # dropout runs in training only
+    dropped = dropout_parents((r.key, r.bytes_unfused) for r in a.rows)  # dropout runs in training only
     for row in a.rows:
         if row.flops == 0 and row.bytes_unfused == 0:
             continue
-        cost = costs[row.path]
-        layers = layer_count(groups, row.path)
+        cost = costs[row.key]
+        layers = layer_count(groups, row.key)
         lower = max(row.flops / peak, row.bytes_unfused / bw)
         if rates is None:
             rows.append(ComponentTime(row.path, "matmul" if cost.gemms else "memory", layers,
-                                      row.flops, row.bytes_unfused, lower, lower, 1.0))
+                                      row.flops, row.bytes_unfused, lower, lower, 1.0, key=row.key))
             continue
-        part = component_time(a.spec, row.path, cost.gemms, row, layers, training, kernels, dropped,
+        part = component_time(a.spec, row.key, cost.gemms, row, layers, training, kernels, dropped,
                               a.bytes_per_element, rates)
         if part.kind == "fused":
-            rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0))
+            rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0, key=row.key))
             continue
         t = part.time_s
         rows.append(ComponentTime(row.path, part.kind, part.ops, row.flops,
                                   part.moved if part.kind == "memory" else row.bytes_unfused, t, lower,
-                                  lower / t if t else 1.0, part.first_touch_s))
+                                  lower / t if t else 1.0, part.first_touch_s, row.key))
     return Prediction(
         hardware=hw.name, dtype=dtype, phase=a.phase, kernels=kernels, calibrated=calibrated,
         rows=tuple(rows), roofline_s=line.time_s, roofline_fused_s=fused_line.time_s,
@@ -386,12 +384,12 @@ def table_gradients(spec: Spec) -> tuple[int, int]:
     return lookups, lookups + int(spec.tied_embeddings) - 1
 
 
-def weight_gradients(spec: Spec, path: str, params: Any, layers: int,
+def weight_gradients(spec: Spec, key: Key, params: Any, layers: int,
                      p: int) -> tuple[int, Any, list[tuple[int, tuple[Any, ...]]]]:
     """A memory component's training-step extras: (ops, bytes, fresh outputs as (ops, factors
     of one's bytes)). Its weights' dense gradients, one per layer; for the token table one per
     lookup, then the adds that sum them with a tied head's."""
-    if path != "embedding/tokens":
+    if key != TOKEN_TABLE:
         return 0, gradient_bytes(params, p), [(layers, (params / layers, p))]
     lookups, adds = table_gradients(spec)
     table = params * p
@@ -414,7 +412,3 @@ def first_touch_s(eff: Efficiency, outputs: Iterable[tuple[int, tuple[Any, ...]]
     if table is None:
         return 0.0
     return sum(n * table(math.prod(factors)) for n, factors in outputs if n)
-
-
-def _in_attention(path: str) -> bool:
-    return any(part in ("attention", "cross_attention") for part in path.split("/")[:-1])

@@ -54,6 +54,7 @@ from typing import cast
 import numpy as np
 
 from costmodel import model
+from costmodel.components.key import Key, SubBlock
 from costmodel.cost import Cost
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, _lookup, _position
 from costmodel.devices.hardware import Hardware
@@ -399,22 +400,21 @@ def _same(a: Any, b: Any) -> bool:
 _READ = ("params", "matmul", "matmul_eff", "other", "bytes_unfused", "train_only")
 
 
-def _merged(costs: dict[str, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels,
-            dropped: set[str]) -> dict[str, tuple[Cost, int]]:
-    """path -> (one layer's cost, layers): a component of several layer groups whose one layer
+def _merged(costs: dict[Key, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels,
+            dropped: set[SubBlock]) -> dict[Key, tuple[Cost, int]]:
+    """key -> (one layer's cost, layers): a component of several layer groups whose one layer
     costs the same in each (an FFN beside local and global attention) once, over all their
     layers. Its time is linear in its layers (each product, op, byte and gradient is per layer,
     as ``timing.component_time`` counts them), so this is the sum of the groups' times."""
-    out: dict[str, tuple[Cost, int]] = {}
-    first: dict[tuple[str, str], str] = {}
-    for path, cost in costs.items():
-        layers = layer_count(groups, path)
-        group, sep, rest = path.partition("]/")
-        key = (group.partition("[")[0], rest)
-        if sep and key in first:
-            head = first[key]
+    out: dict[Key, tuple[Cost, int]] = {}
+    first: dict[Key, Key] = {}
+    for key, cost in costs.items():
+        layers = layer_count(groups, key)
+        same = replace(key, group=None)  # the same leaf in every group of its stack
+        if key.group is not None and same in first:
+            head = first[same]
             other, count = out[head]
-            if kernels.share(head, dropped) == kernels.share(path, dropped) and (
+            if kernels.share(head, dropped) == kernels.share(key, dropped) and (
                     cost is other  # built once for both groups (``model._layer``)
                     or (all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
                         and len(cost.gemms) == len(other.gemms)
@@ -422,9 +422,9 @@ def _merged(costs: dict[str, Cost], groups: dict[tuple[str, str | None], int], k
                                 y in zip(g, h, strict=True)))):
                 out[head] = (other, count + layers)
                 continue
-        elif sep:
-            first[key] = path
-        out[path] = (cost, layers)
+        elif key.group is not None:
+            first[same] = key
+        out[key] = (cost, layers)
     return out
 
 
@@ -457,11 +457,9 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     groups = model.layer_groups(spec)
     rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype)
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
-    costs = {path: cost for path, cost in model.components(spec,
-                                                           dims).items() if ph.training or
-             not cost.train_only}
-    dropped = dropout_parents(((path, cost.bytes_unfused) for path, cost in costs.items()), _nonzero)
-    for path, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
+    costs = {key: cost for key, cost in model.tree(spec, dims).items() if ph.training or not cost.train_only}
+    dropped = dropout_parents(((key, cost.bytes_unfused) for key, cost in costs.items()), _nonzero)
+    for key, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
         idle = None
         if not _positive(cost.bytes_unfused):
@@ -472,8 +470,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
             elif np.any(busy == 0):
                 idle = busy == 0
         gemms = tuple((c * layers, m, k, n) for c, m, k, n in cost.gemms)
-        part = component_time(spec, path, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels,
-                              dropped, p,
-                              rates)
+        part = component_time(spec, key, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels,
+                              dropped, p, rates)
         total += part.time_s if idle is None else np.where(idle, 0.0, part.time_s)
     return total

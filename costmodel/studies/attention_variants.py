@@ -19,7 +19,7 @@ on an encoder-decoder) is one ``SpecError`` line, like a bad file. Every number 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from costmodel.analysis import Analysis, AnalysisError, Row, analyze
@@ -142,7 +142,7 @@ class HeadsRow:
         return {
             "variant": self.variant, "kv_heads": self.kv_heads, "own": self.own, "phase": self.phase,
             "shape": self.shape, "kv_bytes_per_token": self.kv_per_token, "kv_cache_bytes": self.kv_cache,
-            "attention": {**asdict(self.attention), "flops": self.attention.flops,
+            "attention": {**self.attention.numbers(), "flops": self.attention.flops,
                           "roofline": roofline_dict(self.attention_roofline)},
             "step_roofline": roofline_dict(self.step_roofline),
             "fit": self.fit.to_dict(),
@@ -189,8 +189,8 @@ class WindowRow:
         return {
             "variant": self.variant, "own": self.own, "context": self.context,
             "kv_cache_bytes": self.kv_cache,
-            "prefill_attention": {**asdict(self.prefill), "flops": self.prefill.flops},
-            "decode_attention": {**asdict(self.decode), "flops": self.decode.flops,
+            "prefill_attention": {**self.prefill.numbers(), "flops": self.prefill.flops},
+            "decode_attention": {**self.decode.numbers(), "flops": self.decode.flops,
                                  "roofline": roofline_dict(self.decode_roofline)},
         }
 
@@ -235,8 +235,8 @@ class LatentRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {"phase": self.phase, "convention": self.convention, "shape": self.shape,
-                "attention": {**asdict(self.attention), "flops": self.attention.flops},
-                "total": {**asdict(self.total), "flops": self.total.flops}}
+                "attention": {**self.attention.numbers(), "flops": self.attention.flops},
+                "total": {**self.total.numbers(), "flops": self.total.flops}}
 
 
 def compare_latent(
