@@ -69,6 +69,15 @@ def test_tensor_parallel_replicates_the_latent_cache(v3):
 def test_ep_refusals_are_one_line(v3):
     with pytest.raises(LayoutError, match="--batch: 4 sequences do not split over the 8"):
         decode(v3, H200, tp=1, batch=4, context=2048, ep=8)
-    with pytest.raises(LayoutError,
-                       match="--ep: 64 ranks leave 4 of the 256 experts on each, fewer than top_k 8"):
-        decode(v3, H200, tp=1, batch=64, context=2048, ep=64)
+
+
+
+def test_wide_expert_parallelism_across_nodes(v3):
+    """EP 64 (issue 23: it was refused, 4 experts a rank being fewer than top_k 8): each GPU holds
+    4 of the 256 routed experts; the all-to-all spans 8 nodes of 8 GPUs, its 63/64 off the GPU."""
+    ep64 = decode(v3, H200, tp=1, batch=64, context=2048, ep=64, dtype="fp8", mla="absorbed")
+    total, routed = 671_026_404_352, L_MOE * E * 3 * D * F
+    assert ep64.weights_bytes == total - routed * 63 // 64
+    a2a = ep64.to_dict()["comm"]["by_collective"]["ep/all_to_all"]
+    assert a2a["ranks"] == 64 and a2a["link"] == "inter_node" and a2a["calls"] == 2 * L_MOE
+    assert a2a["bytes_sent"] == pytest.approx(2 * L_MOE * 63 / 64 * K * 1 * D)
