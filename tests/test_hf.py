@@ -658,3 +658,23 @@ def test_export_picks_the_documented_model_type():
     got = {n: hf.export_hf(catalog.load(n)).model_type for n in catalog.bundled_names() if n
            not in NO_HF_CLASS}
     assert got == EXPORT_TYPES
+
+
+def test_qwen3_moe_as_transformers_5_saves_it():
+    """transformers 5 writes Qwen3-MoE's expert count as num_local_experts beside num_experts
+    (issue 23: refused as "mixture-of-experts is out of scope"): equal, it imports as the
+    bundled spec counts it; different, one line names both fields."""
+    from costmodel.analysis import analyze
+    from costmodel.catalog import load
+    from costmodel.hf import export_hf, spec_fields_from_hf
+    from costmodel.spec import SpecError
+
+    spec = load("qwen3-30b-a3b")
+    config = dict(export_hf(spec).config)
+    config["num_local_experts"] = config["num_experts"]
+    got = spec_fields_from_hf(config, "config.json")
+    assert got.fields["ffn"]["n_experts"] == 128
+    twin = spec_from_dict({**got.fields, "name": "qwen3-30b-a3b"})
+    assert analyze(twin, "train", batch=1, seq=128).total().params == 30_532_122_624
+    with pytest.raises(SpecError, match="num_local_experts: 64 differs from num_experts 128"):
+        spec_fields_from_hf({**config, "num_local_experts": 64}, "config.json")

@@ -12,7 +12,7 @@ from typing import Any
 
 from costmodel.hf.family import FAMILIES, Family
 from costmodel.hf.reader import (
-    COMMON_IGNORED, EXPERT_FIELDS, LM_HEADS, MIXTURE_OF_EXPERTS, Abort, Config, show,
+    COMMON_IGNORED, EXPERT_FIELDS, EXPERT_TWINS, LM_HEADS, MIXTURE_OF_EXPERTS, Abort, Config, show,
 )
 from costmodel.spec import Spec, SpecError, spec_from_dict
 
@@ -112,6 +112,14 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
     ignored = []
     for key in data:
         if key in c.read or key in COMMON_IGNORED or key in family.ignored:
+            continue
+        twin = EXPERT_TWINS.get(key)
+        if twin in c.read and key in EXPERT_FIELDS:
+            # transformers 5 saves the expert count under both names (Qwen3-MoE's num_experts
+            # beside num_local_experts): one the family reads, the other equal to it or refused.
+            if data[key] != data.get(twin):
+                c.problems.append(f"{key}: {show(data[key])} differs from {twin} {show(data.get(twin))}, "
+                                  f"which transformers' {model_type} reads")
             continue
         if key in EXPERT_FIELDS and data[key] not in (None, 0, False, [], {}):
             c.problems.append(f"{key}: {show(data[key])}: a mixture-of-experts {model_type} is not supported "

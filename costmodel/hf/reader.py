@@ -24,6 +24,8 @@ MIXTURE_OF_EXPERTS = frozenset({
 # Fields that only a mixture-of-experts config carries, whatever its model_type says.
 EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size",
                   "num_experts_per_tok", "expert_interval", "moe_layer_freq")
+# The same expert count under the other name (transformers 5 writes both for some families).
+EXPERT_TWINS = {"num_local_experts": "num_experts", "num_experts": "num_local_experts"}
 
 # Heads other than a language-model head change the cost (a classifier instead of V logits).
 LM_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
