@@ -16,8 +16,9 @@ analysed with E/EP experts and B/EP tokens of top_k picks each, which reads the 
 uniform router touches (1 - top_k EP/E)^(B/EP) in place of (1 - top_k/E)^B for an idle expert:
 equal to first order in top_k/E. Wide EP (E/EP below top_k: DeepSeek-V3's 256 experts on 64
 ranks, Mixtral's 8 on 8) is served as deployed: a token's top_k copies go to several ranks; the
-shard then reads all its E/EP experts, at most E/EP (1 - (1 - top_k/E)^B) / (E/EP) too many for
-a small batch (deepseek-v3, EP 64, B 64: 4 read where 3.48 is the expectation). The shared experts and the dense layers run on every replica
+shard then reads all E/EP of its experts where a uniform router over the whole batch reads
+E/EP (1 - (1 - top_k/E)^B) on average: an upper bound (deepseek-v3, EP 64, B 64: 4 where 3.48).
+The shared experts and the dense layers run on every replica
 for its own tokens. A dispatch of each token once per destination rank (DeepEP) or a router
 limited to a few groups of experts would send less; not modelled. Nothing overlaps:
 
