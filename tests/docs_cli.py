@@ -91,7 +91,7 @@ def vocabulary() -> str:
                     users.append(cname)
                     shorts.update(o for o in opts if len(o) == 2)
         old = sorted({o for cname, table in ALIASES.items() for o, new in table.items()
-                      if new in (name, "--no-" + name[2:]) and cname in users})
+                      if new == name and cname in users})
         commands = "all that print tables" if name == "--wide" else ", ".join(users)
         lines.append(f"| {idea} | `{name}` | {', '.join(f'`{x}`' for x in sorted(shorts))} | {commands} | "
                      f"{', '.join(f'`{x}`' for x in old)} |")

@@ -23,13 +23,14 @@ from costmodel.analysis import AnalysisError, ContextWarning
 from costmodel.spec import Spec, SpecError
 
 #: Old option names, kept working for one release (hidden from --help, a deprecation note on
-#: stderr): command -> {old name: new name}. docs/cli.md's vocabulary table lists them
+#: stderr): command -> {old name: new name}; "" for a flag that was the default anyway (dropped).
+#: docs/cli.md's vocabulary table lists them
 #: (tests/docs_cli.py).
 ALIASES: dict[str, dict[str, str]] = {
     "inference": {"--prompt": "--seq", "--output": "--output-tokens"},
     "serve": {"--context": "--seq", "-c": "--seq"},
-    "memory": {"--flash": "--flash-attention", "--no-flash": "--no-flash-attention"},
-    "fit": {"--flash": "--flash-attention", "--no-flash": "--no-flash-attention"},
+    "memory": {"--flash": "--flash-attention", "--no-flash": ""},
+    "fit": {"--flash": "--flash-attention", "--no-flash": ""},
 }
 
 WIDE_HELP = ("Tables at their full width, every column, even past the terminal's edge. Default: in a "
@@ -72,6 +73,9 @@ def renamed(command: str, args: Sequence[str], params: Sequence[Any]) -> list[st
             out.append(arg)
             continue
         name, eq, value = arg.partition("=")
+        if arg.startswith("--") and name in old and not old[name]:
+            typer.echo(f"warning: {name} is deprecated, and the default", err=True)
+            continue
         if arg.startswith("--") and name in old:
             arg = old[name] + eq + value
             typer.echo(f"warning: {name} is deprecated, use {old[name]}", err=True)
@@ -84,7 +88,8 @@ def renamed(command: str, args: Sequence[str], params: Sequence[Any]) -> list[st
 
 
 def _usage_line(e: Exception) -> str:
-    """A usage error as one line: ``error: --batch: 'x' is not a valid integer.``"""
+    """A usage error as one line: ``error: --batch: Invalid value: input should be a valid
+    integer ...`` (click's words, after the option they are about)."""
     from typer._click import exceptions as ex
 
     if isinstance(e, ex.NoSuchOption):
@@ -98,7 +103,8 @@ def _usage_line(e: Exception) -> str:
         if isinstance(e, ex.MissingParameter):
             text = f"{name}: missing, a required {p.param_type_name}"
         else:
-            text = f"{name}: {e.message[:1].lower()}{e.message[1:]}"
+            message = e.message.removeprefix("Value error, ")
+            text = f"{name}: Invalid value: {message[:1].lower()}{message[1:]}"
     else:
         text = e.format_message() if isinstance(e, ex.ClickException) else str(e)
         text = text[:1].lower() + text[1:]

@@ -236,7 +236,8 @@ def render_rich(tables: Sequence[Table], header: str | None = None, width: int |
                 dropped.insert(0, shown.pop())
             console.print(_rich_table(t, shown, wrap_text=True))
         else:
-            console.print(rt, width=max(full, console.width), crop=False)
+            # a console as wide as the table: Console.print(width=) cannot go past the console's
+            Console(width=max(full, console.width)).print(rt)
         notes = list(t.notes)
         if dropped:
             names = ", ".join(t.columns[i] or f"column {i + 1}" for i in dropped)
