@@ -81,6 +81,7 @@ def test_old_names_are_hidden_and_values_left_alone() -> None:
     renamed = APP.renamed("serve", ["--cluster", "--context", "-c", "5"], APP.typer.main.get_command(app)
                           .commands["serve"].params)
     assert renamed == ["--cluster", "--context", "--seq", "5"]
+    assert APP.renamed("serve", ["--", "-c", "--context"], []) == ["--", "-c", "--context"]
 
 
 def test_one_name_per_idea() -> None:

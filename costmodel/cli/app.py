@@ -68,7 +68,7 @@ def renamed(command: str, args: Sequence[str], params: Sequence[Any]) -> list[st
     out: list[str] = []
     skip = False
     for arg in args:
-        if skip or arg == "--" or out[-1:] == ["--"]:
+        if skip or "--" in out or arg == "--":
             skip = False
             out.append(arg)
             continue
