@@ -87,7 +87,7 @@ def main() -> None:
         ["analyze", "t5-11b", "--format", "json"],
         ["analyze", "gemma-3-27b", "--phase", "prefill", "--format", "markdown"],
         ["analyze", "llama-2-7b", "--hardware", "h100-sxm"],
-        ["inference", "llama-3-8b", "--hardware", "h100-sxm", "--prompt", "2048", "--output", "256",
+        ["inference", "llama-3-8b", "--hardware", "h100-sxm", "--seq", "2048", "--output-tokens", "256",
          "--batch", "1,8,64"],
         ["attention", "llama-3-8b"],
         ["formula", "llama-2-7b", "--asymptotic"],

@@ -23,6 +23,10 @@ commands differ: `python -m pytest tests/test_readme.py --update-snapshots` rewr
 `costmodel COMMAND --help` prints the same.
 
 Shared conventions:
+- One name per idea in every command (the table below); `costmodel --version` prints the
+  version; every command that prints tables takes `--wide` (in a terminal, tables are cut to
+  its width by leaving out their right-most columns, named under the table; piped output is
+  never cut).
 - A spec argument is a YAML file, the name of a bundled spec (`costmodel list`), or a Hugging
   Face `config.json` (or a folder holding one; docs/hf.md).
 - `--seq` is the prompt length for prefill and train, and the number of tokens already cached
@@ -37,6 +41,63 @@ Shared conventions:
   spec or config it read).
 """
 
+#: The option vocabulary: (idea, option). The short flag, the commands that take it and its old
+#: names are read from the commands themselves and costmodel.cli.app.ALIASES.
+VOCABULARY = (
+    ("sequences per pass; a list where a command sweeps it", "--batch"),
+    ("tokens per sequence: the prompt (prefill, train, inference), or the tokens already cached "
+     "(decode, serve)", "--seq"),
+    ("encoder input length", "--enc-seq"),
+    ("generated tokens per request", "--output-tokens"),
+    ("phase: train, prefill, decode", "--phase"),
+    ("element type of weights and activations", "--dtype"),
+    ("inference weights and KV cache widths", "--weights-dtype"),
+    ("", "--kv-dtype"),
+    ("a device profile", "--hardware"),
+    ("a cluster profile", "--cluster"),
+    ("a component path or prefix", "--component"),
+    ("flash attention (scores never written)", "--flash-attention"),
+    ("latent attention's convention", "--mla"),
+    ("parallel sizes", "--tp"),
+    ("", "--pp"),
+    ("", "--dp"),
+    ("", "--cp"),
+    ("", "--ep"),
+    ("ZeRO stage", "--zero"),
+    ("activation recomputation", "--recompute"),
+    ("what a quantity or formula is of", "--quantity"),
+    ("a file the command writes", "--output"),
+    ("a chart the command draws", "--plot"),
+    ("output format", "--format"),
+    ("tables past the terminal's width", "--wide"),
+)
+
+
+def vocabulary() -> str:
+    """The vocabulary table, its short flags, commands and old names read from the app."""
+    from costmodel.cli.app import ALIASES
+
+    group = typer.main.get_command(app)
+    lines = ["## Option vocabulary", "",
+             "One name per idea, in every command that takes it; the old names still work for one "
+             "release, with a note on stderr.", "",
+             "| idea | option | short | commands | old names |", "|---|---|---|---|---|"]
+    for idea, name in VOCABULARY:
+        users, shorts = [], set()
+        for cname, cmd in group.commands.items():  # type: ignore[attr-defined]
+            for p in cmd.params:
+                opts = [*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())]
+                if name in opts and not getattr(p, "hidden", False):
+                    users.append(cname)
+                    shorts.update(o for o in opts if len(o) == 2)
+        old = sorted({o for cname, table in ALIASES.items() for o, new in table.items()
+                      if new == name and cname in users})
+        commands = "all that print tables" if name == "--wide" else ", ".join(users)
+        lines.append(f"| {idea} | `{name}` | {', '.join(f'`{x}`' for x in sorted(shorts))} | {commands} | "
+                     f"{', '.join(f'`{x}`' for x in old)} |")
+    return "\n".join(lines) + "\n"
+
+
 FOOTER = """
 ## Output formats
 
@@ -47,8 +108,10 @@ JSON has one shape whether or not `--phase` is given: `analyze` and `measure` pr
 show: with `--hardware` each phase's `total` row carries `compute_s, memory_s, time_s, ridge,
 bound`, with `--convention` one `convention/NAME` row per paper follows. Other commands' CSV are
 their records (`ablate`: the deltas; `elements`: the swaps; `attention`, `sweep`, `hardware`,
-`list`: their rows), or every cell of their tables as `table,row,column,value` (`compare`,
-`measure`). Each command's `--format json` is its result object's `to_dict()`.
+`list`: their rows; `compare`: one line per model; the others: the records of their JSON), each
+cell a number in base units (bytes, seconds, FLOPs; the unit in the column name where it is not
+plain), never a rounded cell with a unit. Each command's `--format json` is its result object's
+`to_dict()`.
 
 ## Examples
 
@@ -105,12 +168,13 @@ def render() -> str:
     group = typer.main.get_command(app)
     names = list(group.commands)  # type: ignore[attr-defined]
     out = [HEADER, "Contents", ""]
+    out += ["- [Option vocabulary](#option-vocabulary)"]
     out += [f"- [`costmodel {n}`](#costmodel-{n})" for n in names]
-    out += ["- [Output formats](#output-formats)", "- [Examples](#examples)", ""]
+    out += ["- [Output formats](#output-formats)", "- [Examples](#examples)", "", vocabulary()]
     for name in names:
         cmd = group.commands[name]  # type: ignore[attr-defined]
         help_text = (cmd.help or "").split("\n\n")[0]
         out += [f"## costmodel {name}", "", _one_line(help_text), ""]
-        out += [_param(p) for p in cmd.params if p.name != "help"]
+        out += [_param(p) for p in cmd.params if p.name != "help" and not getattr(p, "hidden", False)]
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n" + FOOTER

@@ -65,7 +65,7 @@ def test_readme_fit_batch() -> None:
 
 def test_readme_fit_seq() -> None:
     out = run("fit", "llama-3-8b", "--hardware", "h100-sxm", "--over", "seq", "-p", "train", "--zero", "3",
-              "--dp", "8", "--recompute", "full", "--flash").stdout
+              "--dp", "8", "--recompute", "full", "--flash-attention").stdout
     assert "8,192" in out and "capped at the spec's max_seq_len" in out
 
 

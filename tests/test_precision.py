@@ -200,7 +200,7 @@ def test_a_sweep_at_other_widths_is_analyze_at_them(llama, phase) -> None:
 
 
 def test_serve_holds_each_ranks_shard_at_the_widths() -> None:
-    args = ["serve", "llama-3-70b", "--cluster", "dgx-h100", "--tp", "8", "--context", "2048", "-f", "json"]
+    args = ["serve", "llama-3-70b", "--cluster", "dgx-h100", "--tp", "8", "--seq", "2048", "-f", "json"]
     plain = json.loads(runner.invoke(app, args).output)["results"][0]
     out = runner.invoke(app, [*args, "--weights-dtype", "int4", "--kv-dtype", "fp8"])
     assert out.exit_code == 0, out.output

@@ -71,8 +71,8 @@ def test_parse_batches() -> None:
 
 
 def test_readme_inference_example() -> None:
-    result = runner.invoke(app, ["inference", "llama-3-8b", "--hardware", "h100-sxm", "--prompt", "2048",
-                                 "--output", "256", "--batch", "1,8,64"])
+    result = runner.invoke(app, ["inference", "llama-3-8b", "--hardware", "h100-sxm", "--seq", "2048",
+                                 "--output-tokens", "256", "--batch", "1,8,64"])
     assert result.exit_code == 0, result.output
     assert "TTFT" in result.output and "last position only" in result.output
     assert "no efficiency tables" not in result.output  # the datasheet profiles carry tables (bf16)
@@ -92,8 +92,8 @@ def test_readme_inference_json() -> None:
 def test_inference_plot(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "curve.png"
-    result = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--prompt", "128",
-                                 "--output", "32", "--batch", "1,4,16", "--plot", str(out)])
+    result = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--seq", "128",
+                                 "--output-tokens", "32", "--batch", "1,4,16", "--plot", str(out)])
     assert result.exit_code == 0, result.output
     assert out.stat().st_size > 1000
 
@@ -101,11 +101,11 @@ def test_inference_plot(tmp_path) -> None:
 @pytest.mark.parametrize("args, message", [
     (["--batch", "1,0,8"], "batch: every batch size must be at least 1"),
     (["--batch", "x"], "batch:"),
-    (["--output", "0"], "output:"),
+    (["--output-tokens", "0"], "output:"),
     (["--hardware", "nope"], "hardware nope"),
 ])
 def test_inference_bad_input_is_one_line_and_exit_2(args, message) -> None:
-    base = ["inference", "gpt2-small", "--hardware", "l4", "--prompt", "64", "--output", "8"]
+    base = ["inference", "gpt2-small", "--hardware", "l4", "--seq", "64", "--output-tokens", "8"]
     result = runner.invoke(app, base + args)
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
@@ -148,8 +148,8 @@ def test_calibrated_time_uses_the_analysis_convention() -> None:
 def test_inference_mla_option() -> None:
     """`inference --mla absorbed` runs latent attention absorbed and says so (table and JSON);
     naive is the default; a spec without latent attention has no such key."""
-    base = ["inference", "deepseek-v2-lite", "--hardware", "h100-sxm", "--prompt", "4096", "--output", "16",
-            "--batch", "1,8"]
+    base = ["inference", "deepseek-v2-lite", "--hardware", "h100-sxm", "--seq", "4096",
+            "--output-tokens", "16", "--batch", "1,8"]
     out = {mla: runner.invoke(app, [*base, "--mla", mla, "--format", "json"]) for mla in ("naive",
                                                                                           "absorbed")}
     for mla, result in out.items():
@@ -160,8 +160,8 @@ def test_inference_mla_option() -> None:
     assert json.loads(runner.invoke(app, [*base, "--format", "json"]).output)["mla_convention"] == "naive"
     table = runner.invoke(app, [*base, "--mla", "absorbed"])
     assert table.exit_code == 0 and "latent attention: absorbed" in table.output
-    dense = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--prompt", "64", "--output",
-                                "4",
+    dense = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--seq", "64",
+                                "--output-tokens", "4",
                                 "--format", "json"])
     assert "mla_convention" not in json.loads(dense.output)
     bad = runner.invoke(app, [*base, "--mla", "fused"])

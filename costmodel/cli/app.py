@@ -13,6 +13,8 @@ from enum import Enum
 from typing import Annotated, Any, Optional
 
 import typer
+import typer.main
+from typer.core import TyperGroup
 
 from costmodel.components.mla import Convention
 
@@ -20,7 +22,139 @@ from costmodel.report import tables as report
 from costmodel.analysis import AnalysisError, ContextWarning
 from costmodel.spec import Spec, SpecError
 
+#: Old option names, kept working for one release (hidden from --help, a deprecation note on
+#: stderr): command -> {old name: new name}; "" for a flag that was the default anyway (dropped).
+#: docs/cli.md's vocabulary table lists them
+#: (tests/docs_cli.py).
+ALIASES: dict[str, dict[str, str]] = {
+    "inference": {"--prompt": "--seq", "--output": "--output-tokens"},
+    "serve": {"--context": "--seq", "-c": "--seq"},
+    "memory": {"--flash": "--flash-attention", "--no-flash": ""},
+    "fit": {"--flash": "--flash-attention", "--no-flash": ""},
+}
+
+WIDE_HELP = ("Tables at their full width, every column, even past the terminal's edge. Default: in a "
+             "terminal, tables as wide as it (the columns left out named under the table); piped "
+             "output is never cut.")
+
+
+def _set_wide(ctx: typer.Context, value: bool) -> bool:
+    ctx.meta["costmodel.wide"] = bool(value)
+    return value
+
+
+def _wide_option() -> Any:
+    """`--wide`, built by typer as any option is (from a declaration), not bound to a parameter."""
+    probe = typer.Typer()
+
+    @probe.command()
+    def _probe(wide: Annotated[bool, typer.Option("--wide", help=WIDE_HELP, callback=_set_wide)] = False
+               ) -> None:
+        pass
+
+    option = typer.main.get_command(probe).params[0]
+    option.expose_value = False
+    return option
+
+
+def renamed(command: str, args: Sequence[str], params: Sequence[Any]) -> list[str]:
+    """`args` with the old option names of ALIASES written as the new ones (an option's value,
+    and anything after ``--``, left as it is); a note on stderr for each old name used."""
+    old = ALIASES.get(command)
+    if not old:
+        return list(args)
+    takes_value = {o for p in params if getattr(p, "param_type_name", "") == "option" and not p.is_flag
+                   for o in p.opts}
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip or "--" in out or arg == "--":
+            skip = False
+            out.append(arg)
+            continue
+        name, eq, value = arg.partition("=")
+        if arg.startswith("--") and name in old and not old[name]:
+            typer.echo(f"warning: {name} is deprecated, and the default", err=True)
+            continue
+        if arg.startswith("--") and name in old:
+            arg = old[name] + eq + value
+            typer.echo(f"warning: {name} is deprecated, use {old[name]}", err=True)
+        elif not arg.startswith("--") and arg[:2] in old:  # -c, or -c2048
+            typer.echo(f"warning: {arg[:2]} is deprecated, use {old[arg[:2]]}", err=True)
+            arg = old[arg[:2]] + ("=" + arg[2:] if len(arg) > 2 else "")
+        skip = arg in takes_value
+        out.append(arg)
+    return out
+
+
+def _usage_line(e: Exception) -> str:
+    """A usage error as one line: ``error: --batch: Invalid value: input should be a valid
+    integer ...`` (click's words, after the option they are about)."""
+    from typer._click import exceptions as ex
+
+    if isinstance(e, ex.NoSuchOption):
+        text = f"{e.option_name}: no such option"
+        if e.possibilities:
+            text += f" (did you mean {', '.join(sorted(e.possibilities))}?)"
+    elif isinstance(e, ex.BadParameter) and e.param is not None:
+        p = e.param
+        option = getattr(p, "param_type_name", "") == "option" and p.opts
+        name = p.opts[0] if option else (p.name or "").upper()
+        if isinstance(e, ex.MissingParameter):
+            text = f"{name}: missing, a required {p.param_type_name}"
+        else:
+            message = e.message.removeprefix("Value error, ")
+            text = f"{name}: Invalid value: {message[:1].lower()}{message[1:]}"
+    else:
+        text = e.format_message() if isinstance(e, ex.ClickException) else str(e)
+        text = text[:1].lower() + text[1:]
+    return "error: " + " ".join(text.split())
+
+
+class CostmodelGroup(TyperGroup):
+    """The `costmodel` group: what every command shares beyond its own options (`--wide` for
+    those that print tables, the old names of ALIASES), and usage errors (a bad option, a missing
+    argument) as one ``error:`` line on stderr and exit code 2 when stderr is not a terminal (a
+    terminal keeps typer's box)."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        for cmd in self.commands.values():
+            params = {p.name: p for p in cmd.params}
+            fmt = params.get("fmt")
+            choices = getattr(getattr(fmt, "type_descriptor", None), "choices", None) or ()
+            if fmt is not None and {getattr(c, "value", c) for c in choices} == {f.value for f in Format}:
+                cmd.params.insert(cmd.params.index(fmt) + 1, _wide_option())
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and name in ALIASES:
+            rest = renamed(name, rest, cmd.params)
+        return name, cmd, rest
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, windows_expand_args: bool = True,
+             **extra: Any) -> Any:
+        from typer._click import exceptions as ex
+
+        if not standalone_mode or sys.stderr.isatty():
+            return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except ex.NoArgsIsHelpError as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except ex.ClickException as e:
+            sys.stderr.write(_usage_line(e) + "\n")
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            sys.stderr.write("error: aborted\n")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(
+    cls=CostmodelGroup,
     help="Analytical cost model for transformer architectures: parameters, FLOPs, bytes, "
     "arithmetic intensity and KV cache, per component and per phase, from a YAML spec.",
     no_args_is_help=True,
@@ -29,8 +163,20 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"costmodel {version('costmodel')}")
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree, not installed
+            typer.echo("costmodel (not installed)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _commands() -> None:
+def _commands(version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version, help="Print the version and exit.")] = False) -> None:
     # A callback keeps `costmodel` a group of commands when the console script has registered one
     # command's module alone (costmodel.cli.modules_for): a typer app with a single command and
     # no callback runs that command as the whole program, and `costmodel inference SPEC` would
@@ -126,6 +272,19 @@ def last_resort(run: Callable[[], object]) -> None:
 user_errors = _user_errors
 
 
+def _terminal() -> int | None:
+    """The terminal's columns (at least 40), or None when stdout is not a terminal."""
+    return max(40, shutil.get_terminal_size((80, 24)).columns) if sys.stdout.isatty() else None
+
+
+def _wide() -> bool:
+    """`--wide` of the running command."""
+    import typer._click.globals as current
+
+    ctx = current.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get("costmodel.wide"))
+
+
 def _width() -> int:
     """The terminal's width; piped output gets 160 columns, as ``report.render_rich`` uses."""
     return max(80, shutil.get_terminal_size((160, 24)).columns) if sys.stdout.isatty() else 160
@@ -139,8 +298,9 @@ def emit(
     csv: str | Callable[[], str] | None = None,
     page: bool = False,
 ) -> None:
-    """Print a command's result in `fmt`: its JSON `data`, its `csv` (default: every cell of every
-    table, ``report.render_tables_csv``), or its `tables` as markdown or rich text under `header`
+    """Print a command's result in `fmt`: its JSON `data`, its `csv` (default: the records of
+    `data`, numbers not cells, ``report.data_csv``), or its `tables` as markdown or rich text
+    under `header`
     (a spec: its name and description). Each may be given as a function, called only if needed."""
 
     def get(x: Any) -> Any:
@@ -150,7 +310,7 @@ def emit(
         typer.echo(report.render_json(get(data)))
         return
     if fmt is Format.csv:
-        typer.echo(get(csv) if csv is not None else report.render_tables_csv(get(tables)), nl=False)
+        typer.echo(get(csv) if csv is not None else report.data_csv(get(data)), nl=False)
         return
     shown = list(get(tables))
     if fmt is Format.markdown:
@@ -163,7 +323,7 @@ def emit(
         shown = [p for t in shown for p in compare_report.pages(t, _width())]
     rich = report.rich_header(header) if isinstance(header,
                                                     Spec) else (f"[bold]{header}[/bold]" if header else None)
-    report.render_rich(shown, rich)
+    report.render_rich(shown, rich, width=_terminal(), wide=_wide())
 
 
 def render_tables(tables: list[report.Table], fmt: Format, spec: Spec | None = None) -> None:

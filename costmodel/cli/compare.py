@@ -61,7 +61,8 @@ def compare_cmd(
         c = compare(expand(specs), batch, seq, dtype.value, selected([n.value for n in convention or []]),
                     Widths(weights_dtype, kv_dtype, group_size))
     header = f"{len(c.specs)} models compared"
-    emit(fmt, lambda: compare_report.comparison_tables(c), c.to_dict, header, page=True)
+    emit(fmt, lambda: compare_report.comparison_tables(c), c.to_dict, header, page=True,
+         csv=lambda: compare_report.comparison_csv(c))
 
 
 @app.command("ablate")

@@ -54,7 +54,8 @@ DpOpt = Annotated[Optional[int], typer.Option("--dp",
 RecomputeOpt = Annotated[Optional[str], typer.Option(
     "--recompute", help=f"Activation recomputation: {', '.join(RECOMPUTE)}. Default: none.")]
 FlashOpt = Annotated[bool, typer.Option(
-    "--flash/--no-flash", help="Flash attention: the S x S scores and probabilities are never kept.")]
+    "--flash-attention",
+    help="Flash attention: the S x S scores and probabilities are never kept.")]
 WeightsOpt = Annotated[str, typer.Option(
     "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (int8/int4: weight-only, "
     "fp16 scale per group).")]

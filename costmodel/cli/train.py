@@ -197,7 +197,7 @@ def serve_cmd(
     ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size (mixture-of-experts specs).")] = 1,
     batch: Annotated[str, typer.Option("--batch", "-b",
                                        help="Sequences decoding together; a list such as 1,8,64.")] = "1",
-    context: Annotated[int, typer.Option("--context", "-c",
+    context: Annotated[int, typer.Option("--seq", "-s",
                                          help="Tokens already cached per sequence.")] = 2048,
     dtype: Annotated[TrainDtype, typer.Option(
         "--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")

@@ -117,7 +117,7 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
     (`mla`: how latent attention runs, ``analyze``'s convention; weights and cache at `widths`,
     ``costmodel.precision``)."""
     if batch < 1 or context < 1:
-        raise LayoutError(f"--batch and --context: must be at least 1 (got {batch}, {context})")
+        raise LayoutError(f"--batch and --seq: must be at least 1 (got {batch}, {context})")
     check(Layout(global_batch=ep, tp=tp, dp=ep, ep=ep), spec)
     moe = experts(spec)
     shard = shard_spec(spec, tp)

@@ -110,6 +110,17 @@ def comparison_tables(c: SideBySide) -> list[Table]:
     return tables
 
 
+def comparison_csv(c: SideBySide) -> str:
+    """`compare` as CSV: one line per model, its costs at the common shape as numbers in base
+    units (the quantities of ``to_dict()["costs"]`` as columns)."""
+    from costmodel.report.tables import records_csv
+
+    data = c.to_dict()
+    return records_csv([{"spec": name, "batch": data["batch"], "dtype": data["dtype"],
+                         **{cost["quantity"]: cost["values"][i] for cost in data["costs"]}}
+                        for i, name in enumerate(data["models"])])
+
+
 def _conventions_across(c: SideBySide) -> Table:
     exact = next(r for r in c.costs if r.key == "train_flops_per_token")
     rows = [("exact", "", *(quantity_cell("flops", v) for v in exact.values))]

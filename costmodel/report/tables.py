@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
 from collections.abc import Iterable, Sequence
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -208,29 +207,72 @@ def components_table(a: Analysis) -> Table:
 # --- rendering -------------------------------------------------------------------------------
 
 
-def render_rich(tables: Sequence[Table], header: str | None = None) -> None:
-    from rich import box
+def render_rich(tables: Sequence[Table], header: str | None = None, width: int | None = None,
+                wide: bool = False) -> None:
+    """Tables as text. `width`: the terminal's columns, which each table fits (its text columns
+    wrapped, then the right-most columns left out and named under it) unless `wide`; None (piped
+    output: CI logs, files): every table at its full width, never cut (notes wrap at 160)."""
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table as RichTable
 
-    # Piped output (CI logs, files) is not cut at 80 columns.
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(width=width or 160)
+    unbounded = console.options.update_width(1 << 20)  # a table's width when nothing holds it in
     if header:
         console.print(header, highlight=False)
     for t in tables:
-        # Cells are text, not markup: "layers[local]/attention" must print as written.
-        rt = RichTable(title=escape(t.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold",
-                       padding=(0, 1), pad_edge=False)
-        for i, col in enumerate(t.columns):
-            rt.add_column(escape(col), justify="right" if i >= t.numeric_from else "left",
-                          no_wrap=i not in t.wrap)
-        for row in t.rows:
-            rt.add_row(*map(escape, row), style="bold" if row[0] == "total" else None)
-        console.print(rt)
-        for note in t.notes:
+        shown = list(range(len(t.columns)))
+        rt = _rich_table(t, shown, wrap_text=False)
+        full = console.measure(rt, options=unbounded).maximum
+        dropped: list[int] = []
+        if width is not None and not wide and full > width:
+            while _narrowest(t, shown) > width and len(shown) > 1:
+                dropped.insert(0, shown.pop())
+            console.print(_rich_table(t, shown, wrap_text=True))
+        else:
+            # a console as wide as the table: Console.print(width=) cannot go past the console's
+            Console(width=max(full, console.width)).print(rt)
+        notes = list(t.notes)
+        if dropped:
+            names = ", ".join(t.columns[i] or f"column {i + 1}" for i in dropped)
+            notes.append(f"left out to fit {width} columns: {names} (--wide for all)")
+        for note in notes:
             console.print(f"  {escape(note)}", style="dim", highlight=False)
         console.print()
+
+
+def _narrowest(t: Table, shown: Sequence[int]) -> int:
+    """The fewest columns `t`'s columns `shown` take with their text wrapped at spaces (numbers
+    never wrap): what ``_rich_table(t, shown, wrap_text=True)`` needs to print without cutting."""
+    from rich.cells import cell_len
+
+    total = 0
+    for i in shown:
+        cells = [t.columns[i], *(row[i] for row in t.rows if i < len(row))]
+        if i >= t.numeric_from:
+            total += max(map(cell_len, cells))
+        else:
+            total += max((cell_len(w) for c in cells for w in c.split()), default=0)
+    return total + 3 * len(shown)  # a space each side of each column, one rule between them
+
+
+def _rich_table(t: Table, shown: Sequence[int], wrap_text: bool) -> Any:
+    """`t`'s columns `shown` as a rich table; cells are text, not markup ("layers[local]/attention"
+    prints as written). `wrap_text`: its text columns (and those of ``Table.wrap``) may wrap."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
+    rt = RichTable(title=escape(t.title), box=box.SIMPLE_HEAVY, title_justify="left", title_style="bold",
+                   padding=(0, 1), pad_edge=False)
+    for i in shown:
+        numeric = i >= t.numeric_from
+        wraps = i in t.wrap or (wrap_text and not numeric)
+        rt.add_column(escape(t.columns[i]), justify="right" if numeric else "left", no_wrap=not wraps,
+                      overflow="fold" if wraps else "ellipsis")
+    for row in t.rows:
+        rt.add_row(*(escape(row[i]) if i < len(row) else "" for i in shown),
+                   style="bold" if row[0] == "total" else None)
+    return rt
 
 
 def render_markdown(tables: Sequence[Table], header: str | None = None) -> str:
@@ -317,6 +359,28 @@ def render_tables_csv(tables: Sequence[Table]) -> str:
             for col, cell in zip(t.columns[1:], row[1:], strict=False):
                 writer.writerow((t.title, row[0], col, cell))
     return buf.getvalue()
+
+
+def data_csv(data: Any) -> str:
+    """A command's JSON result as CSV, numbers in base units (bytes, seconds, FLOPs) with the
+    unit in the column name as JSON has it: its longest list of records (a mapping of records,
+    such as ``phases``, counts as one, its keys in a first column), each line led by the top-level
+    scalars; a result with no such list is one line."""
+    if isinstance(data, list):
+        return records_csv([r if isinstance(r, dict) else {"value": r} for r in data])
+    if not isinstance(data, dict):
+        return records_csv([{"value": data}])
+    head = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
+    lists: dict[str, list[dict[str, Any]]] = {}
+    for k, v in data.items():
+        if isinstance(v, list) and v and all(isinstance(r, dict) for r in v):
+            lists[k] = v
+        elif isinstance(v, dict) and v and all(isinstance(r, dict) for r in v.values()):
+            lists[k] = [{k: key, **r} for key, r in v.items()]
+    if not lists:
+        return records_csv([_flatten(data)])
+    name = max(lists, key=lambda k: len(lists[k]))
+    return records_csv([{**head, **r} for r in lists[name]])
 
 
 def render_json(data: Any) -> str:

@@ -190,7 +190,7 @@ class Run:
                 f"recompute: unknown mode {self.recompute!r}; expected one of {', '.join(RECOMPUTE)}")
         if self.recompute == "selective" and self.flash:
             raise MemoryConfigError("recompute: selective recomputes the attention core, which flash "
-                                    "attention never keeps; use none or full with --flash")
+                                    "attention never keeps; use none or full with --flash-attention")
         Widths(self.weights_dtype, self.kv_dtype, self.group_size).check(MemoryConfigError)
         if self.dtype not in DTYPE_BYTES:
             raise MemoryConfigError(f"dtype: unknown {self.dtype!r}; "
