@@ -12,6 +12,9 @@ point the median of ``torch.utils.benchmark.Timer.blocked_autorange``:
   efficiency = achieved FLOP/s / peak;
 - memory: an out-of-place add (read 2, write 1) over sizes 4 KiB .. 256 MiB (1 GiB on a GPU);
   efficiency = achieved bytes/s / copy bandwidth;
+- where a point of a table beats the peak (a small add in cache passes a large copy's
+  bandwidth), the profile's peak becomes that best rate and the table fractions of it: an
+  efficiency is at most 1 (``costmodel.devices.efficiency``), and the times are the same;
 - floor: the time of an add of one element (launch and dispatch overhead);
 - first touch: over sizes 1 .. 256 MiB, a fill of a freshly allocated buffer against a fill of a
   reused one; the difference per byte is what each fresh output of that size costs (page faults
@@ -102,9 +105,19 @@ def weight_views(pool: torch.Tensor, b: int, N: int, K: int) -> list[torch.Tenso
             for i in range(min(64, pool.numel() // size))]
 
 
-def matmul_table(device: torch.device, dtype: str, peak: float, grid: Grid) -> MatmulTable:
-    """Efficiency of (M x K) @ (K x N) over the grid, as a fraction of `peak`; the weights of
-    successive calls are distinct (``weight_views``), so a small product is not timed from cache."""
+def fractions(rates: list[float], peak: float) -> tuple[list[float], float]:
+    """Measured rates as fractions of `peak` (5 decimals, at least 1e-5), and the peak: raised to
+    the best rate measured when a shape beat the one the peak was taken on (a small op in cache
+    passes the copy bandwidth of a large one), so that no efficiency passes 1 and no time falls
+    below the profile's roofline; the times the tables give are the same either way."""
+    top = max(peak, *rates)
+    return [max(1e-5, round(r / top, 5)) for r in rates], top
+
+
+def matmul_table(device: torch.device, dtype: str, peak: float, grid: Grid) -> tuple[MatmulTable, float]:
+    """Efficiency of (M x K) @ (K x N) over the grid, as a fraction of `peak` (raised to the best
+    rate measured, ``fractions``), and that peak; the weights of successive calls are distinct
+    (``weight_views``), so a small product is not timed from cache."""
     kind = device.type
     t_dtype = TORCH_DTYPES[dtype]
     points = [(M, N, K) for M in grid["M"] for N in grid["N"] for K in grid["K"]]
@@ -121,22 +134,25 @@ def matmul_table(device: torch.device, dtype: str, peak: float, grid: Grid) -> M
             per_call = block_times(lambda a=a, w=weights: torch.bmm(a, next(w)), device, grid["run_s"] / 2)
             times[(M, N, K)].extend(t / b for t in per_call)
     del pool
-    table = [[[round(2 * M * N * K / statistics.median(times[(M, N, K)]) / peak, 5) for K in grid["K"]]
-              for N in grid["N"]] for M in grid["M"]]
-    return MatmulTable(M=grid["M"], N=grid["N"], K=grid["K"], efficiency=table)
+    effs, peak = fractions([2 * M * N * K / statistics.median(times[(M, N, K)]) for M, N, K in points], peak)
+    at = dict(zip(points, effs, strict=True))
+    table = [[[at[(M, N, K)] for K in grid["K"]] for N in grid["N"]] for M in grid["M"]]
+    return MatmulTable(M=grid["M"], N=grid["N"], K=grid["K"], efficiency=table), peak
 
 
-def memory_table(device: torch.device, bandwidth: float, grid: Grid) -> MemoryTable:
-    """Efficiency of c = a + b (fp32) moving each size of the grid, as a fraction of `bandwidth`."""
+def memory_table(device: torch.device, bandwidth: float, grid: Grid) -> tuple[MemoryTable, float]:
+    """Efficiency of c = a + b (fp32) moving each size of the grid, as a fraction of `bandwidth`
+    (raised to the best rate measured, ``fractions``), and that bandwidth."""
     sizes: list[float] = []
-    effs: list[float] = []
+    rates: list[float] = []
     for nbytes in grid["bytes"]:
         n = max(1, nbytes // 12)  # 3 tensors of 4-byte elements
         a, b, c = (torch.ones(n, device=device) for _ in range(3))
         seconds = timed(lambda a=a, b=b, c=c: torch.add(a, b, out=c), device, grid["run_s"])
         sizes.append(12 * n)
-        effs.append(round(12 * n / seconds / bandwidth, 5))
-    return MemoryTable(bytes=sizes, efficiency=effs)
+        rates.append(12 * n / seconds)
+    effs, bandwidth = fractions(rates, bandwidth)
+    return MemoryTable(bytes=sizes, efficiency=effs), bandwidth
 
 
 def first_touch_table(device: torch.device, grid: Grid) -> FirstTouchTable | None:
@@ -236,6 +252,10 @@ def calibrate(
         bandwidth = copy_bandwidth(dev, mib, repeats)
         if tables:
             grid = grid or GRID[dev.type]
+            matmul = {}
+            for dtype in tables:
+                matmul[dtype], peaks[dtype] = matmul_table(dev, dtype, peaks[dtype], grid)
+            memory, bandwidth = memory_table(dev, bandwidth, grid)
             efficiency = Efficiency(
                 source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N "
                         f"{grid['N']}, "
@@ -245,8 +265,8 @@ def calibrate(
                         f"torch.utils.benchmark blocked_autorange; allocator {in_effect}; torch "
                         f"{torch.__version__}"),
                 floor_s=op_floor(dev),
-                matmul={dtype: matmul_table(dev, dtype, peaks[dtype], grid) for dtype in tables},
-                memory=memory_table(dev, bandwidth, grid),
+                matmul=matmul,
+                memory=memory,
                 # Under cache a freed block is reused: no fresh block after the warm-up, so no
                 # such cost (and the fills' difference is noise, once 5.5e-10 s/B at 256 MiB in a
                 # CI run, which would have charged every large output).

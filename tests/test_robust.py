@@ -1,0 +1,95 @@
+"""Issue 23: nothing silently wrong, nothing unrunnable at exit 0, no crash or hang still
+reachable. Each case of the issue is a test here, run through the CLI as a user runs it: exit 0
+ok, 1 ran but does not fit (or a check failed), 2 bad input, with one `error:` line saying why."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from costmodel.cli import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+HARDWARE = ROOT / "specs" / "hardware"
+CLUSTERS = ROOT / "specs" / "clusters"
+ERROR_LINE = re.compile(r"^(error|warning): \S.*$")
+
+
+def invoke(*args: str):
+    result = runner.invoke(app, list(args))
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), \
+        result.exception
+    return result
+
+
+def fails(*args: str, code: int = 2) -> str:
+    """The command exits `code`, its stderr only `error:`/`warning:` lines, one of them an error;
+    returns the error line."""
+    result = invoke(*args)
+    assert result.exit_code == code, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert lines and all(ERROR_LINE.match(line) for line in lines), result.stderr
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+def ok(*args: str) -> str:
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def profile(tmp_path: Path, kind: str, name: str, change: dict[str, object], under: str | None = None) -> str:
+    """A bundled profile with `change` applied (at `under`: intra_node, efficiency, ...), as a file."""
+    data = yaml.safe_load(((HARDWARE if kind == "hardware" else CLUSTERS) / f"{name}.yaml").read_text())
+    (data[under] if under else data).update(change)
+    path = tmp_path / f"{kind}-{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+# --- profiles: strict, finite and bounded numbers ----------------------------------------------
+
+
+@pytest.mark.parametrize(("change", "under"), [
+    ({"memory_bandwidth": 1e-300}, None),
+    ({"peak_flops": {"bf16": 1e-300, "fp32": 66.9e12}}, None),
+    ({"memory_bytes": 1e-300}, None),
+    ({"floor_s": float("inf")}, "efficiency"),
+    ({"memory": {"bytes": [1.0, 1e6], "efficiency": [0.5, 5.0]}}, "efficiency"),
+])
+def test_hardware_profile_out_of_range_is_bad_input(tmp_path: Path, change: dict[str, object],
+                                                   under: str | None) -> None:
+    path = profile(tmp_path, "hardware", "h100-sxm", change, under)
+    assert path in fails("inference", "llama-3-8b", "--hardware", path, "-f", "json")
+    assert path in fails("analyze", "llama-3-8b", "--hardware", path)
+
+
+@pytest.mark.parametrize("change", [{"efficiency": True}, {"efficiency": "0.5"}, {"bandwidth": 1e-300},
+                                    {"latency": float("inf")}])
+def test_cluster_profile_out_of_range_is_bad_input(tmp_path: Path, change: dict[str, object]) -> None:
+    path = profile(tmp_path, "cluster", "dgx-h100", change, "intra_node")
+    assert "intra_node" in fails("serve", "llama-3-8b", "--cluster", path)
+
+
+def test_cluster_on_a_tiny_device_is_bad_input(tmp_path: Path) -> None:
+    device = profile(tmp_path, "hardware", "h100-sxm", {"memory_bandwidth": 1e-300})
+    cluster = profile(tmp_path, "cluster", "dgx-h100", {"device": device})
+    fails("train", "llama-3-8b", "--cluster", cluster, "-n", "8", "-G", "8", "--tp", "4")
+    fails("plan", "llama-3-8b", "--cluster", cluster, "-n", "8", "-G", "8")
+
+
+def test_calibrate_keeps_efficiencies_at_most_one() -> None:
+    from costmodel.measure.calibrate import fractions
+
+    # A small op in cache beats the large copy's bandwidth: the peak becomes the best rate.
+    assert fractions([5.0, 20.0, 10.0], 10.0) == ([0.25, 1.0, 0.5], 20.0)
+    assert fractions([5.0, 10.0], 20.0) == ([0.25, 0.5], 20.0)
