@@ -93,3 +93,32 @@ def test_calibrate_keeps_efficiencies_at_most_one() -> None:
     # A small op in cache beats the large copy's bandwidth: the peak becomes the best rate.
     assert fractions([5.0, 20.0, 10.0], 10.0) == ([0.25, 1.0, 0.5], 20.0)
     assert fractions([5.0, 10.0], 20.0) == ([0.25, 0.5], 20.0)
+
+
+# --- names resolve exactly, case and separators aside ------------------------------------------
+
+
+@pytest.mark.parametrize(("option", "name", "closest"), [
+    (("inference", "llama-3-8b", "--hardware"), "h1", "h100-sxm"),
+    (("inference", "llama-3-8b", "--hardware"), "h100", "h100-sxm"),
+    (("serve", "llama-3-8b", "--cluster"), "dgx", "dgx-a100-80gb or dgx-h100"),
+    (("analyze",), "llama-3-8", "llama-3-8b"),
+])
+def test_a_prefix_is_refused_naming_the_closest(option: tuple[str, ...], name: str, closest: str) -> None:
+    line = fails(*option, name)
+    assert name in line and f"did you mean {closest}" in line
+
+
+@pytest.mark.parametrize(("args", "name"), [
+    (("inference", "llama-3-8b", "--prompt", "128", "--output", "8", "--batch", "1",
+      "--hardware", "H100_SXM"), "h100-sxm"),
+    (("analyze", "Llama-3-8B"), "llama-3-8b"),
+    (("serve", "llama-3-8b", "--cluster", "DGX H100"), "dgx-h100"),
+])
+def test_names_resolve_up_to_case_and_separators(args: tuple[str, ...], name: str) -> None:
+    assert name in ok(*args, "-f", "json")
+
+
+def test_ablate_set_is_read_as_a_spec_file_is() -> None:
+    assert "refers to itself" in fails("ablate", "llama-3-8b", "--set", "n_layers=&a [*a]")
+    assert "5000 digits" in fails("ablate", "llama-3-8b", "--set", "n_layers=" + "9" * 5000)

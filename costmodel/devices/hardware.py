@@ -69,7 +69,7 @@ bundled_dir, user_dir, profile_paths, find_profile = (PROFILES.bundled_dir, PROF
 
 
 def load_hardware(name_or_path: str) -> Hardware:
-    """A profile by file or by name (``H100-SXM``, ``h100``: see ``Profiles.find``)."""
+    """A profile by file or by name (``h100-sxm``, ``H100_SXM``; not a prefix: see ``Profiles.find``)."""
     return PROFILES.load(name_or_path, Hardware)
 
 
