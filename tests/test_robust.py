@@ -122,3 +122,33 @@ def test_names_resolve_up_to_case_and_separators(args: tuple[str, ...], name: st
 def test_ablate_set_is_read_as_a_spec_file_is() -> None:
     assert "refers to itself" in fails("ablate", "llama-3-8b", "--set", "n_layers=&a [*a]")
     assert "5000 digits" in fails("ablate", "llama-3-8b", "--set", "n_layers=" + "9" * 5000)
+
+
+# --- memory: the widths asked for, nothing negative --------------------------------------------
+
+
+def test_memory_dtype_sets_the_inference_weights() -> None:
+    data = json.loads(ok("memory", "llama-3-8b", "-p", "decode", "--dtype", "fp32", "-f", "json"))
+    bf16 = json.loads(ok("memory", "llama-3-8b", "-p", "decode", "-f", "json"))
+    assert data["run"]["weights_dtype"] == "fp32"
+    assert data["memory"]["weights"] == 2 * bf16["memory"]["weights"]
+    quantised = json.loads(ok("memory", "llama-3-8b", "-p", "decode", "--dtype", "fp32", "--weights-dtype",
+                              "bf16", "-f", "json"))
+    assert quantised["memory"]["weights"] == bf16["memory"]["weights"]
+
+
+def test_memory_dtype_in_training_names_precision() -> None:
+    # Training's widths are the recipe's: --dtype fp32 printed bf16 weights at exit 0.
+    assert "--precision" in fails("memory", "llama-3-8b", "--dtype", "fp32")
+    assert "--precision" in fails("memory", "llama-3-8b", "--weights-dtype", "int8")
+
+
+def test_memory_negative_mask_bytes_is_bad_input() -> None:
+    assert "mask_bytes" in fails("memory", "llama-3-8b", "--mask-bytes", "-1")
+
+
+@pytest.mark.parametrize("tokens", ["-5", "0", "nan", "inf", "1e400"])
+def test_train_tokens_finite_and_positive(tokens: str) -> None:
+    line = fails("train", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "8", "--tp", "4", "--tokens",
+                 tokens)
+    assert line.startswith("error: --tokens: ")

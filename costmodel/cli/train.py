@@ -21,6 +21,7 @@ from costmodel.cli.app import (
     WeightsDtypeOpt,
     _user_errors,
     app,
+    check_number,
     emit,
 )
 from costmodel.components.mla import Convention
@@ -122,6 +123,7 @@ def train_cmd(
     """One training step on a parallel layout: where its time goes (compute by component, each
     collective, the pipeline bubble), MFU and HFU, tokens/s, and the memory per GPU."""
     with _user_errors():
+        check_number("--tokens", tokens, 1e18)  # a quintillion tokens: 60x the largest training sets
         s = catalog.load(spec)
         cl = load_cluster(cluster)
         if gpus < 1:

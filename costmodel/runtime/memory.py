@@ -169,7 +169,7 @@ class Run:
     recompute: str = "none"
     flash: bool = False
     mask_bytes: int = MASK_BYTES
-    weights_dtype: str = "bf16"
+    weights_dtype: str | None = None  # default: the activation dtype
     kv_dtype: str | None = None  # default: the activation dtype
     dtype: str = "bf16"  # inference activations
     group_size: int = DEFAULT_GROUP
@@ -189,6 +189,10 @@ class Run:
         if self.recompute == "selective" and self.flash:
             raise MemoryConfigError("recompute: selective recomputes the attention core, which flash "
                                     "attention never keeps; use none or full with --flash")
+        if not 0 <= self.mask_bytes <= 8:
+            raise MemoryConfigError(f"mask_bytes: bytes per dropout-mask element must be 0 to 8 (1 for a fused "
+                                    f"kernel's bool mask, the activation width for a composite one; got "
+                                    f"{self.mask_bytes})")
         Widths(self.weights_dtype, self.kv_dtype, self.group_size).check(MemoryConfigError)
         if self.dtype not in DTYPE_BYTES:
             raise MemoryConfigError(f"dtype: unknown {self.dtype!r}; "
@@ -272,7 +276,8 @@ class Memory:
             "shape": dict(self.shape),
             "run": {"optimizer": self.run.optimizer, "precision": self.run.precision,
                     "recompute": self.run.recompute, "flash": self.run.flash,
-                    "mask_bytes": self.run.mask_bytes, "weights_dtype": self.run.weights_dtype,
+                    "mask_bytes": self.run.mask_bytes,
+                    "weights_dtype": self.run.weights_dtype or self.run.dtype,
                     "kv_dtype": self.run.kv_dtype or self.run.dtype, "dtype": self.run.dtype},
             "parallel": {"dp": self.parallel.dp, "zero": self.parallel.zero, "tp": self.parallel.tp,
                          "pp": self.parallel.pp},
@@ -446,7 +451,7 @@ def weight_bytes(costs: dict[str, Cost], weights_dtype: str, p: int, group_size:
 
 def _inference(spec: Spec, phase: str, costs: dict[str, Cost], shape: dict[str, int], p: int, run: Run,
                kv_cache: int, mla: str) -> tuple[list[Item], int, list[str]]:
-    items = [Item("weights", path, n) for path, n in weight_bytes(costs, run.weights_dtype, p,
+    items = [Item("weights", path, n) for path, n in weight_bytes(costs, run.weights_dtype or run.dtype, p,
                                                                  run.group_size).items()]
     kv_p = DTYPE_BYTES[run.kv_dtype or run.dtype]
     items.append(Item("kv_cache", "kv_cache", kv_cache * kv_p // p))
