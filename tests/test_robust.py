@@ -149,6 +149,86 @@ def test_memory_negative_mask_bytes_is_bad_input() -> None:
 
 @pytest.mark.parametrize("tokens", ["-5", "0", "nan", "inf", "1e400"])
 def test_train_tokens_finite_and_positive(tokens: str) -> None:
-    line = fails("train", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "8", "--tp", "4", "--tokens",
-                 tokens)
+    line = fails("train", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "8", "--tp", "4",
+                 "--tokens", tokens)
     assert line.startswith("error: --tokens: ")
+
+
+# --- unrunnable: exit 1 in every format, with one line saying why ------------------------------
+
+
+def test_inference_that_cannot_hold_its_weights_exits_1() -> None:
+    # 140 GB of bf16 weights on one 80 GB GPU printed a table at exit 0.
+    for fmt in ("table", "json"):
+        line = fails("inference", "llama-3-70b", "--hardware", "h100-sxm", "-f", fmt, code=1)
+        assert "does not fit on one h100-sxm" in line and "80 GB" in line
+    result = invoke("inference", "llama-3-70b", "--hardware", "h100-sxm", "-f", "json")
+    assert all(not p["fits"] for p in json.loads(result.stdout)["batches"])  # the result is printed
+    ok("inference", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "1,512")  # one that fits: exit 0
+
+
+def test_plan_with_no_layout_exits_1_in_json_too() -> None:
+    line = fails("plan", "llama-3-8b", "--cluster", "dgx-h100", "-n", "7", "-G", "8", "-f", "json", code=1)
+    assert "no valid layout" in line
+    result = invoke("plan", "megatron-1t", "--cluster", "dgx-h100", "-n", "8", "-G", "8", "-f", "json")
+    assert result.exit_code == 1 and json.loads(result.stdout)["fitting"] == 0
+    assert "no layout of megatron-1t fits" in result.stderr
+
+
+@pytest.mark.parametrize("cp", ["0", "-1"])
+def test_plan_cp_below_one_is_bad_input(cp: str) -> None:
+    # --cp 0 was a ZeroDivisionError, --cp -1 an empty plan at exit 0.
+    assert "--cp" in fails("plan", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "8", "--cp", cp,
+                           "-f", "json")
+
+
+def test_encoder_decoder_on_train_and_plan_is_bad_input() -> None:
+    for command in ("train", "plan"):
+        assert "decoder-only" in fails(command, "t5-11b", "--cluster", "dgx-h100", "-n", "8", "-G", "8",
+                                       "-f", "json")
+
+
+# --- crashes and hangs -------------------------------------------------------------------------
+
+
+def test_plan_of_a_huge_global_batch_is_quick() -> None:
+    from costmodel.parallel.plan import divisors
+
+    start = time.perf_counter()
+    assert divisors(10**11, 16) == [1, 2, 4, 5, 8, 10, 16]
+    assert divisors(10**12)[-2:] == [5 * 10**11, 10**12]
+    invoke("plan", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "100000000000", "-f", "json")
+    assert time.perf_counter() - start < 20
+    assert "--max-micro-batch" in fails("plan", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "8",
+                                        "--max-micro-batch", "1000000000000")
+
+
+def test_inference_of_a_huge_output_is_not_an_internal_error() -> None:
+    # The sampled decode steps were float quotients: past 2^53 the last one was missed (KeyError).
+    line = fails("inference", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "1", "--output",
+                 "10000000000000000000", "-f", "json", code=1)
+    assert "does not fit" in line
+
+
+@pytest.mark.parametrize("command", [("inference", "llama-3-8b", "--hardware", "h100-sxm"),
+                                     ("serve", "llama-3-8b", "--cluster", "dgx-h100")])
+def test_batch_lists_are_bounded(command: tuple[str, ...]) -> None:
+    start = time.perf_counter()
+    assert "at most 64" in fails(*command, "--batch", ",".join(["1"] * 20_000))
+    assert time.perf_counter() - start < 5
+    assert "at most" in fails(*command, "--batch", "100000000000000000000")
+
+
+def test_serve_ep_zero_names_ep() -> None:
+    assert fails("serve", "llama-3-8b", "--cluster", "dgx-h100", "--ep", "0").startswith("error: --ep:")
+
+
+@pytest.mark.parametrize("option", ["--batch", "--seq"])
+def test_sweep_fixed_values_past_2_53_are_bad_input(option: str) -> None:
+    assert option in fails("sweep", "llama-3-8b", option, "100000000000000000000")
+
+
+@pytest.mark.parametrize("seq", ["3037000499", "1000000000000"])
+def test_measure_seq_past_what_torch_indexes_is_bad_input(seq: str) -> None:
+    pytest.importorskip("torch")
+    assert "2^63" in fails("measure", "llama-3-8b", "--seq", seq, "-p", "prefill")

@@ -118,3 +118,7 @@ def inference_cmd(
          csv=lambda: report.records_csv([{"spec": sv.spec.name, **p.to_dict()} for p in sv.points]))
     if written and fmt is Format.table:
         typer.echo(f"plot: {written}")
+    why = sv.unrunnable()
+    if why:  # printed in full; exit 1: it cannot run
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(1)

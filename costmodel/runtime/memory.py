@@ -190,9 +190,9 @@ class Run:
             raise MemoryConfigError("recompute: selective recomputes the attention core, which flash "
                                     "attention never keeps; use none or full with --flash")
         if not 0 <= self.mask_bytes <= 8:
-            raise MemoryConfigError(f"mask_bytes: bytes per dropout-mask element must be 0 to 8 (1 for a fused "
-                                    f"kernel's bool mask, the activation width for a composite one; got "
-                                    f"{self.mask_bytes})")
+            raise MemoryConfigError(f"mask_bytes: bytes per dropout-mask element must be 0 to 8 (1 for a "
+                                    "fused kernel's bool mask, the activation width for a composite one; "
+                                    f"got {self.mask_bytes})")
         Widths(self.weights_dtype, self.kv_dtype, self.group_size).check(MemoryConfigError)
         if self.dtype not in DTYPE_BYTES:
             raise MemoryConfigError(f"dtype: unknown {self.dtype!r}; "
