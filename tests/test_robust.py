@@ -232,3 +232,23 @@ def test_sweep_fixed_values_past_2_53_are_bad_input(option: str) -> None:
 def test_measure_seq_past_what_torch_indexes_is_bad_input(seq: str) -> None:
     pytest.importorskip("torch")
     assert "2^63" in fails("measure", "llama-3-8b", "--seq", seq, "-p", "prefill")
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (("--name", "a" * 300), "name"),
+    (("--matmul-size", "10000000000000"), "matmul_size"),
+    (("--copy-mib", "100000000000"), "copy_mib"),
+    (("--repeats", "1000000000000"), "repeats"),
+])
+def test_calibrate_bounds_its_options_before_measuring(args: tuple[str, ...], field: str) -> None:
+    pytest.importorskip("torch")
+    start = time.perf_counter()
+    assert fails("calibrate", *args).startswith(f"error: {field}: ")
+    assert time.perf_counter() - start < 5
+
+
+def test_calibrate_into_a_file_is_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "f").write_text("")
+    monkeypatch.setenv("COSTMODEL_HARDWARE_DIR", str(tmp_path / "f"))
+    assert "is not a folder" in fails("calibrate")

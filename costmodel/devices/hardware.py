@@ -66,6 +66,7 @@ class Hardware(BaseModel):
 PROFILES = Profiles("hardware", "hardware", "COSTMODEL_HARDWARE_DIR")
 bundled_dir, user_dir, profile_paths, find_profile = (PROFILES.bundled_dir, PROFILES.user_dir, PROFILES.paths,
                                                       PROFILES.find)
+writable_dir = PROFILES.writable_dir
 
 
 def load_hardware(name_or_path: str) -> Hardware:
@@ -74,8 +75,11 @@ def load_hardware(name_or_path: str) -> Hardware:
 
 
 def save_hardware(hw: Hardware, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(hw.model_dump(exclude_none=True), sort_keys=False))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(hw.model_dump(exclude_none=True), sort_keys=False))
+    except OSError as e:
+        raise SpecError(f"{str(path)[:120]}: cannot write the profile: {e.strerror or e}") from None
     return path
 
 

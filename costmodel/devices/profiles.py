@@ -39,6 +39,14 @@ class Profiles:
     def user_dir(self) -> Path:
         return Path(os.environ.get(self.env, Path.home() / ".config" / "costmodel" / self.folder))
 
+    def writable_dir(self) -> Path:
+        """The user folder, checked before anything is measured into it: a file there (the
+        variable pointing at one) is bad input, not an error after minutes of calibrating."""
+        folder = self.user_dir()
+        if folder.exists() and not folder.is_dir():
+            raise SpecError(f"{self.env}: {str(folder)[:120]} is not a folder")
+        return folder
+
     def paths(self) -> dict[str, Path]:
         """name -> file, bundled first; a user profile of the same name takes precedence."""
         found: dict[str, Path] = {}

@@ -38,7 +38,7 @@ from typing import TypedDict
 
 import torch
 
-from costmodel.devices.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
+from costmodel.devices.efficiency import Efficiency, FirstTouchTable, FlopsTable, MatmulTable, MemoryTable
 from costmodel.devices.hardware import Hardware
 from costmodel.measure import MeasureError
 from costmodel.measure.malloc import allocator as kept
@@ -47,6 +47,9 @@ from costmodel.measure.run import TORCH_DTYPES, check_device, time_runs
 
 DEFAULT_MATMUL = {"cuda": 8192, "cpu": 1024}  # n of the n x n matmul
 DEFAULT_COPY_MIB = {"cuda": 2048, "cpu": 256}  # buffer copied to measure bandwidth
+MAX_MATMUL = 32_768  # three fp32 operands of 4 GiB each
+MAX_COPY_MIB = 16_384  # two buffers of 16 GiB
+MAX_REPEATS = 1000  # a median of a thousand runs is as good as it gets
 
 
 class Grid(TypedDict, total=False):
@@ -228,19 +231,28 @@ def calibrate(
     measures the peaks only. `allocator` is how freed CPU memory is treated while measuring
     (``costmodel.measure.malloc``: kept in the process, or glibc's default); the profile
     records it, and ``costmodel measure`` times under the same setting."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-        raise MeasureError(f"name: {name!r} is not a profile name (letters, digits, '.', '_', '-')")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        shown = name if len(name) <= 40 else name[:37] + "..."
+        raise MeasureError(f"name: {shown!r} is not a profile name (at most 64 letters, digits, '.', '_', "
+                           "'-')")
+    for option, value, most in (("matmul_size", matmul_size, MAX_MATMUL),
+                                ("copy_mib", copy_mib, MAX_COPY_MIB), ("repeats", repeats, MAX_REPEATS)):
+        if value is not None and not 1 <= value <= most:
+            raise MeasureError(f"{option}: must be 1 to {most:,} (got {value})")
     dev = check_device(device)
     if dev.type == "meta":
         raise MeasureError("device: the meta device runs nothing; calibrate cpu or cuda")
     for dtype in dtypes:
         if dtype not in TORCH_DTYPES:
             raise MeasureError(f"dtype: {dtype} cannot be measured; use one of {', '.join(TORCH_DTYPES)}")
-    if repeats < 1:
-        raise MeasureError(f"repeats: must be at least 1 (got {repeats})")
     check_allocator(allocator)
     n = matmul_size or DEFAULT_MATMUL[dev.type]
     mib = copy_mib or DEFAULT_COPY_MIB[dev.type]
+    held = device_memory(dev)
+    for option, need in (("matmul_size", 3 * n * n * 4), ("copy_mib", 2 * mib * 2**20)):
+        if need > held / 2:
+            raise MeasureError(f"{option}: its buffers take {need / 2**30:.1f} GiB, more than half the "
+                               f"{held / 2**30:.1f} GiB this {dev.type} device holds")
     if tables is None:
         tables = dtypes if dev.type == "cuda" else tuple(d for d in dtypes if d == "fp32")[:1]
     for dtype in tables:
@@ -252,7 +264,7 @@ def calibrate(
         bandwidth = copy_bandwidth(dev, mib, repeats)
         if tables:
             grid = grid or GRID[dev.type]
-            matmul = {}
+            matmul: dict[str, MatmulTable | FlopsTable] = {}
             for dtype in tables:
                 matmul[dtype], peaks[dtype] = matmul_table(dev, dtype, peaks[dtype], grid)
             memory, bandwidth = memory_table(dev, bandwidth, grid)
