@@ -266,3 +266,44 @@ def test_plot_paths_checked_before_the_work(tmp_path: Path, command: tuple[str, 
     assert not list(tmp_path.parent.glob(f"{tmp_path.name}.png"))
     invoke(*command, "--plot", str(tmp_path / "chart"))
     assert (tmp_path / "chart.png").is_file()
+
+
+# --- labels say what was computed --------------------------------------------------------------
+
+TRAIN = ("train", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "8")
+
+
+def test_train_labels_the_recipe_with_the_run_dtype() -> None:
+    out = ok(*TRAIN, "--tp", "4")
+    assert "bf16-mixed (Megatron)" in out and "fp16-mixed" not in out
+    assert "fp16-mixed (Megatron)" in ok(*TRAIN, "--tp", "4", "--dtype", "fp16")
+    assert json.loads(ok(*TRAIN, "--tp", "4", "-f", "json"))["recipe"] == "bf16-mixed (Megatron)"
+
+
+def test_train_names_only_the_overlaps_the_layout_has() -> None:
+    out = ok(*TRAIN, "--tp", "4")  # CP 1: no ring attention whose transfers could hide
+    assert out.split("overlapped:")[1].splitlines()[0].strip() == "tp_backward"
+    one = ok("train", "gpt2-small", "--cluster", "dgx-h100", "-n", "1", "-G", "1", "--seq", "1024")
+    assert "overlapped: nothing" in one
+
+
+def test_train_one_micro_batch_is_singular() -> None:
+    out = ok("train", "gpt2-small", "--cluster", "dgx-h100", "-n", "1", "-G", "1", "--seq", "1024")
+    assert "1 micro-batch of 1 per DP rank" in out and "1 micro-batches" not in out
+
+
+@pytest.mark.parametrize(("recompute", "formula"), [("none", "sbh(34 + 5as/h)"), ("selective", "34 sbh"),
+                                                     ("full", "2 sbh")])
+def test_memory_names_the_korthikanti_row_it_compares(recompute: str, formula: str) -> None:
+    out = " ".join(ok("memory", "llama-3-8b", "--recompute", recompute).split())
+    assert f"Korthikanti et al. 2022, L x {formula}" in out
+
+
+def test_header_names_the_spec_context_as_its_maximum() -> None:
+    out = ok("memory", "llama-3-8b")  # rows at seq 2048 under the spec's 8192
+    assert "max context 8192" in out and "seq=2048" in out
+
+
+def test_serve_tokens_per_second_names_its_group() -> None:
+    out = " ".join(ok("serve", "llama-3-8b", "--cluster", "dgx-h100", "--tp", "8").split())
+    assert "tokens/s: output tokens per second of the whole batch on the 8 GPUs of the group (TP8)" in out

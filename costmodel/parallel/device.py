@@ -41,7 +41,7 @@ class Recipe:
     ``multi_tensor_adam``: read gradient, master, m, v, write master, m, v: 28); copy the fp32
     master into the fp16 weights (read 4, write 2). 50 bytes."""
 
-    name: str = "fp16-mixed (Megatron)"
+    name: str = "Megatron"  # whose recipe; ``label`` names it with the 16-bit width the run holds
     weight_bytes: int = 2  # fp16/bf16 weights
     grad_bytes: int = 4  # fp32 main gradients (Megatron accumulates in fp32)
     optimizer_bytes: int = 12  # fp32 master weights, Adam m and v
@@ -50,6 +50,11 @@ class Recipe:
     @property
     def state_bytes(self) -> int:
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+
+    def label(self, dtype: str) -> str:
+        """The recipe as a run at `dtype` holds it: ``bf16-mixed (Megatron)`` for a bf16 run (the
+        name once said fp16-mixed whatever the dtype); fp8 matmuls keep 16-bit weights, bf16."""
+        return f"{dtype if dtype in ('bf16', 'fp16') else 'bf16'}-mixed ({self.name})"
 
 
 MEGATRON = Recipe()  # 18 bytes per parameter, as Korthikanti et al. 2022 Figure 1 counts
@@ -61,7 +66,7 @@ def _zero() -> Recipe:
     states = memory.optimizer_bytes("adamw", 1, 0, p.states)
     # The update reads master, m, v and the gradient and writes master, m, v and the weight.
     update = 2 * p.master + 2 * states + p.gradients + p.weights
-    return Recipe("bf16-mixed (ZeRO)", p.weights, p.gradients, p.master + states, update)
+    return Recipe("ZeRO", p.weights, p.gradients, p.master + states, update)
 
 
 ZERO = _zero()
