@@ -140,10 +140,29 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(f"^(?:{_FLOA
                               list("-+.0123456789"))
 
 
+def _distinct_nodes(root: yaml.Node) -> int:
+    """The nodes written in the document, each alias's target once: bounded by its bytes."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(x for kv in node.value for x in kv)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return len(seen)
+
+
 def _count_nodes(root: yaml.Node) -> None:
-    """Refuse aliases expanding past MAX_NODES or referring to themselves, before building."""
+    """Refuse aliases expanding past MAX_NODES (or the nodes written, if more: a long list
+    written out, a 100,000-layer pattern, is bounded by the file's size, not expanded) or
+    referring to themselves, before building."""
     memo: dict[int, int] = {}
     active: set[int] = set()
+    cap = max(MAX_NODES, _distinct_nodes(root))
 
     def size(node: yaml.Node) -> int:
         key = id(node)
@@ -156,16 +175,16 @@ def _count_nodes(root: yaml.Node) -> None:
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:
                 total += size(k) + size(v)
-                if total > MAX_NODES:
+                if total > cap:
                     break
         elif isinstance(node, yaml.SequenceNode):
             for v in node.value:
                 total += size(v)
-                if total > MAX_NODES:
+                if total > cap:
                     break
         active.discard(key)
-        if total > MAX_NODES:
-            raise LoadError(f"{node.start_mark.line + 1}: expands past {MAX_NODES:,} nodes "
+        if total > cap:
+            raise LoadError(f"{node.start_mark.line + 1}: expands past {cap:,} nodes "
                             "(aliases nested too deep)")
         memo[key] = total
         return total

@@ -307,3 +307,44 @@ def test_header_names_the_spec_context_as_its_maximum() -> None:
 def test_serve_tokens_per_second_names_its_group() -> None:
     out = " ".join(ok("serve", "llama-3-8b", "--cluster", "dgx-h100", "--tp", "8").split())
     assert "tokens/s: output tokens per second of the whole batch on the 8 GPUs of the group (TP8)" in out
+
+
+# --- Hugging Face configs ----------------------------------------------------------------------
+
+
+def test_import_hf_of_a_long_aperiodic_pattern_loads_back(tmp_path: Path) -> None:
+    # 100k aperiodic layer_types: analyze took the config, import-hf refused it "aliases nested too deep".
+    import random
+
+    rng = random.Random(1)
+    config = {"model_type": "gemma2", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 64, "intermediate_size": 512, "num_hidden_layers": 100_000, "vocab_size": 1000,
+              "max_position_embeddings": 4096, "sliding_window": 128,
+              "layer_types": [rng.choice(["sliding_attention", "full_attention"]) for _ in range(100_000)]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    out = tmp_path / "spec.yaml"
+    invoke("import-hf", str(path), "-o", str(out))
+    assert out.is_file()
+    ours = json.loads(ok("analyze", str(out), "-f", "json"))["phases"]["decode"]
+    theirs = json.loads(ok("analyze", str(path), "-f", "json"))["phases"]["decode"]
+    assert [ours[k] for k in ("params", "flops", "kv_cache_bytes")] == [theirs[k] for k in ("params", "flops",
+                                                                                            "kv_cache_bytes")]
+
+
+def test_import_hf_rejects_a_dropout_that_is_no_rate(tmp_path: Path) -> None:
+    from tests.hf_configs import CONFIGS
+
+    config = {**CONFIGS["phi3"][1], "model_type": "phi3", "embd_pdrop": []}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert "embd_pdrop" in fails("import-hf", str(path))
+
+
+def test_yaml_aliases_are_still_bounded() -> None:
+    from costmodel.loading import LoadError, load_yaml
+
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(6))
+    with pytest.raises(LoadError, match="aliases"):
+        load_yaml(laughs)
