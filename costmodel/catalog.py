@@ -3,11 +3,10 @@ config (``costmodel.hf``). ``costmodel.spec`` only parses; this module finds and
 
 from __future__ import annotations
 
-import difflib
 import sys
 from pathlib import Path
 
-from costmodel.loading import LoadError, read_text
+from costmodel.loading import LoadError, closest_names, match_name, read_text
 from costmodel.spec import Spec, SpecError, parse_spec
 
 # A source checkout keeps the specs beside the package; a wheel carries a copy inside it.
@@ -41,10 +40,11 @@ def resolve(name_or_path: str) -> Path:
     looks_like_a_name = "/" not in name_or_path and path.suffix not in (".yaml", ".yml", ".json")
     if looks_like_a_name:  # names may hold dots: llama-3.1-405b
         names = bundled_names()
-        if name_or_path in names:
-            return specs_dir() / f"{name_or_path}.yaml"
-        guess = difflib.get_close_matches(name_or_path.lower(), names, n=1)
-        hint = f"did you mean {guess[0]}? " if guess else ""
+        found = match_name(name_or_path, names)  # exact, case and separators aside; no prefix
+        if found is not None:
+            return specs_dir() / f"{found}.yaml"
+        guesses = closest_names(name_or_path, names)
+        hint = f"did you mean {' or '.join(guesses)}? " if guesses else ""
         raise SpecError(f"{shown}: no such file, nor a bundled spec ({hint}see `costmodel list`)")
     raise SpecError(f"{shown}: no such file")
 

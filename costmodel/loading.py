@@ -17,6 +17,7 @@ Ints are read as YAML 1.2's core schema reads them: ``[-+]?[0-9]+``, ``0o17``, `
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import stat
@@ -139,10 +140,29 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(f"^(?:{_FLOA
                               list("-+.0123456789"))
 
 
+def _distinct_nodes(root: yaml.Node) -> int:
+    """The nodes written in the document, each alias's target once: bounded by its bytes."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(x for kv in node.value for x in kv)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return len(seen)
+
+
 def _count_nodes(root: yaml.Node) -> None:
-    """Refuse aliases expanding past MAX_NODES or referring to themselves, before building."""
+    """Refuse aliases expanding past MAX_NODES (or the nodes written, if more: a long list
+    written out, a 100,000-layer pattern, is bounded by the file's size, not expanded) or
+    referring to themselves, before building."""
     memo: dict[int, int] = {}
     active: set[int] = set()
+    cap = max(MAX_NODES, _distinct_nodes(root))
 
     def size(node: yaml.Node) -> int:
         key = id(node)
@@ -155,16 +175,16 @@ def _count_nodes(root: yaml.Node) -> None:
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:
                 total += size(k) + size(v)
-                if total > MAX_NODES:
+                if total > cap:
                     break
         elif isinstance(node, yaml.SequenceNode):
             for v in node.value:
                 total += size(v)
-                if total > MAX_NODES:
+                if total > cap:
                     break
         active.discard(key)
-        if total > MAX_NODES:
-            raise LoadError(f"{node.start_mark.line + 1}: expands past {MAX_NODES:,} nodes "
+        if total > cap:
+            raise LoadError(f"{node.start_mark.line + 1}: expands past {cap:,} nodes "
                             "(aliases nested too deep)")
         memo[key] = total
         return total
@@ -209,3 +229,33 @@ def yaml_error(e: yaml.YAMLError | LoadError, origin: str) -> str:
     where = f"{origin}:{mark.line + 1}" if mark is not None else origin
     problem = getattr(e, "problem", None) or str(e).splitlines()[0]
     return f"{where}: malformed YAML: {problem}"
+
+
+# --- names --------------------------------------------------------------------------------------
+
+
+def name_key(name: str) -> str:
+    """How names (specs, hardware and cluster profiles) are compared: case, spaces, dashes and
+    underscores do not matter (``H100_SXM`` is ``h100-sxm``); dots do (``llama-3.1-8b``)."""
+    return re.sub(r"[\s_-]+", "", name.lower())
+
+
+def match_name(name: str, names: list[str]) -> str | None:
+    """The one of `names` that `name` is, exactly or up to ``name_key``; None if none is. A
+    prefix is not a name: ``h1`` is refused, not read as the one profile that starts so."""
+    if name in names:
+        return name
+    same = [n for n in names if name_key(n) == name_key(name)]
+    return same[0] if len(same) == 1 else None
+
+
+def closest_names(name: str, names: list[str], n: int = 3) -> list[str]:
+    """The names nearest to `name`, for a "did you mean" hint: those it starts first, then the
+    closest by difflib (up to ``name_key``)."""
+    by_key: dict[str, str] = {}
+    for known in names:
+        by_key.setdefault(name_key(known), known)
+    key = name_key(name[:200])
+    started = [k for k in by_key if key and k.startswith(key)]
+    near = difflib.get_close_matches(key, list(by_key), n=n)
+    return [by_key[k] for k in dict.fromkeys(started + near)][:n]

@@ -34,8 +34,10 @@ Shared conventions:
   `max_seq_len` if shorter) in every phase.
 - `--format`/`-f` takes the same four values everywhere: `table` (default), `json`, `markdown`,
   `csv` (see "Output formats" below).
-- Exit codes: 0 success; 1 a negative answer (`measure --check` found a count that differs from
-  its formula; `plan` found no layout that fits); 2 bad input (one `error:` line per problem,
+- Exit codes: 0 success; 1 it ran but cannot run as asked, or a check failed (`measure --check`
+  found a count that differs from its formula; `plan` found no layout that fits; `train`'s
+  layout, or every `inference` batch size, does not fit): the result is printed in the format
+  asked for and one `error:` line on stderr says why; 2 bad input (one `error:` line per problem,
   naming the file, the field and the problem; also a usage error); 3 an internal error (a bug
   of ours: one `error: internal error` line; please report it with the command line and the
   spec or config it read).

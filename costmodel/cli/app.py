@@ -4,6 +4,7 @@ from here; nothing imports the commands back."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import warnings
@@ -255,6 +256,16 @@ def _user_errors() -> Iterator[None]:
         finally:
             for text in dict.fromkeys(str(w.message) for w in caught if w.category is ContextWarning):
                 typer.echo(f"warning: {text}", err=True)
+
+
+def check_number(option: str, value: float | None, most: float, least: float = 0.0) -> None:
+    """An option's number is finite, above `least` and at most `most`, or bad input in one line
+    (``--tokens nan``, ``--tokens 1e400``, which the option parser reads as inf, ``--tokens -5``)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or not least < value <= most:
+        raise AnalysisError(f"{option}: must be a finite number above {least:g} and at most {most:g} "
+                            f"(got {value:g})")
 
 
 def last_resort(run: Callable[[], object]) -> None:

@@ -146,6 +146,10 @@ def sweep_cmd(
     from costmodel.studies.sweep import default_axis, parse_axis, sweep
 
     with _user_errors():
+        if plot is not None:  # before the work: a bad file name is bad input, not an error after it
+            from costmodel.report.plot import plot_path
+
+            plot_path(plot)
         s = catalog.load(spec)
         hw = load_hardware(hardware)
         axes = [parse_axis(text) for text in over] if over else [default_axis(s)]
@@ -154,12 +158,12 @@ def sweep_cmd(
         sw = sweep(s, quantity.value, axes, hw, batch=batch, seq=seq, phases=chosen, dtype=dtype.value,
                    kv_heads=_ints(kv_heads, "--kv-heads"), component=component,
                    widths=Widths(weights_dtype, kv_dtype, group_size))
-        if plot:
+        if plot is not None:
             from costmodel.report.plot import plot as draw
 
             written = draw(sw, plot)
     emit(fmt, lambda: [ra.sweep_table(sw)], sw.to_dict, csv=lambda: ra.sweep_csv(sw))
-    if plot:
+    if plot is not None:
         typer.echo(f"wrote {written}", err=True)
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -26,6 +25,7 @@ from costmodel.cli.app import (
 )
 from costmodel.components.mla import Convention
 from costmodel.devices.hardware import load_hardware
+from costmodel.analysis import AnalysisError
 from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.runtime.serving import Serving, parse_batches, serve
 from costmodel.runtime.timing import Kernels
@@ -61,10 +61,9 @@ def serving_table(sv: Serving) -> report.Table:
 def plot_serving(sv: Serving, path: str) -> str:
     """Latency against throughput, one point per batch size (matplotlib, the `plot` extra);
     returns the file written (a path without a suffix gets .png, as matplotlib writes it)."""
-    from costmodel.report.plot import _pyplot
+    from costmodel.report.plot import _pyplot, plot_path
 
-    if not Path(path).suffix:
-        path = f"{path}.png"
+    path = str(plot_path(path))
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [p.tokens_per_s for p in sv.points]
@@ -78,8 +77,12 @@ def plot_serving(sv: Serving, path: str) -> str:
     ax.set_title(f"{sv.spec.name} on {sv.hardware.name}: prompt {sv.prompt}, output {sv.output}")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        fig.savefig(path)
+    except (OSError, ValueError) as e:
+        raise AnalysisError(f"--plot: cannot write {path}: {e}") from None
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -110,13 +113,21 @@ def inference_cmd(
 ) -> None:
     """Serving: time to first token, time per output token, latency and tokens/s per batch size."""
     with _user_errors():
+        if plot is not None:  # before the work: a bad file name is bad input, not an error after it
+            from costmodel.report.plot import plot_path
+
+            plot_path(plot)
         batches = parse_batches(batch)
         hw = load_hardware(hardware)
         sv = serve(catalog.load(spec), hw, prompt, output, batches, dtype.value, all_logits,
                    Kernels(flash_attention=flash, fused=fused), mla.value,
                    Widths(weights_dtype, kv_dtype, group_size))
-        written = plot_serving(sv, plot) if plot else None
+        written = plot_serving(sv, plot) if plot is not None else None
     emit(fmt, lambda: [serving_table(sv)], sv.to_dict, sv.spec,
          csv=lambda: report.records_csv([{"spec": sv.spec.name, **p.to_dict()} for p in sv.points]))
     if written and fmt is Format.table:
         typer.echo(f"plot: {written}")
+    why = sv.unrunnable()
+    if why:  # printed in full; exit 1: it cannot run
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(1)

@@ -157,11 +157,12 @@ def calibrate_cmd(
         require_torch()
         from costmodel.measure.calibrate import calibrate
 
+        folder = hardware.writable_dir()
         chosen = tuple(d.value for d in dtypes) if dtypes else (
             ("fp32", "bf16", "fp16") if device is Device.cuda else ("fp32", "bf16"))
         profile = calibrate(device.value, chosen, matmul_size, copy_mib, repeats, name,
                             tables=None if tables else (), allocator=allocator.value)
-        path = hardware.save_hardware(profile, hardware.user_dir() / f"{name}.yaml")
+        path = hardware.save_hardware(profile, folder / f"{name}.yaml")
     from costmodel.report.measure import calibration_table
 
     emit(fmt, lambda: [calibration_table(profile, str(path))],

@@ -56,10 +56,12 @@ RecomputeOpt = Annotated[Optional[str], typer.Option(
 FlashOpt = Annotated[bool, typer.Option(
     "--flash-attention",
     help="Flash attention: the S x S scores and probabilities are never kept.")]
-WeightsOpt = Annotated[str, typer.Option(
+WeightsOpt = Annotated[Optional[str], typer.Option(
     "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (int8/int4: weight-only, "
-    "fp16 scale per group).")]
-ActOpt = Annotated[str, typer.Option("--dtype", help="Inference activations (fp32, bf16, fp16, fp8).")]
+    "fp16 scale per group). Default: --dtype.")]
+ActOpt = Annotated[Optional[str], typer.Option(
+    "--dtype", help="Inference activations (fp32, bf16, fp16, fp8). Default: bf16. Training's widths are "
+    "--precision's.")]
 MaskOpt = Annotated[int, typer.Option(
     "--mask-bytes", help="Bytes per dropout-mask element: 1 (fused CUDA kernel), or the activation width.")]
 LastOpt = Annotated[bool, typer.Option(
@@ -67,8 +69,9 @@ LastOpt = Annotated[bool, typer.Option(
 
 
 def _config(phase: str, optimizer: str | None, precision: str | None, zero: int | None, dp: int | None,
-            recompute: str | None, flash: bool, weights_dtype: str, kv_dtype: str | None, dtype: str,
-            group_size: int, mask_bytes: int, last_logits: bool, mla: Convention) -> tuple[Run, Parallel]:
+            recompute: str | None, flash: bool, weights_dtype: str | None, kv_dtype: str | None,
+            dtype: str | None, group_size: int, mask_bytes: int, last_logits: bool,
+            mla: Convention) -> tuple[Run, Parallel]:
     """The options as a Run and a Parallel; options of the other kind of phase are an error."""
     training = phase == "train"
     given = {"--optimizer": optimizer, "--precision": precision, "--zero": zero, "--recompute": recompute}
@@ -76,11 +79,17 @@ def _config(phase: str, optimizer: str | None, precision: str | None, zero: int 
         wrong = [name for name, value in given.items() if value is not None]
         if wrong:
             raise MemoryConfigError(f"{wrong[0]}: only for --phase train")
+    else:  # the recipe holds training's widths: --dtype fp32 would leave the weights at bf16
+        wrong = [name for name, value in {"--dtype": dtype, "--weights-dtype": weights_dtype,
+                                          "--kv-dtype": kv_dtype}.items() if value is not None]
+        if wrong:
+            raise MemoryConfigError(f"{wrong[0]}: only for --phase prefill or decode; training's widths are "
+                                    f"--precision's ({', '.join(PRECISIONS)})")
     if zero is not None and zero > 0 and dp is None:
         raise MemoryConfigError(f"zero: stage {zero} shards over data-parallel ranks; give --dp N")
     run = Run(optimizer=optimizer or "adamw", precision=precision or "bf16-mixed",
               recompute=recompute or "none", flash=flash, mask_bytes=mask_bytes,
-              weights_dtype=weights_dtype, kv_dtype=kv_dtype, dtype=dtype, group_size=group_size,
+              weights_dtype=weights_dtype, kv_dtype=kv_dtype, dtype=dtype or "bf16", group_size=group_size,
               last_logits=last_logits, mla=mla.value)
     return run, Parallel(dp=1 if dp is None else dp, zero=zero or 0)
 
@@ -104,9 +113,9 @@ def memory_cmd(
     dp: DpOpt = None,
     recompute: RecomputeOpt = None,
     flash: FlashOpt = False,
-    weights_dtype: WeightsOpt = "bf16",
+    weights_dtype: WeightsOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    dtype: ActOpt = "bf16",
+    dtype: ActOpt = None,
     group_size: GroupSizeOpt = 128,
     mask_bytes: MaskOpt = 1,
     last_logits: LastOpt = False,
@@ -155,9 +164,9 @@ def fit_cmd(
     dp: DpOpt = None,
     recompute: RecomputeOpt = None,
     flash: FlashOpt = False,
-    weights_dtype: WeightsOpt = "bf16",
+    weights_dtype: WeightsOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    dtype: ActOpt = "bf16",
+    dtype: ActOpt = None,
     group_size: GroupSizeOpt = 128,
     mask_bytes: MaskOpt = 1,
     last_logits: LastOpt = False,
@@ -176,7 +185,8 @@ def fit_cmd(
             training = ph == "train"
             run, par = _config(ph, optimizer if training else None, precision if training else None,
                                zero if training else None, dp, recompute if training else None, flash,
-                               weights_dtype, kv_dtype, dtype, group_size, mask_bytes, last_logits, mla)
+                               None if training else weights_dtype, None if training else kv_dtype,
+                               None if training else dtype, group_size, mask_bytes, last_logits, mla)
             n, m = fit(s, ph, hw.memory_bytes, over, batch, seq, enc_seq, run, par)
             results.append((ph, n, m))
     from costmodel.report import memory as report_memory

@@ -21,6 +21,7 @@ from costmodel.cli.app import (
     WeightsDtypeOpt,
     _user_errors,
     app,
+    check_number,
     emit,
 )
 from costmodel.components.mla import Convention
@@ -31,6 +32,7 @@ from costmodel.parallel.plan import plan
 from costmodel.parallel.serve import decode
 from costmodel.parallel.step import Overlap, StepModel
 from costmodel.precision import DEFAULT_GROUP, Widths
+from costmodel.runtime.serving import parse_batches
 from costmodel.spec import Spec
 
 
@@ -122,6 +124,7 @@ def train_cmd(
     """One training step on a parallel layout: where its time goes (compute by component, each
     collective, the pipeline bubble), MFU and HFU, tokens/s, and the memory per GPU."""
     with _user_errors():
+        check_number("--tokens", tokens, 1e18)  # a quintillion tokens: 60x the largest training sets
         s = catalog.load(spec)
         cl = load_cluster(cluster)
         if gpus < 1:
@@ -178,15 +181,20 @@ def plan_cmd(
         start = time.perf_counter()
         result = plan(model, gpus, global_batch, cps=tuple(cp or (1,)), max_micro_batch=max_micro_batch)
         elapsed = time.perf_counter() - start
-    if fmt is not Format.json and not result.ranked:
-        typer.echo(f"no layout of {s.name} fits on {gpus} GPUs of {cl.name} "
-                   f"({result.considered} valid layouts, all over "
-                   f"{units.decimal_bytes(cl.hardware.memory_bytes)})")
+    why = (f"no layout of {s.name} fits on {gpus} GPUs of {cl.name} ({result.considered} valid layouts, all "
+           f"over {units.decimal_bytes(cl.hardware.memory_bytes)})" if result.considered else
+           f"no valid layout of {s.name} on {gpus} GPUs with global batch {global_batch} (the GPUs, heads, "
+           "layers and batch divide into none)")
+    if fmt is Format.table and not result.ranked:
+        typer.echo(why)
+    else:
+        emit(fmt, lambda: [report_parallel.plan_table(result, top, elapsed)], lambda: {
+            "spec": s.name, "cluster": cl.name, "gpus": gpus, "global_batch": global_batch, "seq": model.seq,
+            "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
+            "seconds": elapsed, "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)
+    if not result.ranked:  # said in every format; exit 1: nothing can run
+        typer.echo(f"error: {why}", err=True)
         raise typer.Exit(1)
-    emit(fmt, lambda: [report_parallel.plan_table(result, top, elapsed)], lambda: {
-        "spec": s.name, "cluster": cl.name, "gpus": gpus, "global_batch": global_batch, "seq": model.seq,
-        "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
-        "seconds": elapsed, "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)
 
 
 @app.command("serve")
@@ -214,10 +222,7 @@ def serve_cmd(
     with _user_errors():
         s = catalog.load(spec)
         cl = load_cluster(cluster)
-        try:
-            batches = [int(b) for b in batch.split(",")]
-        except ValueError:
-            raise LayoutError(f"--batch: {batch!r} is not a list of integers such as 1,8,64") from None
+        batches = parse_batches(batch, "--batch")
         widths = Widths(weights_dtype, kv_dtype, group_size)
         results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value, widths) for b in batches]
     emit(fmt, lambda: [report_parallel.decode_table(results)],

@@ -33,9 +33,15 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
-Fraction = Annotated[float, Field(gt=0)]
+# Strict (a bool or a numeric string is refused) and finite, as the spec's numbers are. An efficiency
+# is a fraction of the profile's peak: above 1 an op would run faster than the device can, and a
+# time would come out below the roofline's bound (calibrate raises the peak to the best rate it saw).
+Finite = Annotated[StrictFloat, AllowInfNan(False)]
+Fraction = Annotated[Finite, Field(gt=0, le=1)]
+Size = Annotated[Finite, Field(gt=0, le=1e30)]  # a grid point: bytes or FLOPs of one op
+Dim = Annotated[StrictInt, Field(gt=0, le=2**40)]  # M, N or K of a matmul grid
 
 
 def _increasing(name: str, values: Sequence[float]) -> None:
@@ -66,9 +72,9 @@ class MatmulTable(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    M: list[int]
-    N: list[int]
-    K: list[int]
+    M: list[Dim]
+    N: list[Dim]
+    K: list[Dim]
     efficiency: list[list[list[Fraction]]]
 
     @model_validator(mode="after")
@@ -128,7 +134,7 @@ class FlopsTable(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    flops: list[float]
+    flops: list[Size]
     efficiency: list[Fraction]
     interpolation: Interpolation = "log"
 
@@ -151,7 +157,7 @@ class MemoryTable(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    bytes: list[float]
+    bytes: list[Size]
     efficiency: list[Fraction]
     interpolation: Interpolation = "log"
 
@@ -171,8 +177,8 @@ class FirstTouchTable(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    bytes: list[float]
-    s_per_byte: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]]
+    bytes: list[Size]
+    s_per_byte: list[Annotated[Finite, Field(ge=0, le=1e-3)]]
 
     @model_validator(mode="after")
     def _shape(self) -> FirstTouchTable:
@@ -191,7 +197,7 @@ class Efficiency(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: str
-    floor_s: Annotated[float, Field(ge=0)]  # the least time an op takes
+    floor_s: Annotated[Finite, Field(ge=0, le=1)]  # the least time an op takes: a second is no launch
     matmul: dict[str, MatmulTable | FlopsTable]  # dtype -> table
     memory: MemoryTable
     first_touch: FirstTouchTable | None = None  # measured by calibrate; absent: no such cost

@@ -21,7 +21,10 @@ from costmodel.devices.efficiency import Efficiency
 from costmodel.devices.profiles import Profiles
 from costmodel.spec import FiniteFloat, SpecError
 
-Positive = Annotated[FiniteFloat, Field(gt=0)]  # finite: .inf bandwidth is not a device
+# Finite and within what a device can be: a peak of 1e-300 FLOP/s (or bandwidth of 1e-300 B/s) would
+# make every time overflow to inf, one of 1e300 every time 0.
+Rate = Annotated[FiniteFloat, Field(ge=1e3, le=1e21)]  # FLOP/s or bytes/s: a kFLOP/s .. a ZFLOP/s
+Capacity = Annotated[FiniteFloat, Field(ge=1e3, le=1e18)]  # bytes: a kB .. an EB
 
 
 class Hardware(BaseModel):
@@ -31,9 +34,9 @@ class Hardware(BaseModel):
 
     name: str
     description: str | None = None
-    peak_flops: dict[str, Positive]  # dtype -> dense FLOP/s (no sparsity)
-    memory_bandwidth: Positive  # bytes/s
-    memory_bytes: Positive  # device memory, bytes
+    peak_flops: dict[str, Rate]  # dtype -> dense FLOP/s (no sparsity)
+    memory_bandwidth: Rate  # bytes/s
+    memory_bytes: Capacity  # device memory, bytes
     source: str | dict[str, str]
     measured: StrictBool = False  # written by `costmodel calibrate`
     date: str | None = None
@@ -63,16 +66,20 @@ class Hardware(BaseModel):
 PROFILES = Profiles("hardware", "hardware", "COSTMODEL_HARDWARE_DIR")
 bundled_dir, user_dir, profile_paths, find_profile = (PROFILES.bundled_dir, PROFILES.user_dir, PROFILES.paths,
                                                       PROFILES.find)
+writable_dir = PROFILES.writable_dir
 
 
 def load_hardware(name_or_path: str) -> Hardware:
-    """A profile by file or by name (``H100-SXM``, ``h100``: see ``Profiles.find``)."""
+    """A profile by file or by name (``h100-sxm``, ``H100_SXM``; not a prefix: see ``Profiles.find``)."""
     return PROFILES.load(name_or_path, Hardware)
 
 
 def save_hardware(hw: Hardware, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(hw.model_dump(exclude_none=True), sort_keys=False))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(hw.model_dump(exclude_none=True), sort_keys=False))
+    except OSError as e:
+        raise SpecError(f"{str(path)[:120]}: cannot write the profile: {e.strerror or e}") from None
     return path
 
 

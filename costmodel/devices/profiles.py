@@ -8,9 +8,7 @@ and every problem reported on its own line naming the field.
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -18,15 +16,10 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from costmodel.loading import LoadError, load_yaml, read_text, yaml_error
+from costmodel.loading import LoadError, closest_names, load_yaml, match_name, read_text, yaml_error
 from costmodel.spec import SpecError
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def _key(name: str) -> str:
-    """How names are compared: case, spaces, dashes and underscores do not matter."""
-    return re.sub(r"[\s_-]+", "", name.lower())
 
 
 @dataclass(frozen=True)
@@ -46,6 +39,14 @@ class Profiles:
     def user_dir(self) -> Path:
         return Path(os.environ.get(self.env, Path.home() / ".config" / "costmodel" / self.folder))
 
+    def writable_dir(self) -> Path:
+        """The user folder, checked before anything is measured into it: a file there (the
+        variable pointing at one) is bad input, not an error after minutes of calibrating."""
+        folder = self.user_dir()
+        if folder.exists() and not folder.is_dir():
+            raise SpecError(f"{self.env}: {str(folder)[:120]} is not a folder")
+        return folder
+
     def paths(self) -> dict[str, Path]:
         """name -> file, bundled first; a user profile of the same name takes precedence."""
         found: dict[str, Path] = {}
@@ -56,20 +57,15 @@ class Profiles:
         return found
 
     def find(self, name: str) -> Path:
-        """The file of a name: exact, else the one name equal up to case and dashes
-        (``H100-SXM``, ``h100_sxm``), else the one name it starts (``h100`` -> ``h100-sxm``)."""
+        """The file of a name: exact, or equal up to case and separators (``H100-SXM``,
+        ``h100_sxm``: ``loading.match_name``); anything else, a prefix (``h1``) included, is
+        refused naming the closest names."""
         paths = self.paths()
-        if name in paths:
-            return paths[name]
-        key = _key(name)
-        same = [n for n in paths if _key(n) == key]
-        if len(same) == 1:
-            return paths[same[0]]
-        prefixed = [n for n in paths if key and _key(n).startswith(key)]
-        if len(prefixed) == 1:
-            return paths[prefixed[0]]
+        found = match_name(name, list(paths))
+        if found is not None:
+            return paths[found]
         shown = name if len(name) <= 60 else name[:57] + "..."
-        guesses = prefixed or difflib.get_close_matches(name.lower(), list(paths), n=3)
+        guesses = closest_names(name, list(paths))
         hint = f"did you mean {' or '.join(guesses)}? " if guesses else ""
         raise SpecError(f"{self.kind} {shown}: no such file or profile ({hint}known: "
                         f"{', '.join(paths) or 'none'})")

@@ -12,6 +12,9 @@ point the median of ``torch.utils.benchmark.Timer.blocked_autorange``:
   efficiency = achieved FLOP/s / peak;
 - memory: an out-of-place add (read 2, write 1) over sizes 4 KiB .. 256 MiB (1 GiB on a GPU);
   efficiency = achieved bytes/s / copy bandwidth;
+- where a point of a table beats the peak (a small add in cache passes a large copy's
+  bandwidth), the profile's peak becomes that best rate and the table fractions of it: an
+  efficiency is at most 1 (``costmodel.devices.efficiency``), and the times are the same;
 - floor: the time of an add of one element (launch and dispatch overhead);
 - first touch: over sizes 1 .. 256 MiB, a fill of a freshly allocated buffer against a fill of a
   reused one; the difference per byte is what each fresh output of that size costs (page faults
@@ -35,7 +38,7 @@ from typing import TypedDict
 
 import torch
 
-from costmodel.devices.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
+from costmodel.devices.efficiency import Efficiency, FirstTouchTable, FlopsTable, MatmulTable, MemoryTable
 from costmodel.devices.hardware import Hardware
 from costmodel.measure import MeasureError
 from costmodel.measure.malloc import allocator as kept
@@ -44,6 +47,9 @@ from costmodel.measure.run import TORCH_DTYPES, check_device, time_runs
 
 DEFAULT_MATMUL = {"cuda": 8192, "cpu": 1024}  # n of the n x n matmul
 DEFAULT_COPY_MIB = {"cuda": 2048, "cpu": 256}  # buffer copied to measure bandwidth
+MAX_MATMUL = 32_768  # three fp32 operands of 4 GiB each
+MAX_COPY_MIB = 16_384  # two buffers of 16 GiB
+MAX_REPEATS = 1000  # a median of a thousand runs is as good as it gets
 
 
 class Grid(TypedDict, total=False):
@@ -102,9 +108,19 @@ def weight_views(pool: torch.Tensor, b: int, N: int, K: int) -> list[torch.Tenso
             for i in range(min(64, pool.numel() // size))]
 
 
-def matmul_table(device: torch.device, dtype: str, peak: float, grid: Grid) -> MatmulTable:
-    """Efficiency of (M x K) @ (K x N) over the grid, as a fraction of `peak`; the weights of
-    successive calls are distinct (``weight_views``), so a small product is not timed from cache."""
+def fractions(rates: list[float], peak: float) -> tuple[list[float], float]:
+    """Measured rates as fractions of `peak` (5 decimals, at least 1e-5), and the peak: raised to
+    the best rate measured when a shape beat the one the peak was taken on (a small op in cache
+    passes the copy bandwidth of a large one), so that no efficiency passes 1 and no time falls
+    below the profile's roofline; the times the tables give are the same either way."""
+    top = max(peak, *rates)
+    return [max(1e-5, round(r / top, 5)) for r in rates], top
+
+
+def matmul_table(device: torch.device, dtype: str, peak: float, grid: Grid) -> tuple[MatmulTable, float]:
+    """Efficiency of (M x K) @ (K x N) over the grid, as a fraction of `peak` (raised to the best
+    rate measured, ``fractions``), and that peak; the weights of successive calls are distinct
+    (``weight_views``), so a small product is not timed from cache."""
     kind = device.type
     t_dtype = TORCH_DTYPES[dtype]
     points = [(M, N, K) for M in grid["M"] for N in grid["N"] for K in grid["K"]]
@@ -121,22 +137,25 @@ def matmul_table(device: torch.device, dtype: str, peak: float, grid: Grid) -> M
             per_call = block_times(lambda a=a, w=weights: torch.bmm(a, next(w)), device, grid["run_s"] / 2)
             times[(M, N, K)].extend(t / b for t in per_call)
     del pool
-    table = [[[round(2 * M * N * K / statistics.median(times[(M, N, K)]) / peak, 5) for K in grid["K"]]
-              for N in grid["N"]] for M in grid["M"]]
-    return MatmulTable(M=grid["M"], N=grid["N"], K=grid["K"], efficiency=table)
+    effs, peak = fractions([2 * M * N * K / statistics.median(times[(M, N, K)]) for M, N, K in points], peak)
+    at = dict(zip(points, effs, strict=True))
+    table = [[[at[(M, N, K)] for K in grid["K"]] for N in grid["N"]] for M in grid["M"]]
+    return MatmulTable(M=grid["M"], N=grid["N"], K=grid["K"], efficiency=table), peak
 
 
-def memory_table(device: torch.device, bandwidth: float, grid: Grid) -> MemoryTable:
-    """Efficiency of c = a + b (fp32) moving each size of the grid, as a fraction of `bandwidth`."""
+def memory_table(device: torch.device, bandwidth: float, grid: Grid) -> tuple[MemoryTable, float]:
+    """Efficiency of c = a + b (fp32) moving each size of the grid, as a fraction of `bandwidth`
+    (raised to the best rate measured, ``fractions``), and that bandwidth."""
     sizes: list[float] = []
-    effs: list[float] = []
+    rates: list[float] = []
     for nbytes in grid["bytes"]:
         n = max(1, nbytes // 12)  # 3 tensors of 4-byte elements
         a, b, c = (torch.ones(n, device=device) for _ in range(3))
         seconds = timed(lambda a=a, b=b, c=c: torch.add(a, b, out=c), device, grid["run_s"])
         sizes.append(12 * n)
-        effs.append(round(12 * n / seconds / bandwidth, 5))
-    return MemoryTable(bytes=sizes, efficiency=effs)
+        rates.append(12 * n / seconds)
+    effs, bandwidth = fractions(rates, bandwidth)
+    return MemoryTable(bytes=sizes, efficiency=effs), bandwidth
 
 
 def first_touch_table(device: torch.device, grid: Grid) -> FirstTouchTable | None:
@@ -212,19 +231,28 @@ def calibrate(
     measures the peaks only. `allocator` is how freed CPU memory is treated while measuring
     (``costmodel.measure.malloc``: kept in the process, or glibc's default); the profile
     records it, and ``costmodel measure`` times under the same setting."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-        raise MeasureError(f"name: {name!r} is not a profile name (letters, digits, '.', '_', '-')")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        shown = name if len(name) <= 40 else name[:37] + "..."
+        raise MeasureError(f"name: {shown!r} is not a profile name (at most 64 letters, digits, '.', '_', "
+                           "'-')")
+    for option, value, most in (("matmul_size", matmul_size, MAX_MATMUL),
+                                ("copy_mib", copy_mib, MAX_COPY_MIB), ("repeats", repeats, MAX_REPEATS)):
+        if value is not None and not 1 <= value <= most:
+            raise MeasureError(f"{option}: must be 1 to {most:,} (got {value})")
     dev = check_device(device)
     if dev.type == "meta":
         raise MeasureError("device: the meta device runs nothing; calibrate cpu or cuda")
     for dtype in dtypes:
         if dtype not in TORCH_DTYPES:
             raise MeasureError(f"dtype: {dtype} cannot be measured; use one of {', '.join(TORCH_DTYPES)}")
-    if repeats < 1:
-        raise MeasureError(f"repeats: must be at least 1 (got {repeats})")
     check_allocator(allocator)
     n = matmul_size or DEFAULT_MATMUL[dev.type]
     mib = copy_mib or DEFAULT_COPY_MIB[dev.type]
+    held = device_memory(dev)
+    for option, need in (("matmul_size", 3 * n * n * 4), ("copy_mib", 2 * mib * 2**20)):
+        if need > held / 2:
+            raise MeasureError(f"{option}: its buffers take {need / 2**30:.1f} GiB, more than half the "
+                               f"{held / 2**30:.1f} GiB this {dev.type} device holds")
     if tables is None:
         tables = dtypes if dev.type == "cuda" else tuple(d for d in dtypes if d == "fp32")[:1]
     for dtype in tables:
@@ -236,6 +264,10 @@ def calibrate(
         bandwidth = copy_bandwidth(dev, mib, repeats)
         if tables:
             grid = grid or GRID[dev.type]
+            matmul: dict[str, MatmulTable | FlopsTable] = {}
+            for dtype in tables:
+                matmul[dtype], peaks[dtype] = matmul_table(dev, dtype, peaks[dtype], grid)
+            memory, bandwidth = memory_table(dev, bandwidth, grid)
             efficiency = Efficiency(
                 source=(f"costmodel calibrate on {dev.type}: batched matmuls over M {grid['M']}, N "
                         f"{grid['N']}, "
@@ -245,8 +277,8 @@ def calibrate(
                         f"torch.utils.benchmark blocked_autorange; allocator {in_effect}; torch "
                         f"{torch.__version__}"),
                 floor_s=op_floor(dev),
-                matmul={dtype: matmul_table(dev, dtype, peaks[dtype], grid) for dtype in tables},
-                memory=memory_table(dev, bandwidth, grid),
+                matmul=matmul,
+                memory=memory,
                 # Under cache a freed block is reused: no fresh block after the warm-up, so no
                 # such cost (and the fills' difference is noise, once 5.5e-10 s/B at 256 MiB in a
                 # CI run, which would have charged every large output).

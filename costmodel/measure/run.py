@@ -284,10 +284,12 @@ def measure(
     # The reference routes round robin: each sparse layer reads min(E, T*K) experts, the
     # formulas' worst case (costmodel.measure.moe).
     a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=mla, routing="worst")
-    # torch sizes are C longs: the largest tensor (B x C x h x d_h scores' sides) must fit one.
-    elements = a.shape["B"] * max(a.shape["C"], a.shape["C_e"], 1) * spec.n_heads * max(spec.head_dim,
-                                                                                        spec.vocab_size)
-    if elements >= 2**63:
+    # torch sizes are C longs, in bytes too: the largest tensor (B x C x h x d_h scores' sides, the
+    # logits, or the S x C scores themselves) at 8 bytes an element must fit one.
+    context = max(a.shape["C"], a.shape["C_e"], 1)
+    elements = a.shape["B"] * context * spec.n_heads * max(spec.head_dim, spec.vocab_size,
+                                                          max(a.shape["S"], a.shape.get("S_e", 0), 1))
+    if 8 * elements >= 2**63:
         raise MeasureError(f"seq: batch {a.shape['B']} x context {max(a.shape['C'], a.shape['C_e'])} makes "
                            "tensors past 2^63 elements, more than torch can index (even on meta)")
     if dtype not in TORCH_DTYPES:

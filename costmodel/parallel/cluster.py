@@ -20,8 +20,10 @@ from costmodel.devices.hardware import Hardware, load_hardware
 from costmodel.devices.profiles import Profiles
 from costmodel.spec import FiniteFloat
 
-Positive = Annotated[FiniteFloat, Field(gt=0)]
-NonNegative = Annotated[FiniteFloat, Field(ge=0)]
+# Strict and finite (a bool or "0.5" is no number here), and bounded to what a link can be, so that no
+# time overflows: a bandwidth of 1e-300 B/s would make every collective take inf seconds.
+Bandwidth = Annotated[FiniteFloat, Field(ge=1e3, le=1e18)]  # bytes/s per GPU per direction
+Latency = Annotated[FiniteFloat, Field(ge=0, le=1)]  # seconds
 
 
 class Link(BaseModel):
@@ -30,12 +32,12 @@ class Link(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    bandwidth: Positive  # bytes/s per GPU per direction, line rate
-    efficiency: Annotated[float, Field(gt=0, le=1)]  # NCCL bus bandwidth / line rate (ring)
+    bandwidth: Bandwidth  # bytes/s per GPU per direction, line rate
+    efficiency: Annotated[FiniteFloat, Field(gt=0, le=1)]  # NCCL bus bandwidth / line rate (ring)
     # NVLink SHARP (NVLS) reduces inside the switch: its all-reduce bus bandwidth may pass the line rate.
-    all_reduce_efficiency: Annotated[float, Field(gt=0, le=2)] | None = None
-    latency: NonNegative  # seconds per ring step, Simple protocol (large messages)
-    ll_latency: NonNegative | None = None  # seconds per ring step, LL protocol (small messages)
+    all_reduce_efficiency: Annotated[FiniteFloat, Field(gt=0, le=2)] | None = None
+    latency: Latency  # seconds per ring step, Simple protocol (large messages)
+    ll_latency: Latency | None = None  # seconds per ring step, LL protocol (small messages)
     source: str
 
     @property
@@ -56,11 +58,11 @@ class Cluster(BaseModel):
     name: str
     description: str | None = None
     device: str  # a hardware profile (specs/hardware/)
-    gpus_per_node: Annotated[StrictInt, Field(gt=0)]  # the NVLink domain
+    gpus_per_node: Annotated[StrictInt, Field(gt=0, le=2**20)]  # the NVLink domain
     intra_node: Link
     inter_node: Link
-    collective_latency: NonNegative = 0.0  # seconds per ring collective, Simple protocol
-    ll_collective_latency: NonNegative | None = None  # the same, LL protocol
+    collective_latency: Latency = 0.0  # seconds per ring collective, Simple protocol
+    ll_collective_latency: Latency | None = None  # the same, LL protocol
     source: str | dict[str, str]
 
     @cached_property

@@ -54,6 +54,11 @@ class ParameterBytes:
         states = memory.optimizer_bytes(optimizer, 1, 0, p.states)
         return cls(name, p.weights, p.gradients, p.master + states, update_bytes)
 
+    def label(self, dtype: str) -> str:
+        """The recipe as a run at `dtype` holds it: ``bf16-mixed (Megatron)`` for a bf16 run (the
+        name once said fp16-mixed whatever the dtype); fp8 matmuls keep 16-bit weights, bf16."""
+        return f"{dtype if dtype in ('bf16', 'fp16') else 'bf16'}-mixed ({self.name})"
+
 
 #: Megatron-LM's fp16 optimizer as it ran in Korthikanti et al. 2022 (NVIDIA/Megatron-LM of June
 #: 2022, megatron/optimizer/optimizer.py, ``MixedPrecisionOptimizer.step``, and training.py):
@@ -68,7 +73,7 @@ MEGATRON_PRECISION = memory.TrainingPrecision(
 #: 4); the gradient's L2 norm for clipping (read 4; the rescale only runs when the norm exceeds
 #: the limit); Adam (apex ``multi_tensor_adam``: read gradient, master, m, v, write master, m, v:
 #: 28); copy the fp32 master into the fp16 weights (read 4, write 2). 50 bytes.
-MEGATRON = ParameterBytes.of(MEGATRON_PRECISION.name, MEGATRON_PRECISION,
+MEGATRON = ParameterBytes.of("Megatron", MEGATRON_PRECISION,
                              4 + (4 + 4) + 4 + (4 * 4 + 3 * 4) + (4 + 2))  # 18 bytes per parameter
 
 
@@ -77,7 +82,7 @@ def _zero() -> ParameterBytes:
     p = memory.PRECISIONS["bf16-mixed"]
     states = memory.optimizer_bytes("adamw", 1, 0, p.states)
     # The update reads master, m, v and the gradient and writes master, m, v and the weight.
-    return ParameterBytes.of("bf16-mixed (ZeRO)", p, 2 * p.master + 2 * states + p.gradients + p.weights)
+    return ParameterBytes.of("ZeRO", p, 2 * p.master + 2 * states + p.gradients + p.weights)
 
 
 ZERO = _zero()

@@ -14,15 +14,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from math import gcd
+from math import gcd, isqrt
 from typing import Any
 
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts
 from costmodel.parallel.step import Step, StepModel
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+MAX_MICRO_BATCH = 4096  # sequences per micro-batch tried at most
+
+
+def divisors(n: int, most: int | None = None) -> list[int]:
+    """The divisors of n (at most `most`), ascending, in O(min(sqrt n, most)) steps: a global
+    batch of 1e11 is not scanned one by one."""
+    top = n if most is None else min(n, most)
+    if top <= isqrt(n):
+        return [d for d in range(1, top + 1) if n % d == 0]
+    small = [d for d in range(1, isqrt(n) + 1) if n % d == 0]
+    large = [n // d for d in reversed(small) if n // d != d]
+    return [d for d in small + large if d <= top]
 
 
 @dataclass(frozen=True)
@@ -54,9 +64,7 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
                     continue
                 eps = divisors(gcd(moe[0], dp * cp)) if moe else [1]
                 per_rank = global_batch // dp
-                for b in divisors(per_rank):
-                    if b > max_micro_batch:
-                        break
+                for b in divisors(per_rank, max_micro_batch):
                     m = per_rank // b
                     vs = [1] + ([v for v in divisors(L // pp)[1:] if v <= 8] if pp > 1 and m % pp == 0
                                 else [])
@@ -69,6 +77,12 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
 
 
 def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None, **space: Any) -> Plan:
+    bad = [cp for cp in space.get("cps", ()) if cp < 1]
+    if bad:
+        raise LayoutError(f"--cp: context-parallel sizes must be at least 1 (got {bad[0]})")
+    if not 1 <= space.get("max_micro_batch", 1) <= MAX_MICRO_BATCH:  # the divisor scan is bounded by it
+        raise LayoutError(f"--max-micro-batch: must be 1 to {MAX_MICRO_BATCH:,} "
+                          f"(got {space['max_micro_batch']})")
     ranked: list[Step] = []
     considered = dropped = 0
     for layout in layouts(model, gpus, global_batch, **space):

@@ -118,6 +118,8 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
     ``costmodel.precision``)."""
     if batch < 1 or context < 1:
         raise LayoutError(f"--batch and --seq: must be at least 1 (got {batch}, {context})")
+    if ep < 1:  # the layout below puts EP in DP's place, whose message would name --dp
+        raise LayoutError(f"--ep: must be at least 1 (got {ep})")
     check(Layout(global_batch=ep, tp=tp, dp=ep, ep=ep), spec)
     moe = experts(spec)
     shard = shard_spec(spec, tp)

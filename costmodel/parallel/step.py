@@ -274,7 +274,7 @@ class Step:
         data: dict[str, Any] = {
             "spec": self.spec.name, "cluster": self.cluster.name, "device": hw.name, "seq": self.seq,
             "dtype": self.dtype, "layout": self.layout.to_dict(), "overlap": self.overlap.to_dict(),
-            "recipe": self.recipe.name,
+            "recipe": self.recipe.label(self.dtype),
             "step_time_s": self.step_time_s, "breakdown_s": dict(self.breakdown),
             "compute": {"by_component_s": dict(self.compute_by_component)},
             "comm": {"by_collective": self.by_collective()},

@@ -25,7 +25,11 @@ def memory_tables(m: Memory, hw: Hardware | None, korthikanti: tuple[int, int] |
                      f"{verdict}: {units.nbytes(abs(room))} {'free' if room >= 0 else 'short'}"))
     if korthikanti is not None:
         ours, theirs = korthikanti
-        notes.append(f"layer activations: ours {ours:,} B; Korthikanti et al. 2022, L x sbh(34 + 5as/h), "
+        # Their Table 2 row for the recompute compared (flash attention keeps what selective does).
+        mode = "selective" if m.run.flash else m.run.recompute
+        formula = {"none": "L x sbh(34 + 5as/h)", "selective": "L x 34 sbh (selective recompute)",
+                   "full": "L x 2 sbh (full recompute)"}[mode]
+        notes.append(f"layer activations: ours {ours:,} B; Korthikanti et al. 2022, {formula}, "
                      f"{theirs:,} B (their GPT layer: LayerNorm, 4h GeLU, 1-byte masks, 16-bit)")
     split = f"dp {m.parallel.dp}, ZeRO-{m.parallel.zero}" if m.phase == "train" else ""
     title = f"Memory per device: {m.phase}, B={m.batch}, seq={m.seq}" + (f", {split}" if split else "")

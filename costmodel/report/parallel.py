@@ -24,8 +24,8 @@ def summary_table(s: Step, tokens: float | None = None) -> Table:
         ("layout", lo.label()),
         ("GPUs", f"{lo.gpus} on {s.cluster.name} ({s.cluster.hardware.name})"),
         ("batch",
-         f"{lo.global_batch} x {s.seq} tokens; {lo.micro_batches} micro-batches of {lo.micro_batch} per DP "
-         "rank"),
+         f"{lo.global_batch} x {s.seq} tokens; {lo.micro_batches} micro-batch"
+         f"{'es' if lo.micro_batches != 1 else ''} of {lo.micro_batch} per DP rank"),
         ("step time", units.seconds(s.step_time_s)),
         ("tokens/s", f"{s.tokens_per_s:,.0f}"),
         ("MFU", f"{100 * s.mfu:.1f}%"),
@@ -36,10 +36,13 @@ def summary_table(s: Step, tokens: float | None = None) -> Table:
         t = s.train_time_s(tokens)
         rows.append((f"{units.count(tokens)} tokens",
                      f"{t / 86400:.3g} days, {t * lo.gpus / 3600:,.0f} GPU-hours"))
-    notes = [f"{s.dtype}, {s.recipe.name}; MFU and HFU after Chowdhery et al. 2022 (exact model FLOPs; HFU "
-             "adds "
-             "the recomputed forward)",
-             "overlapped: " + (", ".join(k for k, on in s.overlap.to_dict().items() if on) or "nothing"),
+    # Only the groups this layout has: "overlapped: cp" with CP 1 named an overlap of nothing.
+    present = {"tp": lo.tp > 1, "tp_backward": lo.tp > 1, "cp": lo.cp > 1, "ep": lo.ep > 1, "pp": lo.pp > 1,
+               "dp": lo.dp * lo.cp > 1}
+    overlapped = [k for k, on in s.overlap.to_dict().items() if on and present[k]]
+    notes = [f"{s.dtype}, {s.recipe.label(s.dtype)}; MFU and HFU after Chowdhery et al. 2022 (exact model "
+             "FLOPs; HFU adds the recomputed forward)",
+             "overlapped: " + (", ".join(overlapped) or "nothing"),
              *(n for n in s.notes if not n.startswith("overlap"))]
     return Table("Training step", ("", "value"), rows, notes, numeric_from=2)
 
@@ -111,6 +114,8 @@ def decode_table(ds: Sequence[Decode]) -> Table:
         ("batch", "context", "compute", "comm", "TPOT", "tokens/s", "sent/GPU/step", "memory/GPU", "fits"),
         rows,
         ("TPOT = compute of one rank's shard + its all-reduces (and expert all-to-alls), nothing overlapped",
+         f"tokens/s: output tokens per second of the whole batch on the {d0.tp * d0.ep} GPUs of the group "
+         f"(TP{d0.tp}" + (f" x EP{d0.ep}" if d0.ep > 1 else "") + "), not per GPU",
                *([] if d0.cluster.hardware.tables_for(d0.dtype) else
                  [f"{d0.cluster.hardware.name} has no efficiency tables for {d0.dtype}: compute is the "
                   "roofline lower bound"])),

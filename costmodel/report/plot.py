@@ -44,13 +44,38 @@ def _pyplot() -> ModuleType:
     return plt
 
 
-def plot(sw: Sweep, path: str | Path) -> Path:
-    """Draw `sw` into `path` (the format follows the suffix: .png, .svg, .pdf; none: .png is
-    added). Returns the path written."""
-    plt = _pyplot()
-    path = Path(path)
+SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def plot_path(path: str | Path) -> Path:
+    """The file `--plot` writes: `path`, with .png added when it has no suffix (as matplotlib
+    would); checked before anything is computed. An empty name, a folder, a folder that does
+    not exist and a suffix matplotlib would refuse are bad input, in one line."""
+    text = str(path)
+    if not text.strip():
+        raise AnalysisError("--plot: give a file name (.png, .svg, .pdf)")
+    path = Path(text)
+    shown = text if len(text) <= 120 else text[:117] + "..."
+    try:
+        if path.is_dir() or text.endswith(("/", "\\")):
+            raise AnalysisError(f"--plot: {shown} is a folder; give a file in it (.png, .svg, .pdf)")
+        folder = path.parent
+        if not folder.is_dir():
+            raise AnalysisError(f"--plot: {shown}: no folder {str(folder)[:120]}")
+    except OSError as e:  # a name too long for the file system
+        raise AnalysisError(f"--plot: {shown}: {e.strerror or e}") from None
     if not path.suffix:  # matplotlib would append .png itself; name the file it writes
         path = path.with_name(path.name + ".png")
+    if path.suffix.lower() not in SUFFIXES:
+        raise AnalysisError(f"--plot: {shown}: unknown format {path.suffix!r}; use {', '.join(SUFFIXES)}")
+    return path
+
+
+def plot(sw: Sweep, path: str | Path) -> Path:
+    """Draw `sw` into `path` (the format follows the suffix: .png, .svg, .pdf; none: .png is
+    added: ``plot_path``). Returns the path written."""
+    path = plot_path(path)
+    plt = _pyplot()
     colours: dict[str, str] = {}
     for s in sw.series:
         colours.setdefault(s.variant, f"C{len(colours)}")

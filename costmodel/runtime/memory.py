@@ -171,7 +171,7 @@ class Run:
     recompute: str = "none"
     flash: bool = False
     mask_bytes: int = MASK_BYTES
-    weights_dtype: str = "bf16"
+    weights_dtype: str | None = None  # default: the activation dtype
     kv_dtype: str | None = None  # default: the activation dtype
     dtype: str = "bf16"  # inference activations
     group_size: int = DEFAULT_GROUP
@@ -191,6 +191,10 @@ class Run:
         if self.recompute == "selective" and self.flash:
             raise MemoryConfigError("recompute: selective recomputes the attention core, which flash "
                                     "attention never keeps; use none or full with --flash-attention")
+        if not 0 <= self.mask_bytes <= 8:
+            raise MemoryConfigError(f"mask_bytes: bytes per dropout-mask element must be 0 to 8 (1 for a "
+                                    "fused kernel's bool mask, the activation width for a composite one; "
+                                    f"got {self.mask_bytes})")
         Widths(self.weights_dtype, self.kv_dtype, self.group_size).check(MemoryConfigError)
         if self.dtype not in DTYPE_BYTES:
             raise MemoryConfigError(f"dtype: unknown {self.dtype!r}; "
@@ -276,7 +280,8 @@ class Memory:
             "shape": dict(self.shape),
             "run": {"optimizer": self.run.optimizer, "precision": self.run.precision,
                     "recompute": self.run.recompute, "flash": self.run.flash,
-                    "mask_bytes": self.run.mask_bytes, "weights_dtype": self.run.weights_dtype,
+                    "mask_bytes": self.run.mask_bytes,
+                    "weights_dtype": self.run.weights_dtype or self.run.dtype,
                     "kv_dtype": self.run.kv_dtype or self.run.dtype, "dtype": self.run.dtype},
             "parallel": {"dp": self.parallel.dp, "zero": self.parallel.zero, "tp": self.parallel.tp,
                          "pp": self.parallel.pp},
@@ -437,8 +442,8 @@ def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size:
 
 def _inference(spec: Spec, phase: str, costs: dict[Key, Cost], shape: dict[str, int], p: int, run: Run,
                kv_cache: int, mla: str) -> tuple[list[Item], int, list[str]]:
-    items = [Item("weights", key.path, n, key) for key, n in weight_bytes(costs, run.weights_dtype, p,
-                                                                         run.group_size).items()]
+    held = weight_bytes(costs, run.weights_dtype or run.dtype, p, run.group_size)
+    items = [Item("weights", key.path, n, key) for key, n in held.items()]
     kv_p = DTYPE_BYTES[run.kv_dtype or run.dtype]
     items.append(Item("kv_cache", "kv_cache", kv_cache * kv_p // p))
     live = live_peak(spec, shape, p, run.flash, run.last_logits and phase == "prefill", mla)

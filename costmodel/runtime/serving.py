@@ -23,8 +23,10 @@ tables, else the roofline (and the result says so).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
+from costmodel import units
 from costmodel.analysis import Analysis, AnalysisError, analyze
 from costmodel.components.key import Role
 from costmodel.devices.hardware import Hardware
@@ -49,6 +51,7 @@ class ServingPoint:
     latency_s: float
     tokens_per_s: float  # B x O / latency, per device
     fits: bool | None  # weights + KV cache at the last step within device memory (roofline.fit)
+    held: int = 0  # those bytes: weights + KV cache at the last step
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
@@ -83,17 +86,41 @@ class Serving:
             "batches": [p.to_dict() for p in self.points],
         }
 
+    def unrunnable(self) -> str | None:
+        """Why no batch size asked for can run (weights and the KV cache of the smallest past the
+        device's memory), in one line; None when one can."""
+        if not self.points or any(p.fits is not False for p in self.points):
+            return None
+        p = min(self.points, key=lambda q: q.batch)
+        return (f"{self.spec.name} does not fit on one {self.hardware.name} at any batch asked for: batch "
+                f"{p.batch} holds {units.decimal_bytes(p.held)} of weights and KV cache on "
+                f"{units.decimal_bytes(self.hardware.memory_bytes)}")
 
-def parse_batches(text: str) -> tuple[int, ...]:
-    """'1,8,64' -> (1, 8, 64); one clear error for anything else."""
+
+MAX_BATCHES = 64  # batch sizes in one list: each is a full serving run
+MAX_BATCH = 2**40  # sequences in one batch
+
+
+def parse_batches(text: str, option: str = "batch") -> tuple[int, ...]:
+    """'1,8,64' -> (1, 8, 64); one clear error for anything else: not integers, more than
+    MAX_BATCHES of them (20,000 took minutes), one below 1 or above MAX_BATCH."""
+    items = text.split(",")
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    if len(items) > MAX_BATCHES:
+        raise AnalysisError(f"{option}: {len(items):,} batch sizes; at most {MAX_BATCHES} in one list")
     try:
-        values = tuple(int(v) for v in text.split(","))
+        values = tuple(int(v) for v in items if len(v.strip()) <= 100)
     except ValueError:
-        raise AnalysisError(f"batch: {text!r} is not a comma-separated list of integers "
-                            "(e.g. 1,8,64)") from None
+        values = ()
+    if len(values) != len(items):
+        raise AnalysisError(f"{option}: {shown!r} is not a comma-separated list of integers "
+                            "(e.g. 1,8,64)")
     bad = [v for v in values if v < 1]
     if bad:
-        raise AnalysisError(f"batch: every batch size must be at least 1 (got {bad[0]} in {text!r})")
+        raise AnalysisError(f"{option}: every batch size must be at least 1 (got {bad[0]} in {shown!r})")
+    big = [v for v in values if v > MAX_BATCH]
+    if big:
+        raise AnalysisError(f"{option}: every batch size must be at most {MAX_BATCH:,} (got {big[0]:,})")
     return values
 
 
@@ -143,7 +170,8 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
         decode_total = 0.0
         tpot = tpot_first = tpot_last = None
         if steps:
-            js = sorted({1 + round(i * (steps - 1) / (SAMPLES - 1)) for i in range(SAMPLES)})  # 1 .. steps
+            # 1 .. steps, in exact arithmetic (a float quotient misses the last step past 2^53)
+            js = sorted({1 + round(Fraction(i * (steps - 1), SAMPLES - 1)) for i in range(SAMPLES)})
             times = {1: first[1].time_s}
             for j in js[1:]:
                 last = decode(B, j)
@@ -152,7 +180,7 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
             tpot, tpot_first, tpot_last = decode_total / steps, times[1], times[steps]
         latency = ttft + decode_total
         points.append(ServingPoint(B, ttft, tpot, tpot_first, tpot_last, latency, B * output / latency,
-                                   fits(last[0], hw)))
+                                   fits(last[0], hw), last[0].bytes_weights + last[0].total().kv_cache))
     return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, probes[0].calibrated, tuple(points),
                    probes[0].note, mla, precision)
 

@@ -191,6 +191,10 @@ def sweep(
     if points > MAX_POINTS:
         raise AnalysisError(f"--over: a grid of {points:,} points; at most {MAX_POINTS:,} "
                             "(fewer values per axis)")
+    for name, fixed in (("--batch", batch), ("--seq", seq)):  # the axes' bound, for the fixed values too
+        if fixed is not None and fixed > MAX_VALUE:
+            raise AnalysisError(f"{name}: {fixed} is past {MAX_VALUE} (2^53), where float64 counts stop "
+                                "being exact")
     hw.peak(dtype)
     variants = kv_head_variants(spec, kv_heads)
     evaluators = {}

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from costmodel.analysis import Analysis, AnalysisError, analyze, default_seq
+from costmodel.loading import LoadError, load_yaml
 from costmodel.components import ELEMENTS
 from costmodel.phases import LABELS, PHASES
 from costmodel.precision import Widths
@@ -57,11 +58,14 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key:
             raise SpecError(f"--set: expected FIELD=VALUE, got {item!r}")
-        try:
-            out[key] = yaml.safe_load(raw)
+        shown = item if len(item) <= 80 else item[:77] + "..."
+        try:  # read as a spec file is (costmodel.loading): alias loops and 5,000-digit ints refused
+            out[key], _ = load_yaml(raw)
+        except LoadError as e:
+            raise SpecError(f"--set {shown}: {str(e).partition(': ')[2] or e}") from None
         except yaml.YAMLError as e:
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise SpecError(f"--set {item}: malformed value: {problem}") from None
+            raise SpecError(f"--set {shown}: malformed value: {problem}") from None
     return out
 
 

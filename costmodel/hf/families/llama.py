@@ -171,7 +171,9 @@ def _phi3(c: Config, out: dict[str, Any]) -> None:
     fraction = read_rotary_fraction(c, "partial_rotary_factor")
     if fraction != 1.0:
         out["rotary_fraction"] = fraction
-    read_dropout(c, out, "resid_pdrop", None, "attention_dropout")  # embd_pdrop is read by no layer
+    read_dropout(c, out, "resid_pdrop", None, "attention_dropout")
+    if c.has("embd_pdrop"):  # read by no layer, so no cost; still a rate, or the config is wrong
+        c.rate("embd_pdrop")
     c.read.add("embd_pdrop")
     window = c.int("sliding_window")
     if window is not None:
