@@ -206,3 +206,17 @@ def test_a_bad_cluster_profile_is_one_line_and_exit_2(tmp_path, text, message):
                                  "--global-batch", "4", "--micro-batch", "1"])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_serve_and_inference_defaults_are_contexts_the_spec_takes():
+    """gpt2-small has 1,024 learned positions (issue 23: the defaults were refused, "decode attends
+    to 2049 positions"): serve caches 1,023 tokens by default, one less than the context, and
+    inference prompts 1024 - 256 = 768 tokens before its 256 generated ones. A spec with a longer
+    context keeps 2,048."""
+    serve = ("--cluster", "dgx-h100", "--tp", "1", "--format", "json")
+    served = json.loads(run("serve", "gpt2-small", *serve).stdout)
+    assert served["results"][0]["context"] == 1023
+    long = json.loads(run("serve", "llama-2-7b", *serve).stdout)
+    assert long["results"][0]["context"] == 2048
+    inferred = json.loads(run("inference", "gpt2-small", "--hardware", "h100-sxm", "--format", "json").stdout)
+    assert (inferred["prompt"], inferred["output"]) == (768, 256)

@@ -91,7 +91,9 @@ def inference_cmd(
     spec: SpecArg,
     hardware: Annotated[str, typer.Option("--hardware",
                                           help="Hardware profile (bundled name, `local`, or a YAML file).")],
-    prompt: Annotated[int, typer.Option("--seq", "-s", help="Prompt tokens per request.")] = 2048,
+    prompt: Annotated[Optional[int], typer.Option(
+        "--seq", "-s", help="Prompt tokens per request. Default: 2048, or what the spec's context "
+        "leaves after --output-tokens if less.")] = None,
     output: Annotated[int, typer.Option("--output-tokens",
                                                        help="Generated tokens per request.")] = 256,
     batch: Annotated[str, typer.Option("--batch", "-b",
@@ -119,7 +121,10 @@ def inference_cmd(
             plot_path(plot)
         batches = parse_batches(batch)
         hw = load_hardware(hardware)
-        sv = serve(catalog.load(spec), hw, prompt, output, batches, dtype.value, all_logits,
+        s = catalog.load(spec)
+        if prompt is None:  # a context the spec takes: prompt and output within its positions
+            prompt = max(1, min(2048, s.max_seq_len - output))
+        sv = serve(s, hw, prompt, output, batches, dtype.value, all_logits,
                    Kernels(flash_attention=flash, fused=fused), mla.value,
                    Widths(weights_dtype, kv_dtype, group_size))
         written = plot_serving(sv, plot) if plot is not None else None

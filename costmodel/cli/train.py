@@ -205,8 +205,9 @@ def serve_cmd(
     ep: Annotated[int, typer.Option("--ep", help="Expert-parallel size (mixture-of-experts specs).")] = 1,
     batch: Annotated[str, typer.Option("--batch", "-b",
                                        help="Sequences decoding together; a list such as 1,8,64.")] = "1",
-    context: Annotated[int, typer.Option("--seq", "-s",
-                                         help="Tokens already cached per sequence.")] = 2048,
+    context: Annotated[Optional[int], typer.Option(
+        "--seq", "-s", help="Tokens already cached per sequence. Default: 2048, or one less than the "
+        "spec's context if shorter (the new token's position must be one it has).")] = None,
     dtype: Annotated[TrainDtype, typer.Option(
         "--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")
     ] = TrainDtype.bf16,
@@ -224,6 +225,8 @@ def serve_cmd(
         cl = load_cluster(cluster)
         batches = parse_batches(batch, "--batch")
         widths = Widths(weights_dtype, kv_dtype, group_size)
+        if context is None:
+            context = min(2048, s.max_seq_len - 1)
         results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value, widths) for b in batches]
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
