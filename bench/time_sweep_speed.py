@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers
 from costmodel import catalog  # noqa: E402
 from costmodel.analysis import analyze  # noqa: E402
 from costmodel.devices.hardware import Hardware, load_hardware  # noqa: E402
-from costmodel.runtime.timing import predict  # noqa: E402
 from costmodel.measure.malloc import keep_freed_heap  # noqa: E402
+from costmodel.runtime.timing import predict  # noqa: E402
 from costmodel.runtime.timing_grid import predict_grid  # noqa: E402
 from tests.helpers import calibrated_profile  # noqa: E402
 

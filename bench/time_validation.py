@@ -36,9 +36,9 @@ import torch
 from costmodel import catalog, units
 from costmodel.analysis import analyze
 from costmodel.devices.hardware import Hardware, load_hardware, save_hardware
+from costmodel.measure.calibrate import calibrate
 from costmodel.measure.malloc import ALLOCATORS
 from costmodel.measure.malloc import allocator as kept
-from costmodel.measure.calibrate import calibrate
 from costmodel.measure.reference import build
 from costmodel.measure.run import TORCH_DTYPES, keep_layers, phase_runner
 from costmodel.runtime.timing import predict

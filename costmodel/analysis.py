@@ -8,13 +8,13 @@ the one set of formulas in ``costmodel.components``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
-from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from costmodel import model
+from costmodel import symbols as sym
 from costmodel.components.key import Key
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost
@@ -22,7 +22,6 @@ from costmodel.errors import AnalysisError as AnalysisError  # re-exported: wher
 from costmodel.phases import PHASES, QUANTITIES, Phase
 from costmodel.precision import DEFAULT_GROUP, INT_BITS, Widths, weight_bytes_of
 from costmodel.spec import ActiveConvention, Position, Spec
-from costmodel import symbols as sym
 from costmodel.symbols import DTYPE_BYTES
 
 if TYPE_CHECKING:

@@ -21,9 +21,8 @@ from functools import partial, reduce
 from typing import Any, TypeVar, cast
 
 from costmodel import symbols as sym
-from costmodel.components import ATTENTION_KINDS, FFN_KINDS, size_symbols
+from costmodel.components import ATTENTION_KINDS, FFN_KINDS, embedding, position, size_symbols, stability
 from costmodel.components import attention as attn
-from costmodel.components import embedding, position, stability
 from costmodel.components.block import RESIDUAL_FLOPS, residual
 from costmodel.components.key import TOKEN_TABLE, Key, Role, layer_role
 from costmodel.components.loss import cross_entropy, dropout

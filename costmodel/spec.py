@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from enum import Enum
 from fractions import Fraction
-from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union
 
 import yaml

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 import re
-
 from typing import Any
 
 import typer.main

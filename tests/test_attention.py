@@ -8,15 +8,21 @@ import pytest
 import sympy
 from typer.testing import CliRunner
 
-from costmodel import catalog, symbols as sym
+from costmodel import catalog
+from costmodel import symbols as sym
 from costmodel.analysis import analyze, formula
-from costmodel.studies.asymptotics import CASES, bounded, is_big_o, leading_terms, shazeer
 from costmodel.cli import app
-from costmodel.studies.attention_variants import compare_kv_heads, compare_windows
 from costmodel.devices.hardware import load_hardware
 from costmodel.runtime.roofline import attention_total, fit
 from costmodel.spec import SpecError
-from costmodel.studies.attention_variants import kv_head_variants, window_variants, with_kv_heads
+from costmodel.studies.asymptotics import CASES, bounded, is_big_o, leading_terms, shazeer
+from costmodel.studies.attention_variants import (
+    compare_kv_heads,
+    compare_windows,
+    kv_head_variants,
+    window_variants,
+    with_kv_heads,
+)
 
 runner = CliRunner()
 H100 = load_hardware("h100-sxm")

@@ -12,12 +12,12 @@ import pytest
 from rich.console import Console
 
 from costmodel import catalog
+from costmodel.analysis import count_params
 from costmodel.report import compare as compare_report
 from costmodel.report import tables as report
-from costmodel.analysis import count_params
+from costmodel.spec import SpecError
 from costmodel.studies.compare import compare, expand
 from costmodel.studies.conventions import compare_conventions
-from costmodel.spec import SpecError
 from costmodel.studies.variants import ablate, rank_elements, variant
 
 

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from costmodel import catalog, hf
 from costmodel.analysis import analyze, count_params
+from costmodel.catalog import load_spec
 from costmodel.cli import app
 from costmodel.spec import LayerKind, Position, spec_from_dict
-from costmodel.catalog import load_spec
 from tests.hf_configs import CLASS_SIZES, CONFIGS
 
 runner = CliRunner()

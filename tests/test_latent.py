@@ -13,7 +13,8 @@ import sympy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costmodel import analyze, formula, symbols as sym
+from costmodel import analyze, formula
+from costmodel import symbols as sym
 from costmodel.spec import SpecError, spec_from_dict
 from tests.helpers import tiny
 
@@ -278,8 +279,8 @@ def test_absorbed_computes_what_naive_computes(seq, q_lora, window, chunk, sinks
 def test_attention_rows_put_mla_beside_mha_gqa_mqa() -> None:
     """KV per token over 61 layers in bf16: MLA 576 elements (70,272 B); the multi-head counterpart
     with h = 128 heads of d_n = 128 (DeepSeek-V2, Table 1): MHA 2*128*128, GQA k=8 2*8*128, MQA 2*128."""
-    from costmodel.studies.attention_variants import compare_kv_heads
     from costmodel.devices.hardware import load_hardware
+    from costmodel.studies.attention_variants import compare_kv_heads
 
     rows = {(r.variant, r.phase): r for r in compare_kv_heads(v3(), load_hardware("h100-sxm"), seq=4096)}
     per_token = {v: r.kv_per_token for (v, phase), r in rows.items() if phase == "decode"}

@@ -151,8 +151,8 @@ def test_chunk_mask_and_sinks_by_hand() -> None:
 def test_window_table_shows_full_attention_beside_the_chunks() -> None:
     """Llama 4's pattern over 8 layers, 1 K/V head of 4, c = 4: at C = 100 the chunked layers keep
     4 tokens, the global ones 100; full attention keeps 100 everywhere."""
-    from costmodel.studies.attention_variants import compare_windows, window_variants
     from costmodel.devices.hardware import load_hardware
+    from costmodel.studies.attention_variants import compare_windows, window_variants
 
     spec = tiny(n_layers=8, layer_pattern=["chunked", "chunked", "chunked", "global"], attention_chunk=4,
                 global_nope=True)

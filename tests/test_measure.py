@@ -13,13 +13,13 @@ import torch  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from costmodel import catalog  # noqa: E402
+from costmodel.catalog import load_spec
 from costmodel.cli import app  # noqa: E402
 from costmodel.devices.hardware import load_hardware  # noqa: E402
 from costmodel.measure.counters import ByteCounter, Counts, MetaShapes  # noqa: E402
 from costmodel.measure.reference import build  # noqa: E402
 from costmodel.measure.run import keep_layers, measure  # noqa: E402
 from costmodel.spec import LayerKind, parse_spec  # noqa: E402
-from costmodel.catalog import load_spec
 
 runner = CliRunner()
 

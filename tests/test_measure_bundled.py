@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("torch", reason="measuring needs the [measure] extra (torch)")
 
 from costmodel import catalog  # noqa: E402
+from costmodel.catalog import load_spec
 from costmodel.measure.reference import build  # noqa: E402
 from costmodel.measure.run import keep_layers, measure  # noqa: E402
 from costmodel.spec import Spec  # noqa: E402
-from costmodel.catalog import load_spec
 
 # Seconds each (full models, transformers, hypothesis): out of the day-to-day `-m "not slow"` run.
 pytestmark = pytest.mark.slow

@@ -16,15 +16,13 @@ import yaml
 pytest.importorskip("torch", reason="measuring needs the [measure] extra (torch)")
 
 import torch  # noqa: E402
-from hypothesis import assume, HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from costmodel.measure.reference import build  # noqa: E402
 from costmodel.measure.run import measure  # noqa: E402
 from costmodel.spec import Spec, spec_from_dict  # noqa: E402
 from tests.helpers import random_spec_data  # noqa: E402
-
-
 
 # Seconds each (full models, transformers, hypothesis): out of the day-to-day `-m "not slow"` run.
 pytestmark = pytest.mark.slow

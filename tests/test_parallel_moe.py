@@ -13,13 +13,13 @@ from __future__ import annotations
 import pytest
 
 from costmodel import catalog
-from costmodel.runtime import memory
 from costmodel.analysis import analyze
 from costmodel.parallel.cluster import load_cluster
 from costmodel.parallel.layout import Layout, check
 from costmodel.parallel.plan import plan
 from costmodel.parallel.serve import decode
 from costmodel.parallel.step import StepModel
+from costmodel.runtime import memory
 
 H100 = load_cluster("dgx-h100")
 D, L, L_MOE, E, F = 7168, 61, 58, 256, 2048

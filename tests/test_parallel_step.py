@@ -9,8 +9,8 @@ from costmodel import catalog
 from costmodel.analysis import analyze
 from costmodel.parallel.cluster import load_cluster
 from costmodel.parallel.layout import Layout, Recompute
-from costmodel.parallel.step import Overlap, StepModel
 from costmodel.parallel.shard import shard_spec
+from costmodel.parallel.step import Overlap, StepModel
 
 A100 = load_cluster("dgx-a100-80gb")
 

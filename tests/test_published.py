@@ -6,8 +6,7 @@ import pytest
 
 from costmodel import catalog
 from costmodel.analysis import count_params
-from costmodel.catalog import bundled_paths
-from costmodel.catalog import load_spec
+from costmodel.catalog import bundled_paths, load_spec
 
 PATHS = bundled_paths()
 IDS = [p.stem for p in PATHS]

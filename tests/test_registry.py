@@ -10,12 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costmodel import symbols as sym
-from costmodel.catalog import bundled_paths
-from costmodel.studies.compare import compare
+from costmodel.catalog import bundled_paths, load_spec
 from costmodel.components import ATTENTION_KINDS, ELEMENTS, FFN_KINDS
 from costmodel.report.tables import describe
 from costmodel.spec import METADATA, Spec, spec_from_dict
-from costmodel.catalog import load_spec
+from costmodel.studies.compare import compare
 from costmodel.studies.variants import ablate, swaps, variant
 from tests.helpers import random_spec_data, tiny
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from costmodel import analyze
-from costmodel.catalog import bundled_paths
-from costmodel.catalog import load_spec
+from costmodel.catalog import bundled_paths, load_spec
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 PATHS = bundled_paths()

@@ -13,8 +13,8 @@ from costmodel import catalog
 from costmodel.analysis import AnalysisError, analyze
 from costmodel.cli import app
 from costmodel.devices.hardware import load_hardware
-from costmodel.studies.sweep import Axis, parse_axis, sweep
 from costmodel.studies.attention_variants import with_kv_heads
+from costmodel.studies.sweep import Axis, parse_axis, sweep
 
 runner = CliRunner()
 H100 = load_hardware("h100-sxm")

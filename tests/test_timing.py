@@ -11,8 +11,8 @@ from costmodel import catalog, model
 from costmodel.analysis import analyze
 from costmodel.devices.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
 from costmodel.devices.hardware import Hardware, load_hardware
-from costmodel.spec import parse_spec
 from costmodel.runtime.timing import Kernels, predict
+from costmodel.spec import parse_spec
 
 TINY = """
 name: tiny

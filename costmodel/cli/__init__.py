@@ -27,8 +27,8 @@ from costmodel.cli.app import (
     SpecArg,
     _user_errors,
     app,
-    last_resort,
     emit,
+    last_resort,
     render_tables,
     user_errors,
 )

@@ -8,10 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, symbols
-from costmodel.studies import conventions
-from costmodel.report import tables as report
 from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, count_params, default_seq, formula
-from costmodel.runtime.on_device import analyze
 from costmodel.cli.app import (
     BatchOpt,
     Dtype,
@@ -33,11 +30,13 @@ from costmodel.cli.app import (
 )
 from costmodel.components.mla import Convention
 from costmodel.components.moe import Routing
-from costmodel.studies.conventions import ConventionName
 from costmodel.devices.hardware import load_hardware
 from costmodel.phases import PHASES
 from costmodel.precision import DEFAULT_GROUP, Widths
-
+from costmodel.report import tables as report
+from costmodel.runtime.on_device import analyze
+from costmodel.studies import conventions
+from costmodel.studies.conventions import ConventionName
 
 RoutingOpt = Annotated[Routing, typer.Option("--routing",
                                              help="Mixture of experts: the experts a sparse layer reads over "

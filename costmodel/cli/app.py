@@ -17,10 +17,9 @@ import typer
 import typer.main
 from typer.core import TyperGroup
 
-from costmodel.components.mla import Convention
-
-from costmodel.report import tables as report
 from costmodel.analysis import AnalysisError, ContextWarning
+from costmodel.components.mla import Convention
+from costmodel.report import tables as report
 from costmodel.spec import Spec, SpecError
 
 #: Old option names, kept working for one release (hidden from --help, a deprecation note on

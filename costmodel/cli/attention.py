@@ -79,9 +79,9 @@ def attention_cmd(
 ) -> None:
     """MHA / GQA / MQA and window variants of a spec's attention, in prefill and decode, on a device:
     KV cache, attention FLOPs, bytes, intensity, bound, roofline time and the largest batch that fits."""
+    from costmodel.devices.hardware import hardware_dict
     from costmodel.report import attention as ra
     from costmodel.studies.attention_variants import compare_kv_heads, compare_windows
-    from costmodel.devices.hardware import hardware_dict
 
     with _user_errors():
         s = catalog.load(spec)

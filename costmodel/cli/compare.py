@@ -8,7 +8,6 @@ from typing import Annotated, Any, Optional
 import typer
 
 from costmodel import catalog
-from costmodel.report import compare as compare_report
 from costmodel.cli.app import (
     BatchOpt,
     Dtype,
@@ -25,12 +24,12 @@ from costmodel.cli.app import (
     app,
     emit,
 )
+from costmodel.precision import DEFAULT_GROUP, Widths
+from costmodel.report import compare as compare_report
 from costmodel.report.tables import records_csv
 from costmodel.studies.compare import compare, expand
 from costmodel.studies.conventions import ConventionName, selected
-from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.studies.variants import RANK_KEYS, ablate, elements_across, parse_sets, rank_elements
-
 
 RankBy = Enum("RankBy", {k: k for k in RANK_KEYS}, type=str)  # type: ignore[misc]
 

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import hf
-from costmodel.report import tables as report
 from costmodel.cli.app import _user_errors, app
+from costmodel.report import tables as report
 from costmodel.spec import SpecError, parse_spec
 
 

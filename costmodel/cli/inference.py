@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, units
-from costmodel.report import tables as report
+from costmodel.analysis import AnalysisError
 from costmodel.cli.app import (
     Dtype,
     DtypeOpt,
@@ -25,8 +25,8 @@ from costmodel.cli.app import (
 )
 from costmodel.components.mla import Convention
 from costmodel.devices.hardware import load_hardware
-from costmodel.analysis import AnalysisError
 from costmodel.precision import DEFAULT_GROUP, Widths
+from costmodel.report import tables as report
 from costmodel.runtime.serving import Serving, parse_batches, serve
 from costmodel.runtime.timing import Kernels
 

@@ -10,8 +10,6 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog
-from costmodel.devices import hardware
-from costmodel.report import tables as report
 from costmodel.cli.app import (
     BatchOpt,
     Dtype,
@@ -28,6 +26,8 @@ from costmodel.cli.app import (
     emit,
 )
 from costmodel.components.mla import Convention
+from costmodel.devices import hardware
+from costmodel.report import tables as report
 
 
 class Device(str, Enum):

@@ -7,25 +7,26 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog
-from costmodel.report import tables as report
 from costmodel.cli.app import (
     BatchOpt,
     EncSeqOpt,
     Format,
     FormatOpt,
+    GroupSizeOpt,
     HardwareOpt,
+    KvDtypeOpt,
     MlaOpt,
     PhaseName,
     SeqOpt,
     SpecArg,
-    GroupSizeOpt,
-    KvDtypeOpt,
     _user_errors,
     app,
     emit,
 )
 from costmodel.components.mla import Convention
 from costmodel.devices.hardware import load_hardware
+from costmodel.precision import WEIGHT_DTYPES
+from costmodel.report import tables as report
 from costmodel.runtime.memory import (
     OPTIMIZERS,
     PRECISIONS,
@@ -38,7 +39,6 @@ from costmodel.runtime.memory import (
     memory,
     mla_convention,
 )
-from costmodel.precision import WEIGHT_DTYPES
 from costmodel.spec import Spec
 
 PhaseOpt = Annotated[PhaseName, typer.Option("--phase", "-p", metavar="PHASE",

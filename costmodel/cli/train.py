@@ -9,8 +9,6 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, units
-from costmodel.report import tables as report
-from costmodel.report import parallel as report_parallel
 from costmodel.cli.app import (
     Format,
     FormatOpt,
@@ -32,6 +30,8 @@ from costmodel.parallel.plan import plan
 from costmodel.parallel.serve import decode
 from costmodel.parallel.step import Overlap, StepModel
 from costmodel.precision import DEFAULT_GROUP, Widths
+from costmodel.report import parallel as report_parallel
+from costmodel.report import tables as report
 from costmodel.runtime.serving import parse_batches
 from costmodel.spec import Spec
 

@@ -14,7 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from costmodel.components import (
-    attention, bias, block, embedding, ffn, loss, mla, moe, norm, position, shape, stability,
+    attention,
+    bias,
+    block,
+    embedding,
+    ffn,
+    loss,
+    mla,
+    moe,
+    norm,
+    position,
+    shape,
+    stability,
 )
 from costmodel.components.element import Element, Symbol
 from costmodel.cost import Cost, Dims, Num

@@ -20,9 +20,11 @@ from typing import Any
 from costmodel.components import mla, position
 from costmodel.components.element import Alternative, Choose, Element, Symbol, toggle
 from costmodel.components.norm import norm
-from costmodel.components.scores import Shape as Shape, heads_kind, mha_label, probabilities
+from costmodel.components.scores import Shape as Shape
+from costmodel.components.scores import heads_kind, mha_label, probabilities
 from costmodel.cost import Cost, Dims, Num, floor_div, gemm, half, linear, smax, smin, triangle
 from costmodel.spec import LayerKind, QKNorm, Spec
+
 
 def causal(dims: Dims, window: bool) -> Shape:
     """Decoder self-attention: S new queries at the end of a context of C tokens.

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from costmodel.components.element import Alternative, Choose, Element
-from costmodel.cost import Cost, Dims, Num
 from costmodel.components.stability import LOGSUMEXP_FLOPS
+from costmodel.cost import Cost, Dims, Num
 from costmodel.symbols import ID_BYTES, MASK_BYTES
 
 if TYPE_CHECKING:

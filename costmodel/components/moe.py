@@ -50,9 +50,8 @@ from enum import Enum
 from fractions import Fraction
 from typing import Any
 
-
-from costmodel.components.scores import SOFTMAX_FLOPS
 from costmodel.components.ffn import ACTIVATION_FLOPS, GATE_FLOPS
+from costmodel.components.scores import SOFTMAX_FLOPS
 from costmodel.cost import Cost, Dims, Num, elementwise, gemm, is_array, linear, runs, smin
 from costmodel.spec import Activation, ActiveConvention, MoEFFN, Scoring, Spec
 from costmodel.symbols import DTYPE_BYTES, ID_BYTES

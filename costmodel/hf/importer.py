@@ -12,7 +12,14 @@ from typing import Any
 
 from costmodel.hf.family import FAMILIES, Family
 from costmodel.hf.reader import (
-    COMMON_IGNORED, EXPERT_FIELDS, EXPERT_TWINS, LM_HEADS, MIXTURE_OF_EXPERTS, Abort, Config, show,
+    COMMON_IGNORED,
+    EXPERT_FIELDS,
+    EXPERT_TWINS,
+    LM_HEADS,
+    MIXTURE_OF_EXPERTS,
+    Abort,
+    Config,
+    show,
 )
 from costmodel.spec import Spec, SpecError, spec_from_dict
 

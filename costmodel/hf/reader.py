@@ -7,8 +7,7 @@ import builtins
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
-from typing import cast
+from typing import Any, cast
 
 from costmodel.spec import Activation, LayerKind, SpecError
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -30,9 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from costmodel.spec import MoEFFN, Scoring
 from costmodel.measure.blocks import ACTIVATIONS, Step, SubBlock
-from costmodel.spec import Activation, Spec
+from costmodel.spec import Activation, MoEFFN, Scoring, Spec
 
 ROUTER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -35,12 +35,20 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from costmodel.measure.blocks import (
-    ALiBi, Attention, FeedForward, KVCache, Norm, RelativeBias, Step, SubBlock, drop, sinusoidal,
+    ALiBi,
+    Attention,
+    FeedForward,
+    KVCache,
+    Norm,
+    RelativeBias,
+    Step,
+    SubBlock,
+    drop,
+    sinusoidal,
 )
 from costmodel.measure.latent import LatentAttention
 from costmodel.measure.moe import SparseFeedForward, keep_router_dtypes
 from costmodel.spec import Block, LayerKind, NormPosition, Position, Spec
-
 
 # --- layers and stacks ------------------------------------------------------------------------
 

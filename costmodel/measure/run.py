@@ -21,26 +21,25 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterable
 
 import torch
 
 from costmodel import model as formulas
 from costmodel.analysis import Analysis, analyze
 from costmodel.devices.hardware import Hardware
-from costmodel.runtime.roofline import roofline
 from costmodel.measure import MeasureError
-from costmodel.measure.malloc import allocator as kept
-from costmodel.measure.malloc import check as check_allocator
+from costmodel.measure.blocks import KVCache
 from costmodel.measure.counters import Counts, MetaShapes
 from costmodel.measure.latent import set_convention
-from costmodel.measure.blocks import KVCache
+from costmodel.measure.malloc import allocator as kept
+from costmodel.measure.malloc import check as check_allocator
 from costmodel.measure.reference import Transformer, build
-from costmodel.spec import LayerKind, Spec
+from costmodel.runtime.roofline import roofline
 from costmodel.runtime.timing import predict
+from costmodel.spec import LayerKind, Spec
 from costmodel.studies.variants import variant
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

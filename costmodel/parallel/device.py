@@ -20,14 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel import model
-from costmodel.runtime import memory
 from costmodel.analysis import Analysis, analyze
 from costmodel.components.key import Key, Role
 from costmodel.devices.hardware import Hardware
 from costmodel.parallel.layout import Recompute
 from costmodel.parallel.shard import shard_spec
-from costmodel.spec import Spec
+from costmodel.runtime import memory
 from costmodel.runtime.timing import Kernels, predict
+from costmodel.spec import Spec
 
 
 @dataclass(frozen=True)

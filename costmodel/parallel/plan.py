@@ -20,7 +20,6 @@ from typing import Any
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts
 from costmodel.parallel.step import Step, StepModel
 
-
 MAX_MICRO_BATCH = 4096  # sequences per micro-batch tried at most
 
 

@@ -29,16 +29,16 @@ module of their own, with the types they read moved beneath both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel import model
 from costmodel.analysis import Row, analyze
 from costmodel.components.key import TOKEN_TABLE, Key, Role
+from costmodel.devices.hardware import Hardware
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
-from costmodel.devices.hardware import Hardware
 from costmodel.parallel.collectives import Collective, collective
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
 from costmodel.parallel.shard import shard_spec

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costmodel import units
-from costmodel.studies.attention_variants import HeadsRow, LatentRow, WindowRow
 from costmodel.devices.hardware import Hardware
-from costmodel.report.tables import Table, device_note, records_csv as records_csv  # re-exported
+from costmodel.report.tables import Table, device_note  # re-exported
+from costmodel.report.tables import records_csv as records_csv
+from costmodel.studies.attention_variants import HeadsRow, LatentRow, WindowRow
 
 if TYPE_CHECKING:  # sympy and numpy load only for the commands that use them
     from costmodel.studies.asymptotics import Result

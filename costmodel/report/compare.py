@@ -13,11 +13,16 @@ from fractions import Fraction
 from typing import Any
 
 from costmodel import units
+from costmodel.report.tables import Table
 from costmodel.studies.compare import SideBySide
 from costmodel.studies.conventions import ConventionRow
-from costmodel.report.tables import Table
 from costmodel.studies.variants import (
-    METRICS, QUANTITY_LABELS, Ablation, ElementRanking, ElementSummary, show,
+    METRICS,
+    QUANTITY_LABELS,
+    Ablation,
+    ElementRanking,
+    ElementSummary,
+    show,
 )
 
 FLAG = " !"  # a value outside its rule of thumb

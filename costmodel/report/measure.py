@@ -6,14 +6,14 @@ rounded, with its relative error beside it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from costmodel import units
+from costmodel.devices.efficiency import FlopsTable
 from costmodel.devices.hardware import Hardware
 from costmodel.phases import LABELS as QUANTITY_LABELS
 from costmodel.report.tables import Table
-from costmodel.devices.efficiency import FlopsTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from costmodel.measure.run import FormulaCheck, Measurement

@@ -7,8 +7,8 @@ import io
 
 from costmodel import units
 from costmodel.devices.hardware import Hardware
-from costmodel.runtime.memory import CATEGORIES, Memory
 from costmodel.report.tables import Table
+from costmodel.runtime.memory import CATEGORIES, Memory
 
 
 def memory_tables(m: Memory, hw: Hardware | None, korthikanti: tuple[int, int] | None) -> list[Table]:

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,8 +21,6 @@ from costmodel import units
 from costmodel.analysis import AnalysisError
 from costmodel.report.attention import fixed_text
 from costmodel.studies.sweep import Sweep
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # matplotlib is the optional `plot` extra: imported when a chart is drawn
     from matplotlib.axes import Axes

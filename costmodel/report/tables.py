@@ -12,19 +12,18 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Sequence
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel import units
 from costmodel.analysis import Analysis, Row
-from costmodel.studies.conventions import ConventionRow
 from costmodel.devices.hardware import Hardware
-from costmodel.runtime.roofline import roofline_of
 from costmodel.phases import LABELS
 from costmodel.precision import INT_BITS
+from costmodel.runtime.roofline import roofline_of
 from costmodel.spec import Spec
+from costmodel.studies.conventions import ConventionRow
 
 
 @dataclass(frozen=True)

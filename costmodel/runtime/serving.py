@@ -30,10 +30,10 @@ from costmodel import units
 from costmodel.analysis import Analysis, AnalysisError, analyze
 from costmodel.components.key import Role
 from costmodel.devices.hardware import Hardware
-from costmodel.runtime.roofline import fit, roofline
 from costmodel.precision import Widths
-from costmodel.spec import Spec
+from costmodel.runtime.roofline import fit, roofline
 from costmodel.runtime.timing import Kernels, Prediction, predict
+from costmodel.spec import Spec
 
 #: Components after the last hidden state (``Role.head``): computed for the last position only in
 #: serving. Their paths, for readers; the code selects them by role.

@@ -64,8 +64,8 @@ A profile without tables for the dtype falls back to the roofline, and the predi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from costmodel import model
@@ -73,8 +73,8 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import TOKEN_TABLE, Key, Role, SubBlock
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
-from costmodel.runtime.roofline import roofline
 from costmodel.phases import PHASES
+from costmodel.runtime.roofline import roofline
 from costmodel.spec import Spec
 
 #: One flash-attention kernel runs the attention core (``components.key.ATTENTION_CORE``).

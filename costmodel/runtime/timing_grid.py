@@ -48,8 +48,7 @@ import math
 import operator
 from dataclasses import replace
 from functools import reduce
-from typing import Any
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -59,9 +58,9 @@ from costmodel.cost import Cost
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, _lookup, _position
 from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES, Phase
+from costmodel.runtime.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-from costmodel.runtime.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
 
 #: A step table of at most this many sizes is read by comparisons (faster than a search).
 _COMPARE = 4

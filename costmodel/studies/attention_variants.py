@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.analysis import Analysis, AnalysisError, Row, analyze
-from costmodel.devices.hardware import Hardware
-from costmodel.runtime.roofline import Fit, Roofline, attention_total, fit, roofline_dict, roofline_of
 from costmodel.components.attention import heads, pattern
-from costmodel.components.scores import heads_kind
 from costmodel.components.mla import Convention
+from costmodel.components.scores import heads_kind
+from costmodel.devices.hardware import Hardware
 from costmodel.phases import DECODE
 from costmodel.precision import Widths
+from costmodel.runtime.roofline import Fit, Roofline, attention_total, fit, roofline_dict, roofline_of
 from costmodel.spec import LayerKind, Position, Spec
 from costmodel.studies.variants import gqa_kv_heads, variant
 

@@ -37,9 +37,9 @@ from costmodel.components.embedding import label as embeddings
 from costmodel.components.position import label as position
 from costmodel.components.shape import layers
 from costmodel.components.stability import softcaps
-from costmodel.studies.conventions import ConventionRow, compare_conventions
 from costmodel.precision import Widths
 from costmodel.spec import Spec, SpecError
+from costmodel.studies.conventions import ConventionRow, compare_conventions
 
 # Rules of thumb (docs/reference.md, "Shape rules of thumb"; the study note, section 4).
 FF_RATIO = Fraction(4)

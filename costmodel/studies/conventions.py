@@ -31,8 +31,8 @@ from enum import Enum
 from typing import Any
 
 from costmodel.analysis import analyze, default_seq
-from costmodel.components.scores import heads_kind
 from costmodel.components.ffn import dense_equivalent_d_ff
+from costmodel.components.scores import heads_kind
 from costmodel.spec import ActiveConvention, Position, Spec
 
 

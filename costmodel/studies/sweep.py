@@ -26,8 +26,8 @@ from costmodel.devices.hardware import Hardware, hardware_dict
 from costmodel.phases import DECODE, PHASES
 from costmodel.precision import Widths
 from costmodel.spec import Position, Spec
-from costmodel.symbols import DTYPE_BYTES
 from costmodel.studies.attention_variants import Variant, kv_head_variants
+from costmodel.symbols import DTYPE_BYTES
 
 AXES = ("seq", "batch")
 MAX_POINTS = 100_000  # per grid (seq x batch): a table of more says nothing a plot of fewer cannot

@@ -27,14 +27,14 @@ from typing import Any
 import yaml
 
 from costmodel.analysis import Analysis, AnalysisError, analyze, default_seq
-from costmodel.loading import LoadError, load_yaml
 from costmodel.components import ELEMENTS
-from costmodel.phases import LABELS, PHASES
-from costmodel.precision import Widths
 from costmodel.components.attention import DEFAULT_WINDOW, GQA_KV_HEADS, gqa_kv_heads
 from costmodel.components.ffn import equal_params_d_ff
 from costmodel.components.loss import GPT2_DROPOUT
 from costmodel.components.stability import GEMMA2_SOFTCAPS, PALM_Z_LOSS
+from costmodel.loading import LoadError, load_yaml
+from costmodel.phases import LABELS, PHASES
+from costmodel.precision import Widths
 from costmodel.spec import _DEFAULT_KIND, METADATA, SHORTHANDS, Spec, SpecError, spec_from_dict
 
 __all__ = ["DEFAULT_WINDOW", "GEMMA2_SOFTCAPS", "GPT2_DROPOUT", "GQA_KV_HEADS", "PALM_Z_LOSS",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodel.hf.family import Family, register
 from costmodel.hf.families.gpt import OLD_GPT2_KEYS, gpt_sizes
+from costmodel.hf.family import Family, register
 from costmodel.hf.reader import (
     Config,
     no_partial_rotary,

@@ -20,6 +20,7 @@ from costmodel.hf.reader import (
 )
 from costmodel.spec import Activation, Block, LayerKind, Norm, NormPosition, Position, QKNorm, Spec
 
+
 def _rope_trunk(c: Config, out: dict[str, Any]) -> None:
     """What LLaMA's descendants share outside the FFN: sizes, GQA, head_dim, RMSNorm, RoPE, the
     head's tying, attention dropout (gpt_oss and llama4_text read their FFNs their own way)."""

@@ -7,7 +7,12 @@ from typing import Any
 
 from costmodel.hf.family import Family, register
 from costmodel.hf.reader import (
-    Config, read_activation, read_dropout, read_heads, read_rotary_fraction, read_tied,
+    Config,
+    read_activation,
+    read_dropout,
+    read_heads,
+    read_rotary_fraction,
+    read_tied,
 )
 from costmodel.spec import Block, Norm, Position, Spec
 

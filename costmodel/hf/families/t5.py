@@ -13,6 +13,7 @@ from costmodel.hf.reader import (
 )
 from costmodel.spec import Activation, Norm, Position, Spec
 
+
 def _t5(c: Config, out: dict[str, Any]) -> None:
     out["architecture"] = "encoder-decoder"
     c.require("is_encoder_decoder", True, "T5's encoder-only and decoder-only uses are not modelled")
