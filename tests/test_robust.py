@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -39,6 +41,14 @@ def fails(*args: str, code: int = 2) -> str:
     errors = [line for line in lines if line.startswith("error:")]
     assert len(errors) == 1, result.stderr
     return errors[0]
+
+
+def bounded(*args: str, seconds: float = 60) -> subprocess.CompletedProcess[str]:
+    """The command in a child process that must end within `seconds`: a hang that comes back
+    fails the test instead of stalling the suite."""
+    return subprocess.run([sys.executable, "-c", "from costmodel.cli import main; main()", *args],
+                          capture_output=True, text=True,
+                          timeout=seconds, check=False)
 
 
 def ok(*args: str) -> str:
@@ -197,8 +207,9 @@ def test_plan_of_a_huge_global_batch_is_quick() -> None:
     start = time.perf_counter()
     assert divisors(10**11, 16) == [1, 2, 4, 5, 8, 10, 16]
     assert divisors(10**12)[-2:] == [5 * 10**11, 10**12]
-    invoke("plan", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "100000000000", "-f", "json")
-    assert time.perf_counter() - start < 20
+    assert bounded("plan", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "100000000000", "-f",
+                   "json").returncode == 0
+    assert time.perf_counter() - start < 30
     assert "--max-micro-batch" in fails("plan", "llama-3-8b", "--cluster", "dgx-h100", "-n", "8", "-G", "8",
                                         "--max-micro-batch", "1000000000000")
 
@@ -213,9 +224,8 @@ def test_inference_of_a_huge_output_is_not_an_internal_error() -> None:
 @pytest.mark.parametrize("command", [("inference", "llama-3-8b", "--hardware", "h100-sxm"),
                                      ("serve", "llama-3-8b", "--cluster", "dgx-h100")])
 def test_batch_lists_are_bounded(command: tuple[str, ...]) -> None:
-    start = time.perf_counter()
-    assert "at most 64" in fails(*command, "--batch", ",".join(["1"] * 20_000))
-    assert time.perf_counter() - start < 5
+    done = bounded(*command, "--batch", ",".join(["1"] * 20_000), seconds=30)
+    assert done.returncode == 2 and "at most 64" in done.stderr
     assert "at most" in fails(*command, "--batch", "100000000000000000000")
 
 
@@ -312,6 +322,7 @@ def test_serve_tokens_per_second_names_its_group() -> None:
 # --- Hugging Face configs ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 100,000 layers through PyYAML twice: about 10 s
 def test_import_hf_of_a_long_aperiodic_pattern_loads_back(tmp_path: Path) -> None:
     # 100k aperiodic layer_types: analyze took the config, import-hf refused it "aliases nested too deep".
     import random
@@ -326,10 +337,10 @@ def test_import_hf_of_a_long_aperiodic_pattern_loads_back(tmp_path: Path) -> Non
     out = tmp_path / "spec.yaml"
     invoke("import-hf", str(path), "-o", str(out))
     assert out.is_file()
-    ours = json.loads(ok("analyze", str(out), "-f", "json"))["phases"]["decode"]
-    theirs = json.loads(ok("analyze", str(path), "-f", "json"))["phases"]["decode"]
-    assert [ours[k] for k in ("params", "flops", "kv_cache_bytes")] == [theirs[k] for k in ("params", "flops",
-                                                                                            "kv_cache_bytes")]
+    from costmodel import catalog
+
+    written, read = catalog.load(str(out)), catalog.load(str(path))  # analyze reads the config directly
+    assert written.layer_pattern == read.layer_pattern and len(written.layer_pattern or ()) == 100_000
 
 
 def test_import_hf_rejects_a_dropout_that_is_no_rate(tmp_path: Path) -> None:
