@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, units
-from costmodel.analysis import AnalysisError
 from costmodel.cli.app import (
     Dtype,
     DtypeOpt,
@@ -58,34 +57,6 @@ def serving_table(sv: Serving) -> report.Table:
                                     "tokens/s", "fits"), rows, notes)
 
 
-def plot_serving(sv: Serving, path: str) -> str:
-    """Latency against throughput, one point per batch size (matplotlib, the `plot` extra);
-    returns the file written (a path without a suffix gets .png, as matplotlib writes it)."""
-    from costmodel.report.plot import _pyplot, plot_path
-
-    path = str(plot_path(path))
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    xs = [p.tokens_per_s for p in sv.points]
-    ys = [p.latency_s for p in sv.points]
-    ax.plot(xs, ys, "o-")
-    for p in sv.points:
-        ax.annotate(f"B={p.batch}", (p.tokens_per_s, p.latency_s), textcoords="offset points", xytext=(4, 4))
-    ax.set_xscale("log")
-    ax.set_xlabel("tokens/s per device")
-    ax.set_ylabel("end-to-end latency (s)")
-    ax.set_title(f"{sv.spec.name} on {sv.hardware.name}: prompt {sv.prompt}, output {sv.output}")
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except (OSError, ValueError) as e:
-        raise AnalysisError(f"--plot: cannot write {path}: {e}") from None
-    finally:
-        plt.close(fig)
-    return path
-
-
 @app.command("inference")
 def inference_cmd(
     spec: SpecArg,
@@ -116,7 +87,7 @@ def inference_cmd(
     """Serving: time to first token, time per output token, latency and tokens/s per batch size."""
     with _user_errors():
         if plot is not None:  # before the work: a bad file name is bad input, not an error after it
-            from costmodel.report.plot import plot_path
+            from costmodel.report.plot import plot_path, plot_serving
 
             plot_path(plot)
         batches = parse_batches(batch)

@@ -20,6 +20,7 @@ import numpy as np
 from costmodel import units
 from costmodel.analysis import AnalysisError
 from costmodel.report.attention import fixed_text
+from costmodel.runtime.serving import Serving
 from costmodel.studies.sweep import Sweep
 
 if TYPE_CHECKING:  # matplotlib is the optional `plot` extra: imported when a chart is drawn
@@ -90,13 +91,40 @@ def plot(sw: Sweep, path: str | Path) -> Path:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
+    _save(plt, fig, path)
+    return path
+
+
+def plot_serving(sv: Serving, path: str) -> str:
+    """Latency against throughput, one point per batch size (matplotlib, the `plot` extra);
+    returns the file written (a path without a suffix gets .png, as matplotlib writes it)."""
+    path = str(plot_path(path))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [p.tokens_per_s for p in sv.points]
+    ys = [p.latency_s for p in sv.points]
+    ax.plot(xs, ys, "o-")
+    for p in sv.points:
+        ax.annotate(f"B={p.batch}", (p.tokens_per_s, p.latency_s), textcoords="offset points", xytext=(4, 4))
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens/s per device")
+    ax.set_ylabel("end-to-end latency (s)")
+    ax.set_title(f"{sv.spec.name} on {sv.hardware.name}: prompt {sv.prompt}, output {sv.output}")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    _save(plt, fig, path)
+    return path
+
+
+
+def _save(plt: ModuleType, fig: Any, path: str | Path) -> None:
+    """Write `fig` to `path` and close it; a write that fails is one line of bad input."""
     try:
         fig.savefig(path)
     except (OSError, ValueError) as e:
         raise AnalysisError(f"--plot: cannot write {path}: {e}") from None
     finally:
         plt.close(fig)
-    return path
 
 
 def _span(sw: Sweep) -> str:
