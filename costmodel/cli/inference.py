@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, units
+from costmodel.analysis import DEFAULT_SEQ
 from costmodel.cli.app import (
     Dtype,
     DtypeOpt,
@@ -94,7 +95,7 @@ def inference_cmd(
         hw = load_hardware(hardware)
         s = catalog.load(spec)
         if prompt is None:  # a context the spec takes: prompt and output within its positions
-            prompt = max(1, min(2048, s.max_seq_len - output))
+            prompt = max(1, min(DEFAULT_SEQ, s.max_seq_len - output))
         sv = serve(s, hw, prompt, output, batches, dtype.value, all_logits,
                    Kernels(flash_attention=flash, fused=fused), mla.value,
                    Widths(weights_dtype, kv_dtype, group_size))

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, units
+from costmodel.analysis import DEFAULT_SEQ, default_seq
 from costmodel.cli.app import (
     Format,
     FormatOpt,
@@ -85,7 +86,7 @@ def _overlap(names: list[OverlapName] | None) -> Overlap:
 
 
 def _seq(spec: Spec, seq: int | None) -> int:
-    return seq if seq is not None else min(2048, spec.max_seq_len)
+    return seq if seq is not None else default_seq(spec, "train")
 
 
 @app.command("train")
@@ -225,8 +226,8 @@ def serve_cmd(
         cl = load_cluster(cluster)
         batches = parse_batches(batch, "--batch")
         widths = Widths(weights_dtype, kv_dtype, group_size)
-        if context is None:
-            context = min(2048, s.max_seq_len - 1)
+        if context is None:  # 2048 cached, or one less than the spec's positions: the new token needs one
+            context = min(DEFAULT_SEQ, s.max_seq_len - 1)
         results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value, widths) for b in batches]
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
