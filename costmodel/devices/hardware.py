@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from costmodel.devices.efficiency import Efficiency
+from costmodel.devices.kernels import KernelTables, load_kernels
 from costmodel.devices.profiles import Profiles
 from costmodel.spec import FiniteFloat, SpecError
 
@@ -41,6 +42,11 @@ class Hardware(BaseModel):
     measured: StrictBool = False  # written by `costmodel calibrate`
     date: str | None = None
     efficiency: Efficiency | None = None  # per-operator tables for costmodel.runtime.timing
+    kernels: str | None = None  # measured per-shape kernel tables: the folder specs/kernels/<kernels>/
+
+    def kernel_tables(self) -> KernelTables | None:
+        """The measured GEMM, fused-attention and NCCL tables of this GPU (``devices.kernels``)."""
+        return None if self.kernels is None else load_kernels(self.kernels)
 
     def tables_for(self, dtype: str) -> bool:
         """Whether the time model has this profile's efficiency tables for `dtype`."""
@@ -71,7 +77,9 @@ writable_dir = PROFILES.writable_dir
 
 def load_hardware(name_or_path: str) -> Hardware:
     """A profile by file or by name (``h100-sxm``, ``H100_SXM``; not a prefix: see ``Profiles.find``)."""
-    return PROFILES.load(name_or_path, Hardware)
+    hw = PROFILES.load(name_or_path, Hardware)
+    hw.kernel_tables()  # a profile naming tables that do not exist is bad input, said at once
+    return hw
 
 
 def save_hardware(hw: Hardware, path: Path) -> Path:

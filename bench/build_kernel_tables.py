@@ -1,0 +1,375 @@
+"""Build the measured kernel tables of specs/kernels/ from NVIDIA's aiconfigurator measurements.
+
+Source: the PyPI wheel aiconfigurator-core 0.12.0 (Apache-2.0; GitHub ai-dynamo/aiconfigurator,
+``aic-core/src/aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/*.parquet``),
+kernels timed on real GPUs with TRT-LLM, vLLM and SGLang (each folder's collection_meta.yaml
+says how). This script reads the wheel (never the aiconfigurator runtime) and writes, per GPU:
+
+- ``gemm.json``: (M x K) @ (K x N) by M, N, K, per dtype (bf16; fp8 where measured);
+- ``attention.json``: fused (flash) attention, prefill (``context_attention``: a causal pass over
+  ``seq`` prompt tokens) and decode (``generation_attention``: one token against a cache of
+  ``seq`` = step + 1 tokens), by batch and seq, one table per (head_dim, heads, kv_heads, kv
+  dtype) the data measured, window 0 (full attention);
+- ``collectives.json``: NCCL all-reduce, all-gather, reduce-scatter and all-to-all inside one
+  node, by GPU count and message bytes (the ``half`` collection: message_size counts 2-byte
+  elements);
+- ``holdout.json``: the same op classes measured by another framework, kept apart for the
+  cross-validation of bench/kernel_validation.py (never read by the model).
+
+Which framework builds a table, and why: vLLM's, for every op class it measured. Its GEMMs are
+``torch.nn.functional.linear`` (cuBLAS through PyTorch, what eager PyTorch and Megatron-LM run)
+and its attention is FlashAttention (FA3 on Hopper, FA2 on Ampere), the kernel `--kernels fused`
+assumes. SGLang's and TRT-LLM's collections of the same GPU are the holdout.
+
+A grid point the collection lacks (a few GEMM shapes; prefill and decode at a batch x seq past
+what the collector ran) is filled from the nearest measured point below it on the batch (M)
+axis, scaled linearly with the work (the GPU is full there), and listed in ``filled``: the
+lookup says a shape that reads one is extrapolated.
+
+Usage (pyarrow is the optional ``tables`` extra, never a core dependency):
+
+    pip download --no-deps aiconfigurator-core==0.12.0 -d /tmp/aic
+    python bench/build_kernel_tables.py /tmp/aic/aiconfigurator_core-0.12.0-*.whl
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import math
+import sys
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "specs" / "kernels"
+PACKAGE = "aiconfigurator-core 0.12.0"
+REPOSITORY = "github.com/ai-dynamo/aiconfigurator (Apache-2.0)"
+PREFIX = "aiconfigurator_core/systems/data/"
+
+#: Our profile name -> aiconfigurator's system folder.
+SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
+#: Their dtype names -> ours.
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}
+#: Which kernel of a GEMM collection is the framework's plain dense path, per dtype.
+GEMM_KERNELS = {
+    "vllm": {
+        "bfloat16": ("torch.nn.functional.linear", "vllm_default"),
+        "fp8": ("CutlassFP8ScaledMMLinearKernel",),
+    },
+    "sglang": {
+        "bfloat16": ("sglang_torch_linear", "sglang"),
+        "fp8": ("sglang_sgl_kernel_fp8_scaled_mm", "sglang"),
+    },
+    "trtllm": {"bfloat16": ("torch_flow",), "fp8": ("torch_flow",)},
+}
+NCCL_OPS = {
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+}
+SIG = 4  # significant digits kept of each latency (the collections' run-to-run spread is larger)
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.{SIG}g}")
+
+
+def _version_key(v: str) -> tuple[Any, ...]:
+    return tuple(
+        int(p) if p.isdigit() else p for p in v.replace("rc", ".rc.").replace("post", ".post.").split(".")
+    )
+
+
+class Wheel:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+        self.zip = zipfile.ZipFile(path)
+        self.names = [n for n in self.zip.namelist() if n.startswith(PREFIX)]
+
+    def versions(self, system: str, op: str, framework: str, file: str) -> list[str]:
+        """The collections of `file` for (system, op, framework), newest first."""
+        base = f"{PREFIX}{system}/{op}/{framework}/"
+        found = {
+            n[len(base) :].split("/")[0] for n in self.names if n.startswith(base) and n.endswith("/" + file)
+        }
+        return sorted(found, key=_version_key, reverse=True)
+
+    def read(
+        self, system: str, op: str, framework: str, version: str, file: str
+    ) -> tuple[Any, dict[str, Any]]:
+        import pyarrow.parquet as pq
+
+        path = f"{PREFIX}{system}/{op}/{framework}/{version}/{file}"
+        table = pq.read_table(io.BytesIO(self.zip.read(path))).to_pylist()
+        source = {
+            "repository": REPOSITORY,
+            "package": PACKAGE,
+            "wheel_sha256": self.sha256,
+            "path": path,
+            "framework": framework,
+            "version": version,
+            "device": table[0].get("device", system) if table else system,
+        }
+        return table, source
+
+
+def _grid(
+    points: dict[tuple[float, ...], float], axes: list[list[float]], batch_axis: int
+) -> tuple[list[float], list[int]]:
+    """Row-major times over the product of `axes`; a missing point is filled from the nearest
+    measured point with a smaller coordinate on `batch_axis`, scaled by the ratio of that axis
+    (work linear in the batch once the GPU is full), else from the nearest larger one, unscaled
+    (less work takes no longer); returns (values, filled flat indices)."""
+    shape = [len(a) for a in axes]
+    values, filled = [], []
+    for flat in range(math.prod(shape)):
+        idx, rem = [], flat
+        for n in reversed(shape):
+            idx.append(rem % n)
+            rem //= n
+        idx.reverse()
+        coord = tuple(axes[d][i] for d, i in enumerate(idx))
+        t = points.get(coord)
+        if t is None:
+            t = _fill(points, axes, idx, coord, batch_axis)
+            filled.append(flat)
+        values.append(_round(t))
+    return values, filled
+
+
+def _fill(
+    points: dict[tuple[float, ...], float],
+    axes: list[list[float]],
+    idx: list[int],
+    coord: tuple[float, ...],
+    batch_axis: int,
+) -> float:
+    """A missing point from its nearest measured neighbour: below it on the batch axis (then on
+    the others, for a GEMM whose every dimension is linear work), scaled by the ratio; else above
+    it on the batch axis, unscaled."""
+    for axis in [batch_axis] + [a for a in range(len(axes)) if a != batch_axis]:
+        for j in range(idx[axis] - 1, -1, -1):
+            below = list(coord)
+            below[axis] = axes[axis][j]
+            tb = points.get(tuple(below))
+            if tb is not None:
+                return tb * coord[axis] / axes[axis][j]
+        if len(axes) < 3:
+            break  # attention and collectives: only the batch (or bytes) axis is linear work
+    for j in range(idx[batch_axis] + 1, len(axes[batch_axis])):
+        above = list(coord)
+        above[batch_axis] = axes[batch_axis][j]
+        ta = points.get(tuple(above))
+        if ta is not None:
+            return ta  # a smaller batch is no slower than a larger one
+    raise SystemExit(f"grid point {coord} has no measured neighbour")
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
+
+
+def gemm_rows(
+    wheel: Wheel, system: str, framework: str, dtype: str
+) -> tuple[dict[tuple[float, ...], float], dict[str, Any]] | None:
+    kernels = GEMM_KERNELS[framework].get(dtype, ())
+    for version in wheel.versions(system, "gemm", framework, "gemm_perf.parquet"):
+        rows, source = wheel.read(system, "gemm", framework, version, "gemm_perf.parquet")
+        by_shape: dict[tuple[float, ...], list[float]] = defaultdict(list)
+        kernel = None
+        for r in rows:
+            if r["gemm_dtype"] == dtype and r["kernel_source"] in kernels:
+                by_shape[(r["m"], r["n"], r["k"])].append(r["latency"] * 1e-3)  # ms -> s
+                kernel = r["kernel_source"]
+        if by_shape:
+            return {s: _median(t) for s, t in by_shape.items()}, {**source, "kernel": kernel}
+    return None
+
+
+def gemm_table(points: dict[tuple[float, ...], float], source: dict[str, Any], dtype: str) -> dict[str, Any]:
+    axes = [sorted({p[d] for p in points}) for d in range(3)]
+    values, filled = _grid(points, axes, 0)
+    return {
+        "dtype": DTYPES[dtype],
+        "source": source,
+        "axes": {"M": axes[0], "N": axes[1], "K": axes[2]},
+        "time_s": values,
+        "filled": filled,
+    }
+
+
+def attention_rows(
+    wheel: Wheel, system: str, framework: str, phase: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    file = f"{'context' if phase == 'prefill' else 'generation'}_attention_perf.parquet"
+    for version in wheel.versions(system, "attention", framework, file):
+        rows, source = wheel.read(system, "attention", framework, version, file)
+        kept = [
+            r
+            for r in rows
+            if r.get("window_size", 0) == 0
+            and r.get("beam_width", 1) == 1
+            and r["attn_dtype"] in ("bfloat16", "float16")
+        ]
+        if not kept:
+            continue
+        # One kernel per collection: the one that measured the most shapes (FA3 over FA4 on Hopper).
+        counts: dict[str, int] = defaultdict(int)
+        for r in kept:
+            counts[r["kernel_source"]] += 1
+        kernel = max(counts, key=lambda k: counts[k])
+        return [r for r in kept if r["kernel_source"] == kernel], {**source, "kernel": kernel}
+    return None
+
+
+def attention_tables(rows: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
+    """One (batch x seq) table per (head_dim, heads, kv_heads, kv dtype) measured."""
+    configs: dict[tuple[Any, ...], dict[tuple[float, ...], list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for r in rows:
+        seq = r["isl"] if phase == "prefill" else r["step"] + 1  # decode: the cache after this token
+        key = (r["head_dim"], r["num_heads"], r["num_key_value_heads"], DTYPES.get(r["kv_cache_dtype"], "?"))
+        configs[key][(r["batch_size"], seq)].append(r["latency"] * 1e-3)
+    tables = []
+    for (head_dim, heads, kv_heads, kv_dtype), pts in sorted(configs.items()):
+        if kv_dtype == "?" or heads % kv_heads or len(pts) < 4:
+            continue
+        points = {s: _median(t) for s, t in pts.items()}
+        axes = [sorted({p[0] for p in points}), sorted({p[1] for p in points})]
+        if len(axes[0]) < 2 or len(axes[1]) < 2:
+            continue
+        try:
+            values, filled = _grid(points, axes, 0)
+        except SystemExit:
+            continue
+        tables.append(
+            {
+                "head_dim": head_dim,
+                "heads": heads,
+                "kv_heads": kv_heads,
+                "kv_dtype": kv_dtype,
+                "axes": {"batch": axes[0], "seq": axes[1]},
+                "time_s": values,
+                "filled": filled,
+            }
+        )
+    return tables
+
+
+def nccl(wheel: Wheel, system: str) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    versions = wheel.versions(system, "comm", "nccl", "nccl_perf.parquet")
+    if not versions:
+        return None
+    rows, source = wheel.read(system, "comm", "nccl", versions[0], "nccl_perf.parquet")
+    source = {**source, "framework": "nccl", "kernel": "NCCL (nccl-tests style, one node)"}
+    tables = []
+    for op, ours in NCCL_OPS.items():
+        pts: dict[tuple[float, ...], list[float]] = defaultdict(list)
+        for r in rows:
+            if r["op_name"] == op and r["nccl_dtype"] == "half":
+                pts[(r["num_gpus"], r["message_size"] * 2)].append(r["latency"] * 1e-3)
+        if not pts:
+            continue
+        points = {s: _median(t) for s, t in pts.items()}
+        axes = [sorted({p[0] for p in points}), sorted({p[1] for p in points})]
+        values, filled = _grid(points, axes, 1)
+        tables.append(
+            {"kind": ours, "axes": {"gpus": axes[0], "bytes": axes[1]}, "time_s": values, "filled": filled}
+        )
+    return tables, source
+
+
+def holdout(wheel: Wheel, system: str, primary: str) -> dict[str, Any]:
+    """Another framework's measurements of the same GPU, as (shape, seconds) points: the
+    cross-validation's truth. A deterministic thinning keeps the file small."""
+    out: dict[str, Any] = {}
+    for framework in ("sglang", "trtllm"):
+        if framework == primary:
+            continue
+        for dtype in ("bfloat16", "fp8"):
+            got = gemm_rows(wheel, system, framework, dtype)
+            if got:
+                points, source = got
+                keep = sorted(points)[:: max(1, len(points) // 400)]
+                out.setdefault(f"gemm/{DTYPES[dtype]}", []).append(
+                    {"source": source, "points": [[*s, _round(points[s])] for s in keep]}
+                )
+        for phase in ("prefill", "decode"):
+            got_a = attention_rows(wheel, system, framework, phase)
+            if got_a:
+                rows, source = got_a
+                pts: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+                for r in rows:
+                    seq = r["isl"] if phase == "prefill" else r["step"] + 1
+                    pts[
+                        (
+                            r["batch_size"],
+                            seq,
+                            r["num_heads"],
+                            r["num_key_value_heads"],
+                            r["head_dim"],
+                            DTYPES.get(r["kv_cache_dtype"], "?"),
+                        )
+                    ].append(r["latency"] * 1e-3)
+                keys = sorted(k for k in pts if k[5] != "?" and k[2] % k[3] == 0)
+                keep = keys[:: max(1, len(keys) // 400)]
+                out.setdefault(f"attention/{phase}", []).append(
+                    {"source": source, "points": [[*k, _round(_median(pts[k]))] for k in keep]}
+                )
+    return out
+
+
+def build(wheel: Wheel, profile: str, system: str) -> None:
+    folder = OUT / profile
+    folder.mkdir(parents=True, exist_ok=True)
+    header = {"gpu": profile, "built_by": "bench/build_kernel_tables.py", "units": "seconds"}
+    gemms = []
+    for dtype in ("bfloat16", "fp8"):
+        got = gemm_rows(wheel, system, "vllm", dtype)
+        if got:
+            gemms.append(gemm_table(*got, dtype))
+    _write(folder / "gemm.json", {**header, "op": "gemm", "tables": gemms})
+    attention: dict[str, Any] = {**header, "op": "attention"}
+    for phase in ("prefill", "decode"):
+        got_a = attention_rows(wheel, system, "vllm", phase)
+        if got_a:
+            rows, source = got_a
+            attention[phase] = {"source": source, "tables": attention_tables(rows, phase)}
+    _write(folder / "attention.json", attention)
+    got_c = nccl(wheel, system)
+    if got_c:
+        tables, source = got_c
+        _write(
+            folder / "collectives.json", {**header, "op": "collectives", "source": source, "tables": tables}
+        )
+    _write(
+        folder / "holdout.json",
+        {**header, "op": "holdout", "primary": "vllm", "sets": holdout(wheel, system, "vllm")},
+    )
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    print(f"wrote {path.relative_to(ROOT)} ({path.stat().st_size // 1024} KiB)")
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("wheel", type=Path, help="aiconfigurator_core-0.12.0-*.whl")
+    args = parser.parse_args(argv)
+    wheel = Wheel(args.wheel)
+    for profile, system in SYSTEMS.items():
+        build(wheel, profile, system)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

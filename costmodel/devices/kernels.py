@@ -1,0 +1,389 @@
+"""Measured kernel tables: what a GEMM, a fused attention kernel and a collective take on one GPU,
+by shape, from public measurements (specs/kernels/<gpu>/, built by bench/build_kernel_tables.py
+from NVIDIA's aiconfigurator collections; each table names its file, framework, version and
+kernel).
+
+Tables are data, the models that read them are code: a new GPU is a folder of JSON. One lookup
+interface (``KernelTables``):
+
+- ``gemm(dtype, M, N, K)``: (M x K) @ (K x N);
+- ``attention(phase, batch, seq, heads, kv_heads, head_dim, kv_dtype)``: one fused attention
+  kernel, prefill (causal over ``seq`` prompt tokens) or decode (one token per sequence against
+  a cache of ``seq`` tokens);
+- ``collective(kind, gpus, nbytes)``: an NCCL collective inside one node.
+
+Each answers a ``Lookup``: seconds, and whether the shape was inside what was measured.
+Between grid points the time is interpolated multilinearly in log(time) over log(axis), as
+Calculon and aiconfigurator do. Outside the grid the kernel model extrapolates: below the
+smallest point the time is held (less work takes no longer; the launch floor), above the
+largest it grows as the work does (linear in M, N, K, batch, bytes and decode's cache; prefill's
+causal pass quadratic in seq). An attention shape whose (heads, kv_heads, head_dim, kv dtype)
+was not measured reads the nearest measured one, its time scaled by the work (FLOPs in prefill,
+cache bytes in decode): extrapolated, too. Neither rule can make a time fall below the physical
+floor, which the time model applies on top (``costmodel.runtime.timing``).
+
+Pure Python (the lookup runs inside ``analyze --hardware``, which never imports numpy); a
+folder is read and validated once per process. A bad file is one line naming the file, the
+table and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from costmodel.spec import SpecError
+
+Phase = Literal["prefill", "decode"]
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A measured table's answer: seconds, and whether the shape lay inside the measurements
+    (False: extrapolated by the kernel model, or read off a grid point the collection lacked)."""
+
+    time_s: float
+    inside: bool
+
+
+class Grid:
+    """Times on the product of increasing axes, row-major; ``filled``: flat indices of grid points
+    the collection lacked (bench/build_kernel_tables.py filled them from a neighbour)."""
+
+    def __init__(
+        self,
+        axes: Sequence[Sequence[float]],
+        times: Sequence[float],
+        filled: Sequence[int],
+        growth: Sequence[float],
+        where: str,
+    ) -> None:
+        self.axes = [list(map(float, a)) for a in axes]
+        self.times = times
+        self._log_t: list[float] | None = None  # taken at the first lookup: most tables are never read
+        self.log_axes = [[math.log(x) for x in a] for a in self.axes]
+        self.filled = frozenset(filled)
+        self.growth = list(growth)  # the work's exponent on each axis above the grid
+        self.strides = [math.prod(len(a) for a in self.axes[d + 1 :]) for d in range(len(self.axes))]
+        self.where = where
+
+    @property
+    def log_t(self) -> list[float]:
+        if self._log_t is None:
+            self._log_t = [math.log(t) for t in self.times]
+        return self._log_t
+
+    def __call__(self, *x: float) -> Lookup:
+        log_t = self.log_t
+        inside = True
+        scale = 1.0
+        corners: list[tuple[int, float]] = []  # per axis: (index below, weight of the one above)
+        for d, (axis, logs, v) in enumerate(zip(self.axes, self.log_axes, x, strict=True)):
+            if v < axis[0] or v > axis[-1]:
+                inside = False
+                if v > axis[-1]:
+                    scale *= (v / axis[-1]) ** self.growth[d]
+                v = min(max(v, axis[0]), axis[-1])
+            if len(axis) == 1:
+                corners.append((0, 0.0))
+                continue
+            i = min(bisect_right(axis, v) - 1, len(axis) - 2)
+            corners.append((i, (math.log(v) - logs[i]) / (logs[i + 1] - logs[i])))
+        total = 0.0
+        for mask in range(1 << len(corners)):
+            w, flat = 1.0, 0
+            for d, (i, t) in enumerate(corners):
+                up = (mask >> d) & 1
+                w *= t if up else 1 - t
+                flat += (i + up) * self.strides[d]
+            if w:
+                total += w * log_t[flat]
+                inside = inside and flat not in self.filled
+        return Lookup(math.exp(total) * scale, inside)
+
+
+@dataclass(frozen=True)
+class AttentionTable:
+    head_dim: int
+    heads: int
+    kv_heads: int
+    kv_dtype: str
+    grid: Grid  # (batch, seq)
+
+    def distance(self, heads: int, kv_heads: int, head_dim: int, kv_dtype: str) -> float:
+        """How far a shape's configuration is from this table's: head size first (a different
+        kernel tile), then the cache's dtype, the GQA group and the KV heads."""
+        return (
+            4 * abs(math.log(head_dim / self.head_dim))
+            + 3 * (kv_dtype != self.kv_dtype)
+            + 2 * abs(math.log((heads / kv_heads) / (self.heads / self.kv_heads)))
+            + abs(math.log(kv_heads / self.kv_heads))
+        )
+
+
+def attention_work(phase: Phase, heads: int, kv_heads: int, head_dim: int, kv_dtype: str) -> float:
+    """What a configuration's time scales with, per (batch, seq): the FLOPs of a causal prefill
+    (heads x head_dim), the cache bytes a decode step reads (kv_heads x head_dim x width)."""
+    if phase == "prefill":
+        return heads * head_dim
+    return kv_heads * head_dim * (1 if kv_dtype.startswith("fp8") or kv_dtype == "int8" else 2)
+
+
+class KernelTables:
+    """One GPU's measured tables (a folder like specs/kernels/<name>/), and where each came from.
+    Each file is read and validated the first time a lookup needs it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.name = folder, folder.name
+        present = [f for f in FILES if (folder / f).is_file()]
+        if not present:
+            raise SpecError(f"{folder.name}: no kernel tables ({', '.join(FILES)})")
+
+    @cached_property
+    def _gemm(self) -> tuple[dict[str, Grid], dict[str, dict[str, Any]]]:
+        return _read_gemm(self.folder / "gemm.json")
+
+    @cached_property
+    def _attention(self) -> tuple[dict[str, tuple[AttentionTable, ...]], dict[str, dict[str, Any]]]:
+        return _read_attention(self.folder / "attention.json")
+
+    @cached_property
+    def _collectives(self) -> tuple[dict[str, Grid], dict[str, dict[str, Any]]]:
+        return _read_collectives(self.folder / "collectives.json")
+
+    @property
+    def gemms(self) -> dict[str, Grid]:
+        """dtype -> (M, N, K)."""
+        return self._gemm[0]
+
+    @property
+    def attention_tables(self) -> dict[str, tuple[AttentionTable, ...]]:
+        """phase -> one (batch, seq) table per measured configuration."""
+        return self._attention[0]
+
+    @property
+    def collectives(self) -> dict[str, Grid]:
+        """kind -> (gpus, bytes)."""
+        return self._collectives[0]
+
+    @property
+    def sources(self) -> dict[str, dict[str, Any]]:
+        """ "gemm/bf16", "attention/decode", "collectives" -> where the table came from."""
+        return {**self._gemm[1], **self._attention[1], **self._collectives[1]}
+
+    def validate(self) -> KernelTables:
+        """Read every file now (``SpecError`` on the first bad one)."""
+        self._gemm, self._attention, self._collectives  # noqa: B018
+        return self
+
+    def gemm(self, dtype: str, M: float, N: float, K: float) -> Lookup | None:
+        """(M x K) @ (K x N) in `dtype`; None where the dtype was not measured (fp16 reads bf16's:
+        the same tensor cores at the same peak)."""
+        grid = self.gemms.get(dtype) or (self.gemms.get("bf16") if dtype == "fp16" else None)
+        return None if grid is None else grid(M, N, K)
+
+    def attention(
+        self,
+        phase: Phase,
+        batch: float,
+        seq: float,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        kv_dtype: str = "bf16",
+    ) -> Lookup | None:
+        """One fused attention kernel over `batch` sequences; None when no table of the phase."""
+        tables = self.attention_tables.get(phase)
+        if not tables:
+            return None
+        best = min(tables, key=lambda t: t.distance(heads, kv_heads, head_dim, kv_dtype))
+        got = best.grid(batch, seq)
+        exact = (best.heads, best.kv_heads, best.head_dim, best.kv_dtype) == (
+            heads,
+            kv_heads,
+            head_dim,
+            kv_dtype,
+        )
+        if exact:
+            return got
+        work = attention_work(phase, heads, kv_heads, head_dim, kv_dtype) / attention_work(
+            phase, best.heads, best.kv_heads, best.head_dim, best.kv_dtype
+        )
+        return Lookup(got.time_s * work, False)
+
+    def collective(self, kind: str, gpus: int, nbytes: float) -> Lookup | None:
+        """One NCCL collective of `nbytes` per GPU (the message) over `gpus` GPUs of one node."""
+        grid = self.collectives.get(kind)
+        return None if grid is None or gpus < 2 else grid(gpus, nbytes)
+
+    def source(self, key: str) -> str:
+        """A table's origin in a few words: framework and version, kernel, device (the file and the
+        package are in ``sources``)."""
+        s = self.sources.get(key)
+        if s is None:
+            return f"{self.name} {key}: not measured"
+        return f"{s.get('framework')} {s.get('version')} {s.get('kernel')} on {s.get('device', self.name)}"
+
+
+# --- reading a folder -------------------------------------------------------------------------
+
+
+def kernels_root() -> Path:
+    from costmodel.catalog import specs_dir
+
+    return specs_dir() / "kernels"
+
+
+def _bad(file: Path, table: str, field: str, problem: str) -> SpecError:
+    return SpecError(f"{file.name}: {table}: {field}: {problem}")
+
+
+def _grid(file: Path, table: str, data: Any, names: Sequence[str], growth: Sequence[float]) -> Grid:
+    if not isinstance(data, dict):
+        raise _bad(file, table, "table", "must be an object")
+    for field in ("axes", "time_s"):
+        if field not in data:
+            raise _bad(file, table, field, "missing")
+    axes = data["axes"]
+    if not isinstance(axes, dict) or list(axes) != list(names):
+        raise _bad(file, table, "axes", f"must be {', '.join(names)} in that order")
+    for name in names:
+        a = axes[name]
+        if (
+            not isinstance(a, list)
+            or not a
+            or not all(_number(x) and x > 0 for x in a)
+            or any(b <= c for c, b in zip(a, a[1:], strict=False))
+        ):
+            raise _bad(file, table, f"axes.{name}", "must be positive, finite and strictly increasing")
+    times = data["time_s"]
+    n = math.prod(len(axes[name]) for name in names)
+    if not isinstance(times, list) or len(times) != n:
+        raise _bad(file, table, "time_s", f"must hold {n} values (the product of the axes)")
+    try:  # NaN and Infinity were refused by the parser: min and sum see numbers or fail
+        ok = min(times) > 0 and math.isfinite(math.fsum(times))
+    except TypeError:
+        ok = False
+    if not ok:
+        raise _bad(file, table, "time_s", "every time must be a positive, finite number")
+    filled = data.get("filled", [])
+    if not isinstance(filled, list) or not all(isinstance(i, int) and 0 <= i < n for i in filled):
+        raise _bad(file, table, "filled", f"must be indices below {n}")
+    return Grid([axes[name] for name in names], times, filled, growth, f"{file.name}: {table}")
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a table may hold")
+
+
+def _read(file: Path) -> dict[str, Any]:
+    from costmodel.loading import LoadError, read_text
+
+    try:
+        data = json.loads(read_text(file, "kernel table"), parse_constant=_no_constant)
+    except LoadError as e:
+        raise SpecError(str(e)) from None
+    except ValueError as e:
+        raise SpecError(f"{file.name}: not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{file.name}: must be a JSON object")
+    return data
+
+
+FILES = ("gemm.json", "attention.json", "collectives.json")
+
+
+def read_kernels(folder: Path) -> KernelTables:
+    """A folder's tables, every file validated now (``SpecError`` naming the file, table and field)."""
+    return KernelTables(folder).validate()
+
+
+def _read_gemm(file: Path) -> tuple[dict[str, Grid], dict[str, dict[str, Any]]]:
+    gemms: dict[str, Grid] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    if file.is_file():
+        for i, t in enumerate(_list(file, _read(file), "tables")):
+            dtype = t.get("dtype")
+            if not isinstance(dtype, str):
+                raise _bad(file, f"tables[{i}]", "dtype", "missing")
+            gemms[dtype] = _grid(file, f"tables[{i}] ({dtype})", t, ("M", "N", "K"), (1, 1, 1))
+            sources[f"gemm/{dtype}"] = t.get("source", {})
+    return gemms, sources
+
+
+def _read_attention(file: Path) -> tuple[dict[str, tuple[AttentionTable, ...]], dict[str, dict[str, Any]]]:
+    attention: dict[str, tuple[AttentionTable, ...]] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    if not file.is_file():
+        return attention, sources
+    data = _read(file)
+    for phase in ("prefill", "decode"):
+        if phase not in data:
+            continue
+        block = data[phase]
+        sources[f"attention/{phase}"] = block.get("source", {}) if isinstance(block, dict) else {}
+        tables = []
+        for i, t in enumerate(_list(file, block, "tables")):
+            where = f"{phase}.tables[{i}]"
+            for field in ("head_dim", "heads", "kv_heads"):
+                if not isinstance(t.get(field), int) or t[field] <= 0:
+                    raise _bad(file, where, field, "must be a positive integer")
+            if not isinstance(t.get("kv_dtype"), str):
+                raise _bad(file, where, "kv_dtype", "missing")
+            growth = (1, 2 if phase == "prefill" else 1)  # causal prefill: S^2/2 pairs
+            tables.append(
+                AttentionTable(
+                    t["head_dim"],
+                    t["heads"],
+                    t["kv_heads"],
+                    t["kv_dtype"],
+                    _grid(file, where, t, ("batch", "seq"), growth),
+                )
+            )
+        attention[phase] = tuple(tables)
+    return attention, sources
+
+
+def _read_collectives(file: Path) -> tuple[dict[str, Grid], dict[str, dict[str, Any]]]:
+    collectives: dict[str, Grid] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    if file.is_file():
+        data = _read(file)
+        sources["collectives"] = data.get("source", {})
+        for i, t in enumerate(_list(file, data, "tables")):
+            kind = t.get("kind")
+            if kind not in KINDS:
+                raise _bad(file, f"tables[{i}]", "kind", f"must be one of {', '.join(KINDS)}")
+            collectives[kind] = _grid(file, f"tables[{i}] ({kind})", t, ("gpus", "bytes"), (1, 1))
+    return collectives, sources
+
+
+def _list(file: Path, data: Any, field: str) -> list[dict[str, Any]]:
+    items = data.get(field) if isinstance(data, dict) else None
+    if not isinstance(items, list) or not all(isinstance(t, dict) for t in items):
+        raise _bad(file, "file", field, "must be a list of tables")
+    return items
+
+
+@lru_cache(maxsize=16)
+def load_kernels(name: str) -> KernelTables:
+    """The bundled tables of `name` (a folder of specs/kernels/), each file read once per process
+    when first needed."""
+    folder = kernels_root() / name
+    if not name or "/" in name or "\\" in name or name.startswith(".") or not folder.is_dir():
+        names = (
+            sorted(p.name for p in kernels_root().iterdir() if p.is_dir()) if kernels_root().is_dir() else []
+        )
+        raise SpecError(f"kernels: no measured tables named {name!r} (have {', '.join(names) or 'none'})")
+    return KernelTables(folder)
