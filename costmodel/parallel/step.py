@@ -42,6 +42,9 @@ from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
 from costmodel.parallel.shard import shard_spec
+from costmodel.runtime.kernels import KERNELS, default_kernels, is_default, name_of
+from costmodel.runtime.kernels import to_dict as kernels_dict
+from costmodel.runtime.timing import Kernels
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -220,6 +223,7 @@ class Step:
     hardware_flops: float
     notes: tuple[str, ...] = field(default_factory=tuple)
     memory_middle: StageMemory | None = None  # the fullest middle stage, when the stages are unequal
+    kernels: Kernels = KERNELS["megatron-2022"]  # what the time and the activations assume
 
     @property
     def tokens(self) -> int:
@@ -274,6 +278,7 @@ class Step:
         data: dict[str, Any] = {
             "spec": self.spec.name, "cluster": self.cluster.name, "device": hw.name, "seq": self.seq,
             "dtype": self.dtype, "layout": self.layout.to_dict(), "overlap": self.overlap.to_dict(),
+            "kernels": kernels_dict(self.kernels, is_default(self.kernels, hw, "train")),
             "recipe": self.recipe.label(self.dtype),
             "step_time_s": self.step_time_s, "breakdown_s": dict(self.breakdown),
             "compute": {"by_component_s": dict(self.compute_by_component)},
@@ -629,10 +634,15 @@ class StepModel:
     """Steps of one spec on one cluster at one sequence length; caches each shard's analysis."""
 
     def __init__(self, spec: Spec, cluster: Cluster, seq: int = 2048, dtype: str = "bf16",
-                 recipe: device.ParameterBytes = device.MEGATRON, overlap: Overlap = Overlap()) -> None:
+                 recipe: device.ParameterBytes = device.MEGATRON, overlap: Overlap = Overlap(),
+                 kernels: Kernels | None = None) -> None:
+        """`kernels`: what the compute and the activations assume (``runtime.kernels``); default,
+        what the cluster's GPUs run today: flash attention (``flash``). Korthikanti et al. 2022's
+        Megatron-LM is ``KERNELS["megatron-2022"]`` (``device.MEGATRON_KERNELS``)."""
         self.spec, self.cluster, self.seq, self.dtype = spec, cluster, seq, dtype
         self.recipe, self.overlap = recipe, overlap
         self.hw = cluster.hardware
+        self.kernels = kernels if kernels is not None else KERNELS[default_kernels(self.hw, "train")]
         self.hw.peak(dtype)
         self.act_bytes = DTYPE_BYTES[dtype]
         self._micro: dict[tuple[int, int, int, bool, Recompute], MicroBatch] = {}
@@ -671,7 +681,8 @@ class StepModel:
         # that one period would miss. Each group's rows hold its count of layers.
         shard = shard_spec(self.spec, tp)
         a = analyze(shard, "train", batch=b, seq=self.seq // cp, dtype=self.dtype)
-        secs = device.component_seconds(a, self.hw)
+        secs = device.component_seconds(a, self.hw, self.kernels)
+        flash = self.kernels.flash_attention
         counts = self.counts
         last_cat: dict[str, float] = {}
         first_flops = last_flops = 0.0
@@ -715,9 +726,11 @@ class StepModel:
                 # selective recompute: Megatron-LM's checkpointed CoreAttention ends with it) and
                 # of the output (B S d, split by SP). The softmax row's bytes (2p per score)
                 # give the score elements; a dropout moves 2p + 1 bytes per element.
+                # Flash attention drops the probabilities inside its kernel: no bytes, no time.
                 probs = softmax[key.sub_block] / (2 * self.act_bytes) * (2 * self.act_bytes + MASK_BYTES)
                 share = min(1.0, probs / r.bytes_unfused) if self.spec.attention_dropout_rate > 0 else 0.0
-                add(g, "attention core", t * share * cp, f * share * cp, True)
+                if not flash:
+                    add(g, "attention core", t * share * cp, f * share * cp, True)
                 t, f = t * (1 - share), f * (1 - share)
                 in_core = False
             if sp and key.leaf in REPLICATED:  # sequence parallel splits them along the sequence
@@ -788,7 +801,7 @@ class StepModel:
         collector per parallelism (``tensor_parallel``, ``context_parallel``, ``expert_parallel``,
         ``pipeline``, ``data_parallel``, ``embedding_sync``, ``optimizer_step``), composed."""
         if not checked:
-            check(layout, self.spec, seq=self.seq)
+            self.check(layout)
         spec, lo, ov, call = self.spec, layout, self.overlap, self.collective
         p, m = lo.pp, lo.micro_batches
         s_local = self.seq // lo.cp
@@ -835,7 +848,16 @@ class StepModel:
         rec_full = self._recompute_per_sequence[lo.recompute] * lo.global_batch
         return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, sum(breakdown.values()),
                     breakdown, compute, tuple(calls), mem_first, mem_last, full, full + rec_full,
-                    self._notes(stages, pipe.slow), mem_middle)
+                    self._notes(stages, pipe.slow), mem_middle, self.kernels)
+
+    def check(self, layout: Layout) -> None:
+        """``layout.check`` on this spec, and what the kernels allow: selective recompute replays
+        the attention core's scores, which flash attention never keeps (``runtime.memory.Run``)."""
+        check(layout, self.spec, seq=self.seq)
+        if self.kernels.flash_attention and layout.recompute is Recompute.selective:
+            raise LayoutError(f"--recompute: selective recomputes the attention core's scores, which flash "
+                              f"attention (--kernels {name_of(self.kernels) or 'flash'}, the default on a "
+                              "GPU) never keeps; use --recompute none or full, or --kernels megatron-2022")
 
     def _notes(self, stages: tuple[int, ...], slow: int) -> tuple[str, ...]:
         notes: list[str] = []
@@ -918,7 +940,8 @@ class StepModel:
         key = (tp, b, s, sp, rc)
         acts = self._acts.get(key)
         if acts is None:
-            acts = self._acts[key] = device.activations(self.spec, b, s, tp, sp, rc)
+            acts = self._acts[key] = device.activations(self.spec, b, s, tp, sp, rc,
+                                                        self.kernels.flash_attention)
         return acts
 
     def _recompute_flops(self, rc: Recompute) -> float:

@@ -88,6 +88,11 @@ def default_mla(hw: Hardware | None) -> str:
     return Convention.absorbed.value if on_gpu(hw) else Convention.naive.value
 
 
+def is_default(k: Kernels, hw: Hardware | None, work: str = "serve") -> bool:
+    """Whether `k` is what `work` assumes on `hw` when none is asked for."""
+    return k == KERNELS[default_kernels(hw, work)]
+
+
 def resolve(name: str | None, hw: Hardware | None, work: str = "serve") -> str:
     """`name` checked (bad input in one line naming ``--kernels``), or the default on `hw`."""
     if name is None:
