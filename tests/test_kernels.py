@@ -94,7 +94,8 @@ def test_inference_says_its_kernels_in_json_and_table() -> None:
 
 @pytest.mark.parametrize("old", [["--flash-attention", "--fused"], ["--fused", "--flash-attention"]])
 def test_the_old_flags_are_the_fused_kernels_in_either_order(old: list[str]) -> None:
-    base = ["inference", "gpt2-small", "--hardware", "l4", "--seq", "64", "--output-tokens", "4", "-f", "json"]
+    base = ["inference", "gpt2-small", "--hardware", "l4", "--seq", "64", "--output-tokens", "4", "-f",
+            "json"]
     before = runner.invoke(app, [*base, *old])
     after = runner.invoke(app, [*base, "--kernels", "fused"])
     assert before.exit_code == after.exit_code == 0
@@ -143,7 +144,8 @@ def test_memory_follows_the_device() -> None:
     assert none["memory"]["activations"] - gpu["memory"]["activations"] == 8_048_869_376
     asked = _json([*base, "--hardware", "h100-sxm", "--kernels", "eager"])
     assert asked["memory"]["activations"] == none["memory"]["activations"] and not asked["kernels"]["default"]
-    result = runner.invoke(app, ["memory", "llama-2-7b", "--hardware", "h100-sxm", "--recompute", "selective"])
+    result = runner.invoke(app, ["memory", "llama-2-7b", "--hardware", "h100-sxm", "--recompute",
+                                 "selective"])
     assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
     assert "--kernels eager or megatron-2022" in result.stderr
 

@@ -111,7 +111,8 @@ def test_data_parallel_gradients_and_zero(m22):
 def test_overlap_is_a_switch(m22):
     base = Layout(4, 4, tp=8)
     plain = m22.step(base)
-    hidden = StepModel(m22.spec, A100, seq=2048, dtype="fp16", overlap=Overlap(tp=True), **MEGATRON).step(base)
+    hidden = StepModel(m22.spec, A100, seq=2048, dtype="fp16", overlap=Overlap(tp=True),
+                       **MEGATRON).step(base)
     assert hidden.breakdown["tp_comm"] < plain.breakdown["tp_comm"]
     assert hidden.step_time_s < plain.step_time_s
     assert plain.breakdown["compute"] == pytest.approx(hidden.breakdown["compute"])
