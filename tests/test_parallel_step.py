@@ -11,7 +11,7 @@ from costmodel import catalog
 from costmodel.analysis import analyze
 from costmodel.parallel.cluster import load_cluster
 from costmodel.parallel.device import MEGATRON_KERNELS
-from costmodel.parallel.layout import Layout, Recompute
+from costmodel.parallel.layout import Layout, LayoutError, Recompute
 from costmodel.parallel.shard import shard_spec
 from costmodel.parallel.step import Overlap, StepModel
 
@@ -266,3 +266,40 @@ def test_the_slowest_stage_sets_the_step(m22):
     assert st.per_gpu.total == max(st.memory.total, st.memory_last.total, st.memory_middle.total)
     even = m22.step(lo.with_(pp=4))  # 12 layers a stage: slower per micro-batch than 10
     assert even.breakdown["compute"] > st.breakdown["compute"]
+
+
+# --- the embedding and the head as chunks of their own (Layout.edge_chunks) --------------------------
+
+
+def test_llama_405b_interleaved_over_unequal_stages() -> None:
+    """Llama 3 405B (Dubey et al. 2024, section 3.3.2): 126 layers on PP 16 with 8 chunks a device
+    are 128 chunks only with the embedding and the head as chunks of their own: chunk k holds layer
+    k - 1, device i the chunks i, i + 16, ..., i + 112, so device 0 (the embedding's) and device 15
+    (the head's) hold 7 layers and the others 8. Without them, refused, naming the way out."""
+    spec = catalog.load("llama-3.1-405b")
+    model = StepModel(spec, load_cluster("dgx-h100"), seq=8192)
+    plain = Layout(2048, 1, tp=8, pp=16, dp=128, interleave=8, sequence_parallel=True, zero=1)
+    with pytest.raises(LayoutError, match=r"^--interleave: 8 chunks x PP 16 does not divide the 126 layers "
+                                          r"of llama-3.1-405b \(126 \+ 2 do: --edge-chunks\)$"):
+        model.step(plain)
+    lo = plain.with_(edge_chunks=True)
+    assert model.stage_counts(lo) == (7,) + (8,) * 14 + (7,)
+    st = model.step(lo)
+    assert st.layout.label() == "TP8 PP16 DP128 v8 edges mb1 SP ZeRO-1"
+    assert st.to_dict()["layout"]["edge_chunks"] is True
+    # the same layers on each device as without interleaving (7/8/.../8/7), so the bubble,
+    # (p - 1)/v of the mean stage, is an eighth of v 1's
+    one = model.step(plain.with_(interleave=1))
+    assert model.stage_counts(plain.with_(interleave=1)) == model.stage_counts(lo)
+    assert st.breakdown["pipeline_bubble"] == pytest.approx(one.breakdown["pipeline_bubble"] / 8, rel=1e-12)
+
+
+def test_edge_chunks_without_interleaving_move_a_layer_off_each_end() -> None:
+    """48 layers on PP 4: 12 a stage; with the embedding and head counted, 50 units split
+    12/13/13/12 (``stage_layers``: the extras to the middle), so 11/13/13/11 layers."""
+    model = StepModel(catalog.load("megatron-22b"), A100, seq=2048, dtype="fp16", **MEGATRON)
+    lo = Layout(8, 1, tp=8, pp=4)
+    assert model.stage_counts(lo) == (12, 12, 12, 12)
+    assert model.stage_counts(lo.with_(edge_chunks=True)) == (11, 13, 13, 11)
+    with pytest.raises(LayoutError, match="^--edge-chunks: .* needs --pp > 1$"):
+        model.step(Layout(4, 1, tp=8, edge_chunks=True))

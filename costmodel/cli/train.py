@@ -114,6 +114,10 @@ def train_cmd(
         "--ep", help="Expert-parallel size (mixture-of-experts specs), within DP x CP.")] = 1,
     interleave: Annotated[int, typer.Option("--interleave", "-v",
                                             help="Model chunks per pipeline device (interleaved 1F1B).")] = 1,
+    edge_chunks: Annotated[bool, typer.Option(
+        "--edge-chunks", help="Count the embedding and the head as one layer each when splitting the "
+        "layers into stages or chunks (Megatron-Core's --account-for-embedding/loss-in-pipeline-split): "
+        "Llama 3 405B's 126 layers on PP 16 x v 8.")] = False,
     recompute: Annotated[Recompute, typer.Option("--recompute", metavar="MODE",
                                                  help="Activation recomputation: none, selective (the "
                                                       "attention core), full.")] = Recompute.none,
@@ -149,7 +153,7 @@ def train_cmd(
                                   f"{inner}")
             dp = gpus // inner
         layout = Layout(global_batch, micro_batch, tp, pp, dp, cp, ep, interleave, sequence_parallel,
-                        recompute, zero)
+                        recompute, zero, edge_chunks)
         check(layout, s, gpus, _seq(s, seq))
         model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap),
                           _kernels(kernel_names))

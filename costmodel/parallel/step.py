@@ -657,7 +657,7 @@ class StepModel:
         # Layer groups (model.layer_groups): their counts and (attention kind, sparse FFN?).
         self.counts = {g: n for (_, g), n in model.layer_groups(spec).items()}
         self.kinds = {g: model.group_kinds(spec, g) for g in self.counts}
-        self._stage_groups: dict[tuple[int, int], tuple[dict[str | None, int], ...]] = {}
+        self._stage_groups: dict[tuple[int, int, bool], tuple[dict[str | None, int], ...]] = {}
 
     def collective(self, kind: str, group: str, ranks: int, size: float, stride: int = 1) -> Collective:
         """``collectives.collective`` on this cluster, remembered: layouts share most calls."""
@@ -757,25 +757,40 @@ class StepModel:
         return MicroBatch(groups, dict(counts), first_s, sum(last_cat.values()), last_cat, first_flops,
                           last_flops, first_params, last_params, embedding_table)
 
-    def stage_groups(self, pp: int, interleave: int = 1) -> tuple[dict[str | None, int], ...]:
+    def stage_groups(self, pp: int, interleave: int = 1,
+                     edges: bool = False) -> tuple[dict[str | None, int], ...]:
         """Layers of each group on each of `pp` pipeline devices: contiguous stages of
         ``stage_layers``, or with v chunks per device, chunks j*p + i of L/(p v) layers on device i
-        (Narayanan et al. 2021's interleaved schedule). Counted, never listed."""
-        key = (pp, interleave)
+        (Narayanan et al. 2021's interleaved schedule). With `edges` (``Layout.edge_chunks``) the
+        split is of L + 2 units, the embedding the first and the head the last: a chunk holds the
+        layers among its units (the first and the last chunk one fewer). The embedding stays on
+        device 0 and the head on device p - 1 either way. Counted, never listed."""
+        key = (pp, interleave, edges)
         cached = self._stage_groups.get(key)
         if cached is None:
             L = self.spec.n_layers or 0
+            units = L + 2 if edges else L
+            shift = 1 if edges else 0  # unit u is layer u - 1 when unit 0 is the embedding
+
+            def layers_of(lo: int, hi: int) -> tuple[int, int]:
+                return min(L, max(0, lo - shift)), min(L, max(0, hi - shift))
+
             if interleave > 1:
-                c = L // (pp * interleave)
-                ranges = [[((j * pp + i) * c, (j * pp + i + 1) * c) for j in range(interleave)]
+                c = units // (pp * interleave)
+                ranges = [[layers_of((j * pp + i) * c, (j * pp + i + 1) * c) for j in range(interleave)]
                           for i in range(pp)]
             else:
                 bounds = [0]
-                for n in stage_layers(L, pp):
+                for n in stage_layers(units, pp):
                     bounds.append(bounds[-1] + n)
-                ranges = [[(bounds[i], bounds[i + 1])] for i in range(pp)]
+                ranges = [[layers_of(bounds[i], bounds[i + 1])] for i in range(pp)]
             cached = self._stage_groups[key] = tuple(self._groups_in(r) for r in ranges)
         return cached
+
+    def stage_counts(self, layout: Layout) -> tuple[int, ...]:
+        """Layers on each pipeline device of `layout`, first to last."""
+        return tuple(sum(g.values()) for g in self.stage_groups(layout.pp, layout.interleave,
+                                                                 layout.edge_chunks))
 
     def _groups_in(self, ranges: list[tuple[int, int]]) -> dict[str | None, int]:
         out = dict.fromkeys(self.counts, 0)
@@ -816,9 +831,9 @@ class StepModel:
                    for g, w in mb.groups.items()}
 
         # Across the stages, and over the data-parallel ranks of the fullest stage's parameters.
-        on_device = self.stage_groups(p, lo.interleave)
+        on_device = self.stage_groups(p, lo.interleave, lo.edge_chunks)
         pipe = pipeline(lo, on_device, t_layer, mb.first_s + tp.first_s, mb.last_s + tp.last_s, call, x, ov)
-        stages = stage_layers(spec.n_layers or 0, p)
+        stages = self.stage_counts(lo)
         pace = Pace(pipe.slow, on_device[pipe.slow], stages[pipe.slow], m, pipe.slow == 0, pipe.slow == p - 1)
         held = [self._stage_params(lo, mb, i) for i in range(p)]
         dense, routed = max(h[0] for h in held), max(h[1] for h in held)
@@ -887,7 +902,7 @@ class StepModel:
         sp, rc = lo.sequence_parallel, lo.recompute
         s_local = self.seq // cp
         mb = mb or self.micro(t, lo.micro_batch, cp, sp, rc)
-        groups = self.stage_groups(p, v)[stage]
+        groups = self.stage_groups(p, v, lo.edge_chunks)[stage]
         n_dp = lo.dp * cp
         n_edp = n_dp // lo.ep
         acts = self._activations(t, lo.micro_batch, s_local, sp, rc)
@@ -921,7 +936,7 @@ class StepModel:
         on the last (with the tied embedding's copy when the two differ)."""
         p = lo.pp
         dense = routed = 0
-        for g, n in self.stage_groups(p, lo.interleave)[stage].items():
+        for g, n in self.stage_groups(p, lo.interleave, lo.edge_chunks)[stage].items():
             w = mb.groups[g]
             dense += n * (w.params - w.expert_params)
             routed += n * w.expert_params // lo.ep
