@@ -16,8 +16,10 @@ Each name is a ``runtime.timing.Kernels`` (what each flag folds: that class's do
   run today: serving engines (vLLM, SGLang, TensorRT-LLM: FlashAttention / FlashInfer kernels,
   RMSNorm with the residual add, SiLU-and-multiply and RoPE each a kernel of their own, none of
   them fused into a GEMM) and training frameworks (Megatron-Core with Transformer Engine's fused
-  attention, as Llama 3 405B was trained: Dubey et al. 2024, "The Llama 3 Herd of Models",
-  section 3.3). The default on a GPU profile.
+  attention and bias-dropout-add; torchtitan with PyTorch's flash SDPA). The default on a GPU
+  profile, for serving and for training: Llama 3 405B's 8K layout on 80 GB H100s (Dubey et al.
+  2024, "The Llama 3 Herd of Models", Table 4: TP 8, CP 1, PP 16) is out of reach once every
+  layer keeps its 8192^2 scores (``parallel.step``; docs/parallel.md).
 - ``fused``: ``flash``, and the norms, activations, residual adds, RoPE and scales fused into
   the neighbouring matmuls (their bytes never reach memory): the fused lower bound, which no
   stack reaches (the old ``--flash-attention --fused``).
@@ -100,11 +102,6 @@ def resolve(name: str | None, hw: Hardware | None, work: str = "serve") -> str:
     if name not in KERNELS:
         raise AnalysisError(f"--kernels: unknown kernels {name!r}; expected one of {', '.join(KERNELS)}")
     return name
-
-
-def kernels(name: str) -> Kernels:
-    """The ``Kernels`` of a name of ``KERNELS``."""
-    return KERNELS[resolve(name, None)]
 
 
 def name_of(k: Kernels) -> str | None:
