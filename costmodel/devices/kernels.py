@@ -178,6 +178,7 @@ class KernelTables:
 
     def __init__(self, folder: Path) -> None:
         self.folder, self.name = folder, folder.name
+        self._nearest: dict[tuple[str, int, int, int, str], AttentionTable] = {}  # a sweep asks again
         present = [f for f in FILES if (folder / f).is_file()]
         if not present:
             raise SpecError(f"{folder.name}: no kernel tables ({', '.join(FILES)})")
@@ -239,8 +240,27 @@ class KernelTables:
         tables = self.attention_tables.get(phase)
         if not tables:
             return None
-        best = nearest_table(tables, heads, kv_heads, head_dim, kv_dtype)
-        return read_attention(best, phase, batch, seq, heads, kv_heads, head_dim, kv_dtype)
+        return read_attention(
+            self.nearest(phase, heads, kv_heads, head_dim, kv_dtype),
+            phase,
+            batch,
+            seq,
+            heads,
+            kv_heads,
+            head_dim,
+            kv_dtype,
+        )
+
+    def nearest(
+        self, phase: Phase, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> AttentionTable:
+        """The phase's table a configuration reads (``nearest_table``), found once per configuration."""
+        key = (phase, heads, kv_heads, head_dim, kv_dtype)
+        if key not in self._nearest:
+            self._nearest[key] = nearest_table(
+                self.attention_tables[phase], heads, kv_heads, head_dim, kv_dtype
+            )
+        return self._nearest[key]
 
     def collective(self, kind: str, gpus: int, nbytes: float) -> Lookup | None:
         """One NCCL collective of `nbytes` per GPU (the message) over `gpus` GPUs of one node."""
