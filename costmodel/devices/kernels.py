@@ -54,6 +54,19 @@ class Lookup:
     inside: bool
 
 
+@dataclass(frozen=True)
+class ErrorBand:
+    """How far a table's times lay from another measurement of the same kernels: the median
+    |predicted / measured - 1| and the worst ratio (bench/kernel_validation.py)."""
+
+    median: float
+    worst: float
+    against: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "worst": self.worst, "against": self.against}
+
+
 class Grid:
     """Times on the product of increasing axes, row-major; ``filled``: flat indices of grid points
     the collection lacked (bench/build_kernel_tables.py filled them from a neighbour)."""
@@ -215,9 +228,40 @@ class KernelTables:
         """ "gemm/bf16", "attention/decode", "collectives" -> where the table came from."""
         return {**self._gemm[1], **self._attention[1], **self._collectives[1]}
 
+    @cached_property
+    def errors(self) -> dict[str, tuple[ErrorBand, ...]]:
+        """op class ("gemm/bf16", "attention/decode", "collectives") -> the error its times showed
+        in the cross-validation, one band per other measurement (errors.json, written by
+        bench/kernel_validation.py)."""
+        file = self.folder / "errors.json"
+        if not file.is_file():
+            return {}
+        bands = _read(file).get("bands")
+        if not isinstance(bands, dict):
+            raise _bad(file, "file", "bands", "must be an object")
+        out = {}
+        for op, listed in bands.items():
+            try:
+                out[op] = tuple(ErrorBand(float(b["median"]), float(b["worst"]), str(b["against"]))
+                                for b in listed)
+            except (KeyError, TypeError, ValueError):
+                raise _bad(file, op, "median, worst, against", "missing or not numbers") from None
+            if not out[op] or not all(0 <= b.median < 100 and 1 <= b.worst < 1e6 for b in out[op]):
+                raise _bad(file, op, "median, worst", "out of range")
+        return out
+
+    def error_label(self, op: str) -> str | None:
+        """One line of an op class's bands: ``gemm/bf16: median 5% (worst 1.7x) vs sglang 0.5.14
+        (sglang_torch_linear), 3% (1.9x) vs trtllm ...``; None where none was measured."""
+        bands = self.errors.get(op)
+        if not bands:
+            return None
+        return f"{op}: median " + ", ".join(f"{100 * b.median:.0f}% (worst {b.worst:.1f}x) {b.against}"
+                                            for b in bands)
+
     def validate(self) -> KernelTables:
         """Read every file now (``SpecError`` on the first bad one)."""
-        self._gemm, self._attention, self._collectives  # noqa: B018
+        self._gemm, self._attention, self._collectives, self.errors  # noqa: B018
         return self
 
     def gemm(self, dtype: str, M: float, N: float, K: float) -> Lookup | None:
