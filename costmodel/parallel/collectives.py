@@ -87,10 +87,16 @@ def _steps_and_volume(kind: str, n: int, size: float) -> tuple[int, float]:
 
 def collective(cluster: Cluster, kind: str, group: str, ranks: int, size: float,
                stride: int = 1) -> Collective:
-    """The time of one `kind` over `ranks` devices `stride` apart, on a buffer of `size` bytes:
-    the faster of NCCL's Simple and LL protocols, as its tuner picks.
+    """The time of one `kind` over `ranks` devices `stride` apart, on a buffer of `size` bytes.
 
     For p2p, `ranks` is 2 and `stride` the distance between the two devices."""
+    return modelled(cluster, kind, group, ranks, size, stride)
+
+
+def modelled(cluster: Cluster, kind: str, group: str, ranks: int, size: float,
+             stride: int = 1) -> Collective:
+    """The α-β model of one `kind`: the faster of NCCL's Simple and LL protocols, as its tuner
+    picks, on the links of the cluster profile."""
     if ranks <= 1 or size <= 0:
         return Collective(kind, group, max(ranks, 1), size, 0.0, 0, 0.0, 0.0, "none")
     steps, sent = _steps_and_volume(kind, ranks, size)
