@@ -8,7 +8,9 @@ each kind, each measured GPU count and each measured message size: the α-β mod
 (``costmodel.parallel.collectives.modelled``, the cluster profile's links and NCCL's tuning
 latencies) over the measured one, minus 1. The measured times are read straight from the JSON
 file, not through the lookup. Sizes are nccl-tests' ``size`` (``-b``), which is what
-``collectives.collective`` calls ``size`` for every kind (the module's docstring).
+``collectives.collective`` calls ``size`` for every kind (the module's docstring). The model's
+in-node branch is the one every in-node collective took before issue 21, so this prints those
+before-figures at any later commit (bench/results/collectives-2026-12-03-before.md).
 
 Then two checks of the lookup's interpolation, leave one out: each interior message size predicted
 from its two neighbours (log-log, as ``costmodel.devices.kernels`` interpolates), and 4 GPUs

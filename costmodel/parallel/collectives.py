@@ -179,7 +179,9 @@ def nvlink_bus_bandwidth(cluster: Cluster, kind: str, per_node: int) -> float:
 def modelled(cluster: Cluster, kind: str, group: str, ranks: int, size: float,
              stride: int = 1) -> Collective:
     """The α-β model of one `kind`: the faster of NCCL's Simple and LL protocols, as its tuner
-    picks, on the links of the cluster profile."""
+    picks, on the links of the cluster profile (the NVLink share of a group across nodes from
+    the device's table where it has one, ``nvlink_bus_bandwidth``; inside one node the profile's
+    figures alone, which bench/collective_validation.py sets beside the tables)."""
     if ranks <= 1 or size <= 0:
         return Collective(kind, group, max(ranks, 1), size, 0.0, 0, 0.0, 0.0, "none", "none")
     steps, sent = _steps_and_volume(kind, ranks, size)
