@@ -39,7 +39,7 @@ from costmodel.components.key import TOKEN_TABLE, Key, Role
 from costmodel.devices.hardware import Hardware
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
-from costmodel.parallel.collectives import Collective, collective
+from costmodel.parallel.collectives import Collective, collective, weakest
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
 from costmodel.parallel.shard import shard_spec
 from costmodel.runtime.kernels import KERNELS, default_kernels, is_default
@@ -263,7 +263,8 @@ class Step:
         for c, calls, exposed in self.collectives:
             key = f"{c.group}/{c.kind}"
             entry = out.setdefault(key, {"calls": 0.0, "bytes_sent": 0.0, "time_s": 0.0, "exposed_s": 0.0,
-                                         "ranks": c.ranks, "link": c.link})
+                                         "ranks": c.ranks, "link": c.link, "basis": c.basis})
+            entry["basis"] = weakest(entry["basis"], c.basis)
             entry["calls"] += calls
             entry["bytes_sent"] += calls * c.bytes_sent
             entry["time_s"] += calls * c.time_s
