@@ -17,7 +17,7 @@ Between grid points the time is interpolated multilinearly in log(time) over log
 Calculon and aiconfigurator do. Outside the grid the kernel model extrapolates: below the
 smallest point the time is held (less work takes no longer; the launch floor), above the
 largest it grows as the work does (linear in M, N, K, batch, bytes and decode's cache; prefill's
-causal pass quadratic in seq). An attention shape whose (heads, kv_heads, head_dim, kv dtype)
+causal pass quadratic in seq; a collective held past the GPU counts measured). An attention shape whose (heads, kv_heads, head_dim, kv dtype)
 was not measured reads the nearest measured one at the batch that does the same work (FLOPs in
 prefill, cache bytes in decode; twice the heads is twice the sequences to the kernel, and a
 launch-bound shape stays launch-bound): extrapolated, too. Neither rule can make a time fall
@@ -307,7 +307,10 @@ class KernelTables:
         return self._nearest[key]
 
     def collective(self, kind: str, gpus: int, nbytes: float) -> Lookup | None:
-        """One NCCL collective of `nbytes` per GPU (the message) over `gpus` GPUs of one node."""
+        """One NCCL collective of an `nbytes` message over `gpus` GPUs of one node: nccl-tests'
+        size (all-reduce: the buffer; all-gather: the gathered output; reduce-scatter: the
+        unreduced input; all-to-all: what one GPU sends in all). Past the measured GPU counts the
+        time is held (``parallel.collectives`` scales it by its ring model there)."""
         grid = self.collectives.get(kind)
         return None if grid is None or gpus < 2 else grid(gpus, nbytes)
 
@@ -453,7 +456,7 @@ def _read_collectives(file: Path) -> tuple[dict[str, Grid], dict[str, dict[str, 
             kind = t.get("kind")
             if kind not in KINDS:
                 raise _bad(file, f"tables[{i}]", "kind", f"must be one of {', '.join(KINDS)}")
-            collectives[kind] = _grid(file, f"tables[{i}] ({kind})", t, ("gpus", "bytes"), (1, 1))
+            collectives[kind] = _grid(file, f"tables[{i}] ({kind})", t, ("gpus", "bytes"), (0, 1))
     return collectives, sources
 
 
