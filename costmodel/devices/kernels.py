@@ -17,10 +17,11 @@ Between grid points the time is interpolated multilinearly in log(time) over log
 Calculon and aiconfigurator do. Outside the grid the kernel model extrapolates: below the
 smallest point the time is held (less work takes no longer; the launch floor), above the
 largest it grows as the work does (linear in M, N, K, batch, bytes and decode's cache; prefill's
-causal pass quadratic in seq; a collective held past the GPU counts measured). An attention shape whose (heads, kv_heads, head_dim, kv dtype)
-was not measured reads the nearest measured one at the batch that does the same work (FLOPs in
-prefill, cache bytes in decode; twice the heads is twice the sequences to the kernel, and a
-launch-bound shape stays launch-bound): extrapolated, too. Neither rule can make a time fall
+causal pass quadratic in seq; a collective held past the GPU counts measured). An attention
+shape whose (heads, kv_heads, head_dim, kv dtype) was not measured reads the nearest measured
+one at the batch that does the same work (FLOPs in prefill, cache bytes in decode; twice the
+heads is twice the sequences to the kernel, and a launch-bound shape stays launch-bound):
+extrapolated, too. Neither rule can make a time fall
 below the physical floor, which the time model applies on top (``costmodel.runtime.timing``).
 
 Pure Python (the lookup runs inside ``analyze --hardware``, which never imports numpy); a
