@@ -126,7 +126,9 @@ class ComponentTime:
     flops: int
     bytes: int
     time_s: float
-    roofline_s: float  # max(flops / peak, bytes / bandwidth): its lower bound
+    # Calibrated: max(FLOPs it executes / peak, least bytes it moves / bandwidth), the physics
+    # floor (time_s >= roofline_s + ops x the launch floor); the roofline fallback: unfused bytes.
+    roofline_s: float
     efficiency: float  # roofline_s / time_s (1: at the roof)
     first_touch_s: float = 0.0  # of time_s: writing freshly allocated outputs
     key: Key = field(default=None, repr=False)  # type: ignore[assignment]  # what it is (Row.key)
@@ -188,6 +190,14 @@ def layer_count(groups: dict[tuple[str, str | None], int], key: Key) -> int:
     return 1
 
 
+def physics_floor(flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
+    """The least time of any kernel doing `flops` and moving `nbytes`: its FLOPs at the device's
+    peak, or its bytes at its full bandwidth, whichever is longer (the roofline of one op,
+    Williams et al. 2009). ``component_time`` holds every component's time at or above it plus
+    the launch floor of each op, whatever table (or measured time) gave the time."""
+    return max(flops / peak, nbytes / bandwidth)
+
+
 def gemm_time(count: float, M: float, K: float, N: float, peak: float,
               table: MatmulTable | FlopsTable) -> float:
     """count products of (M x K) @ (K x N) at the table's efficiency for the shape."""
@@ -208,6 +218,12 @@ class Rates(Protocol):
 
     floor_s: float
     table: MatmulTable | FlopsTable  # the dtype's matmul table
+
+    def roof(self, flops: Any, nbytes: Any) -> Any:
+        """max(flops / peak, nbytes / bandwidth): no kernel does it faster (``physics_floor``)."""
+
+    def at_least(self, t: Any, roof: Any, ops: int) -> Any:
+        """max(t, roof + ops x floor_s): the physics floor under any table's time."""
 
     def gemm(self, count: Any, M: Any, K: Any, N: Any) -> Any:
         """Seconds of `count` products (M x K) @ (K x N) (0 when any is 0)."""
@@ -238,6 +254,8 @@ class Quantities(Protocol):
     @property
     def flops_matmul_effective(self) -> Any: ...
     @property
+    def flops_other(self) -> Any: ...
+    @property
     def bytes_unfused(self) -> Any: ...
     @property
     def params(self) -> Any: ...
@@ -253,6 +271,7 @@ class Part:
     time_s: Any
     first_touch_s: Any = 0.0
     moved: Any = None
+    roof_s: Any = 0.0  # max(FLOPs / peak, least bytes / bandwidth): time_s >= roof_s + ops x floor_s
 
 
 def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], q: Quantities,
@@ -269,13 +288,17 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
     if gemms:
         run = [g for c in gemms for g in (backward_gemms(*c) if training else (c,))]
         t = rates.gemms(run)
-        if flash:  # only the unmasked pairs are executed
+        flops, least = q.flops_matmul, q.bytes_unfused  # a product reads A and B, writes C once
+        if flash:  # only the unmasked pairs are executed; the score matrix stays on chip
             t = rates.scale(t, q.flops_matmul_effective, q.flops_matmul)
+            flops = q.flops_matmul_effective
+            least = least - (3 if training else 1) * p * on_chip(key, gemms)
         ops = layers * len(run) // len(gemms)
-        if not flash and not rates.table.sees_bytes:  # flash attention never writes the scores
-            t = rates.at_least_memory(t, q.bytes_unfused, ops)
+        if not rates.table.sees_bytes:  # a table by op size knows no bytes: the memory table's
+            t = rates.at_least_memory(t, least, ops)
+        roof = rates.roof(flops + q.flops_other, least)
         fresh = rates.first_touch(gemm_outputs(run, layers, p))
-        return Part("matmul", ops, rates.maximum(t, ops * rates.floor_s) + fresh, fresh)
+        return Part("matmul", ops, rates.at_least(t, roof, ops) + fresh, fresh, roof_s=roof)
     share = kernels.share(key, dropped)
     if share == 0:
         return Part("fused", 0, 0.0)
@@ -286,8 +309,21 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
         extra_ops, extra_bytes, outputs = weight_gradients(spec, key, q.params, layers, p)
         ops, moved = ops + extra_ops, moved + extra_bytes
     fresh = rates.first_touch(outputs)
-    return Part("memory", ops, rates.maximum(ops * rates.floor_s, rates.memory(moved, ops)) + fresh, fresh,
-                moved)
+    roof = rates.roof(q.flops_other, moved)
+    t = rates.at_least(rates.memory(moved, ops), roof, ops)
+    return Part("memory", ops, t + fresh, fresh, moved, roof)
+
+
+def on_chip(key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...]) -> Any:
+    """Elements of a flash-attention product's operand that never reaches memory (Dao et al.
+    2022): the scores' output, count x M x N of QK^T, and AV's input probabilities, count x M x K
+    of PV. What the fused kernel moves is then Q and K, and V and O: the keys and values it reads
+    are the span's, the cached ones at the cache's width, as the analysis counts them."""
+    if key.leaf == "scores":
+        return sum(c * M * N for c, M, K, N in gemms)
+    if key.leaf == "av":
+        return sum(c * M * K for c, M, K, N in gemms)
+    return 0
 
 
 class ScalarRates:
@@ -306,6 +342,12 @@ class ScalarRates:
     def memory(self, moved: Any, ops: int) -> float:
         per_op = moved / ops
         return moved / (self.bandwidth * self.eff.memory(per_op)) if per_op else 0.0
+
+    def roof(self, flops: Any, nbytes: Any) -> float:
+        return physics_floor(flops, nbytes, self.peak, self.bandwidth)
+
+    def at_least(self, t: Any, roof: Any, ops: int) -> Any:
+        return max(t, roof + ops * self.floor_s)
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
         return max(t, self.memory(moved, ops))
@@ -360,10 +402,10 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
         if part.kind == "fused":
             rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0, key=row.key))
             continue
-        t = part.time_s
+        t, roof = part.time_s, part.roof_s
         rows.append(ComponentTime(row.path, part.kind, part.ops, row.flops,
-                                  part.moved if part.kind == "memory" else row.bytes_unfused, t, lower,
-                                  lower / t if t else 1.0, part.first_touch_s, row.key))
+                                  part.moved if part.kind == "memory" else row.bytes_unfused, t, roof,
+                                  roof / t if t else 1.0, part.first_touch_s, row.key))
     return Prediction(
         hardware=hw.name, dtype=dtype, phase=a.phase, kernels=kernels, calibrated=calibrated,
         rows=tuple(rows), roofline_s=line.time_s, roofline_fused_s=fused_line.time_s,
