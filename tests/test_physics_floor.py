@@ -92,6 +92,48 @@ def test_no_component_beats_physics_on_any_spec_phase_kernel_or_profile(name) ->
                 assert p.time_s >= p.roofline_fused_s * (1 - REL), (phase, hw.name, kernels)
 
 
+@pytest.mark.parametrize("name", ["llama-3-8b", "gemma-3-27b", "llama-4-scout", "deepseek-v3", "t5-11b"])
+def test_long_prompts_never_beat_the_roofline_of_what_the_kernels_execute(name) -> None:
+    """32K tokens (or the spec's positions): attention's FLOPs dominate, and flash attention skips
+    the masked half of them, so the phase is held against the FLOPs the kernels execute (the
+    dense count less the masked pairs) and its fused bytes; every component against its floor."""
+    spec = catalog.load(name)
+    for phase in ("prefill", "train"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = analyze(spec, phase, batch=1, seq=min(32_768, spec.max_seq_len))
+        rows = {row.key: row for row in a.rows}
+        skipped = sum(r.flops_matmul - r.flops_matmul_effective for r in a.rows if r.key.attention_core)
+        for hw in profiles()[:len(GPUS)]:
+            for kernels in KERNELS:
+                p = predict(a, hw, kernels)
+                flops = a.total().flops - (skipped if kernels.flash_attention else 0)
+                line = max(flops / hw.peak("bf16"), a.total().bytes_fused / hw.memory_bandwidth)
+                assert p.roofline_fused_s == pytest.approx(line, rel=REL)
+                assert p.time_s >= line * (1 - REL), (phase, hw.name, kernels)
+                for r in p.rows:
+                    if r.kind != "fused":
+                        assert r.time_s >= floor_of(rows[r.key], r, a, hw, kernels) * (1 - REL), r.path
+
+
+def test_flash_prefill_executes_half_the_causal_scores() -> None:
+    """Llama 3 8B, one 32,768-token prompt: the two core products of a layer do 2 x 2 x d_h x h
+    FLOPs per (query, key) pair, 2 x 2 x 128 x 32 = 16,384; dense over S^2 pairs, under flash
+    over the S(S + 1)/2 unmasked ones. The executed roofline drops the other S(S - 1)/2, x 32
+    layers: 16,384 x 32 x 536,854,528 = 281,466,386,776,064 FLOPs (0.28 s at 989.4 TFLOP/s)."""
+    S = 32_768
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # past the 8,192 positions it was trained on
+        a = analyze(catalog.load("llama-3-8b"), "prefill", batch=1, seq=S)
+    hw = load_hardware("h100-sxm")
+    skipped = 16_384 * 32 * (S * (S - 1) // 2)
+    assert skipped == 281_466_386_776_064
+    dense = predict(a, hw).roofline_fused_s
+    flash = predict(a, hw, Kernels(flash_attention=True)).roofline_fused_s
+    assert dense == pytest.approx(a.total().flops / 989.4e12, rel=REL)  # compute-bound at 32K
+    assert flash == pytest.approx((a.total().flops - skipped) / 989.4e12, rel=REL)
+
+
 # --- the fused decode of issue 21 -------------------------------------------------------------
 
 #: Llama 3 8B: 32 layers; V = 128,256, d = 4,096 (untied), 32 heads of 128 over 8 K/V heads,

@@ -148,8 +148,10 @@ class Prediction:
     kernels: Kernels
     calibrated: bool  # False: the profile has no tables; times are the roofline
     rows: tuple[ComponentTime, ...]
-    roofline_s: float  # max(F / peak, unfused bytes / bandwidth) of the whole phase
-    roofline_fused_s: float  # the same against the fused lower bound on bytes
+    # max(F / peak, unfused bytes / bandwidth) of the whole phase, F the FLOPs the kernels
+    # execute (``executed_flops``: flash attention skips the masked pairs)
+    roofline_s: float
+    roofline_fused_s: float  # the same against the fused lower bound on bytes: time_s is never below it
     note: str | None = None
     floor_s: float = field(default=0.0)
 
@@ -368,8 +370,9 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     """The calibrated time of `a`'s phase on `hw` (the roofline when `hw` has no tables)."""
     dtype, total = a.dtype, a.total()
     peak, bw = hw.peak(dtype), hw.memory_bandwidth
-    line = roofline(total.flops, total.bytes_unfused, hw, dtype)
-    fused_line = roofline(total.flops, total.bytes_fused, hw, dtype)
+    flops = executed_flops(a, kernels)
+    line = roofline(flops, total.bytes_unfused, hw, dtype)
+    fused_line = roofline(flops, total.bytes_fused, hw, dtype)
     training = PHASES[a.phase].training
     calibrated = hw.tables_for(dtype)
     eff = hw.efficiency
@@ -412,6 +415,15 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
         note=note,
         floor_s=eff.floor_s if eff is not None else 0.0,
     )
+
+
+def executed_flops(a: Analysis, kernels: Kernels) -> int:
+    """The phase's FLOPs as the kernels run them: flash attention executes only the unmasked
+    pairs of the core's products (``flops_matmul_effective``), the dense count otherwise."""
+    flops = a.total().flops
+    if kernels.flash_attention:
+        flops -= sum(r.flops_matmul - r.flops_matmul_effective for r in a.rows if r.key.attention_core)
+    return flops
 
 
 def gradient_bytes(params: Any, p: int) -> Any:
