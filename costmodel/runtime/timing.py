@@ -15,8 +15,9 @@ al. 2024), each component of a phase is timed on its own:
   (the roofline's other side: the attention core's products, K = d_h, write or read a score
   matrix of B h S^2 elements and sit below the ridge point of every GPU; such a table does not
   know it). A table over shapes (what calibrate measures, M = 1 .. 1024: ``sees_bytes``)
-  already holds what a skinny product's bytes cost, so no floor is added on it (it would charge
-  the weights' stream again, at an elementwise add's efficiency);
+  already holds what a skinny product's bytes cost, so no memory-table bound is added on it (it
+  would charge the weights' stream again, at an elementwise add's efficiency); the physics
+  floor below still holds under it;
 - a **memory** component (norms, activations, softmax, residual adds, cache writes, lookups)
   moves its unfused bytes (from the analysis, so a change of dtype or byte convention reaches
   the time) at bandwidth x e_mem(bytes per op); its FLOPs are not timed: they are a few per
@@ -36,9 +37,20 @@ al. 2024), each component of a phase is timed on its own:
   add's output. Elementwise ops' outputs are not charged: a ``Cost`` does not carry their size,
   and they are a few d-wide rows per token (below the CPU allocator's 32 MiB threshold at every
   shape of docs/time-cpu.md);
-- every op takes at least the floor (launch and dispatch): a component of n ops takes at least
-  n x floor_s; n is the number of layers it spans (x 3 in a training step: forward, and the
-  backward's two ops).
+- **no component beats physics** (``physics_floor``, issue 21): whatever a table (or, later, a
+  measured time) gives, a component of n ops takes at least max(its FLOPs / peak[dtype], its
+  least bytes / bandwidth) + n x floor_s, the launch and dispatch floor of each op; n is the
+  number of layers it spans (x 3 in a training step: forward, and the backward's two ops). Its
+  least bytes: a product reads A and B and writes C once (its ``Row.bytes_unfused``: weights at
+  the weights' width, cached keys and values at the cache's, 3x in a training step, exact for
+  the two backward products); under flash attention the core's products keep the score matrix
+  on chip, so QK^T moves Q and K and PV moves V and O, every key and value of the span (in
+  decode the whole cache, at ``--kv-dtype``: ``on_chip``); a memory component its moved bytes.
+  Its FLOPs are those the kernel executes (the unmasked pairs under flash). ``roofline_s`` of
+  each ``ComponentTime`` is that max, so its ``efficiency`` is at most 1; the phase's
+  ``roofline_fused_s`` (the executed FLOPs against the fused bytes) is never above its time.
+  The tables themselves are read on their time envelope (``costmodel.devices.efficiency``): a
+  bigger op never takes less time than a smaller one.
 
 **Overlap assumption**: ops run one after another (one stream, eager execution), so a phase's
 time is the sum of its components' times; within one op, compute and memory traffic overlap
@@ -47,7 +59,9 @@ fully (the efficiency tables measure whole ops, so they include whatever the ker
 Kernel assumptions (``Kernels``):
 - ``flash_attention``: scores, scale, bias, mask, soft-cap, softmax and AV run as one kernel
   (Dao et al. 2022): the score matrix is never written, the elementwise steps cost nothing,
-  and the two matmuls execute only the unmasked pairs (``flops_matmul_effective``);
+  and the two matmuls execute only the unmasked pairs (``flops_matmul_effective``); the kernel
+  still reads Q, K, V and writes O once (the physics floor above, and on a table by op size the
+  memory table's bound on those bytes);
 - ``fused_softmax``: the 1/sqrt(d_h) scale and the causal mask fold into one softmax kernel that
   reads the scores once and writes the probabilities once (Megatron-LM's FusedScaleMaskSoftmax,
   the scale passed as the scores GEMM's alpha): the scale and mask components move no bytes;

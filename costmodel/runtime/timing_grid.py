@@ -21,6 +21,12 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
   linear share one lookup; a step table of a few sizes is a few comparisons;
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time;
+- a size table whose time already rises with the size (``time_rises``: log-log segments of
+  slope <= 1) is read as it stands; another (a step table, Calculon's) is read on its time
+  envelope with the step's own index (``_size_efficiency``); a shape table's envelope is in
+  its grid (``MatmulTable.envelope``), so its lookup is unchanged;
+- the physics floor (``GridRates.roof``, ``at_least``) is written into arrays made for it,
+  in place, and a component with no FLOPs of its own makes no pass for them;
 - a weight's three products (forward, dA, dB: 2MKN FLOPs each) share one multiply by their
   FLOPs (``GridRates.gemms``: FLOPs x the sum of their seconds per FLOP); the tables are kept
   as logs of seconds per FLOP or per byte, so a lookup is an interpolation and an exp.
@@ -261,8 +267,7 @@ class GridRates:
         by_flops = flops / self.peak
         if _array(by_bytes) and _array(by_flops) and by_bytes.shape == by_flops.shape:
             return np.maximum(by_bytes, by_flops, out=by_bytes)
-        out = self.maximum(by_flops, by_bytes)
-        return np.array(out) if out is nbytes or out is flops else out
+        return self.maximum(by_flops, by_bytes)  # an array made here, or a new one
 
     def at_least(self, t: Any, roof: Any, ops: int) -> Any:
         launch = ops * self.floor_s
