@@ -220,6 +220,9 @@ def test_a_shape_table_reads_the_least_time_over_bigger_shapes() -> None:
     assert t.envelope == [[[0.125]], [[0.5]]]
     assert t(1, 64, 64) == pytest.approx(0.125)
     assert t(2, 64, 64) == pytest.approx((0.125 * 0.5) ** 0.5)  # halfway in log M
+    # a copy with other efficiencies reads its own envelope, not the original's
+    flat = t.model_copy(update={"efficiency": [[[0.5]], [[0.5]]]})
+    assert flat(1, 64, 64) == 0.5 and t(1, 64, 64) == pytest.approx(0.125)
 
 
 # --- decode time rises with the work ------------------------------------------------------------

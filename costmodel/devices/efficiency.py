@@ -49,8 +49,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
@@ -73,6 +72,18 @@ def _one_per_size(grid_name: str, grid: Sequence[float], values_name: str, value
     _increasing(grid_name, grid)
     if len(values) != len(grid):
         raise ValueError(f"{values_name}: must have {len(grid)} values, one per size")
+
+
+def _memo(table: BaseModel, name: str, compute: Any) -> Any:
+    """compute(table), kept on the table while the fields it was computed from are the same
+    objects (``model_copy(update=...)`` copies the instance's dict, so a plain cached property
+    would outlive a replaced field)."""
+    sources = tuple(id(getattr(table, f)) for f in type(table).model_fields)
+    kept = table.__dict__.get(name)
+    if kept is None or kept[0] != sources:
+        kept = (sources, compute(table))
+        table.__dict__[name] = kept  # not a field: frozen models allow it, as cached_property does
+    return kept[1]
 
 
 def _position(grid: Sequence[float], x: float) -> tuple[int, float]:
@@ -113,10 +124,14 @@ class MatmulTable(BaseModel):
         table (a published best shape) does not know it."""
         return len(self.M) > 1
 
-    @cached_property
+    @property
     def envelope(self) -> list[list[list[float]]]:
         """The efficiencies the lookup reads: at each grid point, that of the least time over
         the grid points at or above it on every axis (the module docstring's envelope)."""
+        envelope: list[list[list[float]]] = _memo(self, "_envelope", MatmulTable._envelope)
+        return envelope
+
+    def _envelope(self) -> list[list[list[float]]]:
         M, N, K = self.M, self.N, self.K
         t = [[[M[i] * N[j] * K[k] / e for k, e in enumerate(row)] for j, row in enumerate(plane)]
              for i, plane in enumerate(self.efficiency)]
@@ -215,14 +230,16 @@ class FlopsTable(BaseModel):
         """By op size alone: a product's bytes are not in it (``MatmulTable.sees_bytes``)."""
         return False
 
-    @cached_property
+    @property
     def above(self) -> list[float]:
-        return rates_above(self.flops, self.efficiency)
+        above: list[float] = _memo(self, "_above", lambda t: rates_above(t.flops, t.efficiency))
+        return above
 
-    @cached_property
+    @property
     def time_rises(self) -> bool:
         """The table as it stands is already its envelope (``time_rises``)."""
-        return time_rises(self.flops, self.efficiency, self.interpolation)
+        rises: bool = _memo(self, "_time_rises", lambda t: time_rises(t.flops, t.efficiency, t.interpolation))
+        return rises
 
     def __call__(self, M: float, N: float, K: float) -> float:
         return _lookup(self.flops, self.efficiency, 2 * M * N * K, self.interpolation, self.above)
@@ -242,14 +259,16 @@ class MemoryTable(BaseModel):
         _one_per_size("bytes", self.bytes, "efficiency", self.efficiency)
         return self
 
-    @cached_property
+    @property
     def above(self) -> list[float]:
-        return rates_above(self.bytes, self.efficiency)
+        above: list[float] = _memo(self, "_above", lambda t: rates_above(t.bytes, t.efficiency))
+        return above
 
-    @cached_property
+    @property
     def time_rises(self) -> bool:
         """The table as it stands is already its envelope (``time_rises``)."""
-        return time_rises(self.bytes, self.efficiency, self.interpolation)
+        rises: bool = _memo(self, "_time_rises", lambda t: time_rises(t.bytes, t.efficiency, t.interpolation))
+        return rises
 
     def __call__(self, nbytes: float) -> float:
         return _lookup(self.bytes, self.efficiency, nbytes, self.interpolation, self.above)
