@@ -235,8 +235,8 @@ class Rates(Protocol):
     floor_s: float
     table: MatmulTable | FlopsTable  # the dtype's matmul table
 
-    def roof(self, flops: Any, nbytes: Any) -> Any:
-        """max(flops / peak, nbytes / bandwidth): no kernel does it faster (``physics_floor``)."""
+    def roof(self, flops: tuple[Any, ...], nbytes: Any) -> Any:
+        """max(sum(flops) / peak, nbytes / bandwidth): no kernel does it faster (``physics_floor``)."""
 
     def at_least(self, t: Any, roof: Any, ops: int) -> Any:
         """max(t, roof + ops x floor_s): the physics floor under any table's time."""
@@ -312,7 +312,7 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
         ops = layers * len(run) // len(gemms)
         if not rates.table.sees_bytes:  # a table by op size knows no bytes: the memory table's
             t = rates.at_least_memory(t, least, ops)
-        roof = rates.roof(flops + q.flops_other, least)
+        roof = rates.roof((flops, q.flops_other), least)
         fresh = rates.first_touch(gemm_outputs(run, layers, p))
         return Part("matmul", ops, rates.at_least(t, roof, ops) + fresh, fresh, roof_s=roof)
     share = kernels.share(key, dropped)
@@ -325,7 +325,7 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
         extra_ops, extra_bytes, outputs = weight_gradients(spec, key, q.params, layers, p)
         ops, moved = ops + extra_ops, moved + extra_bytes
     fresh = rates.first_touch(outputs)
-    roof = rates.roof(q.flops_other, moved)
+    roof = rates.roof((q.flops_other,), moved)
     t = rates.at_least(rates.memory(moved, ops), roof, ops)
     return Part("memory", ops, t + fresh, fresh, moved, roof)
 
@@ -359,8 +359,8 @@ class ScalarRates:
         per_op = moved / ops
         return moved / (self.bandwidth * self.eff.memory(per_op)) if per_op else 0.0
 
-    def roof(self, flops: Any, nbytes: Any) -> float:
-        return physics_floor(flops, nbytes, self.peak, self.bandwidth)
+    def roof(self, flops: tuple[Any, ...], nbytes: Any) -> float:
+        return physics_floor(sum(flops), nbytes, self.peak, self.bandwidth)
 
     def at_least(self, t: Any, roof: Any, ops: int) -> Any:
         return max(t, roof + ops * self.floor_s)

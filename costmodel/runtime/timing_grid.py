@@ -256,9 +256,10 @@ class GridRates:
         out[over] = np.maximum(out[over], some / (self.bandwidth * e))
         return out
 
-    def roof(self, flops: Any, nbytes: Any) -> Any:
-        # Every array made here is new, so ``at_least`` may write into it.
-        flops, nbytes = _number(flops), _number(nbytes)
+    def roof(self, flops: tuple[Any, ...], nbytes: Any) -> Any:
+        # Every array made here is new, so ``at_least`` may write into it; FLOPs that are a
+        # number 0 (a linear without a bias adds none) make no pass.
+        flops, nbytes = _number(_sum([_number(f) for f in flops])), _number(nbytes)
         if not _array(flops) and not _array(nbytes):
             return physics_floor(flops, nbytes, self.peak, self.bandwidth)
         by_bytes = nbytes / self.bandwidth
