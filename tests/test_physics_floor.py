@@ -273,3 +273,24 @@ def test_an_inference_run_never_gets_faster_as_its_cache_grows(name, gpu, batch,
     p = s.points[0]
     assert p.tpot_first_s <= p.tpot_s * (1 + REL) and p.tpot_s <= p.tpot_last_s * (1 + REL), (
         p.tpot_first_s, p.tpot_s, p.tpot_last_s)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", GPUS)
+def test_no_inference_run_gets_faster_on_any_spec(gpu) -> None:
+    """Issue 23's sweep: every bundled spec at batch 1, 8 and 64, a 2048-token prompt (256 fewer
+    where the positions end at 2048 or below) and 256 tokens out: within each run the first,
+    mean and last TPOT in order, and each of them rising with the batch (about 4 s a profile)."""
+    hw = load_hardware(gpu)
+    for name in catalog.bundled_names():
+        spec = catalog.load(name)
+        prompt = min(2048, spec.max_seq_len - 256)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            points = serve(spec, hw, prompt=prompt, output=256, batches=(1, 8, 64)).points
+        for p in points:
+            assert p.tpot_first_s <= p.tpot_s * (1 + REL) and p.tpot_s <= p.tpot_last_s * (1 + REL), (
+                name, p.batch)
+        for a, b in zip(points, points[1:], strict=False):
+            assert a.tpot_first_s <= b.tpot_first_s * (1 + REL), (name, a.batch)
+            assert a.tpot_last_s <= b.tpot_last_s * (1 + REL), (name, a.batch)
