@@ -45,10 +45,15 @@ al. 2024), each component of a phase is timed on its own:
   the weights' width, cached keys and values at the cache's, 3x in a training step, exact for
   the two backward products); under flash attention the core's products keep the score matrix
   on chip, so QK^T moves Q and K and PV moves V and O, every key and value of the span (in
-  decode the whole cache, at ``--kv-dtype``: ``on_chip``); a memory component its moved bytes.
-  Its FLOPs are those the kernel executes (the unmasked pairs under flash). ``roofline_s`` of
-  each ``ComponentTime`` is that max, so its ``efficiency`` is at most 1; the phase's
-  ``roofline_fused_s`` (the executed FLOPs against the fused bytes) is never above its time.
+  decode the whole cache, at ``--kv-dtype``: ``on_chip``); a memory component its moved bytes;
+  a component folded into another kernel (``Kernels.folds``) launches nothing, and its least
+  bytes are its weights (a fused norm's gain, 3x in a training step). Its FLOPs are those the
+  kernel executes (the unmasked pairs under flash; a folded step's elementwise FLOPs run beside
+  its host's and are not counted, ``executed_flops``). ``roofline_s`` of each
+  ``ComponentTime`` is that max, so its ``efficiency`` is at most 1; the phase's
+  ``roofline_fused_s`` (the executed FLOPs against the fused bytes) is never above its time:
+  the components' least bytes hold every fused byte (weights, cache read and written, the
+  tokens in, the logits out) and their FLOPs the executed ones.
   The tables themselves are read on their time envelope (``costmodel.devices.efficiency``): a
   bigger op never takes less time than a smaller one.
 
@@ -316,8 +321,12 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
         fresh = rates.first_touch(gemm_outputs(run, layers, p))
         return Part("matmul", ops, rates.at_least(t, roof, ops) + fresh, fresh, roof_s=roof)
     share = kernels.share(key, dropped)
-    if share == 0:
-        return Part("fused", 0, 0.0)
+    if share == 0:  # folded into its host kernel, which still reads its weights (a norm's gain)
+        if not q.params:
+            return Part("fused", 0, 0.0)
+        weights = (3 if training else 1) * p * q.params  # read, and in training read and written
+        roof = rates.roof((), weights)
+        return Part("fused", 0, rates.at_least(0.0, roof, 0), moved=weights, roof_s=roof)
     moved = q.bytes_unfused if share == 1 else share * q.bytes_unfused  # (over arrays, a pass saved)
     ops = layers * (3 if training else 1)
     outputs: list[tuple[int, tuple[Any, ...]]] = []
@@ -416,10 +425,11 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
             continue
         part = component_time(a.spec, row.key, cost.gemms, row, layers, training, kernels, dropped,
                               a.bytes_per_element, rates)
-        if part.kind == "fused":
-            rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0, key=row.key))
-            continue
         t, roof = part.time_s, part.roof_s
+        if part.kind == "fused":
+            rows.append(ComponentTime(row.path, "fused", 0, row.flops, part.moved or 0, t, roof, 1.0,
+                                      key=row.key))
+            continue
         rows.append(ComponentTime(row.path, part.kind, part.ops, row.flops,
                                   part.moved if part.kind == "memory" else row.bytes_unfused, t, roof,
                                   roof / t if t else 1.0, part.first_touch_s, row.key))
@@ -432,11 +442,17 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
 
 
 def executed_flops(a: Analysis, kernels: Kernels) -> int:
-    """The phase's FLOPs as the kernels run them: flash attention executes only the unmasked
-    pairs of the core's products (``flops_matmul_effective``), the dense count otherwise."""
+    """The phase's FLOPs as the kernels run them, those ``component_time`` holds each kernel to:
+    flash attention executes only the unmasked pairs of the core's products
+    (``flops_matmul_effective``), and the elementwise FLOPs of a step folded into another kernel
+    (flash's softmax, a fused norm: a few per element, on the vector units beside the host's
+    matmul or bytes) are not counted."""
     flops = a.total().flops
-    if kernels.flash_attention:
-        flops -= sum(r.flops_matmul - r.flops_matmul_effective for r in a.rows if r.key.attention_core)
+    for r in a.rows:
+        if kernels.flash_attention and r.key.attention_core:
+            flops -= r.flops_matmul - r.flops_matmul_effective
+        if not r.flops_matmul and kernels.folds(r.key):
+            flops -= r.flops_other
     return flops
 
 

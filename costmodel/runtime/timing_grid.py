@@ -259,13 +259,14 @@ class GridRates:
     def roof(self, flops: tuple[Any, ...], nbytes: Any) -> Any:
         # Every array made here is new, so ``at_least`` may write into it; FLOPs that are a
         # number 0 (a linear without a bias adds none) make no pass.
-        flops, nbytes = _number(_sum([_number(f) for f in flops])), _number(nbytes)
-        if not _array(flops) and not _array(nbytes):
-            return physics_floor(flops, nbytes, self.peak, self.bandwidth)
+        total: Any = _number(_sum([_number(f) for f in flops]))
+        nbytes = _number(nbytes)
+        if not _array(total) and not _array(nbytes):
+            return physics_floor(total, nbytes, self.peak, self.bandwidth)
         by_bytes = nbytes / self.bandwidth
-        if not _array(flops) and not flops:  # no FLOPs (a copy): no pass for them
+        if not _array(total) and not total:  # no FLOPs (a copy): no pass for them
             return by_bytes
-        by_flops = flops / self.peak
+        by_flops = total / self.peak
         if _array(by_bytes) and _array(by_flops) and by_bytes.shape == by_flops.shape:
             return np.maximum(by_bytes, by_flops, out=by_bytes)
         return self.maximum(by_flops, by_bytes)  # an array made here, or a new one
