@@ -20,8 +20,8 @@ al. 2024), each component of a phase is timed on its own:
   floor below still holds under it;
 - a **memory** component (norms, activations, softmax, residual adds, cache writes, lookups)
   moves its unfused bytes (from the analysis, so a change of dtype or byte convention reaches
-  the time) at bandwidth x e_mem(bytes per op); its FLOPs are not timed: they are a few per
-  element, below any device's ridge point;
+  the time) at bandwidth x e_mem(bytes per op); its FLOPs are a few per element, below any
+  device's ridge point, and enter only its physics floor (below);
 - a training step writes every weight's gradient: a matmul's is the output of its dB product;
   any other weight (embedding tables, norm gains, biases) gets a dense gradient, zero-filled and
   then written (torch's ``embedding_dense_backward`` scatters into a V x d table of zeros):
