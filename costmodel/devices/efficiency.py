@@ -35,8 +35,8 @@ efficiency of the time envelope t^(x) = min over y >= x of t(y), t = size / effi
   t^(x) = min(t(x), min over grid points g_j > x of t(g_j)); as an efficiency,
   max(e(x), x * max_{g_j > x} e_j / g_j) (``_lookup``, ``above``);
 - a table over shapes (``MatmulTable``): the grid's times t_ijl = M_i N_j K_l / e_ijl are
-  replaced by their least over the grid points at or above them on every axis (three suffix
-  minima, ``MatmulTable.envelope``); the multilinear interpolation of log t between corners
+  replaced by their least over the grid points at or above them on every axis (one sweep down
+  from the top corner, ``MatmulTable.envelope``); the multilinear interpolation of log t between corners
   that rise along every axis rises along every axis, and outside the grid the clamped
   efficiency makes t grow with the size.
 
@@ -135,7 +135,9 @@ class MatmulTable(BaseModel):
         M, N, K = self.M, self.N, self.K
         t = [[[M[i] * N[j] * K[k] / e for k, e in enumerate(row)] for j, row in enumerate(plane)]
              for i, plane in enumerate(self.efficiency)]
-        for i in reversed(range(len(M))):  # suffix minima along K, then N, then M
+        # From the top corner down: the least over the points at or above (i, j, k) is its own
+        # or the least over the points above one of its three upper neighbours, already found.
+        for i in reversed(range(len(M))):
             for j in reversed(range(len(N))):
                 for k in reversed(range(len(K))):
                     least = t[i][j][k]
