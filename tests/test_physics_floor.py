@@ -249,6 +249,32 @@ def test_a_shape_table_reads_the_least_time_over_bigger_shapes() -> None:
     assert flat(1, 64, 64) == 0.5 and t(1, 64, 64) == pytest.approx(0.125)
 
 
+def test_every_table_reads_a_time_that_never_falls_with_the_size() -> None:
+    """The made-up calibrate-style tables whose efficiencies jump about (tests.helpers), and the
+    H100's step tables: the time of one op, size / efficiency, over sizes between and beyond
+    the grid points, never falls along M, N or K, nor with the bytes or FLOPs."""
+    import itertools
+
+    hw = calibrated_profile()
+    mm, memory = hw.efficiency.matmul["bf16"], hw.efficiency.memory
+    axes = [sorted({*grid, *(g * 1.37 for g in grid), grid[0] / 3, grid[-1] * 5})
+            for grid in (mm.M, mm.N, mm.K)]
+    for M, N, K in itertools.product(*axes):
+        t = M * N * K / mm(M, N, K)
+        assert M * N * K / mm(M * 1.01, N, K) * 1.01 >= t * (1 - REL)
+        assert M * N * K / mm(M, N * 1.01, K) * 1.01 >= t * (1 - REL)
+        assert M * N * K / mm(M, N, K * 1.01) * 1.01 >= t * (1 - REL)
+    h100 = load_hardware("h100-sxm").efficiency
+    for table, grid in ((memory, memory.bytes), (h100.memory, h100.memory.bytes)):
+        sizes = sorted({*grid, *(g * f for g in grid for f in (0.5, 0.99, 1.01, 2))})
+        times = [x / table(x) for x in sizes]
+        assert all(b >= a * (1 - REL) for a, b in zip(times, times[1:], strict=False))
+    flops = h100.matmul["bf16"]
+    sizes = sorted({*(g * f for g in flops.flops for f in (0.5, 0.99, 1, 1.01, 2))})
+    times = [x / flops(1, x / 2, 1) for x in sizes]
+    assert all(b >= a * (1 - REL) for a, b in zip(times, times[1:], strict=False))
+
+
 # --- decode time rises with the work ------------------------------------------------------------
 
 np = pytest.importorskip("numpy")
