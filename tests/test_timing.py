@@ -45,14 +45,19 @@ def flat(mm: float, mem: float, floor: float = 0.0) -> Hardware:
 
 
 def test_matmul_lookup_at_grid_points_and_between_in_log_space() -> None:
+    """Corners 0.1 .. 0.8 in (M, N, K) order. The lookup reads the time envelope: (1, 64, 64) at
+    0.1 takes 1 x 64 x 64 / 0.1 = 40,960 units, (4, 64, 64) at 0.5 takes 32,768, so the
+    smaller product runs as the bigger: 4,096 / 32,768 = 0.125. Every other corner is already
+    the least time of the corners above it (e.g. (1, 64, 256): 81,920 against 109,227 at M = 4)."""
     corners = {(m, n, k): 0.1 * (1 + i) for i, (m, n, k) in enumerate(
         (m, n, k) for m in (1, 4) for n in (64, 256) for k in (64, 256))}
     t = table(corners)
     assert t(4, 64, 256) == pytest.approx(corners[(4, 64, 256)])
+    assert t(1, 64, 64) == pytest.approx(0.125)
     # M = 2 is halfway between 1 and 4 in log2: the geometric mean of the two M faces
-    assert t(2, 64, 64) == pytest.approx(math.sqrt(0.1 * 0.5))
-    # the centre of the cube: the geometric mean of all eight corners (0.1 .. 0.8)
-    assert t(2, 128, 128) == pytest.approx(math.prod(0.1 * i for i in range(1, 9)) ** (1 / 8))
+    assert t(2, 64, 64) == pytest.approx(math.sqrt(0.125 * 0.5))
+    # the centre of the cube: the geometric mean of all eight corners (0.125, 0.2 .. 0.8)
+    assert t(2, 128, 128) == pytest.approx((0.125 * math.prod(0.1 * i for i in range(2, 9))) ** (1 / 8))
 
 
 def test_matmul_lookup_clamps_outside_the_grid() -> None:
@@ -150,8 +155,12 @@ def test_flash_attention_fuses_the_score_pipeline_and_skips_masked_pairs() -> No
         assert (frows[f"layers/attention/{leaf}"].kind == "fused"
                 and frows[f"layers/attention/{leaf}"].time_s == 0)
     scores = a.total("layers/attention/scores")
-    # the unmasked pairs at the matmul rate: the scores never reach memory
-    assert frows["layers/attention/scores"].time_s == pytest.approx(scores.flops_matmul_effective / 5e11)
+    # The scores never reach memory: the kernel reads Q and K, 32 tokens x 4 heads x 16 x 4 B
+    # each a layer, 32,768 B over the 2 layers at 0.25 x 100 GB/s (1.31 us), longer than the
+    # 2 x 4 x 16 x 528 unmasked pairs x 2 FLOPs x 2 layers = 135,168 FLOPs at 0.5 TFLOP/s.
+    assert scores.flops_matmul_effective == 135_168
+    assert frows["layers/attention/scores"].time_s == pytest.approx(32_768 / 2.5e10)
+    assert frows["layers/attention/scores"].time_s < rows["layers/attention/scores"].time_s
     assert frows["layers/ffn/up"].time_s == rows["layers/ffn/up"].time_s
 
 
@@ -253,7 +262,8 @@ def test_every_datasheet_profile_carries_sourced_tables_for_bf16_and_fp16(name) 
 
 def test_h100_step_tables_by_op_size() -> None:
     """Calculon: >= 128 GFLOP 0.95, >= 16 0.9, >= 1 0.6, below 0.1; >= 100 MB 0.9, >= 10 MB 0.75,
-    >= 1 MB 0.6, below 0.3 (MB = 1e6 bytes)."""
+    >= 1 MB 0.6, below 0.3 (MB = 1e6 bytes). Read on the time envelope: 99 MB moves as 100 MB
+    at 0.9 (0.99 x 0.9 = 0.891), 999,999 B as 1 MB at 0.6 (0.5999994)."""
     e = load_hardware("h100-sxm").efficiency
     mm = e.matmul["bf16"]
     assert mm(8192, 8192, 8192) == 0.95  # 2 * 8192^3 = 1.1e12 FLOP
@@ -261,9 +271,8 @@ def test_h100_step_tables_by_op_size() -> None:
     assert mm(4096, 4096, 256) == 0.6  # 8.6 GFLOP
     assert mm(1024, 1024, 512) == 0.6  # 1.07 GFLOP
     assert mm(1, 4096, 4096) == 0.1  # a decode GEMV: 33.6 MFLOP
-    assert (e.memory(2e8), e.memory(1e8), e.memory(99e6), e.memory(1e6), e.memory(999_999)) == (0.9, 0.9,
-                                                                                                0.75, 0.6,
-                                                                                                0.3)
+    assert (e.memory(2e8), e.memory(1e8), e.memory(1e6), e.memory(0.4e6)) == (0.9, 0.9, 0.6, 0.3)
+    assert (e.memory(99e6), e.memory(999_999)) == pytest.approx((0.891, 0.5999994), rel=1e-12)
     assert e.floor_s == 3.25e-6
 
 
@@ -391,7 +400,9 @@ def test_the_byte_floor_applies_only_where_the_table_cannot_see_bytes() -> None:
     """A decode GEMV at 0.5 of 1 TFLOP/s against 0.25 of 100 GB/s: on a one-point table (or one
     by op size) a product takes no less than its bytes at the memory efficiency; on a table over
     shapes (M = 1 and 4, as calibrate measures M = 1 .. 1024) its measured efficiency already
-    holds them, and the FLOP time stands."""
+    holds them, and only the physics floor stays: its bytes at the full 100 GB/s. TINY's up
+    projection, 2 layers of a 64 x 256 fp32 weight (65,536 B), one token in (256 B) and out
+    (1,024 B): 133,632 B, 1.336 us (the FLOPs take 0.131 us at the table's rate)."""
     spec = parse_spec(TINY)
     a = analyze(spec, "decode", batch=1, seq=8, dtype="fp32")
     row = {r.path: r for r in a.rows}["layers/ffn/up"]
@@ -404,4 +415,7 @@ def test_the_byte_floor_applies_only_where_the_table_cannot_see_bytes() -> None:
                    memory=MemoryTable(bytes=[1.0], efficiency=[0.25]))
     shaped = Hardware(name="t", peak_flops={"fp32": 1e12}, memory_bandwidth=1e11, memory_bytes=1e10,
                       source="test", efficiency=e)
-    assert {r.path: r for r in predict(a, shaped).rows}["layers/ffn/up"].time_s == pytest.approx(flops_s)
+    assert row.bytes_unfused == 133_632
+    up = {r.path: r for r in predict(a, shaped).rows}["layers/ffn/up"]
+    assert up.time_s == pytest.approx(133_632 / 1e11)
+    assert flops_s < 133_632 / 1e11 < bytes_s

@@ -23,6 +23,24 @@ Calculon's convention) instead of interpolated.
 Between grid points the lookup interpolates log(efficiency) linearly in log(size) (multilinear
 in log M, log N, log K); outside the grid it holds the nearest edge value. The tables are
 measured or published, never fitted to the runs they are checked against (docs/measure.md).
+
+**More work never takes less time.** A table read as it stands can make a bigger op faster: on
+Calculon's step tables a 0.99 GFLOP product runs at 0.1 of peak and a 1.0 GFLOP one at 0.6, so
+the smaller takes 6x longer (and a decode step got faster as its cache grew, issue 23). A
+kernel can always run an op as a bigger one, padded, so every lookup here returns the
+efficiency of the time envelope t^(x) = min over y >= x of t(y), t = size / efficiency:
+
+- a size table (``FlopsTable``, ``MemoryTable``): within a step, or a log-log segment, t is a
+  power of x, so its least value over [x, next grid point] is at an end and
+  t^(x) = min(t(x), min over grid points g_j > x of t(g_j)); as an efficiency,
+  max(e(x), x * max_{g_j > x} e_j / g_j) (``_lookup``, ``above``);
+- a table over shapes (``MatmulTable``): the grid's times t_ijl = M_i N_j K_l / e_ijl are
+  replaced by their least over the grid points at or above them on every axis (one sweep down
+  from the top corner, ``MatmulTable.envelope``); the multilinear interpolation of log t between corners
+  that rise along every axis rises along every axis, and outside the grid the clamped
+  efficiency makes t grow with the size.
+
+The efficiencies so read stay at most 1 (x e_j / g_j < e_j for x < g_j).
 Pure Python: the lookup runs inside ``analyze --hardware``, which never imports numpy.
 """
 
@@ -31,7 +49,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
@@ -54,6 +72,18 @@ def _one_per_size(grid_name: str, grid: Sequence[float], values_name: str, value
     _increasing(grid_name, grid)
     if len(values) != len(grid):
         raise ValueError(f"{values_name}: must have {len(grid)} values, one per size")
+
+
+def _memo(table: BaseModel, name: str, compute: Any) -> Any:
+    """compute(table), kept on the table while the fields it was computed from are the same
+    objects (``model_copy(update=...)`` copies the instance's dict, so a plain cached property
+    would outlive a replaced field)."""
+    sources = tuple(id(getattr(table, f)) for f in type(table).model_fields)
+    kept = table.__dict__.get(name)
+    if kept is None or kept[0] != sources:
+        kept = (sources, compute(table))
+        table.__dict__[name] = kept  # not a field: frozen models allow it, as cached_property does
+    return kept[1]
 
 
 def _position(grid: Sequence[float], x: float) -> tuple[int, float]:
@@ -94,10 +124,37 @@ class MatmulTable(BaseModel):
         table (a published best shape) does not know it."""
         return len(self.M) > 1
 
+    @property
+    def envelope(self) -> list[list[list[float]]]:
+        """The efficiencies the lookup reads: at each grid point, that of the least time over
+        the grid points at or above it on every axis (the module docstring's envelope)."""
+        envelope: list[list[list[float]]] = _memo(self, "_envelope", MatmulTable._envelope)
+        return envelope
+
+    def _envelope(self) -> list[list[list[float]]]:
+        M, N, K = self.M, self.N, self.K
+        t = [[[M[i] * N[j] * K[k] / e for k, e in enumerate(row)] for j, row in enumerate(plane)]
+             for i, plane in enumerate(self.efficiency)]
+        # From the top corner down: the least over the points at or above (i, j, k) is its own
+        # or the least over the points above one of its three upper neighbours, already found.
+        for i in reversed(range(len(M))):
+            for j in reversed(range(len(N))):
+                for k in reversed(range(len(K))):
+                    least = t[i][j][k]
+                    if k + 1 < len(K):
+                        least = min(least, t[i][j][k + 1])
+                    if j + 1 < len(N):
+                        least = min(least, t[i][j + 1][k])
+                    if i + 1 < len(M):
+                        least = min(least, t[i + 1][j][k])
+                    t[i][j][k] = least
+        return [[[min(1.0, M[i] * N[j] * K[k] / t[i][j][k]) for k in range(len(K))] for j in range(len(N))]
+                for i in range(len(M))]
+
     def __call__(self, M: float, N: float, K: float) -> float:
-        """The efficiency of one (M x K) @ (K x N), interpolated in log space."""
+        """The efficiency of one (M x K) @ (K x N), interpolated in log space over the envelope."""
         (i, ti), (j, tj), (k, tk) = _position(self.M, M), _position(self.N, N), _position(self.K, K)
-        e = self.efficiency
+        e = self.envelope
         total = 0.0
         for di, wi in ((0, 1 - ti), (1, ti)):
             if wi == 0:
@@ -115,10 +172,9 @@ Interpolation = Literal["log", "step"]
 Allocator = Literal["cache", "system"]
 
 
-def _lookup(grid: Sequence[float], efficiency: Sequence[float], x: float,
-            interpolation: Interpolation) -> float:
-    """One size table at x: log-log interpolation, or the step of the largest grid point <= x
-    (the first value below the grid)."""
+def _raw(grid: Sequence[float], efficiency: Sequence[float], x: float, interpolation: Interpolation) -> float:
+    """One size table at x as it stands: log-log interpolation, or the step of the largest grid
+    point <= x (the first value below the grid)."""
     if interpolation == "step":
         return efficiency[max(bisect_right(grid, x) - 1, 0)]
     i, t = _position(grid, x)
@@ -126,6 +182,34 @@ def _lookup(grid: Sequence[float], efficiency: Sequence[float], x: float,
         return efficiency[i]
     a, b = efficiency[i], efficiency[i + 1]
     return math.exp((1 - t) * math.log(a) + t * math.log(b))
+
+
+def rates_above(grid: Sequence[float], efficiency: Sequence[float]) -> list[float]:
+    """above[i] = max over j >= i of efficiency[j] / grid[j] (above[len] = 0): x * above[i] is
+    the efficiency at x of running an op as the grid point j >= i that takes least time."""
+    above = [0.0] * (len(grid) + 1)
+    for i in reversed(range(len(grid))):
+        above[i] = max(above[i + 1], efficiency[i] / grid[i])
+    return above
+
+
+def time_rises(grid: Sequence[float], efficiency: Sequence[float], interpolation: Interpolation) -> bool:
+    """Whether a size table's time (size / efficiency) already never falls as the size grows,
+    so that the envelope changes nothing: one point, or log-log segments of slope <= 1
+    (e_j / g_j never rising). A step that rises always lets a bigger op run faster."""
+    if len(grid) == 1:
+        return True
+    return interpolation == "log" and all(
+        b / gb <= a / ga for a, b, ga, gb in zip(efficiency, efficiency[1:], grid, grid[1:], strict=False))
+
+
+def _lookup(grid: Sequence[float], efficiency: Sequence[float], x: float, interpolation: Interpolation,
+            above: Sequence[float]) -> float:
+    """One size table at x, on the time envelope (the module docstring): the table's value, or
+    that of the larger grid point that takes least time if faster. `above` is ``rates_above``."""
+    e = _raw(grid, efficiency, x, interpolation)
+    bigger = x * above[bisect_right(grid, x)]
+    return bigger if bigger > e else e
 
 
 class FlopsTable(BaseModel):
@@ -148,8 +232,19 @@ class FlopsTable(BaseModel):
         """By op size alone: a product's bytes are not in it (``MatmulTable.sees_bytes``)."""
         return False
 
+    @property
+    def above(self) -> list[float]:
+        above: list[float] = _memo(self, "_above", lambda t: rates_above(t.flops, t.efficiency))
+        return above
+
+    @property
+    def time_rises(self) -> bool:
+        """The table as it stands is already its envelope (``time_rises``)."""
+        rises: bool = _memo(self, "_time_rises", lambda t: time_rises(t.flops, t.efficiency, t.interpolation))
+        return rises
+
     def __call__(self, M: float, N: float, K: float) -> float:
-        return _lookup(self.flops, self.efficiency, 2 * M * N * K, self.interpolation)
+        return _lookup(self.flops, self.efficiency, 2 * M * N * K, self.interpolation, self.above)
 
 
 class MemoryTable(BaseModel):
@@ -166,8 +261,19 @@ class MemoryTable(BaseModel):
         _one_per_size("bytes", self.bytes, "efficiency", self.efficiency)
         return self
 
+    @property
+    def above(self) -> list[float]:
+        above: list[float] = _memo(self, "_above", lambda t: rates_above(t.bytes, t.efficiency))
+        return above
+
+    @property
+    def time_rises(self) -> bool:
+        """The table as it stands is already its envelope (``time_rises``)."""
+        rises: bool = _memo(self, "_time_rises", lambda t: time_rises(t.bytes, t.efficiency, t.interpolation))
+        return rises
+
     def __call__(self, nbytes: float) -> float:
-        return _lookup(self.bytes, self.efficiency, nbytes, self.interpolation)
+        return _lookup(self.bytes, self.efficiency, nbytes, self.interpolation, self.above)
 
 
 class FirstTouchTable(BaseModel):

@@ -15,12 +15,13 @@ al. 2024), each component of a phase is timed on its own:
   (the roofline's other side: the attention core's products, K = d_h, write or read a score
   matrix of B h S^2 elements and sit below the ridge point of every GPU; such a table does not
   know it). A table over shapes (what calibrate measures, M = 1 .. 1024: ``sees_bytes``)
-  already holds what a skinny product's bytes cost, so no floor is added on it (it would charge
-  the weights' stream again, at an elementwise add's efficiency);
+  already holds what a skinny product's bytes cost, so no memory-table bound is added on it (it
+  would charge the weights' stream again, at an elementwise add's efficiency); the physics
+  floor below still holds under it;
 - a **memory** component (norms, activations, softmax, residual adds, cache writes, lookups)
   moves its unfused bytes (from the analysis, so a change of dtype or byte convention reaches
-  the time) at bandwidth x e_mem(bytes per op); its FLOPs are not timed: they are a few per
-  element, below any device's ridge point;
+  the time) at bandwidth x e_mem(bytes per op); its FLOPs are a few per element, below any
+  device's ridge point, and enter only its physics floor (below);
 - a training step writes every weight's gradient: a matmul's is the output of its dB product;
   any other weight (embedding tables, norm gains, biases) gets a dense gradient, zero-filled and
   then written (torch's ``embedding_dense_backward`` scatters into a V x d table of zeros):
@@ -36,9 +37,25 @@ al. 2024), each component of a phase is timed on its own:
   add's output. Elementwise ops' outputs are not charged: a ``Cost`` does not carry their size,
   and they are a few d-wide rows per token (below the CPU allocator's 32 MiB threshold at every
   shape of docs/time-cpu.md);
-- every op takes at least the floor (launch and dispatch): a component of n ops takes at least
-  n x floor_s; n is the number of layers it spans (x 3 in a training step: forward, and the
-  backward's two ops).
+- **no component beats physics** (``physics_floor``, issue 21): whatever a table (or, later, a
+  measured time) gives, a component of n ops takes at least max(its FLOPs / peak[dtype], its
+  least bytes / bandwidth) + n x floor_s, the launch and dispatch floor of each op; n is the
+  number of layers it spans (x 3 in a training step: forward, and the backward's two ops). Its
+  least bytes: a product reads A and B and writes C once (its ``Row.bytes_unfused``: weights at
+  the weights' width, cached keys and values at the cache's, 3x in a training step, exact for
+  the two backward products); under flash attention the core's products keep the score matrix
+  on chip, so QK^T moves Q and K and PV moves V and O, every key and value of the span (in
+  decode the whole cache, at ``--kv-dtype``: ``on_chip``); a memory component its moved bytes;
+  a component folded into another kernel (``Kernels.folds``) launches nothing, and its least
+  bytes are its weights (a fused norm's gain, 3x in a training step). Its FLOPs are those the
+  kernel executes (the unmasked pairs under flash; a folded step's elementwise FLOPs run beside
+  its host's and are not counted, ``executed_flops``). ``roofline_s`` of each
+  ``ComponentTime`` is that max, so its ``efficiency`` is at most 1; the phase's
+  ``roofline_fused_s`` (the executed FLOPs against the fused bytes) is never above its time:
+  the components' least bytes hold every fused byte (weights, cache read and written, the
+  tokens in, the logits out) and their FLOPs the executed ones.
+  The tables themselves are read on their time envelope (``costmodel.devices.efficiency``): a
+  bigger op never takes less time than a smaller one.
 
 **Overlap assumption**: ops run one after another (one stream, eager execution), so a phase's
 time is the sum of its components' times; within one op, compute and memory traffic overlap
@@ -47,7 +64,9 @@ fully (the efficiency tables measure whole ops, so they include whatever the ker
 Kernel assumptions (``Kernels``):
 - ``flash_attention``: scores, scale, bias, mask, soft-cap, softmax and AV run as one kernel
   (Dao et al. 2022): the score matrix is never written, the elementwise steps cost nothing,
-  and the two matmuls execute only the unmasked pairs (``flops_matmul_effective``);
+  and the two matmuls execute only the unmasked pairs (``flops_matmul_effective``); the kernel
+  still reads Q, K, V and writes O once (the physics floor above, and on a table by op size the
+  memory table's bound on those bytes);
 - ``fused_softmax``: the 1/sqrt(d_h) scale and the causal mask fold into one softmax kernel that
   reads the scores once and writes the probabilities once (Megatron-LM's FusedScaleMaskSoftmax,
   the scale passed as the scores GEMM's alpha): the scale and mask components move no bytes;
@@ -126,7 +145,9 @@ class ComponentTime:
     flops: int
     bytes: int
     time_s: float
-    roofline_s: float  # max(flops / peak, bytes / bandwidth): its lower bound
+    # Calibrated: max(FLOPs it executes / peak, least bytes it moves / bandwidth), the physics
+    # floor (time_s >= roofline_s + ops x the launch floor); the roofline fallback: unfused bytes.
+    roofline_s: float
     efficiency: float  # roofline_s / time_s (1: at the roof)
     first_touch_s: float = 0.0  # of time_s: writing freshly allocated outputs
     key: Key = field(default=None, repr=False)  # type: ignore[assignment]  # what it is (Row.key)
@@ -146,8 +167,10 @@ class Prediction:
     kernels: Kernels
     calibrated: bool  # False: the profile has no tables; times are the roofline
     rows: tuple[ComponentTime, ...]
-    roofline_s: float  # max(F / peak, unfused bytes / bandwidth) of the whole phase
-    roofline_fused_s: float  # the same against the fused lower bound on bytes
+    # max(F / peak, unfused bytes / bandwidth) of the whole phase, F the FLOPs the kernels
+    # execute (``executed_flops``: flash attention skips the masked pairs)
+    roofline_s: float
+    roofline_fused_s: float  # the same against the fused lower bound on bytes: time_s is never below it
     note: str | None = None
     floor_s: float = field(default=0.0)
 
@@ -188,6 +211,14 @@ def layer_count(groups: dict[tuple[str, str | None], int], key: Key) -> int:
     return 1
 
 
+def physics_floor(flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
+    """The least time of any kernel doing `flops` and moving `nbytes`: its FLOPs at the device's
+    peak, or its bytes at its full bandwidth, whichever is longer (the roofline of one op,
+    Williams et al. 2009). ``component_time`` holds every component's time at or above it plus
+    the launch floor of each op, whatever table (or measured time) gave the time."""
+    return max(flops / peak, nbytes / bandwidth)
+
+
 def gemm_time(count: float, M: float, K: float, N: float, peak: float,
               table: MatmulTable | FlopsTable) -> float:
     """count products of (M x K) @ (K x N) at the table's efficiency for the shape."""
@@ -208,6 +239,12 @@ class Rates(Protocol):
 
     floor_s: float
     table: MatmulTable | FlopsTable  # the dtype's matmul table
+
+    def roof(self, flops: tuple[Any, ...], nbytes: Any) -> Any:
+        """max(sum(flops) / peak, nbytes / bandwidth): no kernel does it faster (``physics_floor``)."""
+
+    def at_least(self, t: Any, roof: Any, ops: int) -> Any:
+        """max(t, roof + ops x floor_s): the physics floor under any table's time."""
 
     def gemm(self, count: Any, M: Any, K: Any, N: Any) -> Any:
         """Seconds of `count` products (M x K) @ (K x N) (0 when any is 0)."""
@@ -238,6 +275,8 @@ class Quantities(Protocol):
     @property
     def flops_matmul_effective(self) -> Any: ...
     @property
+    def flops_other(self) -> Any: ...
+    @property
     def bytes_unfused(self) -> Any: ...
     @property
     def params(self) -> Any: ...
@@ -253,6 +292,7 @@ class Part:
     time_s: Any
     first_touch_s: Any = 0.0
     moved: Any = None
+    roof_s: Any = 0.0  # max(FLOPs / peak, least bytes / bandwidth): time_s >= roof_s + ops x floor_s
 
 
 def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], q: Quantities,
@@ -269,16 +309,24 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
     if gemms:
         run = [g for c in gemms for g in (backward_gemms(*c) if training else (c,))]
         t = rates.gemms(run)
-        if flash:  # only the unmasked pairs are executed
+        flops, least = q.flops_matmul, q.bytes_unfused  # a product reads A and B, writes C once
+        if flash:  # only the unmasked pairs are executed; the score matrix stays on chip
             t = rates.scale(t, q.flops_matmul_effective, q.flops_matmul)
+            flops = q.flops_matmul_effective
+            least = least - (3 if training else 1) * p * on_chip(key, gemms)
         ops = layers * len(run) // len(gemms)
-        if not flash and not rates.table.sees_bytes:  # flash attention never writes the scores
-            t = rates.at_least_memory(t, q.bytes_unfused, ops)
+        if not rates.table.sees_bytes:  # a table by op size knows no bytes: the memory table's
+            t = rates.at_least_memory(t, least, ops)
+        roof = rates.roof((flops, q.flops_other), least)
         fresh = rates.first_touch(gemm_outputs(run, layers, p))
-        return Part("matmul", ops, rates.maximum(t, ops * rates.floor_s) + fresh, fresh)
+        return Part("matmul", ops, rates.at_least(t, roof, ops) + fresh, fresh, roof_s=roof)
     share = kernels.share(key, dropped)
-    if share == 0:
-        return Part("fused", 0, 0.0)
+    if share == 0:  # folded into its host kernel, which still reads its weights (a norm's gain)
+        if not q.params:
+            return Part("fused", 0, 0.0)
+        weights = (3 if training else 1) * p * q.params  # read, and in training read and written
+        roof = rates.roof((), weights)
+        return Part("fused", 0, rates.at_least(0.0, roof, 0), moved=weights, roof_s=roof)
     moved = q.bytes_unfused if share == 1 else share * q.bytes_unfused  # (over arrays, a pass saved)
     ops = layers * (3 if training else 1)
     outputs: list[tuple[int, tuple[Any, ...]]] = []
@@ -286,8 +334,21 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
         extra_ops, extra_bytes, outputs = weight_gradients(spec, key, q.params, layers, p)
         ops, moved = ops + extra_ops, moved + extra_bytes
     fresh = rates.first_touch(outputs)
-    return Part("memory", ops, rates.maximum(ops * rates.floor_s, rates.memory(moved, ops)) + fresh, fresh,
-                moved)
+    roof = rates.roof((q.flops_other,), moved)
+    t = rates.at_least(rates.memory(moved, ops), roof, ops)
+    return Part("memory", ops, t + fresh, fresh, moved, roof)
+
+
+def on_chip(key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...]) -> Any:
+    """Elements of a flash-attention product's operand that never reaches memory (Dao et al.
+    2022): the scores' output, count x M x N of QK^T, and AV's input probabilities, count x M x K
+    of PV. What the fused kernel moves is then Q and K, and V and O: the keys and values it reads
+    are the span's, the cached ones at the cache's width, as the analysis counts them."""
+    if key.leaf == "scores":
+        return sum(c * M * N for c, M, K, N in gemms)
+    if key.leaf == "av":
+        return sum(c * M * K for c, M, K, N in gemms)
+    return 0
 
 
 class ScalarRates:
@@ -306,6 +367,12 @@ class ScalarRates:
     def memory(self, moved: Any, ops: int) -> float:
         per_op = moved / ops
         return moved / (self.bandwidth * self.eff.memory(per_op)) if per_op else 0.0
+
+    def roof(self, flops: tuple[Any, ...], nbytes: Any) -> float:
+        return physics_floor(sum(flops), nbytes, self.peak, self.bandwidth)
+
+    def at_least(self, t: Any, roof: Any, ops: int) -> Any:
+        return max(t, roof + ops * self.floor_s)
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
         return max(t, self.memory(moved, ops))
@@ -326,8 +393,9 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     """The calibrated time of `a`'s phase on `hw` (the roofline when `hw` has no tables)."""
     dtype, total = a.dtype, a.total()
     peak, bw = hw.peak(dtype), hw.memory_bandwidth
-    line = roofline(total.flops, total.bytes_unfused, hw, dtype)
-    fused_line = roofline(total.flops, total.bytes_fused, hw, dtype)
+    flops = executed_flops(a, kernels)
+    line = roofline(flops, total.bytes_unfused, hw, dtype)
+    fused_line = roofline(flops, total.bytes_fused, hw, dtype)
     training = PHASES[a.phase].training
     calibrated = hw.tables_for(dtype)
     eff = hw.efficiency
@@ -357,19 +425,35 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
             continue
         part = component_time(a.spec, row.key, cost.gemms, row, layers, training, kernels, dropped,
                               a.bytes_per_element, rates)
+        t, roof = part.time_s, part.roof_s
         if part.kind == "fused":
-            rows.append(ComponentTime(row.path, "fused", 0, row.flops, 0, 0.0, 0.0, 1.0, key=row.key))
+            rows.append(ComponentTime(row.path, "fused", 0, row.flops, part.moved or 0, t, roof, 1.0,
+                                      key=row.key))
             continue
-        t = part.time_s
         rows.append(ComponentTime(row.path, part.kind, part.ops, row.flops,
-                                  part.moved if part.kind == "memory" else row.bytes_unfused, t, lower,
-                                  lower / t if t else 1.0, part.first_touch_s, row.key))
+                                  part.moved if part.kind == "memory" else row.bytes_unfused, t, roof,
+                                  roof / t if t else 1.0, part.first_touch_s, row.key))
     return Prediction(
         hardware=hw.name, dtype=dtype, phase=a.phase, kernels=kernels, calibrated=calibrated,
         rows=tuple(rows), roofline_s=line.time_s, roofline_fused_s=fused_line.time_s,
         note=note,
         floor_s=eff.floor_s if eff is not None else 0.0,
     )
+
+
+def executed_flops(a: Analysis, kernels: Kernels) -> int:
+    """The phase's FLOPs as the kernels run them, those ``component_time`` holds each kernel to:
+    flash attention executes only the unmasked pairs of the core's products
+    (``flops_matmul_effective``), and the elementwise FLOPs of a step folded into another kernel
+    (flash's softmax, a fused norm: a few per element, on the vector units beside the host's
+    matmul or bytes) are not counted."""
+    flops = a.total().flops
+    for r in a.rows:
+        if kernels.flash_attention and r.key.attention_core:
+            flops -= r.flops_matmul - r.flops_matmul_effective
+        if not r.flops_matmul and kernels.folds(r.key):
+            flops -= r.flops_other
+    return flops
 
 
 def gradient_bytes(params: Any, p: int) -> Any:

@@ -21,6 +21,12 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
   linear share one lookup; a step table of a few sizes is a few comparisons;
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time;
+- a size table whose time already rises with the size (``time_rises``: log-log segments of
+  slope <= 1) is read as it stands; another (a step table, Calculon's) is read on its time
+  envelope with the step's own index (``_size_efficiency``); a shape table's envelope is in
+  its grid (``MatmulTable.envelope``), so its lookup is unchanged;
+- the physics floor (``GridRates.roof``, ``at_least``) is written into arrays made for it,
+  in place, and a component with no FLOPs of its own makes no pass for them;
 - a weight's three products (forward, dA, dB: 2MKN FLOPs each) share one multiply by their
   FLOPs (``GridRates.gemms``: FLOPs x the sum of their seconds per FLOP); the tables are kept
   as logs of seconds per FLOP or per byte, so a lookup is an interpolation and an exp.
@@ -44,6 +50,7 @@ option); the speed is bench/time_sweep_speed.py's. numpy is imported here, never
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from dataclasses import replace
@@ -55,10 +62,25 @@ import numpy as np
 from costmodel import model
 from costmodel.components.key import Key, SubBlock
 from costmodel.cost import Cost
-from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, _lookup, _position
+from costmodel.devices.efficiency import (
+    Efficiency,
+    FlopsTable,
+    MatmulTable,
+    MemoryTable,
+    _lookup,
+    _position,
+    _raw,
+)
 from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES, Phase
-from costmodel.runtime.timing import Kernels, component_time, dropout_parents, first_touch_s, layer_count
+from costmodel.runtime.timing import (
+    Kernels,
+    component_time,
+    dropout_parents,
+    first_touch_s,
+    layer_count,
+    physics_floor,
+)
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 
@@ -122,6 +144,20 @@ def _step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
     return steps.take(np.searchsorted(np.asarray(points, dtype=float), x, side="right"))
 
 
+@functools.cache
+def _table_arrays(grid: tuple[float, ...], efficiency: tuple[float, ...],
+                  above: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A size table as arrays indexed by the number of grid points <= x: the grid, the step
+    values (the first below the grid) and ``above``."""
+    return (np.asarray(grid, dtype=float), np.asarray((efficiency[0], *efficiency), dtype=float),
+            np.asarray(above, dtype=float))
+
+
+def _above(table: FlopsTable | MemoryTable) -> list[float] | None:
+    """A size table's ``above`` where its envelope differs from it, else None."""
+    return None if table.time_rises else table.above
+
+
 def _weights(grid: list[int], x: Any) -> np.ndarray:
     """Each grid point's weight at x in ``MatmulTable.__call__``'s interpolation along one axis
     (one point: weight 1 wherever x is)."""
@@ -140,14 +176,15 @@ class GridRates:
         self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
         self.table = eff.matmul[dtype]
         if isinstance(self.table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
-            self._log_table = -(np.log(np.asarray(self.table.efficiency, dtype=float)) + math.log(peak))
+            self._log_table = -(np.log(np.asarray(self.table.envelope, dtype=float)) + math.log(peak))
             self._grids = (self.table.M, self.table.N, self.table.K)
             self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self._grids)
         self._least_memory = min(eff.memory.efficiency)
-        memory = eff.memory  # a log-log table: log bytes, log seconds per byte, for ``memory``
+        memory = eff.memory  # a log-log table that is its own envelope: log bytes, log seconds per byte
         self._memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
                              -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
-                            if memory.interpolation == "log" and len(memory.bytes) > 1 else None)
+                            if memory.interpolation == "log" and len(memory.bytes) > 1 and memory.time_rises
+                            else None)
         fresh = eff.first_touch  # the least size with a first-touch cost
         self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
                                 None) if fresh else None
@@ -196,7 +233,7 @@ class GridRates:
                 self._log(moved), grid + math.log(ops), log_s, ("memory", ops)))
         per_op = moved / ops
         rate = self._lookup("memory", (), [per_op], lambda: self.bandwidth * self._size_efficiency(
-            table.bytes, table.efficiency, table.interpolation, per_op))
+            table.bytes, table.efficiency, table.interpolation, per_op, above=_above(table)))
         return moved / rate
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
@@ -214,9 +251,35 @@ class GridRates:
         out = np.array(np.broadcast_to(t, over.shape))
         some = np.broadcast_to(moved, over.shape)[over]
         table = self.eff.memory
-        e = self._size_efficiency(table.bytes, table.efficiency, table.interpolation, some / ops, memo=False)
+        e = self._size_efficiency(table.bytes, table.efficiency, table.interpolation, some / ops, memo=False,
+                                  above=_above(table))
         out[over] = np.maximum(out[over], some / (self.bandwidth * e))
         return out
+
+    def roof(self, flops: tuple[Any, ...], nbytes: Any) -> Any:
+        # Every array made here is new, so ``at_least`` may write into it; FLOPs that are a
+        # number 0 (a linear without a bias adds none) make no pass.
+        total: Any = _number(_sum([_number(f) for f in flops]))
+        nbytes = _number(nbytes)
+        if not _array(total) and not _array(nbytes):
+            return physics_floor(total, nbytes, self.peak, self.bandwidth)
+        by_bytes = nbytes / self.bandwidth
+        if not _array(total) and not total:  # no FLOPs (a copy): no pass for them
+            return by_bytes
+        by_flops = total / self.peak
+        if _array(by_bytes) and _array(by_flops) and by_bytes.shape == by_flops.shape:
+            return np.maximum(by_bytes, by_flops, out=by_bytes)
+        return self.maximum(by_flops, by_bytes)  # an array made here, or a new one
+
+    def at_least(self, t: Any, roof: Any, ops: int) -> Any:
+        launch = ops * self.floor_s
+        if not _array(roof):
+            return self.maximum(t, roof + launch)
+        if launch:
+            roof += launch  # (``roof``'s own array)
+        if _array(t) and t.shape != roof.shape:
+            return np.maximum(t, roof)
+        return np.maximum(t, roof, out=roof)
 
     def first_touch(self, outputs: list[tuple[int, tuple[Any, ...]]]) -> Any:
         table = self.eff.first_touch
@@ -312,6 +375,13 @@ class GridRates:
         if isinstance(table, FlopsTable):  # by 2MNK alone: forward and backward share it
             arrays = sorted((x for x in (M, N, K) if _array(x)), key=id)
             scalar = math.prod(x for x in (M, N, K) if not _array(x))
+            if not table.time_rises:  # the envelope's efficiency, then its inverse
+                def spf_envelope() -> Any:
+                    e = self._size_efficiency(table.flops, table.efficiency, table.interpolation,
+                                              _product(2, scalar, *arrays), above=table.above)
+                    return 1 / (self.peak * e)
+
+                return self._lookup("flops", (scalar,), arrays, spf_envelope)
             # a table of seconds per FLOP: log-log and step interpolation commute with 1 / x
             spf = [1 / (self.peak * e) for e in table.efficiency]
             return self._lookup("flops", (scalar,), arrays, lambda: self._size_efficiency(
@@ -359,17 +429,32 @@ class GridRates:
         return np.exp(total)
 
     def _size_efficiency(self, grid: list[float], efficiency: list[float], interpolation: str,
-                         x: Any, memo: bool = True) -> Any:
-        """A size table (``efficiency._lookup``) at every x (`memo`: x's log kept for reuse): a
-        number at a number x, else an array."""
+                         x: Any, memo: bool = True, above: list[float] | None = None) -> Any:
+        """A size table at every x (`memo`: x's log kept for reuse): a number at a number x,
+        else an array; on the time envelope (``efficiency._lookup``) when given its `above`
+        (None: the table is its own envelope, ``time_rises``)."""
         if not _array(x):
-            return _lookup(grid, efficiency, x, interpolation)  # type: ignore[arg-type]
+            if above is None:
+                return _raw(grid, efficiency, x, interpolation)  # type: ignore[arg-type]
+            return _lookup(grid, efficiency, x, interpolation, above)  # type: ignore[arg-type]
         if len(grid) == 1:  # one size: its value everywhere, as ``_lookup`` holds it
             return efficiency[0]
-        if interpolation == "step":  # below the grid: its first value
-            return _step(grid[1:], efficiency, x)
-        lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
-        return np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
+        if above is None:
+            if interpolation == "step":  # below the grid: its first value
+                return _step(grid[1:], efficiency, x)
+            lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
+            return np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
+        # on the envelope: above[number of grid points <= x], the best rate per size of a
+        # bigger grid point, found with the step's own index
+        points, steps, rates = _table_arrays(tuple(grid), tuple(efficiency), tuple(above))
+        i = np.searchsorted(points, x, side="right")
+        if interpolation == "step":
+            e = steps.take(i)
+        else:
+            lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
+            e = np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
+        bigger = x * rates.take(i)
+        return np.maximum(e, bigger, out=bigger)
 
 
 class _Whole:
