@@ -94,6 +94,10 @@ class MatmulTable(BaseModel):
         table (a published best shape) does not know it."""
         return len(self.M) > 1
 
+    def inside(self, M: float, N: float, K: float) -> bool:
+        """Whether the shape lies within the grid (else its efficiency is the edge's, held)."""
+        return all(g[0] <= x <= g[-1] for g, x in ((self.M, M), (self.N, N), (self.K, K)))
+
     def __call__(self, M: float, N: float, K: float) -> float:
         """The efficiency of one (M x K) @ (K x N), interpolated in log space."""
         (i, ti), (j, tj), (k, tk) = _position(self.M, M), _position(self.N, N), _position(self.K, K)

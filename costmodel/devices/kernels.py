@@ -189,6 +189,24 @@ class KernelTables:
         grid = self.gemms.get(dtype) or (self.gemms.get("bf16") if dtype == "fp16" else None)
         return None if grid is None else grid(M, N, K)
 
+    def attention_table(
+        self, phase: Phase, heads: int, kv_heads: int, head_dim: int, kv_dtype: str = "bf16"
+    ) -> tuple[AttentionTable, float, bool] | None:
+        """The table a configuration reads: (table, the factor its times scale by, exact);
+        None when no table of the phase. Not exact: the nearest measured configuration, its
+        times scaled by the work (``attention_work``)."""
+        tables = self.attention_tables.get(phase)
+        if not tables:
+            return None
+        best = min(tables, key=lambda t: t.distance(heads, kv_heads, head_dim, kv_dtype))
+        mine = (heads, kv_heads, head_dim, kv_dtype)
+        if (best.heads, best.kv_heads, best.head_dim, best.kv_dtype) == mine:
+            return best, 1.0, True
+        work = attention_work(phase, *mine) / attention_work(
+            phase, best.heads, best.kv_heads, best.head_dim, best.kv_dtype
+        )
+        return best, work, False
+
     def attention(
         self,
         phase: Phase,
@@ -200,23 +218,12 @@ class KernelTables:
         kv_dtype: str = "bf16",
     ) -> Lookup | None:
         """One fused attention kernel over `batch` sequences; None when no table of the phase."""
-        tables = self.attention_tables.get(phase)
-        if not tables:
+        found = self.attention_table(phase, heads, kv_heads, head_dim, kv_dtype)
+        if found is None:
             return None
-        best = min(tables, key=lambda t: t.distance(heads, kv_heads, head_dim, kv_dtype))
-        got = best.grid(batch, seq)
-        exact = (best.heads, best.kv_heads, best.head_dim, best.kv_dtype) == (
-            heads,
-            kv_heads,
-            head_dim,
-            kv_dtype,
-        )
-        if exact:
-            return got
-        work = attention_work(phase, heads, kv_heads, head_dim, kv_dtype) / attention_work(
-            phase, best.heads, best.kv_heads, best.head_dim, best.kv_dtype
-        )
-        return Lookup(got.time_s * work, False)
+        table, work, exact = found
+        got = table.grid(batch, seq)
+        return got if exact else Lookup(got.time_s * work, False)
 
     def collective(self, kind: str, gpus: int, nbytes: float) -> Lookup | None:
         """One NCCL collective of `nbytes` per GPU (the message) over `gpus` GPUs of one node."""
