@@ -95,8 +95,9 @@ def test_a_serving_curve_with_int4_weights_and_an_fp8_cache(llama) -> None:
     int4 = predict(analyze(llama, "decode", seq=8, weights_dtype="int4"), h100)
     assert not int4.calibrated and "int4 weights" in int4.note and int4.time_s == int4.roofline_s
     # an fp8 cache alone, read by flash attention whose tables were measured at fp8: timed
-    fp8 = predict(analyze(llama, "decode", batch=8, seq=4096, kv_dtype="fp8"), h100, Kernels(flash_attention=True))
-    bf16 = predict(analyze(llama, "decode", batch=8, seq=4096), h100, Kernels(flash_attention=True))
+    flash = Kernels(flash_attention=True)
+    fp8 = predict(analyze(llama, "decode", batch=8, seq=4096, kv_dtype="fp8"), h100, flash)
+    bf16 = predict(analyze(llama, "decode", batch=8, seq=4096), h100, flash)
     assert fp8.calibrated and fp8.time_s < bf16.time_s
 
 

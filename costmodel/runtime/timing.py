@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from costmodel import model
 from costmodel.analysis import Analysis
@@ -435,7 +435,7 @@ class AttentionKernel:
     (prefill or decode: a training step has no measured backward) and the cache's dtype."""
 
     tables: KernelTables
-    phase: str
+    phase: Literal["prefill", "decode"]
     kv_dtype: str
 
 
@@ -443,7 +443,7 @@ def attention_kernel(a: Analysis, hw: Hardware) -> AttentionKernel | None:
     tables = hw.kernel_tables()
     if tables is None or a.phase not in ("prefill", "decode"):
         return None
-    return AttentionKernel(tables, a.phase, a.kv_dtype)
+    return AttentionKernel(tables, "prefill" if a.phase == "prefill" else "decode", a.kv_dtype)
 
 
 def scores_ratio(q: Quantities, rates: Rates) -> Any:

@@ -57,8 +57,8 @@ from costmodel.components.key import Key, SubBlock
 from costmodel.cost import Cost
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, _lookup, _position
 from costmodel.devices.hardware import Hardware
-from costmodel.phases import PHASES, Phase
 from costmodel.devices.kernels import Grid
+from costmodel.phases import PHASES, Phase
 from costmodel.runtime.timing import (
     AttentionKernel,
     Kernels,
@@ -176,8 +176,8 @@ class GridRates:
 
     def fused_attention(self, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any], layers: int,
                         ratio: Any) -> Any:
-        core = fused_core(self.attention, spec, key, tuple(_number(x) for x in scores),  # type: ignore[arg-type]
-                          layers, _number(ratio))
+        count, M, K, N = (_number(x) for x in scores)
+        core = fused_core(self.attention, spec, key, (count, M, K, N), layers, _number(ratio))
         if core is None:
             return None
         table, work, _, batch, seq, factor = core
@@ -518,8 +518,8 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     dims = replace(dims, layers=dict.fromkeys(dims.layers, 1))
     groups = model.layer_groups(spec)
     tables = hw.kernel_tables()
-    attention = AttentionKernel(tables, phase, dtype) if tables is not None and phase in ("prefill",
-                                                                                         "decode") else None
+    attention = (AttentionKernel(tables, "prefill" if phase == "prefill" else "decode", dtype)
+                 if tables is not None and phase in ("prefill", "decode") else None)
     rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype, attention)
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
     costs = {key: cost for key, cost in model.tree(spec, dims).items() if ph.training or not cost.train_only}
