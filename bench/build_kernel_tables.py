@@ -8,8 +8,9 @@ says how). This script reads the wheel (never the aiconfigurator runtime) and wr
 - ``gemm.json``: (M x K) @ (K x N) by M, N, K, per dtype (bf16; fp8 where measured);
 - ``attention.json``: fused (flash) attention, prefill (``context_attention``: a causal pass over
   ``seq`` prompt tokens) and decode (``generation_attention``: one token against a cache of
-  ``seq`` = step + 1 tokens), by batch and seq, one table per (head_dim, heads, kv_heads, kv
-  dtype) the data measured, window 0 (full attention);
+  ``seq`` tokens, the new one included: ``DECODE_SEQ`` says how each collector's ``step`` counts
+  them), by batch and seq, one table per (head_dim, heads, kv_heads, kv dtype) the data measured,
+  window 0 (full attention);
 - ``collectives.json``: NCCL all-reduce, all-gather, reduce-scatter and all-to-all inside one
   node, by GPU count and message bytes (the ``half`` collection: message_size counts 2-byte
   elements);
@@ -73,6 +74,11 @@ NCCL_OPS = {
     "reduce_scatter": "reduce_scatter",
     "alltoall": "all_to_all",
 }
+#: A decode row's ``step`` -> the tokens its kernel attends (``seq``), per collector (aiconfigurator's
+#: collector/<framework>/collect_attn.py): vLLM's records the sequence length it builds
+#: (``seq_lens = [step]``, the new token included); SGLang's and TRT-LLM's the tokens cached
+#: before the new one (``seq_lens = step + 1``; ``num_cached_tokens_per_seq = step``).
+DECODE_SEQ = {"vllm": 0, "sglang": 1, "trtllm": 1}
 SIG = 4  # significant digits kept of each latency (the collections' run-to-run spread is larger)
 
 
@@ -230,13 +236,19 @@ def attention_rows(
     return None
 
 
-def attention_tables(rows: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
+def _seq(r: dict[str, Any], phase: str, framework: str) -> int:
+    """The tokens a row's kernel attends: the prompt in prefill, the cache with the new token in
+    decode."""
+    return int(r["isl"]) if phase == "prefill" else int(r["step"]) + DECODE_SEQ[framework]
+
+
+def attention_tables(rows: list[dict[str, Any]], phase: str, framework: str) -> list[dict[str, Any]]:
     """One (batch x seq) table per (head_dim, heads, kv_heads, kv dtype) measured."""
     configs: dict[tuple[Any, ...], dict[tuple[float, ...], list[float]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in rows:
-        seq = r["isl"] if phase == "prefill" else r["step"] + 1  # decode: the cache after this token
+        seq = _seq(r, phase, framework)
         key = (r["head_dim"], r["num_heads"], r["num_key_value_heads"], DTYPES.get(r["kv_cache_dtype"], "?"))
         configs[key][(r["batch_size"], seq)].append(r["latency"] * 1e-3)
     tables = []
@@ -309,7 +321,7 @@ def holdout(wheel: Wheel, system: str, primary: str) -> dict[str, Any]:
                 rows, source = got_a
                 pts: dict[tuple[Any, ...], list[float]] = defaultdict(list)
                 for r in rows:
-                    seq = r["isl"] if phase == "prefill" else r["step"] + 1
+                    seq = _seq(r, phase, framework)
                     pts[
                         (
                             r["batch_size"],
@@ -343,7 +355,7 @@ def build(wheel: Wheel, profile: str, system: str) -> None:
         got_a = attention_rows(wheel, system, "vllm", phase)
         if got_a:
             rows, source = got_a
-            attention[phase] = {"source": source, "tables": attention_tables(rows, phase)}
+            attention[phase] = {"source": source, "tables": attention_tables(rows, phase, "vllm")}
     _write(folder / "attention.json", attention)
     got_c = nccl(wheel, system)
     if got_c:

@@ -57,7 +57,7 @@ VOCABULARY = (
     ("a device profile", "--hardware"),
     ("a cluster profile", "--cluster"),
     ("a component path or prefix", "--component"),
-    ("flash attention (scores never written)", "--flash-attention"),
+    ("the kernels a time or memory count assumes: eager, flash, fused, megatron-2022", "--kernels"),
     ("latent attention's convention", "--mla"),
     ("parallel sizes", "--tp"),
     ("", "--pp"),
@@ -92,7 +92,7 @@ def vocabulary() -> str:
                     users.append(cname)
                     shorts.update(o for o in opts if len(o) == 2)
         old = sorted({o for cname, table in ALIASES.items() for o, new in table.items()
-                      if new == name and cname in users})
+                      if new.partition("=")[0] == name and cname in users})
         commands = "all that print tables" if name == "--wide" else ", ".join(users)
         lines.append(f"| {idea} | `{name}` | {', '.join(f'`{x}`' for x in sorted(shorts))} | {commands} | "
                      f"{', '.join(f'`{x}`' for x in old)} |")

@@ -61,9 +61,13 @@ def test_usage_errors_are_one_line_from_the_console_script() -> None:
     (["serve", "llama-3-8b", "--cluster", "dgx-h100", "-c", "1024", "-f", "json"],
      ["serve", "llama-3-8b", "--cluster", "dgx-h100", "-s", "1024", "-f", "json"]),
     (["memory", "gpt2-small", "--flash", "-f", "json"],
-     ["memory", "gpt2-small", "--flash-attention", "-f", "json"]),
+     ["memory", "gpt2-small", "--kernels", "flash", "-f", "json"]),
+    (["memory", "gpt2-small", "--flash-attention", "-f", "json"],
+     ["memory", "gpt2-small", "--kernels=flash", "-f", "json"]),
     (["fit", "gpt2-small", "--hardware", "l4", "--no-flash", "-f", "json"],
-     ["fit", "gpt2-small", "--hardware", "l4", "-f", "json"]),
+     ["fit", "gpt2-small", "--hardware", "l4", "--kernels", "eager", "-f", "json"]),
+    (["inference", "gpt2-small", "--hardware", "l4", "--seq", "64", "--flash-attention", "-f", "json"],
+     ["inference", "gpt2-small", "--hardware", "l4", "--seq", "64", "--kernels", "flash", "-f", "json"]),
 ])
 def test_old_names_still_work_with_a_note(old: list[str], new: list[str]) -> None:
     before, after = runner.invoke(app, old), runner.invoke(app, new)
@@ -93,6 +97,7 @@ def test_one_name_per_idea() -> None:
     names = {o for cmd in group.commands.values() for p in cmd.params  # type: ignore[attr-defined]
              if not getattr(p, "hidden", False) for o in getattr(p, "opts", ())}
     assert "--prompt" not in names and "--context" not in names and "--flash" not in names
+    assert "--flash-attention" not in names and "--fused" not in names and "--kernels" in names
     shorts: dict[str, set[str]] = {}
     for cmd in group.commands.values():  # type: ignore[attr-defined]
         for p in cmd.params:

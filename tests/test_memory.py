@@ -263,9 +263,11 @@ def test_memory_and_fit_take_mla() -> None:
                    "json")["phases"]
     assert {ph: v["mla_convention"] for ph, v in fits.items()} == {
         "train": "naive", "prefill": "absorbed", "decode": "absorbed"}
-    plain = json_of("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "-f",
-                    "json")["phases"]
+    plain = json_of("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "--mla", "naive",
+                    "-f", "json")["phases"]
     assert fits["decode"]["max_batch"] > plain["decode"]["max_batch"]
+    gpu = json_of("fit", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "-f", "json")
+    assert gpu["phases"]["decode"]["max_batch"] == fits["decode"]["max_batch"]  # absorbed: a GPU's default
     assert "mla_convention" not in json_of("fit", "gpt2-small", "--hardware", "l4", "-f",
                                            "json")["phases"]["decode"]
 
@@ -275,9 +277,11 @@ def test_analyze_fit_warning_follows_mla() -> None:
     B = 600 on an H100 needs more than 80 GB naive (the re-expanded keys), not absorbed."""
     args = ["analyze", "deepseek-v2-lite", "--hardware", "h100-sxm", "-p", "decode", "-b", "600", "-f",
             "json"]
-    naive, absorbed = runner.invoke(app, args), runner.invoke(app, [*args, "--mla", "absorbed"])
+    naive = runner.invoke(app, [*args, "--mla", "naive"])
+    absorbed = runner.invoke(app, [*args, "--mla", "absorbed"])
     assert naive.exit_code == absorbed.exit_code == 0
     assert naive.stderr.startswith("warning: decode at B=600") and absorbed.stderr == ""
+    assert runner.invoke(app, args).stderr == ""  # absorbed, a GPU's default
 
 
 def test_fit_is_the_boundary() -> None:
@@ -311,7 +315,8 @@ def test_memory_json_keys_exact_ints() -> None:
     (["--zero", "2"], "zero: stage 2 shards over data-parallel ranks; give --dp N"),
     (["--optimizer", "lion"], "optimizer: unknown optimizer 'lion'"),
     (["--dp", "0"], "dp: must be at least 1 (got 0)"),
-    (["--recompute", "selective", "--flash-attention"], "recompute: selective recomputes the attention core"),
+    (["--recompute", "selective", "--kernels", "flash"],
+     "recompute: selective recomputes the attention core"),
     (["--recompute", "sometimes"], "recompute: unknown mode 'sometimes'"),
     (["-p", "decode", "--recompute", "full"], "--recompute: only for --phase train"),
 ])

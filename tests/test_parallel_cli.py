@@ -20,7 +20,7 @@ CLUSTERS = Path(__file__).parent.parent / "specs" / "clusters"
 TRAIN_175B = ["train", "megatron-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64", "--tp", "8", "--pp",
               "8",
               "--interleave", "3", "--micro-batch", "1", "--global-batch", "64", "--recompute", "selective",
-              "--sequence-parallel", "--dtype", "fp16", "--tokens", "3e11"]
+              "--sequence-parallel", "--dtype", "fp16", "--tokens", "3e11", "--kernels", "megatron-2022"]
 
 
 def run(*args: str):

@@ -1,5 +1,7 @@
 """The training step on a layout: shards, counts of collectives, bubble, memory, MFU.
-Expected counts are derived by hand from Megatron-LM's papers, not from the code under test."""
+Expected counts are derived by hand from Megatron-LM's papers, not from the code under test, so
+the step runs Megatron-LM's kernels of those papers (``MEGATRON``: scores kept, no flash
+attention), not a GPU's default."""
 
 from __future__ import annotations
 
@@ -8,16 +10,18 @@ import pytest
 from costmodel import catalog
 from costmodel.analysis import analyze
 from costmodel.parallel.cluster import load_cluster
-from costmodel.parallel.layout import Layout, Recompute
+from costmodel.parallel.device import MEGATRON_KERNELS
+from costmodel.parallel.layout import Layout, LayoutError, Recompute
 from costmodel.parallel.shard import shard_spec
 from costmodel.parallel.step import Overlap, StepModel
 
 A100 = load_cluster("dgx-a100-80gb")
+MEGATRON = {"kernels": MEGATRON_KERNELS}
 
 
 @pytest.fixture(scope="module")
 def m22():
-    return StepModel(catalog.load("megatron-22b"), A100, seq=2048, dtype="fp16")
+    return StepModel(catalog.load("megatron-22b"), A100, seq=2048, dtype="fp16", **MEGATRON)
 
 
 def layers(a, field="flops_matmul"):
@@ -76,7 +80,7 @@ def test_tensor_parallel_collectives_per_step(m22):
 def test_pipeline_bubble_shrinks_with_interleaving():
     """Bubble (p-1)/v of a stage's micro-batch time (Narayanan et al. 2021): halved by v = 2,
     zero without a pipeline; b*s*h/t bytes per send, 2 sends per micro-batch per chunk."""
-    model = StepModel(catalog.load("megatron-175b"), A100, seq=2048, dtype="fp16")
+    model = StepModel(catalog.load("megatron-175b"), A100, seq=2048, dtype="fp16", **MEGATRON)
     base = Layout(64, 1, tp=8, pp=8, dp=1, sequence_parallel=True, recompute=Recompute.selective)
     one, two = model.step(base), model.step(base.with_(interleave=2))
     assert two.breakdown["pipeline_bubble"] == pytest.approx(one.breakdown["pipeline_bubble"] / 2)
@@ -107,7 +111,8 @@ def test_data_parallel_gradients_and_zero(m22):
 def test_overlap_is_a_switch(m22):
     base = Layout(4, 4, tp=8)
     plain = m22.step(base)
-    hidden = StepModel(m22.spec, A100, seq=2048, dtype="fp16", overlap=Overlap(tp=True)).step(base)
+    hidden = StepModel(m22.spec, A100, seq=2048, dtype="fp16", overlap=Overlap(tp=True),
+                       **MEGATRON).step(base)
     assert hidden.breakdown["tp_comm"] < plain.breakdown["tp_comm"]
     assert hidden.step_time_s < plain.step_time_s
     assert plain.breakdown["compute"] == pytest.approx(hidden.breakdown["compute"])
@@ -123,7 +128,7 @@ def test_the_breakdown_sums_to_the_step(m22):
 def test_context_parallel_passes_kv_around_the_ring():
     """CP 2 with TP 8 on 16 GPUs: (cp-1) sends of the local K and V forward, 2 backward, per layer;
     each 2 * b * (s/cp) * (k/t) * d_h * 2 bytes; the attention core does s/cp queries x s keys."""
-    model = StepModel(catalog.load("megatron-22b"), A100, seq=2048, dtype="fp16")
+    model = StepModel(catalog.load("megatron-22b"), A100, seq=2048, dtype="fp16", **MEGATRON)
     st = model.step(Layout(4, 1, tp=8, dp=1, cp=2))
     cp = st.by_collective()["cp/p2p"]
     assert cp["calls"] == 4 * 48 * 3
@@ -136,7 +141,7 @@ def test_expert_parallel_all_to_all():
     all-to-alls per layer per micro-batch (dispatch, combine; twice backward), each sending
     top_k * b * s * h * 2 bytes, (ep-1)/ep of it leaving the rank. (This test once set the
     experts on a dense spec by hand; a real MoE spec now holds it.)"""
-    model = StepModel(catalog.load("mixtral-8x7b"), A100, seq=2048, dtype="fp16")
+    model = StepModel(catalog.load("mixtral-8x7b"), A100, seq=2048, dtype="fp16", **MEGATRON)
     st = model.step(Layout(8, 1, tp=1, dp=8, ep=8))
     a2a = st.by_collective()["ep/all_to_all"]
     assert a2a["calls"] == 4 * 32  # one micro-batch per DP rank (8 sequences, DP 8)
@@ -148,7 +153,7 @@ def test_memory_per_gpu_of_the_first_stage():
     x (1 + 7/24) (Korthikanti et al. 2022, section 4.2.3). Per layer, the memory model's exact
     count is Korthikanti's sbh(34 + 5as/h) plus the two LayerNorms' fp32 mean and rstd, 16sb;
     with SP all of it over t; without, sbh(10 + 24/t + 5as/(ht)) + 16sb."""
-    model = StepModel(catalog.load("megatron-175b"), A100, seq=2048, dtype="fp16")
+    model = StepModel(catalog.load("megatron-175b"), A100, seq=2048, dtype="fp16", **MEGATRON)
     st = model.step(Layout(64, 1, tp=8, pp=8, interleave=3, sequence_parallel=True))
     s, h = 2048, 12288
     per_layer = (s * h * (34 + 5 * 96 * s / h) + 16 * s) / 8
@@ -177,7 +182,8 @@ def test_the_column_parallel_backward_collectives_run_beside_their_gemms(m22):
     assert 2 * 8192 * 6144 * 2304 / (312e12 * 0.859) > one
     assert ar["exposed_s"] == pytest.approx((2 * 48 + 2) * one)
     assert st.breakdown["tp_comm"] == pytest.approx(ar["exposed_s"])
-    off = StepModel(m22.spec, A100, seq=2048, dtype="fp16", overlap=Overlap(tp_backward=False)).step(Layout(4,
+    off = StepModel(m22.spec, A100, seq=2048, dtype="fp16", overlap=Overlap(tp_backward=False),
+                    **MEGATRON).step(Layout(4,
                                                                                                             4,
                                                                                                             tp=8))
     assert off.by_collective()["tp/all_reduce"]["exposed_s"] == pytest.approx(194 * one)
@@ -220,7 +226,7 @@ def test_megatrons_optimizer_step_moves_50_bytes_a_parameter(m22):
 def test_pipeline_receives_are_gathered_over_nvlink_without_sp():
     """175B, TP 8, PP 8, 64 micro-batches: each of the 2 x 64 receives of b s h / t over the
     network is all-gathered over the 8 TP ranks (b s h fp16) without SP; with SP nothing is."""
-    model = StepModel(catalog.load("megatron-175b"), A100, seq=2048, dtype="fp16")
+    model = StepModel(catalog.load("megatron-175b"), A100, seq=2048, dtype="fp16", **MEGATRON)
     plain = model.step(Layout(64, 1, tp=8, pp=8, recompute=Recompute.full)).by_collective()
     assert plain["tp/all_gather"]["calls"] == 2 * 64
     assert plain["tp/all_gather"]["bytes_sent"] == pytest.approx(2 * 64 * 7 / 8 * 2048 * 12288 * 2)
@@ -260,3 +266,40 @@ def test_the_slowest_stage_sets_the_step(m22):
     assert st.per_gpu.total == max(st.memory.total, st.memory_last.total, st.memory_middle.total)
     even = m22.step(lo.with_(pp=4))  # 12 layers a stage: slower per micro-batch than 10
     assert even.breakdown["compute"] > st.breakdown["compute"]
+
+
+# --- the embedding and the head as chunks of their own (Layout.edge_chunks) --------------------------
+
+
+def test_llama_405b_interleaved_over_unequal_stages() -> None:
+    """Llama 3 405B (Dubey et al. 2024, section 3.3.2): 126 layers on PP 16 with 8 chunks a device
+    are 128 chunks only with the embedding and the head as chunks of their own: chunk k holds layer
+    k - 1, device i the chunks i, i + 16, ..., i + 112, so device 0 (the embedding's) and device 15
+    (the head's) hold 7 layers and the others 8. Without them, refused, naming the way out."""
+    spec = catalog.load("llama-3.1-405b")
+    model = StepModel(spec, load_cluster("dgx-h100"), seq=8192)
+    plain = Layout(2048, 1, tp=8, pp=16, dp=128, interleave=8, sequence_parallel=True, zero=1)
+    with pytest.raises(LayoutError, match=r"^--interleave: 8 chunks x PP 16 does not divide the 126 layers "
+                                          r"of llama-3.1-405b \(126 \+ 2 do: --edge-chunks\)$"):
+        model.step(plain)
+    lo = plain.with_(edge_chunks=True)
+    assert model.stage_counts(lo) == (7,) + (8,) * 14 + (7,)
+    st = model.step(lo)
+    assert st.layout.label() == "TP8 PP16 DP128 v8 edges mb1 SP ZeRO-1"
+    assert st.to_dict()["layout"]["edge_chunks"] is True
+    # the same layers on each device as without interleaving (7/8/.../8/7), so the bubble,
+    # (p - 1)/v of the mean stage, is an eighth of v 1's
+    one = model.step(plain.with_(interleave=1))
+    assert model.stage_counts(plain.with_(interleave=1)) == model.stage_counts(lo)
+    assert st.breakdown["pipeline_bubble"] == pytest.approx(one.breakdown["pipeline_bubble"] / 8, rel=1e-12)
+
+
+def test_edge_chunks_without_interleaving_move_a_layer_off_each_end() -> None:
+    """48 layers on PP 4: 12 a stage; with the embedding and head counted, 50 units split
+    12/13/13/12 (``stage_layers``: the extras to the middle), so 11/13/13/11 layers."""
+    model = StepModel(catalog.load("megatron-22b"), A100, seq=2048, dtype="fp16", **MEGATRON)
+    lo = Layout(8, 1, tp=8, pp=4)
+    assert model.stage_counts(lo) == (12, 12, 12, 12)
+    assert model.stage_counts(lo.with_(edge_chunks=True)) == (11, 13, 13, 11)
+    with pytest.raises(LayoutError, match="^--edge-chunks: .* needs --pp > 1$"):
+        model.step(Layout(4, 1, tp=8, edge_chunks=True))

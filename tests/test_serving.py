@@ -147,7 +147,7 @@ def test_calibrated_time_uses_the_analysis_convention() -> None:
 
 def test_inference_mla_option() -> None:
     """`inference --mla absorbed` runs latent attention absorbed and says so (table and JSON);
-    naive is the default; a spec without latent attention has no such key."""
+    absorbed is a GPU's default; a spec without latent attention has no such key."""
     base = ["inference", "deepseek-v2-lite", "--hardware", "h100-sxm", "--seq", "4096",
             "--output-tokens", "16", "--batch", "1,8"]
     out = {mla: runner.invoke(app, [*base, "--mla", mla, "--format", "json"]) for mla in ("naive",
@@ -157,7 +157,7 @@ def test_inference_mla_option() -> None:
         assert json.loads(result.output)["mla_convention"] == mla
     data = {mla: json.loads(r.output) for mla, r in out.items()}
     assert data["absorbed"]["batches"][1]["tpot_s"] < data["naive"]["batches"][1]["tpot_s"]
-    assert json.loads(runner.invoke(app, [*base, "--format", "json"]).output)["mla_convention"] == "naive"
+    assert json.loads(runner.invoke(app, [*base, "--format", "json"]).output)["mla_convention"] == "absorbed"
     table = runner.invoke(app, [*base, "--mla", "absorbed"])
     assert table.exit_code == 0 and "latent attention: absorbed" in table.output
     dense = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--seq", "64",

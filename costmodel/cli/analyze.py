@@ -8,7 +8,14 @@ from typing import Annotated, Optional
 import typer
 
 from costmodel import catalog, symbols
-from costmodel.analysis import FORMULA_ALIASES, FORMULA_QUANTITIES, count_params, default_seq, formula
+from costmodel.analysis import (
+    FORMULA_ALIASES,
+    FORMULA_QUANTITIES,
+    AnalysisError,
+    count_params,
+    default_seq,
+    formula,
+)
 from costmodel.cli.app import (
     BatchOpt,
     Dtype,
@@ -18,7 +25,9 @@ from costmodel.cli.app import (
     FormatOpt,
     GroupSizeOpt,
     HardwareOpt,
+    KernelsOpt,
     KvDtypeOpt,
+    MlaDeviceOpt,
     MlaOpt,
     PhaseName,
     SeqOpt,
@@ -63,11 +72,12 @@ def analyze_cmd(
     convention: Annotated[Optional[list[ConventionName]], typer.Option(
         "--convention", metavar="PAPER", help="Also count training FLOPs and params as these papers do "
         "(repeatable): kaplan, chinchilla, megatron, palm, all.")] = None,
-    mla: MlaOpt = Convention.naive,
+    mla: MlaDeviceOpt = None,
     routing: RoutingOpt = Routing.uniform,
     weights_dtype: WeightsDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
+    kernel_names: KernelsOpt = None,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
     the roofline time of each phase and whether it is compute- or memory-bound. A spec with latent
@@ -78,14 +88,29 @@ def analyze_cmd(
         hw = load_hardware(hardware) if hardware else None
         if hw:
             hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
+        if kernel_names is not None and hw is None:
+            raise AnalysisError("--kernels: the kernels a time assumes; give --hardware too")
+        assumed = None  # the device's default (runtime.kernels), said as such in the output
+        default_mla = Convention.naive.value
+        if hw is not None:
+            from costmodel.runtime import kernels
+
+            assumed = kernels.KERNELS[kernel_names.value] if kernel_names else None
+            # latent attention as the device runs it at inference (training learns kv_b: naive)
+            default_mla = kernels.default_mla(hw)
+
+        def mla_of(p: str) -> str:
+            return mla.value if mla else Convention.naive.value if PHASES[p].training else default_mla
+
         precision = Widths(weights_dtype, kv_dtype, group_size)
         # other widths are inference options: without --phase, the inference phases
         inference_only = precision.differs(dtype.value)
         phases = [phase.value] if phase else [p.value for p in PhaseName
                                              if not (inference_only and PHASES[p.value].training)]
         analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw,
-                            mla=mla.value, routing=routing.value, weights_dtype=weights_dtype,
-                            kv_dtype=kv_dtype, group_size=group_size) for p in phases]
+                            mla=mla_of(p), routing=routing.value,
+                            weights_dtype=weights_dtype, kv_dtype=kv_dtype, group_size=group_size,
+                            kernels=assumed) for p in phases]
         latent = []
         if s.mla is not None:  # both conventions side by side
             from costmodel.studies.attention_variants import compare_latent
@@ -99,7 +124,7 @@ def analyze_cmd(
 
             for a in analyses:
                 warning = fit_warning(s, a.phase, batch, seq, enc_seq, dtype.value, hw.name, hw.memory_bytes,
-                                      mla.value, precision)
+                                      mla_of(a.phase), precision)
                 if warning:
                     typer.echo(warning, err=True)
     def data() -> dict[str, object]:

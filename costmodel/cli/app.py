@@ -26,11 +26,15 @@ from costmodel.spec import Spec, SpecError
 #: stderr): command -> {old name: new name}; "" for a flag that was the default anyway (dropped).
 #: docs/cli.md's vocabulary table lists them
 #: (tests/docs_cli.py).
+#: A new name may carry its value (``--kernels=flash``): the old flag was one of its values.
 ALIASES: dict[str, dict[str, str]] = {
-    "inference": {"--prompt": "--seq", "--output": "--output-tokens"},
+    "inference": {"--prompt": "--seq", "--output": "--output-tokens", "--flash-attention": "--kernels=flash",
+                  "--fused": "--kernels=fused"},
     "serve": {"--context": "--seq", "-c": "--seq"},
-    "memory": {"--flash": "--flash-attention", "--no-flash": ""},
-    "fit": {"--flash": "--flash-attention", "--no-flash": ""},
+    "memory": {"--flash": "--kernels=flash", "--flash-attention": "--kernels=flash",
+               "--no-flash": "--kernels=eager"},
+    "fit": {"--flash": "--kernels=flash", "--flash-attention": "--kernels=flash",
+            "--no-flash": "--kernels=eager"},
 }
 
 WIDE_HELP = ("Tables at their full width, every column, even past the terminal's edge. Default: in a "
@@ -84,6 +88,8 @@ def renamed(command: str, args: Sequence[str], params: Sequence[Any]) -> list[st
             arg = old[arg[:2]] + ("=" + arg[2:] if len(arg) > 2 else "")
         skip = arg in takes_value
         out.append(arg)
+    if "--kernels=fused" in out and "--kernels=flash" in out:  # --flash-attention --fused, in either order
+        out.remove("--kernels=flash")
     return out
 
 
@@ -234,10 +240,32 @@ KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype",
                                                    help="KV cache dtype (fp32, bf16, fp16, fp8). Default: "
                                                         "--dtype.")]
 GroupSizeOpt = Annotated[int, typer.Option("--group-size", help="Weights per int8/int4 quantisation scale.")]
-MlaOpt = Annotated[Convention, typer.Option(
-    "--mla", help="How latent attention (MLA) runs: naive (the cached latent re-expanded every step, "
-    "as transformers does) or absorbed (W_UK and W_UV folded into query and output, as DeepSeek's kernels "
-    "do).")]
+MLA_HELP = ("How latent attention (MLA) runs: naive (the cached latent re-expanded every step, as "
+            "transformers does) or absorbed (W_UK and W_UV folded into query and output, as DeepSeek's "
+            "kernels do).")
+MlaOpt = Annotated[Convention, typer.Option("--mla", help=MLA_HELP)]
+#: --mla where a device chooses the default (costmodel.runtime.kernels.default_mla).
+MlaDeviceOpt = Annotated[Optional[Convention], typer.Option(
+    "--mla", help=MLA_HELP + " Default: absorbed on a GPU profile, naive otherwise.")]
+
+
+class KernelsName(str, Enum):
+    """``--kernels``: the names of ``costmodel.runtime.kernels.KERNELS`` (tests/test_kernels.py
+    holds the two lists equal; written out here so that the app's start-up loads no time model)."""
+
+    eager = "eager"
+    flash = "flash"
+    fused = "fused"
+    megatron_2022 = "megatron-2022"
+
+
+KERNELS_HELP = ("The kernels assumed: eager (every op its own kernel, attention scores written and kept: "
+                "PyTorch eager), flash (fused attention, scores never written or kept, every other op one "
+                "kernel: GPU stacks today), fused (flash, and norms and activations fused into the matmuls: "
+                "the lower bound), megatron-2022 (Megatron-LM as Korthikanti et al. 2022 ran it: scores "
+                "kept, fused softmax and bias-dropout-add). Default: flash on a GPU profile, eager without "
+                "one or on a calibrated (torch eager) profile.")
+KernelsOpt = Annotated[Optional[KernelsName], typer.Option("--kernels", metavar="KERNELS", help=KERNELS_HELP)]
 
 
 @contextmanager

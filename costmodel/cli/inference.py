@@ -15,20 +15,20 @@ from costmodel.cli.app import (
     Format,
     FormatOpt,
     GroupSizeOpt,
+    KernelsOpt,
     KvDtypeOpt,
-    MlaOpt,
+    MlaDeviceOpt,
     SpecArg,
     WeightsDtypeOpt,
     _user_errors,
     app,
     emit,
 )
-from costmodel.components.mla import Convention
 from costmodel.devices.hardware import load_hardware
 from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.report import tables as report
+from costmodel.runtime import kernels
 from costmodel.runtime.serving import Serving, parse_batches, serve
-from costmodel.runtime.timing import Kernels
 
 
 def serving_table(sv: Serving) -> report.Table:
@@ -47,6 +47,7 @@ def serving_table(sv: Serving) -> report.Table:
         "tokens/s = batch x output / latency, per device",
         "fits: weights + KV cache at the last step within device memory (activations not counted)",
     ]
+    notes.append(kernels.note(sv.kernels, sv.hardware, sv.kernels_default))
     if sv.spec.mla is not None:
         notes.append(f"latent attention: {sv.mla} (--mla naive|absorbed; the cached latent is the same in "
                      "both)")
@@ -73,11 +74,8 @@ def inference_cmd(
     dtype: DtypeOpt = Dtype.bf16,
     all_logits: Annotated[bool, typer.Option("--all-logits", help="Prefill computes logits at every "
                                              "position (the HF forward), not the last only.")] = False,
-    flash: Annotated[bool, typer.Option("--flash-attention", help="Attention as one fused kernel: "
-                                        "scores never written.")] = False,
-    fused: Annotated[bool, typer.Option("--fused",
-                                        help="Norms and activations fused into the matmuls.")] = False,
-    mla: MlaOpt = Convention.naive,
+    kernel_names: KernelsOpt = None,
+    mla: MlaDeviceOpt = None,
     weights_dtype: WeightsDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
@@ -96,9 +94,10 @@ def inference_cmd(
         s = catalog.load(spec)
         if prompt is None:  # a context the spec takes: prompt and output within its positions
             prompt = max(1, min(DEFAULT_SEQ, s.max_seq_len - output))
-        sv = serve(s, hw, prompt, output, batches, dtype.value, all_logits,
-                   Kernels(flash_attention=flash, fused=fused), mla.value,
-                   Widths(weights_dtype, kv_dtype, group_size))
+        chosen = kernels.resolve(kernel_names.value if kernel_names else None, hw, "serve")
+        sv = serve(s, hw, prompt, output, batches, dtype.value, all_logits, kernels.KERNELS[chosen],
+                   mla.value if mla else kernels.default_mla(hw), Widths(weights_dtype, kv_dtype, group_size),
+                   kernels_default=kernel_names is None)
         written = plot_serving(sv, plot) if plot is not None else None
     emit(fmt, lambda: [serving_table(sv)], sv.to_dict, sv.spec,
          csv=lambda: report.records_csv([{"spec": sv.spec.name, **p.to_dict()} for p in sv.points]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -14,8 +15,10 @@ from costmodel.cli.app import (
     FormatOpt,
     GroupSizeOpt,
     HardwareOpt,
+    KernelsName,
+    KernelsOpt,
     KvDtypeOpt,
-    MlaOpt,
+    MlaDeviceOpt,
     PhaseName,
     SeqOpt,
     SpecArg,
@@ -24,9 +27,10 @@ from costmodel.cli.app import (
     emit,
 )
 from costmodel.components.mla import Convention
-from costmodel.devices.hardware import load_hardware
+from costmodel.devices.hardware import Hardware, load_hardware
 from costmodel.precision import WEIGHT_DTYPES
 from costmodel.report import tables as report
+from costmodel.runtime import kernels
 from costmodel.runtime.memory import (
     OPTIMIZERS,
     PRECISIONS,
@@ -53,9 +57,6 @@ DpOpt = Annotated[Optional[int], typer.Option("--dp",
                                               help="Data-parallel ranks ZeRO shards over. Default: 1.")]
 RecomputeOpt = Annotated[Optional[str], typer.Option(
     "--recompute", help=f"Activation recomputation: {', '.join(RECOMPUTE)}. Default: none.")]
-FlashOpt = Annotated[bool, typer.Option(
-    "--flash-attention",
-    help="Flash attention: the S x S scores and probabilities are never kept.")]
 WeightsOpt = Annotated[Optional[str], typer.Option(
     "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (int8/int4: weight-only, "
     "fp16 scale per group). Default: --dtype.")]
@@ -68,10 +69,21 @@ LastOpt = Annotated[bool, typer.Option(
     "--last-logits/--all-logits", help="Prefill computes only the last position's logits (serving).")]
 
 
+def _assumed(name: KernelsName | None, mla: Convention | None, hw: Hardware | None) -> tuple[str, str]:
+    """The kernels' name and latent attention's convention: those asked for, or what `hw` runs
+    (``runtime.kernels``: flash and absorbed on a GPU, eager and naive without a device)."""
+    return (kernels.resolve(name.value if name else None, hw, "train"),
+            mla.value if mla else kernels.default_mla(hw))
+
+
+def _kernels_note(name: str, hw: Hardware | None, default: bool) -> str:
+    return kernels.note(kernels.KERNELS[name], hw, default)
+
+
 def _config(phase: str, optimizer: str | None, precision: str | None, zero: int | None, dp: int | None,
             recompute: str | None, flash: bool, weights_dtype: str | None, kv_dtype: str | None,
             dtype: str | None, group_size: int, mask_bytes: int, last_logits: bool,
-            mla: Convention) -> tuple[Run, Parallel]:
+            mla: str) -> tuple[Run, Parallel]:
     """The options as a Run and a Parallel; options of the other kind of phase are an error."""
     training = phase == "train"
     given = {"--optimizer": optimizer, "--precision": precision, "--zero": zero, "--recompute": recompute}
@@ -90,13 +102,13 @@ def _config(phase: str, optimizer: str | None, precision: str | None, zero: int 
     run = Run(optimizer=optimizer or "adamw", precision=precision or "bf16-mixed",
               recompute=recompute or "none", flash=flash, mask_bytes=mask_bytes,
               weights_dtype=weights_dtype, kv_dtype=kv_dtype, dtype=dtype or "bf16", group_size=group_size,
-              last_logits=last_logits, mla=mla.value)
+              last_logits=last_logits, mla=mla)
     return run, Parallel(dp=1 if dp is None else dp, zero=zero or 0)
 
 
-def _convention(spec: Spec, phase: str, mla: Convention) -> dict[str, str]:
+def _convention(spec: Spec, phase: str, mla: str) -> dict[str, str]:
     """JSON's `mla_convention` of a phase, for a spec with latent attention."""
-    conv = mla_convention(spec, phase, mla.value)
+    conv = mla_convention(spec, phase, mla)
     return {"mla_convention": conv} if conv is not None else {}
 
 
@@ -112,14 +124,14 @@ def memory_cmd(
     zero: ZeroOpt = None,
     dp: DpOpt = None,
     recompute: RecomputeOpt = None,
-    flash: FlashOpt = False,
+    kernel_names: KernelsOpt = None,
     weights_dtype: WeightsOpt = None,
     kv_dtype: KvDtypeOpt = None,
     dtype: ActOpt = None,
     group_size: GroupSizeOpt = 128,
     mask_bytes: MaskOpt = 1,
     last_logits: LastOpt = False,
-    mla: MlaOpt = Convention.naive,
+    mla: MlaDeviceOpt = None,
     hardware: HardwareOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -130,8 +142,10 @@ def memory_cmd(
     with _user_errors():
         s = catalog.load(spec)
         hw = load_hardware(hardware) if hardware else None
-        run, par = _config(phase.value, optimizer, precision, zero, dp, recompute, flash, weights_dtype,
-                           kv_dtype, dtype, group_size, mask_bytes, last_logits, mla)
+        chosen, conv = _assumed(kernel_names, mla, hw)
+        run, par = _config(phase.value, optimizer, precision, zero, dp, recompute,
+                           kernels.KERNELS[chosen].flash_attention, weights_dtype, kv_dtype, dtype,
+                           group_size, mask_bytes, last_logits, conv)
         m = memory(s, phase.value, batch, seq, enc_seq, run, par)
     from costmodel.report import memory as report_memory
 
@@ -142,8 +156,14 @@ def memory_cmd(
         r = run.recompute if not run.flash else "selective"
         theirs = (ours, int(s.decoder_layers * korthikanti(m.shape["S"], m.batch, s.d_model, s.n_heads,
                                                            recompute=r)))
-    emit(fmt, lambda: report_memory.memory_tables(m, hw, theirs),
-         lambda: m.to_dict(hw.memory_bytes if hw else None),
+    def tables() -> list[report.Table]:
+        shown = report_memory.memory_tables(m, hw, theirs)
+        first, said = shown[0], _kernels_note(chosen, hw, kernel_names is None)
+        return [replace(first, notes=(*first.notes, said)), *shown[1:]]
+
+    emit(fmt, tables,
+         lambda: m.to_dict(hw.memory_bytes if hw else None)
+         | {"kernels": kernels.to_dict(kernels.KERNELS[chosen], kernel_names is None)},
          s, csv=lambda: report_memory.memory_csv(m))
 
 
@@ -163,14 +183,14 @@ def fit_cmd(
     zero: ZeroOpt = None,
     dp: DpOpt = None,
     recompute: RecomputeOpt = None,
-    flash: FlashOpt = False,
+    kernel_names: KernelsOpt = None,
     weights_dtype: WeightsOpt = None,
     kv_dtype: KvDtypeOpt = None,
     dtype: ActOpt = None,
     group_size: GroupSizeOpt = 128,
     mask_bytes: MaskOpt = 1,
     last_logits: LastOpt = False,
-    mla: MlaOpt = Convention.naive,
+    mla: MlaDeviceOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """The largest batch (or, with --over seq, sequence length) whose peak memory fits on the
@@ -179,23 +199,29 @@ def fit_cmd(
     with _user_errors():
         s = catalog.load(spec)
         hw = load_hardware(hardware)
+        chosen, conv = _assumed(kernel_names, mla, hw)
         phases = [p.value for p in phase] if phase else [p.value for p in PhaseName]
         results = []
         for ph in phases:
             training = ph == "train"
             run, par = _config(ph, optimizer if training else None, precision if training else None,
-                               zero if training else None, dp, recompute if training else None, flash,
+                               zero if training else None, dp, recompute if training else None,
+                               kernels.KERNELS[chosen].flash_attention,
                                None if training else weights_dtype, None if training else kv_dtype,
-                               None if training else dtype, group_size, mask_bytes, last_logits, mla)
+                               None if training else dtype, group_size, mask_bytes, last_logits, conv)
             n, m = fit(s, ph, hw.memory_bytes, over, batch, seq, enc_seq, run, par)
             results.append((ph, n, m))
     from costmodel.report import memory as report_memory
 
-    emit(fmt, lambda: [report_memory.fit_table(results, over, hw, s.max_seq_len, mla_convention(s, "decode",
-                                                                                                mla.value))],
+    def table() -> list[report.Table]:
+        t = report_memory.fit_table(results, over, hw, s.max_seq_len, mla_convention(s, "decode", conv))
+        return [replace(t, notes=(*t.notes, _kernels_note(chosen, hw, kernel_names is None)))]
+
+    emit(fmt, table,
          lambda: {"spec": s.name, "hardware": hw.name, "device_bytes": int(hw.memory_bytes), "over": over,
+                  "kernels": kernels.to_dict(kernels.KERNELS[chosen], kernel_names is None),
                   "phases": {ph: {f"max_{over}": n,
                                   "memory": m.to_dict(hw.memory_bytes)["memory"] if m else None,
-                                  **_convention(s, ph, mla)} for ph, n, m in results}},
+                                  **_convention(s, ph, conv)} for ph, n, m in results}},
          s, csv=lambda: report.records_csv([{"spec": s.name, "phase": ph, f"max_{over}": n,
                                              "peak": m.peak if m else None} for ph, n, m in results]))

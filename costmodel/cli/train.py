@@ -14,8 +14,10 @@ from costmodel.cli.app import (
     Format,
     FormatOpt,
     GroupSizeOpt,
+    KernelsName,
+    KernelsOpt,
     KvDtypeOpt,
-    MlaOpt,
+    MlaDeviceOpt,
     SpecArg,
     WeightsDtypeOpt,
     _user_errors,
@@ -23,7 +25,6 @@ from costmodel.cli.app import (
     check_number,
     emit,
 )
-from costmodel.components.mla import Convention
 from costmodel.parallel import device
 from costmodel.parallel.cluster import cluster_paths, load_cluster
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
@@ -33,7 +34,10 @@ from costmodel.parallel.step import Overlap, StepModel
 from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.report import parallel as report_parallel
 from costmodel.report import tables as report
+from costmodel.runtime.kernels import KERNELS, is_default
+from costmodel.runtime.kernels import to_dict as kernels_dict
 from costmodel.runtime.serving import parse_batches
+from costmodel.runtime.timing import Kernels
 from costmodel.spec import Spec
 
 
@@ -85,6 +89,11 @@ def _overlap(names: list[OverlapName] | None) -> Overlap:
                                                                  "tp-backward")})
 
 
+def _kernels(name: KernelsName | None) -> Kernels | None:
+    """``--kernels``' set, None for the cluster's default (``runtime.kernels``: flash on GPUs)."""
+    return KERNELS[name.value] if name is not None else None
+
+
 def _seq(spec: Spec, seq: int | None) -> int:
     return seq if seq is not None else default_seq(spec, "train")
 
@@ -105,6 +114,10 @@ def train_cmd(
         "--ep", help="Expert-parallel size (mixture-of-experts specs), within DP x CP.")] = 1,
     interleave: Annotated[int, typer.Option("--interleave", "-v",
                                             help="Model chunks per pipeline device (interleaved 1F1B).")] = 1,
+    edge_chunks: Annotated[bool, typer.Option(
+        "--edge-chunks", help="Count the embedding and the head as one layer each when splitting the "
+        "layers into stages or chunks (Megatron-Core's --account-for-embedding/loss-in-pipeline-split): "
+        "Llama 3 405B's 126 layers on PP 16 x v 8.")] = False,
     recompute: Annotated[Recompute, typer.Option("--recompute", metavar="MODE",
                                                  help="Activation recomputation: none, selective (the "
                                                       "attention core), full.")] = Recompute.none,
@@ -120,6 +133,7 @@ def train_cmd(
     dtype: TrainDtypeOpt = TrainDtype.bf16,
     recipe: RecipeOpt = RecipeName.megatron,
     overlap: OverlapOpt = None,
+    kernel_names: KernelsOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """One training step on a parallel layout: where its time goes (compute by component, each
@@ -139,9 +153,10 @@ def train_cmd(
                                   f"{inner}")
             dp = gpus // inner
         layout = Layout(global_batch, micro_batch, tp, pp, dp, cp, ep, interleave, sequence_parallel,
-                        recompute, zero)
+                        recompute, zero, edge_chunks)
         check(layout, s, gpus, _seq(s, seq))
-        model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap))
+        model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap),
+                          _kernels(kernel_names))
         step = model.step(layout)
     emit(fmt, lambda: [report_parallel.summary_table(step, tokens), report_parallel.breakdown_table(step),
                        report_parallel.collectives_table(step), report_parallel.memory_table(step)],
@@ -169,6 +184,7 @@ def plan_cmd(
     dtype: TrainDtypeOpt = TrainDtype.bf16,
     recipe: RecipeOpt = RecipeName.megatron,
     overlap: OverlapOpt = None,
+    kernel_names: KernelsOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Search every valid layout (TP, PP, DP, EP, micro-batch, interleave, recompute, SP, ZeRO),
@@ -178,7 +194,8 @@ def plan_cmd(
         cl = load_cluster(cluster)
         if gpus < 1 or global_batch < 1:
             raise LayoutError(f"--gpus and --global-batch: must be at least 1 (got {gpus}, {global_batch})")
-        model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap))
+        model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap),
+                          _kernels(kernel_names))
         start = time.perf_counter()
         result = plan(model, gpus, global_batch, cps=tuple(cp or (1,)), max_micro_batch=max_micro_batch)
         elapsed = time.perf_counter() - start
@@ -191,6 +208,7 @@ def plan_cmd(
     else:
         emit(fmt, lambda: [report_parallel.plan_table(result, top, elapsed)], lambda: {
             "spec": s.name, "cluster": cl.name, "gpus": gpus, "global_batch": global_batch, "seq": model.seq,
+            "kernels": kernels_dict(model.kernels, is_default(model.kernels, cl.hardware, "train")),
             "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
             "seconds": elapsed, "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)
     if not result.ranked:  # said in every format; exit 1: nothing can run
@@ -212,10 +230,11 @@ def serve_cmd(
     dtype: Annotated[TrainDtype, typer.Option(
         "--dtype", metavar="DTYPE", help="Weights, activations and KV cache dtype: bf16, fp16, fp8.")
     ] = TrainDtype.bf16,
-    mla: MlaOpt = Convention.naive,
+    mla: MlaDeviceOpt = None,
     weights_dtype: WeightsDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
+    kernel_names: KernelsOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Decode at scale: per-token communication, time per output token (TPOT) and memory per GPU
@@ -228,7 +247,8 @@ def serve_cmd(
         widths = Widths(weights_dtype, kv_dtype, group_size)
         if context is None:  # 2048 cached, or one less than the spec's positions: the new token needs one
             context = min(DEFAULT_SEQ, s.max_seq_len - 1)
-        results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value, widths) for b in batches]
+        results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value if mla else None, widths,
+                          _kernels(kernel_names)) for b in batches]
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
 

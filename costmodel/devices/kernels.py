@@ -18,9 +18,10 @@ Calculon and aiconfigurator do. Outside the grid the kernel model extrapolates: 
 smallest point the time is held (less work takes no longer; the launch floor), above the
 largest it grows as the work does (linear in M, N, K, batch, bytes and decode's cache; prefill's
 causal pass quadratic in seq). An attention shape whose (heads, kv_heads, head_dim, kv dtype)
-was not measured reads the nearest measured one, its time scaled by the work (FLOPs in prefill,
-cache bytes in decode): extrapolated, too. Neither rule can make a time fall below the physical
-floor, which the time model applies on top (``costmodel.runtime.timing``).
+was not measured reads the nearest measured one at the batch that does the same work (FLOPs in
+prefill, cache bytes in decode; twice the heads is twice the sequences to the kernel, and a
+launch-bound shape stays launch-bound): extrapolated, too. Neither rule can make a time fall
+below the physical floor, which the time model applies on top (``costmodel.runtime.timing``).
 
 Pure Python (the lookup runs inside ``analyze --hardware``, which never imports numpy); a
 folder is read and validated once per process. A bad file is one line naming the file, the
@@ -136,12 +137,48 @@ def attention_work(phase: Phase, heads: int, kv_heads: int, head_dim: int, kv_dt
     return kv_heads * head_dim * (1 if kv_dtype.startswith("fp8") or kv_dtype == "int8" else 2)
 
 
+def nearest_table(
+    tables: Sequence[AttentionTable], heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+) -> AttentionTable:
+    """The table of a configuration, else the nearest measured one (``AttentionTable.distance``)."""
+    return min(tables, key=lambda t: t.distance(heads, kv_heads, head_dim, kv_dtype))
+
+
+def read_attention(
+    table: AttentionTable,
+    phase: Phase,
+    batch: float,
+    seq: float,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    kv_dtype: str,
+) -> Lookup:
+    """One fused attention kernel read off `table`. A configuration the table did not measure is
+    read at the batch that does the same work (``attention_work``): the kernel's thread blocks
+    run over (sequence, head) pairs, so twice the heads is twice the sequences, and a small shape
+    keeps the launch floor that scaling the time would multiply. Extrapolated then (``inside``
+    False)."""
+    if (table.heads, table.kv_heads, table.head_dim, table.kv_dtype) == (
+        heads,
+        kv_heads,
+        head_dim,
+        kv_dtype,
+    ):
+        return table.grid(batch, seq)
+    work = attention_work(phase, heads, kv_heads, head_dim, kv_dtype) / attention_work(
+        phase, table.heads, table.kv_heads, table.head_dim, table.kv_dtype
+    )
+    return Lookup(table.grid(batch * work, seq).time_s, False)
+
+
 class KernelTables:
     """One GPU's measured tables (a folder like specs/kernels/<name>/), and where each came from.
     Each file is read and validated the first time a lookup needs it."""
 
     def __init__(self, folder: Path) -> None:
         self.folder, self.name = folder, folder.name
+        self._nearest: dict[tuple[str, int, int, int, str], AttentionTable] = {}  # a sweep asks again
         present = [f for f in FILES if (folder / f).is_file()]
         if not present:
             raise SpecError(f"{folder.name}: no kernel tables ({', '.join(FILES)})")
@@ -192,20 +229,23 @@ class KernelTables:
     def attention_table(
         self, phase: Phase, heads: int, kv_heads: int, head_dim: int, kv_dtype: str = "bf16"
     ) -> tuple[AttentionTable, float, bool] | None:
-        """The table a configuration reads: (table, the factor its times scale by, exact);
-        None when no table of the phase. Not exact: the nearest measured configuration, its
-        times scaled by the work (``attention_work``)."""
-        tables = self.attention_tables.get(phase)
-        if not tables:
+        """The table a configuration reads (``nearest``): (table, the factor on the batch it is
+        read at, exact); None when no table of the phase. Not exact: the nearest measured
+        configuration at the batch that does the same work (``read_attention``)."""
+        if not self.attention_tables.get(phase):
             return None
-        best = min(tables, key=lambda t: t.distance(heads, kv_heads, head_dim, kv_dtype))
-        mine = (heads, kv_heads, head_dim, kv_dtype)
-        if (best.heads, best.kv_heads, best.head_dim, best.kv_dtype) == mine:
-            return best, 1.0, True
-        work = attention_work(phase, *mine) / attention_work(
-            phase, best.heads, best.kv_heads, best.head_dim, best.kv_dtype
+        table = self.nearest(phase, heads, kv_heads, head_dim, kv_dtype)
+        if (table.heads, table.kv_heads, table.head_dim, table.kv_dtype) == (
+            heads,
+            kv_heads,
+            head_dim,
+            kv_dtype,
+        ):
+            return table, 1.0, True
+        work = attention_work(phase, heads, kv_heads, head_dim, kv_dtype) / attention_work(
+            phase, table.heads, table.kv_heads, table.head_dim, table.kv_dtype
         )
-        return best, work, False
+        return table, work, False
 
     def attention(
         self,
@@ -218,12 +258,29 @@ class KernelTables:
         kv_dtype: str = "bf16",
     ) -> Lookup | None:
         """One fused attention kernel over `batch` sequences; None when no table of the phase."""
-        found = self.attention_table(phase, heads, kv_heads, head_dim, kv_dtype)
-        if found is None:
+        if not self.attention_tables.get(phase):
             return None
-        table, work, exact = found
-        got = table.grid(batch, seq)
-        return got if exact else Lookup(got.time_s * work, False)
+        return read_attention(
+            self.nearest(phase, heads, kv_heads, head_dim, kv_dtype),
+            phase,
+            batch,
+            seq,
+            heads,
+            kv_heads,
+            head_dim,
+            kv_dtype,
+        )
+
+    def nearest(
+        self, phase: Phase, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+    ) -> AttentionTable:
+        """The phase's table a configuration reads (``nearest_table``), found once per configuration."""
+        key = (phase, heads, kv_heads, head_dim, kv_dtype)
+        if key not in self._nearest:
+            self._nearest[key] = nearest_table(
+                self.attention_tables[phase], heads, kv_heads, head_dim, kv_dtype
+            )
+        return self._nearest[key]
 
     def collective(self, kind: str, gpus: int, nbytes: float) -> Lookup | None:
         """One NCCL collective of `nbytes` per GPU (the message) over `gpus` GPUs of one node."""

@@ -26,6 +26,7 @@ from costmodel.devices.hardware import Hardware
 from costmodel.parallel.layout import Recompute
 from costmodel.parallel.shard import shard_spec
 from costmodel.runtime import memory
+from costmodel.runtime.kernels import KERNELS
 from costmodel.runtime.timing import Kernels, predict
 from costmodel.spec import Spec
 
@@ -89,14 +90,15 @@ ZERO = _zero()
 
 # --- time: the calibrated operator model (runtime.timing) -------------------------------------------
 
-#: Megatron-LM's kernels in Korthikanti et al. 2022: no flash attention (the scores reach memory);
-#: the 1/sqrt(d_h) scale is the scores GEMM's alpha (``torch.baddbmm``) and the causal mask and
-#: softmax one kernel (``FusedScaleMaskSoftmax``; megatron/model/transformer.py, CoreAttention);
-#: the output dropout and residual add one kernel (``bias_dropout_add_fused_train``, the default
-#: --bias-dropout-fusion); its other fusions (bias-GeLU) join elementwise ops to each other, not to
-#: the matmuls: every other elementwise component moves its unfused bytes.
-MEGATRON_KERNELS = Kernels(flash_attention=False, fused=False, fused_softmax=True,
-                           fused_bias_dropout_add=True)
+#: Megatron-LM's kernels in Korthikanti et al. 2022 (``runtime.kernels``' ``megatron-2022``): no
+#: flash attention (the scores reach memory); the 1/sqrt(d_h) scale is the scores GEMM's alpha
+#: (``torch.baddbmm``) and the causal mask and softmax one kernel (``FusedScaleMaskSoftmax``;
+#: megatron/model/transformer.py, CoreAttention); the output dropout and residual add one kernel
+#: (``bias_dropout_add_fused_train``, the default --bias-dropout-fusion); its other fusions
+#: (bias-GeLU) join elementwise ops to each other, not to the matmuls: every other elementwise
+#: component moves its unfused bytes. Table 5's check (``parallel.validation``) runs with it; a GPU's
+#: default is ``flash`` (``runtime.kernels.default_kernels``).
+MEGATRON_KERNELS = KERNELS["megatron-2022"]
 
 
 def component_seconds(a: Analysis, hw: Hardware, kernels: Kernels = MEGATRON_KERNELS) -> dict[Key, float]:
@@ -140,9 +142,12 @@ class Activations:
 
 
 def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parallel: bool,
-                recompute: Recompute) -> Activations:
+                recompute: Recompute, flash: bool = False) -> Activations:
     """Activations of one micro-batch on one GPU, from the memory model's exact per-element counts
-    (16-bit activations, 1-byte dropout masks as fused CUDA kernels keep them, no flash attention).
+    (16-bit activations, 1-byte dropout masks as fused CUDA kernels keep them). Without `flash`
+    each attention layer keeps its scores' softmax, dropout mask and dropped-out probabilities (B h
+    S^2 elements each, Korthikanti et al. 2022's 5as/h); with it (Dao et al. 2022) the output and
+    the fp32 log-sum-exp of each query row instead (``runtime.memory.activations``).
 
     Tensor parallel: the count of the TP shard (``shard.shard_spec``): heads, FFN width and
     vocabulary split, the norms, residuals and dropout between them whole on every rank
@@ -155,7 +160,8 @@ def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parall
     def count(s: Spec) -> dict[Key, int]:
         a = analyze(s, "train", batch=micro_batch, seq=seq, dtype="bf16")
         costs = model.tree(s, model.numeric_dims(s, dict(a.shape), 2))
-        return memory.activations(s, costs, dict(a.shape), 2, memory.Run(recompute=recompute.value))
+        run = memory.Run(recompute=recompute.value, flash=flash)
+        return memory.activations(s, costs, dict(a.shape), 2, run)
 
     def split(acts: dict[Key, int], divide: float) -> Activations:
         groups = dict.fromkeys(counts, 0.0)
@@ -183,7 +189,8 @@ def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parall
 
 
 def activation_bytes_per_layer(
-    spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parallel: bool, recompute: Recompute
+    spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parallel: bool, recompute: Recompute,
+    flash: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for backward on one GPU for one micro-batch."""
-    return activations(spec, micro_batch, seq, tp, sequence_parallel, recompute).per_layer
+    return activations(spec, micro_batch, seq, tp, sequence_parallel, recompute, flash).per_layer

@@ -5,7 +5,8 @@
 - tensor (Shoeybi et al. 2019, "Megatron-LM"): heads and the FFN width split over TP ranks;
 - sequence parallel (Korthikanti et al. 2022): the norms, dropout and residuals between them
   split along the sequence over the same TP ranks;
-- pipeline (Narayanan et al. 2021): layers split into PP stages (v interleaved chunks per device);
+- pipeline (Narayanan et al. 2021): layers split into PP stages (v interleaved chunks per device),
+  the embedding and the head optionally counted as a layer each in that split (``edge_chunks``);
 - data (with ZeRO stages 1-3, Rajbhandari et al. 2020; FSDP is stage 3): replicas over DP ranks;
 - context (ring attention, Liu et al. 2023): the sequence split over CP ranks;
 - expert (GShard, Lepikhin et al. 2020): experts split over EP ranks carved out of DP x CP.
@@ -43,6 +44,12 @@ class Layout:
     sequence_parallel: bool = False
     recompute: Recompute = Recompute.none
     zero: int = 0
+    #: The embedding and the head (with the loss) count as one layer each when the layers are
+    #: split into stages or chunks: Megatron-Core's --account-for-embedding-in-pipeline-split and
+    #: --account-for-loss-in-pipeline-split. Llama 3 405B's 126 layers on PP 16 with v 8: 128
+    #: chunks of one, the first the embedding, the last the head (Dubey et al. 2024, section
+    #: 3.3.2: one layer fewer on the first and the last stage).
+    edge_chunks: bool = False
 
     @property
     def gpus(self) -> int:
@@ -68,6 +75,8 @@ class Layout:
             parts.append(f"EP{self.ep}")
         if self.interleave > 1:
             parts.append(f"v{self.interleave}")
+        if self.edge_chunks:
+            parts.append("edges")
         parts.append(f"mb{self.micro_batch}")
         if self.sequence_parallel:
             parts.append("SP")
@@ -127,15 +136,22 @@ def check(layout: Layout, spec: Spec, gpus: int | None = None, seq: int | None =
     if spec.d_ff % t:
         raise LayoutError(f"--tp: {t} does not divide the FFN width {spec.d_ff} of {spec.name}")
     layers = spec.n_layers or 0
+    units = layers + 2 if layout.edge_chunks else layers  # the embedding and the head as layers
+    edges = " and its embedding and head" if layout.edge_chunks else ""
+    if layout.edge_chunks and p == 1:
+        raise LayoutError("--edge-chunks: places the embedding and the head in the pipeline split; needs "
+                          "--pp > 1")
     if p > layers:
         raise LayoutError(f"--pp: {p} stages for the {layers} layers of {spec.name}; at most one stage per "
                           "layer")
     if v > 1:
         if p == 1:
             raise LayoutError("--interleave: needs pipeline parallelism (--pp > 1)")
-        if layers % (p * v):
+        if units % (p * v):
             raise LayoutError(
-                f"--interleave: {v} chunks x PP {p} does not divide the {layers} layers of {spec.name}"
+                f"--interleave: {v} chunks x PP {p} does not divide the {layers} layers of {spec.name}{edges}"
+                + ("" if layout.edge_chunks or (layers + 2) % (p * v) else
+                   f" ({layers} + 2 do: --edge-chunks)")
             )
     if layout.global_batch % layout.dp:
         raise LayoutError(f"--global-batch: {layout.global_batch} is not divisible by DP {layout.dp}")

@@ -3,7 +3,8 @@
 The space (for N GPUs, a global batch G, L layers, h heads): TP over the divisors of h within
 one node (TP crosses nodes only in a cluster whose NVLink domain is larger), PP over the divisors
 of L, DP = N / (TP x PP x CP), micro-batches dividing G / DP, interleaving v over the divisors
-of L / PP (when the micro-batches divide into PP), recompute none / selective / full, sequence
+of L / PP (when the micro-batches divide into PP), recompute none / selective / full (selective
+only without flash attention, ``StepModel.check``), sequence
 parallelism on and off (with TP > 1), ZeRO 0-3 (with DP > 1), and for a mixture of experts EP over
 the divisors of the expert count that divide DP x CP. Each micro-batch shape (TP, b, CP)
 is analysed once and shared by every layout using it, so a layout costs a few arithmetic
@@ -51,6 +52,8 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
     L = spec.n_layers or 0
     node = model.cluster.gpus_per_node
     moe = experts(spec)
+    # flash attention keeps no scores: selective recompute would replay nothing it saves (StepModel.check)
+    recomputes = [rc for rc in Recompute if not (model.kernels.flash_attention and rc is Recompute.selective)]
     for tp in divisors(min(gpus, node)):
         if spec.n_heads % tp or spec.d_ff % tp or (spec.n_kv_heads % tp and tp % spec.n_kv_heads):
             continue
@@ -68,7 +71,7 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
                     vs = [1] + ([v for v in divisors(L // pp)[1:] if v <= 8] if pp > 1 and m % pp == 0
                                 else [])
                     for v in vs:
-                        for rc in Recompute:
+                        for rc in recomputes:
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 for z in (zero if dp * cp > 1 else (0,)):
                                     for ep in eps:

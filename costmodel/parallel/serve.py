@@ -41,6 +41,9 @@ from costmodel.parallel.collectives import Collective, collective
 from costmodel.parallel.layout import Layout, LayoutError, check, experts
 from costmodel.parallel.shard import shard_spec
 from costmodel.precision import Widths
+from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla, is_default
+from costmodel.runtime.kernels import to_dict as kernels_dict
+from costmodel.runtime.timing import Kernels
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 
@@ -59,6 +62,8 @@ class Decode:
     weights_bytes: float  # per GPU
     kv_cache_bytes: float  # per GPU
     widths: Widths = Widths()  # the weights' and the cache's (costmodel.precision)
+    kernels: Kernels = KERNELS["flash"]  # what the compute assumes (runtime.kernels)
+    mla: str = "naive"  # the convention latent attention runs in (components.mla)
 
     @property
     def comm_s(self) -> float:
@@ -91,6 +96,8 @@ class Decode:
             "spec": self.spec.name, "cluster": self.cluster.name, "tp": self.tp, "ep": self.ep,
             "gpus": self.tp * self.ep, "batch": self.batch, "context": self.context, "dtype": self.dtype,
             "weights_dtype": self.widths.weights or self.dtype, "kv_dtype": self.widths.kv or self.dtype,
+            "kernels": kernels_dict(self.kernels, is_default(self.kernels, self.cluster.hardware)),
+            **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
             "tpot_s": self.tpot_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
             "comm_bytes_per_gpu": self.comm_bytes, "tokens_per_s": self.tokens_per_s,
             "comm": {"by_collective": {f"{c.group}/{c.kind}": {"calls": n, "bytes_sent": n * c.bytes_sent,
@@ -112,10 +119,12 @@ def moe_layers(spec: Spec) -> int:
 
 
 def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: int = 1,
-           dtype: str = "bf16", mla: str = "naive", widths: Widths = Widths()) -> Decode:
+           dtype: str = "bf16", mla: str | None = None, widths: Widths = Widths(),
+           kernels: Kernels | None = None) -> Decode:
     """One decode step of `batch` sequences with `context` tokens cached, on TP x EP GPUs
     (`mla`: how latent attention runs, ``analyze``'s convention; weights and cache at `widths`,
-    ``costmodel.precision``)."""
+    ``costmodel.precision``; `kernels`: what the compute assumes). Without `mla` or `kernels`,
+    what the cluster's GPUs run (``runtime.kernels``: absorbed latent attention, flash)."""
     if batch < 1 or context < 1:
         raise LayoutError(f"--batch and --seq: must be at least 1 (got {batch}, {context})")
     if ep < 1:  # the layout below puts EP in DP's place, whose message would name --dp
@@ -132,8 +141,10 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
         shard = shard.model_copy(update={"ffn": shard.ffn.model_copy(update={"n_experts": moe[0] // ep})})
     hw = cluster.hardware
     hw.peak(dtype)
+    kernels = kernels if kernels is not None else KERNELS[default_kernels(hw, "serve")]
+    mla = mla if mla is not None else default_mla(hw)
     a = analyze(shard, "decode", batch=local, seq=context, dtype=dtype, mla=mla, **widths.options())
-    secs = device.component_seconds(a, hw)
+    secs = device.component_seconds(a, hw, kernels)
     params = a.total().params
     if local != batch:
         # Every replica scores its tokens against all E experts: the router and the top-k over
@@ -153,4 +164,4 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
                       2 * moe_layers(spec)))
     return Decode(spec, cluster, tp, ep, batch, context, dtype, compute, tuple(calls), weights,
                   a.total().kv_cache,
-                  widths)
+                  widths, kernels, mla)

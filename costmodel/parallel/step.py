@@ -42,6 +42,9 @@ from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
 from costmodel.parallel.shard import shard_spec
+from costmodel.runtime.kernels import KERNELS, default_kernels, is_default, name_of
+from costmodel.runtime.kernels import to_dict as kernels_dict
+from costmodel.runtime.timing import Kernels
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -220,6 +223,7 @@ class Step:
     hardware_flops: float
     notes: tuple[str, ...] = field(default_factory=tuple)
     memory_middle: StageMemory | None = None  # the fullest middle stage, when the stages are unequal
+    kernels: Kernels = KERNELS["megatron-2022"]  # what the time and the activations assume
 
     @property
     def tokens(self) -> int:
@@ -274,6 +278,7 @@ class Step:
         data: dict[str, Any] = {
             "spec": self.spec.name, "cluster": self.cluster.name, "device": hw.name, "seq": self.seq,
             "dtype": self.dtype, "layout": self.layout.to_dict(), "overlap": self.overlap.to_dict(),
+            "kernels": kernels_dict(self.kernels, is_default(self.kernels, hw, "train")),
             "recipe": self.recipe.label(self.dtype),
             "step_time_s": self.step_time_s, "breakdown_s": dict(self.breakdown),
             "compute": {"by_component_s": dict(self.compute_by_component)},
@@ -629,10 +634,15 @@ class StepModel:
     """Steps of one spec on one cluster at one sequence length; caches each shard's analysis."""
 
     def __init__(self, spec: Spec, cluster: Cluster, seq: int = 2048, dtype: str = "bf16",
-                 recipe: device.ParameterBytes = device.MEGATRON, overlap: Overlap = Overlap()) -> None:
+                 recipe: device.ParameterBytes = device.MEGATRON, overlap: Overlap = Overlap(),
+                 kernels: Kernels | None = None) -> None:
+        """`kernels`: what the compute and the activations assume (``runtime.kernels``); default,
+        what the cluster's GPUs run today: flash attention (``flash``). Korthikanti et al. 2022's
+        Megatron-LM is ``KERNELS["megatron-2022"]`` (``device.MEGATRON_KERNELS``)."""
         self.spec, self.cluster, self.seq, self.dtype = spec, cluster, seq, dtype
         self.recipe, self.overlap = recipe, overlap
         self.hw = cluster.hardware
+        self.kernels = kernels if kernels is not None else KERNELS[default_kernels(self.hw, "train")]
         self.hw.peak(dtype)
         self.act_bytes = DTYPE_BYTES[dtype]
         self._micro: dict[tuple[int, int, int, bool, Recompute], MicroBatch] = {}
@@ -647,7 +657,7 @@ class StepModel:
         # Layer groups (model.layer_groups): their counts and (attention kind, sparse FFN?).
         self.counts = {g: n for (_, g), n in model.layer_groups(spec).items()}
         self.kinds = {g: model.group_kinds(spec, g) for g in self.counts}
-        self._stage_groups: dict[tuple[int, int], tuple[dict[str | None, int], ...]] = {}
+        self._stage_groups: dict[tuple[int, int, bool], tuple[dict[str | None, int], ...]] = {}
 
     def collective(self, kind: str, group: str, ranks: int, size: float, stride: int = 1) -> Collective:
         """``collectives.collective`` on this cluster, remembered: layouts share most calls."""
@@ -671,7 +681,8 @@ class StepModel:
         # that one period would miss. Each group's rows hold its count of layers.
         shard = shard_spec(self.spec, tp)
         a = analyze(shard, "train", batch=b, seq=self.seq // cp, dtype=self.dtype)
-        secs = device.component_seconds(a, self.hw)
+        secs = device.component_seconds(a, self.hw, self.kernels)
+        flash = self.kernels.flash_attention
         counts = self.counts
         last_cat: dict[str, float] = {}
         first_flops = last_flops = 0.0
@@ -715,9 +726,11 @@ class StepModel:
                 # selective recompute: Megatron-LM's checkpointed CoreAttention ends with it) and
                 # of the output (B S d, split by SP). The softmax row's bytes (2p per score)
                 # give the score elements; a dropout moves 2p + 1 bytes per element.
+                # Flash attention drops the probabilities inside its kernel: no bytes, no time.
                 probs = softmax[key.sub_block] / (2 * self.act_bytes) * (2 * self.act_bytes + MASK_BYTES)
                 share = min(1.0, probs / r.bytes_unfused) if self.spec.attention_dropout_rate > 0 else 0.0
-                add(g, "attention core", t * share * cp, f * share * cp, True)
+                if not flash:
+                    add(g, "attention core", t * share * cp, f * share * cp, True)
                 t, f = t * (1 - share), f * (1 - share)
                 in_core = False
             if sp and key.leaf in REPLICATED:  # sequence parallel splits them along the sequence
@@ -744,25 +757,40 @@ class StepModel:
         return MicroBatch(groups, dict(counts), first_s, sum(last_cat.values()), last_cat, first_flops,
                           last_flops, first_params, last_params, embedding_table)
 
-    def stage_groups(self, pp: int, interleave: int = 1) -> tuple[dict[str | None, int], ...]:
+    def stage_groups(self, pp: int, interleave: int = 1,
+                     edges: bool = False) -> tuple[dict[str | None, int], ...]:
         """Layers of each group on each of `pp` pipeline devices: contiguous stages of
         ``stage_layers``, or with v chunks per device, chunks j*p + i of L/(p v) layers on device i
-        (Narayanan et al. 2021's interleaved schedule). Counted, never listed."""
-        key = (pp, interleave)
+        (Narayanan et al. 2021's interleaved schedule). With `edges` (``Layout.edge_chunks``) the
+        split is of L + 2 units, the embedding the first and the head the last: a chunk holds the
+        layers among its units (the first and the last chunk one fewer). The embedding stays on
+        device 0 and the head on device p - 1 either way. Counted, never listed."""
+        key = (pp, interleave, edges)
         cached = self._stage_groups.get(key)
         if cached is None:
             L = self.spec.n_layers or 0
+            units = L + 2 if edges else L
+            shift = 1 if edges else 0  # unit u is layer u - 1 when unit 0 is the embedding
+
+            def layers_of(lo: int, hi: int) -> tuple[int, int]:
+                return min(L, max(0, lo - shift)), min(L, max(0, hi - shift))
+
             if interleave > 1:
-                c = L // (pp * interleave)
-                ranges = [[((j * pp + i) * c, (j * pp + i + 1) * c) for j in range(interleave)]
+                c = units // (pp * interleave)
+                ranges = [[layers_of((j * pp + i) * c, (j * pp + i + 1) * c) for j in range(interleave)]
                           for i in range(pp)]
             else:
                 bounds = [0]
-                for n in stage_layers(L, pp):
+                for n in stage_layers(units, pp):
                     bounds.append(bounds[-1] + n)
-                ranges = [[(bounds[i], bounds[i + 1])] for i in range(pp)]
+                ranges = [[layers_of(bounds[i], bounds[i + 1])] for i in range(pp)]
             cached = self._stage_groups[key] = tuple(self._groups_in(r) for r in ranges)
         return cached
+
+    def stage_counts(self, layout: Layout) -> tuple[int, ...]:
+        """Layers on each pipeline device of `layout`, first to last."""
+        return tuple(sum(g.values()) for g in self.stage_groups(layout.pp, layout.interleave,
+                                                                 layout.edge_chunks))
 
     def _groups_in(self, ranges: list[tuple[int, int]]) -> dict[str | None, int]:
         out = dict.fromkeys(self.counts, 0)
@@ -788,7 +816,7 @@ class StepModel:
         collector per parallelism (``tensor_parallel``, ``context_parallel``, ``expert_parallel``,
         ``pipeline``, ``data_parallel``, ``embedding_sync``, ``optimizer_step``), composed."""
         if not checked:
-            check(layout, self.spec, seq=self.seq)
+            self.check(layout)
         spec, lo, ov, call = self.spec, layout, self.overlap, self.collective
         p, m = lo.pp, lo.micro_batches
         s_local = self.seq // lo.cp
@@ -803,9 +831,9 @@ class StepModel:
                    for g, w in mb.groups.items()}
 
         # Across the stages, and over the data-parallel ranks of the fullest stage's parameters.
-        on_device = self.stage_groups(p, lo.interleave)
+        on_device = self.stage_groups(p, lo.interleave, lo.edge_chunks)
         pipe = pipeline(lo, on_device, t_layer, mb.first_s + tp.first_s, mb.last_s + tp.last_s, call, x, ov)
-        stages = stage_layers(spec.n_layers or 0, p)
+        stages = self.stage_counts(lo)
         pace = Pace(pipe.slow, on_device[pipe.slow], stages[pipe.slow], m, pipe.slow == 0, pipe.slow == p - 1)
         held = [self._stage_params(lo, mb, i) for i in range(p)]
         dense, routed = max(h[0] for h in held), max(h[1] for h in held)
@@ -835,7 +863,16 @@ class StepModel:
         rec_full = self._recompute_per_sequence[lo.recompute] * lo.global_batch
         return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, sum(breakdown.values()),
                     breakdown, compute, tuple(calls), mem_first, mem_last, full, full + rec_full,
-                    self._notes(stages, pipe.slow), mem_middle)
+                    self._notes(stages, pipe.slow), mem_middle, self.kernels)
+
+    def check(self, layout: Layout) -> None:
+        """``layout.check`` on this spec, and what the kernels allow: selective recompute replays
+        the attention core's scores, which flash attention never keeps (``runtime.memory.Run``)."""
+        check(layout, self.spec, seq=self.seq)
+        if self.kernels.flash_attention and layout.recompute is Recompute.selective:
+            raise LayoutError(f"--recompute: selective recomputes the attention core's scores, which flash "
+                              f"attention (--kernels {name_of(self.kernels) or 'flash'}, the default on a "
+                              "GPU) never keeps; use --recompute none or full, or --kernels megatron-2022")
 
     def _notes(self, stages: tuple[int, ...], slow: int) -> tuple[str, ...]:
         notes: list[str] = []
@@ -865,7 +902,7 @@ class StepModel:
         sp, rc = lo.sequence_parallel, lo.recompute
         s_local = self.seq // cp
         mb = mb or self.micro(t, lo.micro_batch, cp, sp, rc)
-        groups = self.stage_groups(p, v)[stage]
+        groups = self.stage_groups(p, v, lo.edge_chunks)[stage]
         n_dp = lo.dp * cp
         n_edp = n_dp // lo.ep
         acts = self._activations(t, lo.micro_batch, s_local, sp, rc)
@@ -899,7 +936,7 @@ class StepModel:
         on the last (with the tied embedding's copy when the two differ)."""
         p = lo.pp
         dense = routed = 0
-        for g, n in self.stage_groups(p, lo.interleave)[stage].items():
+        for g, n in self.stage_groups(p, lo.interleave, lo.edge_chunks)[stage].items():
             w = mb.groups[g]
             dense += n * (w.params - w.expert_params)
             routed += n * w.expert_params // lo.ep
@@ -918,7 +955,8 @@ class StepModel:
         key = (tp, b, s, sp, rc)
         acts = self._acts.get(key)
         if acts is None:
-            acts = self._acts[key] = device.activations(self.spec, b, s, tp, sp, rc)
+            acts = self._acts[key] = device.activations(self.spec, b, s, tp, sp, rc,
+                                                        self.kernels.flash_attention)
         return acts
 
     def _recompute_flops(self, rc: Recompute) -> float:

@@ -1,7 +1,8 @@
 """Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
 arXiv:2205.05198), measured with Megatron-LM on DGX A100 80GB, seq 2048, vocab 51200, fp16: the
 four models of Table 3 with their layouts, Table 5's seconds per iteration and Figure 1's GiB
-per GPU, set beside this model's figures. The paper's numbers are typed here once, from the paper;
+per GPU, set beside this model's figures, with Megatron-LM's kernels of the time
+(``--kernels megatron-2022``: no flash attention). The paper's numbers are typed here once, from the paper;
 docs/parallel.md and tests/test_parallel_validation.py read them from here.
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from costmodel import catalog
 from costmodel.parallel.cluster import load_cluster
+from costmodel.parallel.device import MEGATRON_KERNELS
 from costmodel.parallel.layout import Layout, Recompute
 from costmodel.parallel.step import Step, StepModel
 
@@ -65,7 +67,10 @@ class Comparison:
 
 
 def compare(m: Measured, cluster: str = "dgx-a100-80gb") -> Comparison:
-    model = StepModel(catalog.load(m.spec), load_cluster(cluster), seq=2048, dtype="fp16")
+    # Megatron-LM as the paper ran it: the scores written and kept (no flash attention), fused
+    # scale-mask-softmax and bias-dropout-add; not the flash attention a GPU's default assumes.
+    model = StepModel(catalog.load(m.spec), load_cluster(cluster), seq=2048, dtype="fp16",
+                      kernels=MEGATRON_KERNELS)
     dp = m.gpus // (m.tp * m.pp)
 
     def layout(sp: bool, rc: Recompute) -> Layout:

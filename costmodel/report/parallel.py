@@ -9,6 +9,7 @@ from costmodel.parallel.plan import Plan
 from costmodel.parallel.serve import Decode
 from costmodel.parallel.step import Step
 from costmodel.report.tables import Table
+from costmodel.runtime import kernels
 
 BREAKDOWN_LABELS = {
     "compute": "compute", "tp_comm": "tensor-parallel comm", "cp_comm": "context-parallel comm",
@@ -16,6 +17,12 @@ BREAKDOWN_LABELS = {
     "dp_comm": "data-parallel comm", "embedding_sync": "tied-embedding gradient sync",
     "optimizer": "optimizer step",
 }
+
+
+def _kernels(s: Step) -> str:
+    """The kernels a step assumes, and whether they are its GPUs' default (``runtime.kernels``)."""
+    hw = s.cluster.hardware
+    return kernels.note(s.kernels, hw, kernels.is_default(s.kernels, hw, "train"))
 
 
 def summary_table(s: Step, tokens: float | None = None) -> Table:
@@ -43,6 +50,7 @@ def summary_table(s: Step, tokens: float | None = None) -> Table:
     notes = [f"{s.dtype}, {s.recipe.label(s.dtype)}; MFU and HFU after Chowdhery et al. 2022 (exact model "
              "FLOPs; HFU adds the recomputed forward)",
              "overlapped: " + (", ".join(overlapped) or "nothing"),
+             _kernels(s),
              *(n for n in s.notes if not n.startswith("overlap"))]
     return Table("Training step", ("", "value"), rows, notes, numeric_from=2)
 
@@ -96,7 +104,8 @@ def plan_table(p: Plan, top: int, seconds: float) -> Table:
                      units.seconds(s.breakdown["pipeline_bubble"]),
                      units.seconds(s.breakdown["tp_comm"] + s.breakdown["dp_comm"] + s.breakdown["pp_comm"])))
     notes = (f"{p.considered:,} valid layouts evaluated in {seconds:.2f} s; {p.dropped:,} do not fit; "
-             f"{len(p.ranked):,} ranked by step time",)
+             f"{len(p.ranked):,} ranked by step time",
+             *(_kernels(s) for s in p.ranked[:1]))
     return Table("Best layouts", ("#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "bubble", "comm"),
                  rows, notes, numeric_from=2)
 
@@ -116,6 +125,8 @@ def decode_table(ds: Sequence[Decode]) -> Table:
         ("TPOT = compute of one rank's shard + its all-reduces (and expert all-to-alls), nothing overlapped",
          f"tokens/s: output tokens per second of the whole batch on the {d0.tp * d0.ep} GPUs of the group "
          f"(TP{d0.tp}" + (f" x EP{d0.ep}" if d0.ep > 1 else "") + "), not per GPU",
+         kernels.note(d0.kernels, d0.cluster.hardware, kernels.is_default(d0.kernels, d0.cluster.hardware)),
+         *([f"latent attention: {d0.mla} (--mla naive|absorbed)"] if d0.spec.mla is not None else []),
                *([] if d0.cluster.hardware.tables_for(d0.dtype) else
                  [f"{d0.cluster.hardware.name} has no efficiency tables for {d0.dtype}: compute is the "
                   "roofline lower bound"])),

@@ -142,10 +142,13 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
     notes = [f"batch {a0.batch}, {a0.dtype}; seq is the prompt (prefill, train) or the tokens "
              "already cached (decode, which attends to seq + 1)"]
     if hw is not None:
+        from costmodel.runtime import kernels
         from costmodel.runtime.timing import predict
 
         lines = [roofline_of(tot(a), hw, a.dtype) for a in analyses]
-        predictions = [predict(a, hw) for a in analyses]
+        # the kernels an analysis on the device carries (runtime.on_device), else the device's default
+        assumed = getattr(a0, "assumed_kernels", None) or kernels.KERNELS[kernels.default_kernels(hw)]
+        predictions = [predict(a, hw, assumed) for a in analyses]
         rows += [
             ("predicted time" + ("" if predictions[0].calibrated else " (unfused roofline: no tables)"),
              *(units.seconds(p.time_s) for p in predictions)),
@@ -159,6 +162,7 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
         notes.append(predictions[0].note or "predicted time: each component at the efficiency its shape "
                      "reaches on the device (costmodel.timing; components run one after another), "
                      f"calibrated by {hw.name}'s efficiency tables ({tables_summary(hw)})")
+        notes.append(kernels.note(assumed, hw, getattr(a0, "kernels_default", True)))
     return Table("Phases", ("quantity", *(a.phase for a in analyses)), rows, notes)
 
 

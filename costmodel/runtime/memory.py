@@ -190,7 +190,8 @@ class Run:
                 f"recompute: unknown mode {self.recompute!r}; expected one of {', '.join(RECOMPUTE)}")
         if self.recompute == "selective" and self.flash:
             raise MemoryConfigError("recompute: selective recomputes the attention core, which flash "
-                                    "attention never keeps; use none or full with --flash-attention")
+                                    "attention never keeps (--kernels flash or fused, the default on a GPU); "
+                                    "use --recompute none or full, or --kernels eager or megatron-2022")
         if not 0 <= self.mask_bytes <= 8:
             raise MemoryConfigError(f"mask_bytes: bytes per dropout-mask element must be 0 to 8 (1 for a "
                                     "fused kernel's bool mask, the activation width for a composite one; "

@@ -31,6 +31,8 @@ from costmodel.analysis import Analysis, AnalysisError, analyze
 from costmodel.components.key import Role
 from costmodel.devices.hardware import Hardware
 from costmodel.precision import Widths
+from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla
+from costmodel.runtime.kernels import to_dict as kernels_dict
 from costmodel.runtime.roofline import fit, roofline
 from costmodel.runtime.timing import Kernels, Prediction, predict
 from costmodel.spec import Spec
@@ -73,6 +75,7 @@ class Serving:
     note: str | None
     mla: str = "naive"  # the convention latent attention runs in (components.mla)
     precision: Widths = Widths()  # the weights' and the KV cache's widths
+    kernels_default: bool = False  # the kernels are the device's default (runtime.kernels)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,7 +85,8 @@ class Serving:
             "prompt": self.prompt, "output": self.output,
             "logits": "all positions" if self.all_logits else "last position only",
             **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
-            "kernels": self.kernels.to_dict(), "calibrated": self.calibrated, "note": self.note,
+            "kernels": kernels_dict(self.kernels, self.kernels_default), "calibrated": self.calibrated,
+            "note": self.note,
             "batches": [p.to_dict() for p in self.points],
         }
 
@@ -133,10 +137,19 @@ def _time(p: Prediction, a: Analysis, hw: Hardware, head: bool) -> float:
 
 
 def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int, ...], dtype: str = "bf16",
-          all_logits: bool = False, kernels: Kernels = Kernels(), mla: str = "naive",
-          precision: Widths = Widths()) -> Serving:
+          all_logits: bool = False, kernels: Kernels | None = None, mla: str | None = None,
+          precision: Widths = Widths(), kernels_default: bool | None = None) -> Serving:
     """TTFT, TPOT, latency and tokens/s of `spec` on `hw` for each batch size (latent attention
-    in the `mla` convention; weights and KV cache at `precision`'s widths)."""
+    in the `mla` convention; weights and KV cache at `precision`'s widths). Without `kernels` or
+    `mla`, what `hw` runs (``runtime.kernels``: flash attention and absorbed latent attention on
+    a GPU, eager and naive on a calibrated profile); `kernels_default` says the caller's came
+    from there too."""
+    if kernels_default is None:
+        kernels_default = kernels is None
+    if kernels is None:
+        kernels = KERNELS[default_kernels(hw, "serve")]
+    if mla is None:
+        mla = default_mla(hw)
     if prompt < 1:
         raise AnalysisError(f"prompt: must be at least 1 token (got {prompt})")
     if output < 1:
@@ -182,7 +195,7 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
         points.append(ServingPoint(B, ttft, tpot, tpot_first, tpot_last, latency, B * output / latency,
                                    fits(last[0], hw), last[0].bytes_weights + last[0].total().kv_cache))
     return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, probes[0].calibrated, tuple(points),
-                   probes[0].note, mla, precision)
+                   probes[0].note, mla, precision, kernels_default)
 
 
 def _integrate(js: list[int], times: dict[int, float]) -> float:

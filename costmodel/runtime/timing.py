@@ -341,10 +341,10 @@ class ScalarRates:
         if core is None:
             return None
         table, work, exact, batch, seq, factor = core
-        got = table.grid(batch, seq)
+        got = table.grid(batch * work, seq)
         if not (exact and got.inside):
             self.extrapolated.add(f"attention/{self.attention.phase}")  # type: ignore[union-attr]
-        return got.time_s * work * factor
+        return got.time_s * factor
 
     def memory(self, moved: Any, ops: int) -> float:
         per_op = moved / ops
@@ -454,9 +454,11 @@ def scores_ratio(q: Quantities, rates: Rates) -> Any:
 
 def fused_core(kernel: AttentionKernel | None, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any],
                layers: int, ratio: Any) -> tuple[AttentionTable, float, bool, Any, Any, Any] | None:
-    """Where a flash-attention core reads the measured tables: (table, work scale, exact
+    """Where a flash-attention core reads the measured tables: (table, work, exact
     configuration, batch, seq, factor), the core's seconds over its layers being the table's
-    time at (batch, seq) x work x factor; None where no table applies.
+    time at (batch x work, seq) x factor (``devices.kernels.read_attention``: a configuration
+    not measured reads the nearest at the batch doing the same work); None where no table
+    applies.
 
     From the scores products (count, M, K, N) over `layers` layers, one per KV head with the
     group's g = h / k query heads stacked (M = g x S): batch = count / (layers x k), S = M / g.

@@ -182,8 +182,8 @@ class GridRates:
             return None
         table, work, _, batch, seq, factor = core
         if not _array(batch) and not _array(seq):
-            return table.grid(batch, seq).time_s * work * factor
-        return _grid_times(table.grid, batch, seq) * work * factor
+            return table.grid(batch * work, seq).time_s * factor
+        return _grid_times(table.grid, batch * work, seq) * factor
 
     def gemms(self, products: list[tuple[Any, Any, Any, Any]], launches: int) -> Any:
         # Products of one size (a weight's forward product and its two backward ones, 2MKN
