@@ -25,7 +25,8 @@ tests/test_kernel_validation.py recomputes them and holds docs/gpu-time.md to th
 Targets (issue 21): median |error| <= 10% (attention 15%), worst within 2x.
 
     python bench/kernel_validation.py            # the tables, markdown, to stdout
-    python bench/kernel_validation.py --write    # and into docs/gpu-time.md, between its markers
+    python bench/kernel_validation.py --write    # and into docs/gpu-time.md, between its markers,
+                                                 # and each GPU's error bands (errors.json)
     python bench/kernel_validation.py --all      # every removed point left out (about 20 s)
 """
 
@@ -386,6 +387,36 @@ def markdown() -> str:
     return "\n".join(parts) + "\n"
 
 
+def bands(gpu: str) -> dict[str, Any]:
+    """Each op class's error bands, as every predicted time carries them (``KernelTables.errors``,
+    written to specs/kernels/<gpu>/errors.json by ``--write``): against each other framework's
+    measurements of the same op class (SGLang runs the same FlashAttention and cuBLAS kernels;
+    TRT-LLM times its own, attention with RoPE and the cache write: docs/gpu-time.md), so a
+    reader sees how far another stack lies; collectives, which no other framework measured
+    here, their left-out figure (the interpolation's own error, a lower bound on the truth's)."""
+    out: dict[str, Any] = {}
+    for op in OPS:
+        rows = [r for r in against_framework(gpu) if r.op == op]
+        if rows:
+            out[op] = [_band(r.stats, f"vs {r.against}") for r in rows]
+    rows = [r for r in left_out(gpu) if r.op == "collectives"]
+    if rows:
+        r = max(rows, key=lambda r: r.stats.median)
+        out["collectives"] = [_band(r.stats, f"interpolation ({r.against} left out)")]
+    return out
+
+
+def _band(s: Stats, against: str) -> dict[str, Any]:
+    return {"median": round(s.median, 4), "p90": round(s.p90, 4), "worst": round(s.worst, 3),
+            "points": s.points, "against": against}
+
+
+def write_bands() -> None:
+    for gpu in GPUS:
+        data = {"gpu": gpu, "built_by": "bench/kernel_validation.py", "op": "errors", "bands": bands(gpu)}
+        (kernels_root() / gpu / "errors.json").write_text(json.dumps(data, indent=1) + "\n")
+
+
 def generated(doc: str) -> str:
     """The part of a page between the markers."""
     if BEGIN not in doc or END not in doc:
@@ -414,6 +445,7 @@ def main(argv: list[str]) -> None:
     print(markdown(), end="")
     if args.write:
         write()
+        write_bands()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ for lie inside the grid but the LM head's."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from costmodel.devices.kernels import Grid, load_kernels
+from costmodel.devices.kernels import Grid, kernels_root, load_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -201,3 +202,11 @@ def test_h200_and_b200_share_h100s_gemm_axes() -> None:
     for gpu in ("h200", "b200"):
         assert load_kernels(gpu).gemms["bf16"].axes == axes
         assert math.isclose(load_kernels(gpu).gemms["fp8"].axes[0][-1], axes[0][-1])
+
+
+def test_the_error_bands_are_what_the_validation_computes_now() -> None:
+    """specs/kernels/<gpu>/errors.json, which every predicted time carries, is the validation's
+    own figure (regenerate with ``python bench/kernel_validation.py --write``)."""
+    for gpu in kv.GPUS:
+        written = json.loads((kernels_root() / gpu / "errors.json").read_text())["bands"]
+        assert written == kv.bands(gpu)

@@ -236,18 +236,32 @@ def test_a_profile_naming_missing_tables_is_one_line_and_exit_2(tmp_path, monkey
     assert "kernels: no measured tables named 'h900'" in out.output
 
 
-def test_the_folders_are_what_the_build_script_writes() -> None:
-    """Every bundled folder holds the four files the build script writes, and nothing else: a
-    hand-edited table would not survive a refresh."""
+def test_the_folders_are_what_the_scripts_write() -> None:
+    """Every bundled folder holds the four files the build script writes and the error bands the
+    validation writes, and nothing else: a hand-edited table would not survive a refresh."""
     for name in GPUS:
         assert sorted(p.name for p in (kernels_root() / name).iterdir()) == [
-            "attention.json",
-            "collectives.json",
-            "gemm.json",
-            "holdout.json",
-        ]
+            "attention.json", "collectives.json", "errors.json", "gemm.json", "holdout.json"]
         for file in ("gemm.json", "attention.json", "collectives.json", "holdout.json"):
             assert raw(name, file)["built_by"] == "bench/build_kernel_tables.py"
+        assert raw(name, "errors.json")["built_by"] == "bench/kernel_validation.py"
+
+
+def test_error_bands_name_what_they_were_measured_against() -> None:
+    k = load_kernels("h100-sxm")
+    assert {"gemm/bf16", "attention/prefill", "attention/decode", "collectives"} <= set(k.errors)
+    label = k.error_label("gemm/bf16")
+    assert label.startswith("gemm/bf16: median ") and "vs sglang" in label and "vs trtllm" in label
+    assert k.error_label("gemm/int4") is None
+
+
+def test_a_bad_error_band_is_one_line(tmp_path) -> None:
+    shutil.copytree(kernels_root() / "a100-80gb", tmp_path / "copy")
+    data = raw("a100-80gb", "errors.json")
+    data["bands"]["gemm/bf16"][0]["median"] = "about 5%"
+    (tmp_path / "copy" / "errors.json").write_text(json.dumps(data))
+    with pytest.raises(SpecError, match="errors.json: gemm/bf16: median, worst, against: missing or not"):
+        read_kernels(tmp_path / "copy")
 
 
 def test_a_copied_folder_reads_the_same(tmp_path) -> None:

@@ -315,8 +315,6 @@ def test_memory_json_keys_exact_ints() -> None:
     (["--zero", "2"], "zero: stage 2 shards over data-parallel ranks; give --dp N"),
     (["--optimizer", "lion"], "optimizer: unknown optimizer 'lion'"),
     (["--dp", "0"], "dp: must be at least 1 (got 0)"),
-    (["--recompute", "selective", "--kernels", "flash"],
-     "recompute: selective recomputes the attention core"),
     (["--recompute", "sometimes"], "recompute: unknown mode 'sometimes'"),
     (["-p", "decode", "--recompute", "full"], "--recompute: only for --phase train"),
 ])

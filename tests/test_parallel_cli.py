@@ -16,6 +16,7 @@ from costmodel.spec import SpecError
 
 runner = CliRunner()
 CLUSTERS = Path(__file__).parent.parent / "specs" / "clusters"
+KERNELS = Path(__file__).parent.parent / "specs" / "kernels"
 
 TRAIN_175B = ["train", "megatron-175b", "--cluster", "dgx-a100-80gb", "--gpus", "64", "--tp", "8", "--pp",
               "8",
@@ -54,7 +55,12 @@ def test_train_json_keys():
     parts = ("weights", "gradients", "optimizer", "activations", "recompute_working_set")
     assert per_gpu["total"] == sum(per_gpu[k] for k in parts)
     assert all(isinstance(per_gpu[k], int) for k in per_gpu if k != "stage")
-    assert {"tp/all_gather", "tp/reduce_scatter", "pp/p2p"} <= set(data["comm"]["by_collective"])
+    by = data["comm"]["by_collective"]
+    assert {"tp/all_gather", "tp/reduce_scatter", "pp/p2p"} <= set(by)
+    # Where each time came from: SP's 48 MiB gathers inside a node between the measured 32 and
+    # 64 MiB; the pipeline's sends cross nodes, where only the model speaks.
+    assert (by["tp/all_gather"]["basis"], by["tp/all_gather"]["link"]) == ("interpolated", "intra_node")
+    assert (by["pp/p2p"]["basis"], by["pp/p2p"]["link"]) == ("modelled", "inter_node")
     assert data["train"]["gpu_hours"] == pytest.approx(data["train"]["time_s"] * 64 / 3600)
     assert 0 < data["mfu"] < data["hfu"] < 1
     assert data["tokens_per_s"] == pytest.approx(64 * 2048 / data["step_time_s"])
@@ -124,6 +130,12 @@ def test_serve_llama_405b_tp8_on_h200():
     ar = one["comm"]["by_collective"]["tp/all_reduce"]
     assert ar["calls"] == 2 * 126
     assert ar["bytes_sent"] == pytest.approx(252 * 2 * 7 / 8 * 16384 * 2)
+    # 16384 bf16 values, 32 KiB: a size NCCL was measured at on 8 H200s, its time the file's.
+    table = next(t for t in json.loads((KERNELS / "h200" / "collectives.json").read_text())["tables"]
+                 if t["kind"] == "all_reduce")
+    sizes = table["axes"]["bytes"]
+    measured = table["time_s"][table["axes"]["gpus"].index(8) * len(sizes) + sizes.index(32768)]
+    assert ar["basis"] == "measured" and ar["time_s"] == pytest.approx(252 * measured)
     assert one["tpot_s"] == pytest.approx(one["compute_s"] + one["comm_s"])
     assert one["fits"] and many["tokens_per_s"] > one["tokens_per_s"]
     assert "TPOT" in run("serve", "llama-3.1-405b", "--cluster", "dgx-h200").stdout

@@ -2,15 +2,22 @@
 beside ours. The bounds below are the errors this model achieves (docs/parallel.md, "Checked
 against Megatron-LM"), so that a change for the worse fails; the issue's targets are stricter
 for time (3.5% average, 8% worst) and are reported, not claimed. Every time is too fast by
-10-19% (the A100 efficiencies are best-case microbenchmarks, one point each), while the speedup
+10-17% (the A100 compute efficiencies are best-case microbenchmarks, one point each; the
+tensor-parallel collectives are NCCL as measured on 8 A100s since issue 21), while the speedup
 of selective recompute + SP over full recompute, which the efficiencies mostly cancel out of,
 is within 5% of the paper's."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import pytest
 
 from costmodel.parallel.validation import PAPER, compare_all
+
+KERNELS = Path(__file__).resolve().parent.parent / "specs" / "kernels" / "a100-80gb" / "collectives.json"
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +51,15 @@ def test_parameters_and_optimizer_match_figure_1(comparisons):
 def test_step_times_against_table_5(comparisons):
     errors = [abs(c.errors()[k]) for c in comparisons for k in ("full_s", "selective_sp_s")]
     assert len(errors) == 2 * len(PAPER)
-    assert sum(errors) / len(errors) < 0.15  # achieved: 14.2%
-    assert max(errors) < 0.19  # achieved: 18.7% (175B, selective + SP)
+    # achieved: 13.0% (14.2% before the TP collectives were NCCL's measured times, issue 21)
+    assert sum(errors) / len(errors) < 0.135
+    assert max(errors) < 0.17  # achieved: 16.6% (175B, selective + SP; 18.7% before)
     assert all(c.errors()[k] < 0 for c in comparisons for k in ("full_s", "selective_sp_s"))  # all too fast
 
 
 def test_the_speedup_of_selective_recompute_with_sp(comparisons):
-    """Table 5's full-recompute time over selective + SP (1.29-1.32): ours 1.34-1.37, within 5%
-    (achieved +1.3% at 1T to +4.3% at 530B: the replicated norms and dropout of full recompute
+    """Table 5's full-recompute time over selective + SP (1.29-1.32): ours 1.32-1.35, within 5%
+    (achieved +0.7% at 1T to +3.7% at 530B: the replicated norms and dropout of full recompute
     are charged the time model's backward = 2 x forward bytes, where their kernels move less)."""
     for c in comparisons:
         ours = c.full.step_time_s / c.selective_sp.step_time_s
@@ -64,3 +72,21 @@ def test_full_recompute_is_slower_than_selective_with_sp(comparisons):
     for c in comparisons:
         assert c.full.step_time_s > 1.2 * c.selective_sp.step_time_s
         assert c.none.fits is False and c.full.fits and c.selective_sp.fits  # why recompute at all
+
+
+def test_the_tensor_parallel_collectives_are_nccls_measured_times(comparisons):
+    """Every TP group of Table 5's runs is the 8 GPUs of one DGX A100: its collectives read NCCL
+    2.27.3 as measured there (specs/kernels/a100-80gb/collectives.json), not the α-β model. 22B's
+    SP all-gather of b s h = 4 x 2048 x 6144 fp16 (96 MiB) sits 0.585 of the way from 64 to 128
+    MiB in log size: the file's two times, log-log."""
+    for c in comparisons:
+        for st in (c.full, c.selective_sp):
+            for key, e in st.by_collective().items():
+                if key.startswith("tp/"):
+                    assert e["link"] == "intra_node" and e["basis"] in ("measured", "interpolated"), key
+    table = next(t for t in json.loads(KERNELS.read_text())["tables"] if t["kind"] == "all_gather")
+    sizes, times = table["axes"]["bytes"], table["time_s"]
+    i = table["axes"]["gpus"].index(8) * len(sizes) + sizes.index(2**26)
+    w = math.log(1.5) / math.log(2)
+    ag = comparisons[0].selective_sp.by_collective()["tp/all_gather"]
+    assert ag["time_s"] / ag["calls"] == pytest.approx(times[i] ** (1 - w) * times[i + 1] ** w)

@@ -17,10 +17,11 @@ Between grid points the time is interpolated multilinearly in log(time) over log
 Calculon and aiconfigurator do. Outside the grid the kernel model extrapolates: below the
 smallest point the time is held (less work takes no longer; the launch floor), above the
 largest it grows as the work does (linear in M, N, K, batch, bytes and decode's cache; prefill's
-causal pass quadratic in seq). An attention shape whose (heads, kv_heads, head_dim, kv dtype)
-was not measured reads the nearest measured one at the batch that does the same work (FLOPs in
-prefill, cache bytes in decode; twice the heads is twice the sequences to the kernel, and a
-launch-bound shape stays launch-bound): extrapolated, too. Neither rule can make a time fall
+causal pass quadratic in seq; a collective held past the GPU counts measured). An attention
+shape whose (heads, kv_heads, head_dim, kv dtype) was not measured reads the nearest measured
+one at the batch that does the same work (FLOPs in prefill, cache bytes in decode; twice the
+heads is twice the sequences to the kernel, and a launch-bound shape stays launch-bound):
+extrapolated, too. Neither rule can make a time fall
 below the physical floor, which the time model applies on top (``costmodel.runtime.timing``).
 
 Pure Python (the lookup runs inside ``analyze --hardware``, which never imports numpy); a
@@ -52,6 +53,19 @@ class Lookup:
 
     time_s: float
     inside: bool
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """How far a table's times lay from another measurement of the same kernels: the median
+    |predicted / measured - 1| and the worst ratio (bench/kernel_validation.py)."""
+
+    median: float
+    worst: float
+    against: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "worst": self.worst, "against": self.against}
 
 
 class Grid:
@@ -215,9 +229,40 @@ class KernelTables:
         """ "gemm/bf16", "attention/decode", "collectives" -> where the table came from."""
         return {**self._gemm[1], **self._attention[1], **self._collectives[1]}
 
+    @cached_property
+    def errors(self) -> dict[str, tuple[ErrorBand, ...]]:
+        """op class ("gemm/bf16", "attention/decode", "collectives") -> the error its times showed
+        in the cross-validation, one band per other measurement (errors.json, written by
+        bench/kernel_validation.py)."""
+        file = self.folder / "errors.json"
+        if not file.is_file():
+            return {}
+        bands = _read(file).get("bands")
+        if not isinstance(bands, dict):
+            raise _bad(file, "file", "bands", "must be an object")
+        out = {}
+        for op, listed in bands.items():
+            try:
+                out[op] = tuple(ErrorBand(float(b["median"]), float(b["worst"]), str(b["against"]))
+                                for b in listed)
+            except (KeyError, TypeError, ValueError):
+                raise _bad(file, op, "median, worst, against", "missing or not numbers") from None
+            if not out[op] or not all(0 <= b.median < 100 and 1 <= b.worst < 1e6 for b in out[op]):
+                raise _bad(file, op, "median, worst", "out of range")
+        return out
+
+    def error_label(self, op: str) -> str | None:
+        """One line of an op class's bands: ``gemm/bf16: median 5% (worst 1.7x) vs sglang 0.5.14
+        (sglang_torch_linear), 3% (1.9x) vs trtllm ...``; None where none was measured."""
+        bands = self.errors.get(op)
+        if not bands:
+            return None
+        return f"{op}: median " + ", ".join(f"{100 * b.median:.0f}% (worst {b.worst:.1f}x) {b.against}"
+                                            for b in bands)
+
     def validate(self) -> KernelTables:
         """Read every file now (``SpecError`` on the first bad one)."""
-        self._gemm, self._attention, self._collectives  # noqa: B018
+        self._gemm, self._attention, self._collectives, self.errors  # noqa: B018
         return self
 
     def gemm(self, dtype: str, M: float, N: float, K: float) -> Lookup | None:
@@ -283,7 +328,10 @@ class KernelTables:
         return self._nearest[key]
 
     def collective(self, kind: str, gpus: int, nbytes: float) -> Lookup | None:
-        """One NCCL collective of `nbytes` per GPU (the message) over `gpus` GPUs of one node."""
+        """One NCCL collective of an `nbytes` message over `gpus` GPUs of one node: nccl-tests'
+        size (all-reduce: the buffer; all-gather: the gathered output; reduce-scatter: the
+        unreduced input; all-to-all: what one GPU sends in all). Past the measured GPU counts the
+        time is held (``parallel.collectives`` scales it by its ring model there)."""
         grid = self.collectives.get(kind)
         return None if grid is None or gpus < 2 else grid(gpus, nbytes)
 
@@ -429,7 +477,7 @@ def _read_collectives(file: Path) -> tuple[dict[str, Grid], dict[str, dict[str, 
             kind = t.get("kind")
             if kind not in KINDS:
                 raise _bad(file, f"tables[{i}]", "kind", f"must be one of {', '.join(KINDS)}")
-            collectives[kind] = _grid(file, f"tables[{i}] ({kind})", t, ("gpus", "bytes"), (1, 1))
+            collectives[kind] = _grid(file, f"tables[{i}] ({kind})", t, ("gpus", "bytes"), (0, 1))
     return collectives, sources
 
 

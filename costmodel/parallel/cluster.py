@@ -6,7 +6,9 @@ Each link gives its line rate per GPU per direction, the share of it NCCL reache
 bandwidth (nccl-tests' busbw, the figure its ring formulas are written against), and a latency
 per ring step for each of NCCL's protocols: Simple (full bandwidth, large messages) and LL (a flag
 with every 8 bytes: lower latency, a quarter of the bandwidth for all-reduce and a third for the
-rest, as NCCL's tuner assumes); every number carries its source.
+rest, as NCCL's tuner assumes); every number carries its source. Inside one node, where the
+device profile names measured NCCL tables, those replace the links' figures
+(``costmodel.parallel.collectives``) unless the profile says ``measured_collectives: false``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from costmodel.devices.hardware import Hardware, load_hardware
 from costmodel.devices.profiles import Profiles
@@ -63,6 +65,9 @@ class Cluster(BaseModel):
     inter_node: Link
     collective_latency: Latency = 0.0  # seconds per ring collective, Simple protocol
     ll_collective_latency: Latency | None = None  # the same, LL protocol
+    # In-node collectives from the device's measured NCCL tables (specs/kernels/<gpu>/), where it
+    # has them; false: the α-β model of `intra_node` throughout (a node unlike the one measured).
+    measured_collectives: StrictBool = True
     source: str | dict[str, str]
 
     @cached_property

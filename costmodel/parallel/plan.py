@@ -52,8 +52,7 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
     L = spec.n_layers or 0
     node = model.cluster.gpus_per_node
     moe = experts(spec)
-    # flash attention keeps no scores: selective recompute would replay nothing it saves (StepModel.check)
-    recomputes = [rc for rc in Recompute if not (model.kernels.flash_attention and rc is Recompute.selective)]
+    recomputes = list(Recompute)
     for tp in divisors(min(gpus, node)):
         if spec.n_heads % tp or spec.d_ff % tp or (spec.n_kv_heads % tp and tp % spec.n_kv_heads):
             continue

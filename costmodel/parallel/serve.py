@@ -102,7 +102,7 @@ class Decode:
             "comm_bytes_per_gpu": self.comm_bytes, "tokens_per_s": self.tokens_per_s,
             "comm": {"by_collective": {f"{c.group}/{c.kind}": {"calls": n, "bytes_sent": n * c.bytes_sent,
                                                                 "time_s": n * c.time_s, "ranks": c.ranks,
-                                                               "link": c.link}
+                                                                "link": c.link, "basis": c.basis}
                                        for c, n in self.calls}},
             "memory": {"per_gpu": {"weights": int(self.weights_bytes), "kv_cache": int(self.kv_cache_bytes),
                                    "total": int(self.memory_bytes)},

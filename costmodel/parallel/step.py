@@ -39,10 +39,10 @@ from costmodel.components.key import TOKEN_TABLE, Key, Role
 from costmodel.devices.hardware import Hardware
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
-from costmodel.parallel.collectives import Collective, collective
+from costmodel.parallel.collectives import Collective, collective, weakest
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
 from costmodel.parallel.shard import shard_spec
-from costmodel.runtime.kernels import KERNELS, default_kernels, is_default, name_of
+from costmodel.runtime.kernels import KERNELS, default_kernels, is_default
 from costmodel.runtime.kernels import to_dict as kernels_dict
 from costmodel.runtime.timing import Kernels
 from costmodel.spec import Spec
@@ -263,7 +263,8 @@ class Step:
         for c, calls, exposed in self.collectives:
             key = f"{c.group}/{c.kind}"
             entry = out.setdefault(key, {"calls": 0.0, "bytes_sent": 0.0, "time_s": 0.0, "exposed_s": 0.0,
-                                         "ranks": c.ranks, "link": c.link})
+                                         "ranks": c.ranks, "link": c.link, "basis": c.basis})
+            entry["basis"] = weakest(entry["basis"], c.basis)
             entry["calls"] += calls
             entry["bytes_sent"] += calls * c.bytes_sent
             entry["time_s"] += calls * c.time_s
@@ -866,13 +867,9 @@ class StepModel:
                     self._notes(stages, pipe.slow), mem_middle, self.kernels)
 
     def check(self, layout: Layout) -> None:
-        """``layout.check`` on this spec, and what the kernels allow: selective recompute replays
-        the attention core's scores, which flash attention never keeps (``runtime.memory.Run``)."""
+        """``layout.check`` on this spec. Selective recompute under flash attention runs the
+        fused core's forward again and keeps none of its output (``runtime.memory.activations``)."""
         check(layout, self.spec, seq=self.seq)
-        if self.kernels.flash_attention and layout.recompute is Recompute.selective:
-            raise LayoutError(f"--recompute: selective recomputes the attention core's scores, which flash "
-                              f"attention (--kernels {name_of(self.kernels) or 'flash'}, the default on a "
-                              "GPU) never keeps; use --recompute none or full, or --kernels megatron-2022")
 
     def _notes(self, stages: tuple[int, ...], slow: int) -> tuple[str, ...]:
         notes: list[str] = []

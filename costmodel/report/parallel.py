@@ -74,12 +74,14 @@ def collectives_table(s: Step) -> Table:
     rows = []
     for key, e in s.by_collective().items():
         per_call = e["bytes_sent"] / e["calls"] if e["calls"] else 0
-        rows.append((key, str(e["ranks"]), e["link"].replace("_", "-"), f"{e['calls']:,.0f}",
+        rows.append((key, str(e["ranks"]), e["link"].replace("_", "-"), e["basis"], f"{e['calls']:,.0f}",
                      units.nbytes(per_call), units.seconds(e["time_s"]), units.seconds(e["exposed_s"])))
     return Table("Collectives per step (one GPU of the slowest stage)",
-                 ("group/kind", "ranks", "link", "calls", "sent per call", "time", "exposed"), rows,
-                 ("ring algorithms; time = latency + bytes sent / bus bandwidth of the slowest link the "
-                  "group spans",),
+                 ("group/kind", "ranks", "link", "time from", "calls", "sent per call", "time", "exposed"),
+                 rows,
+                 ("inside a node: NCCL as measured on the device (specs/kernels/), by GPU count and message "
+                  "size; otherwise ring algorithms, time = latency + bytes sent / bus bandwidth of the "
+                  "slowest link the group spans (docs/parallel.md)",),
                  numeric_from=1)
 
 

@@ -188,10 +188,6 @@ class Run:
         if self.recompute not in RECOMPUTE:
             raise MemoryConfigError(
                 f"recompute: unknown mode {self.recompute!r}; expected one of {', '.join(RECOMPUTE)}")
-        if self.recompute == "selective" and self.flash:
-            raise MemoryConfigError("recompute: selective recomputes the attention core, which flash "
-                                    "attention never keeps (--kernels flash or fused, the default on a GPU); "
-                                    "use --recompute none or full, or --kernels eager or megatron-2022")
         if not 0 <= self.mask_bytes <= 8:
             raise MemoryConfigError(f"mask_bytes: bytes per dropout-mask element must be 0 to 8 (1 for a "
                                     "fused kernel's bool mask, the activation width for a composite one; "
@@ -378,7 +374,10 @@ def activations(spec: Spec, costs: dict[Key, Cost], shape: dict[str, int], p: in
                2016), and the stack's position bias if its layers add one; what lies outside
                the layers is kept as without recompute
     flash      instead of the S x span probabilities, each attention layer keeps its output
-               (B*h*S*d_h*p) and the fp32 log-sum-exp of each query row (B*h*S*4); no mask
+               (B*h*S*d_h*p) and the fp32 log-sum-exp of each query row (B*h*S*4); no mask;
+               with selective recompute not even those: the core's forward runs again in the
+               backward (Megatron-Core's selective recompute of ``core_attn`` over its fused
+               attention kernel), from the Q, K and V its projections keep
     Shared by a stack's layers (kept once, not per layer): the causal mask (S x S bools, one per
     window kind), RoPE's cos and sin tables (2*S*r*p), and an encoder-decoder's encoder output,
     which every cross-attention's K and V read (B*S_e*d*p).
@@ -403,7 +402,7 @@ def activations(spec: Spec, costs: dict[Key, Cost], shape: dict[str, int], p: in
             elif key.role is Role.dropout and attn_dropout:
                 n -= probs // p * run.mask_bytes  # their mask
         out[key] = n
-        if run.flash and key.attention_core and key.leaf == "softmax":
+        if run.flash and run.recompute != "selective" and key.attention_core and key.leaf == "softmax":
             rows = probs // p // _span(shape, key)  # B x h x queries, times the layers
             out[replace(key, leaf="flash_output")] = rows * (spec.head_dim * p + FP32)
     groups = model.layer_groups(spec)
