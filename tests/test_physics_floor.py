@@ -79,7 +79,7 @@ def floor_of(row, r, a, hw: Hardware, kernels: Kernels) -> float:
     if r.kind == "fused":  # no launch, no FLOPs of its own; its weights still read (and written)
         assert r.ops == 0
         return (3 if training else 1) * row.params * a.bytes_per_element / hw.memory_bandwidth
-    if r.kind == "matmul":
+    if r.kind in ("matmul", "attention"):  # attention: a measured fused kernel, half on each product
         flops = (row.flops_matmul_effective if flash else row.flops_matmul) + row.flops_other
         least = row.bytes_unfused
         if flash and row.key.leaf in ("scores", "av"):
@@ -211,11 +211,11 @@ def test_the_flash_core_is_charged_its_cache_read_on_a_flat_profile() -> None:
 
 
 def test_calculon_steps_read_on_the_time_envelope() -> None:
-    """H100 SXM (Calculon): 0.1 of peak below 1 GFLOP, 0.6 from 1 GFLOP; 0.3 below 1 MB, 0.6 from
-    1 MB, 0.75 from 10 MB, 0.9 from 100 MB. A 0.99 GFLOP product could run as a 1 GFLOP one in
+    """L4 (Calculon's tables): 0.1 of peak below 1 GFLOP, 0.6 from 1 GFLOP; 0.3 below 1 MB, 0.6
+    from 1 MB, 0.75 from 10 MB, 0.9 from 100 MB. A 0.99 GFLOP product could run as a 1 GFLOP one in
     1e9 / (0.6 peak): efficiency 0.99 x 0.6 = 0.594 (the step gave 0.1). 99 MB moves as 100 MB
     at 0.9: 0.891. Below 1/6 GFLOP (1e9 x 0.1 / 0.6) the step's own 0.1 is faster, and stays."""
-    e = load_hardware("h100-sxm").efficiency
+    e = load_hardware("l4").efficiency
     mm = e.matmul["bf16"]
     assert mm(1, 0.99e9 / 2, 1) == pytest.approx(0.594, rel=1e-12)
     assert mm(1, 1e9 / 2, 1) == 0.6
@@ -251,8 +251,9 @@ def test_a_shape_table_reads_the_least_time_over_bigger_shapes() -> None:
 
 def test_every_table_reads_a_time_that_never_falls_with_the_size() -> None:
     """The made-up calibrate-style tables whose efficiencies jump about (tests.helpers), and the
-    H100's step tables: the time of one op, size / efficiency, over sizes between and beyond
-    the grid points, never falls along M, N or K, nor with the bytes or FLOPs."""
+    L4's step tables (Calculon's), and the H100's measured GEMM and attention tables: the time of
+    one op, over sizes between and beyond the grid points, never falls along M, N or K, nor with
+    the bytes or FLOPs, nor with an attention kernel's batch or sequence."""
     import itertools
 
     hw = calibrated_profile()
@@ -264,7 +265,20 @@ def test_every_table_reads_a_time_that_never_falls_with_the_size() -> None:
         assert M * N * K / mm(M * 1.01, N, K) * 1.01 >= t * (1 - REL)
         assert M * N * K / mm(M, N * 1.01, K) * 1.01 >= t * (1 - REL)
         assert M * N * K / mm(M, N, K * 1.01) * 1.01 >= t * (1 - REL)
-    h100 = load_hardware("h100-sxm").efficiency
+    measured = load_hardware("h100-sxm")
+    mm = measured.efficiency.matmul["bf16"]
+    for N, K in ((4096, 4096), (128, 14336), (65536, 32)):
+        Ms = sorted({*mm.M, *(m * 1.37 for m in mm.M)})
+        times = [M * N * K / mm(M, N, K) for M in Ms]
+        assert all(b >= a * (1 - REL) for a, b in zip(times, times[1:], strict=False)), (N, K)
+    tables = measured.kernel_tables()
+    for phase in ("prefill", "decode"):
+        for t in tables.attention_tables[phase][::7]:
+            B, S = t.grid.axes
+            for b in (1, 3, 16, 100):
+                times = [t.grid(b, s).time_s for s in sorted({*S, *(x * 1.5 for x in S)})]
+                assert all(y >= x * (1 - REL) for x, y in zip(times, times[1:], strict=False)), (phase, t)
+    h100 = load_hardware("l4").efficiency
     for table, grid in ((memory, memory.bytes), (h100.memory, h100.memory.bytes)):
         sizes = sorted({*grid, *(g * f for g in grid for f in (0.5, 0.99, 1.01, 2))})
         times = [x / table(x) for x in sizes]

@@ -245,26 +245,42 @@ def test_the_decode_shapes_are_skinny() -> None:
     assert costs["lm_head"].gemms == ((1, 4, 4096, 32000),)
 
 
-# --- the datasheet tables (Calculon's published A100/H100 tables) -------------------------------
+# --- the GPU profiles' tables: measured per shape (specs/kernels/), or Calculon's published ones ---
 
-DATASHEET = ["a100-80gb", "h100-sxm", "h200", "b200", "l4", "rtx-4090"]
+MEASURED = ["a100-80gb", "h100-sxm", "h200", "b200"]  # specs/kernels/<name>/gemm.json
+DATASHEET = ["l4", "rtx-4090"]
 
 
-@pytest.mark.parametrize("name", DATASHEET)
-def test_every_datasheet_profile_carries_sourced_tables_for_bf16_and_fp16(name) -> None:
+def _measured_gemm(name: str, dtype: str, M: int, N: int, K: int) -> float:
+    """The measured seconds of one grid point, read straight off the table file."""
+    import json
+
+    from costmodel.catalog import specs_dir
+
+    table = next(t for t in json.loads((specs_dir() / "kernels" / name / "gemm.json").read_text())["tables"]
+                 if t["dtype"] == dtype)
+    ax = table["axes"]
+    i, j, k = ax["M"].index(M), ax["N"].index(N), ax["K"].index(K)
+    return table["time_s"][(i * len(ax["N"]) + j) * len(ax["K"]) + k]
+
+
+@pytest.mark.parametrize("name", MEASURED + DATASHEET)
+def test_every_gpu_profile_carries_sourced_tables_for_bf16_and_fp16(name) -> None:
     hw = load_hardware(name)
     assert hw.tables_for("bf16") and hw.tables_for("fp16") and not hw.tables_for("fp32")
-    if name != "a100-80gb":  # main's A100 carries MAMF single-point tables (docs/parallel.md)
+    if name in MEASURED:
+        assert hw.kernels == name and hw.efficiency.matmul["bf16"].sees_bytes
+        assert f"measured per shape, specs/kernels/{name}/gemm.json" in hw.efficiency.source
+    else:
         assert "Calculon" in hw.efficiency.source and "floor_s" in hw.efficiency.source
-    if name not in ("a100-80gb", "h100-sxm"):
         assert "Borrowed from" in hw.efficiency.source
 
 
-def test_h100_step_tables_by_op_size() -> None:
+def test_l4_step_tables_by_op_size() -> None:
     """Calculon: >= 128 GFLOP 0.95, >= 16 0.9, >= 1 0.6, below 0.1; >= 100 MB 0.9, >= 10 MB 0.75,
     >= 1 MB 0.6, below 0.3 (MB = 1e6 bytes). Read on the time envelope: 99 MB moves as 100 MB
     at 0.9 (0.99 x 0.9 = 0.891), 999,999 B as 1 MB at 0.6 (0.5999994)."""
-    e = load_hardware("h100-sxm").efficiency
+    e = load_hardware("l4").efficiency
     mm = e.matmul["bf16"]
     assert mm(8192, 8192, 8192) == 0.95  # 2 * 8192^3 = 1.1e12 FLOP
     assert mm(4096, 4096, 512) == 0.9  # 17.2 GFLOP
@@ -276,15 +292,39 @@ def test_h100_step_tables_by_op_size() -> None:
     assert e.floor_s == 3.25e-6
 
 
-def test_h100_bf16_big_gemm_time_is_095_of_peak() -> None:
-    hw = load_hardware("h100-sxm")
-    flops = 2 * 8192**3
-    t = flops / (989.4e12 * 0.95)  # hand: 1.170 ms
+@pytest.mark.parametrize(("name", "M", "N", "K"), [
+    ("h100-sxm", 8192, 8192, 8192), ("h100-sxm", 1, 4096, 4096), ("a100-80gb", 4096, 4096, 4096),
+    ("b200", 16, 16384, 4096), ("h200", 2048, 12288, 4096)])
+def test_a_measured_profile_times_a_gemm_at_a_grid_point_as_measured(name, M, N, K) -> None:
+    """At a grid point the time is the measurement (aiconfigurator's vLLM collection), or the
+    least measured at a shape as large or larger on every axis (the time envelope), found here
+    by brute force over the file."""
+    import json
+
+    from costmodel.catalog import specs_dir
     from costmodel.runtime.timing import gemm_time
 
-    assert gemm_time(1, 8192, 8192, 8192, hw.peak("bf16"), hw.efficiency.matmul["bf16"]) == pytest.approx(t,
-                                                                                                          rel=1e-12)
-    assert t == pytest.approx(1.1697e-3, rel=1e-3)
+    hw = load_hardware(name)
+    table = next(t for t in json.loads((specs_dir() / "kernels" / name / "gemm.json").read_text())["tables"]
+                 if t["dtype"] == "bf16")
+    ax = table["axes"]
+    nm, nn, nk = len(ax["M"]), len(ax["N"]), len(ax["K"])
+    measured = min(table["time_s"][(i * nn + j) * nk + k]
+                   for i in range(nm) if ax["M"][i] >= M for j in range(nn) if ax["N"][j] >= N
+                   for k in range(nk) if ax["K"][k] >= K)
+    assert measured <= _measured_gemm(name, "bf16", M, N, K)
+    assert gemm_time(1, M, K, N, hw.peak("bf16"), hw.efficiency.matmul["bf16"]) == pytest.approx(measured,
+                                                                                                 rel=1e-9)
+
+
+def test_h100_bf16_8192_cubed_runs_at_the_measured_72_percent_of_peak() -> None:
+    """vLLM's torch linear (cuBLAS) on an H100 SXM: 8192^3 in 1.542 ms, 713 TFLOP/s of 989.4 (72%):
+    the issue's 75-80% band for large bf16 GEMMs, where the datasheet default took 95%."""
+    eff = load_hardware("h100-sxm").efficiency
+    measured = 2 * 8192**3 / (989.4e12 * 1.542e-3)
+    assert eff.matmul["bf16"](8192, 8192, 8192) == pytest.approx(measured, rel=1e-9)
+    assert 0.70 < eff.matmul["bf16"](8192, 8192, 8192) < 0.80
+    assert eff.floor_s == pytest.approx(2.452e-6)  # the least measured GEMM time
 
 
 def test_flops_table_interpolates_in_log_flops() -> None:
@@ -390,7 +430,7 @@ def test_analyze_cli_says_a_datasheet_profile_is_calibrated_by_its_tables() -> N
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert ("calibrated by h100-sxm's efficiency tables "
-            "(Datasheet default: Calculon's published H100 tables)") in text
+            "(matmul: measured per shape, specs/kernels/h100-sxm/gemm.json") in text
     assert "no efficiency tables" not in text and "(unfused roofline: no tables)" not in text
     js = runner.invoke(app, ["analyze", "llama-3-8b", "--hardware", "h100-sxm", "--format", "json"])
     assert json.loads(js.stdout)["phases"]["prefill"]["time"]["calibrated"] is True

@@ -124,6 +124,10 @@ class MatmulTable(BaseModel):
         table (a published best shape) does not know it."""
         return len(self.M) > 1
 
+    def inside(self, M: float, N: float, K: float) -> bool:
+        """Whether the shape lies within the grid (else its efficiency is the edge's, held)."""
+        return all(g[0] <= x <= g[-1] for g, x in ((self.M, M), (self.N, N), (self.K, K)))
+
     @property
     def envelope(self) -> list[list[list[float]]]:
         """The efficiencies the lookup reads: at each grid point, that of the least time over

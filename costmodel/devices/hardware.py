@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from costmodel.devices.efficiency import Efficiency
+from costmodel.devices.efficiency import Efficiency, MatmulTable
 from costmodel.devices.kernels import KernelTables, load_kernels
 from costmodel.devices.profiles import Profiles
 from costmodel.spec import FiniteFloat, SpecError
@@ -79,7 +79,39 @@ def load_hardware(name_or_path: str) -> Hardware:
     """A profile by file or by name (``h100-sxm``, ``H100_SXM``; not a prefix: see ``Profiles.find``)."""
     hw = PROFILES.load(name_or_path, Hardware)
     hw.kernel_tables()  # a profile naming tables that do not exist is bad input, said at once
-    return hw
+    return with_kernels(hw)
+
+
+def with_kernels(hw: Hardware) -> Hardware:
+    """`hw` with its measured GEMM tables as its matmul efficiencies: 2MNK / (peak x measured
+    time) at every grid point (fp16 takes bf16's: the same tensor cores at the same datasheet
+    peak), and its floor the least time a measured GEMM took (a launch and the smallest kernel).
+    A profile without tables is returned as it is."""
+    tables = hw.kernel_tables()
+    if tables is None or hw.efficiency is None or not tables.gemms:
+        return hw
+    matmul = dict(hw.efficiency.matmul)
+    floors = []
+    for dtype, grid in tables.gemms.items():
+        if dtype not in hw.peak_flops:
+            continue
+        M, N, K = (list(map(int, a)) for a in grid.axes)
+        peak, t, nk = hw.peak(dtype), grid.times, len(N) * len(K)
+        # Above 1 a measurement would beat the datasheet's peak: held at the peak, so no time
+        # falls below FLOPs / peak (tests/test_kernels.py: no bundled table reaches 0.99).
+        eff = [[[min(1.0, 2 * m * n * k / (peak * t[i * nk + j * len(K) + l])) for l, k in enumerate(K)]
+                for j, n in enumerate(N)] for i, m in enumerate(M)]
+        # model_construct: the folder was validated when read, and 35,816 points validate slowly.
+        matmul[dtype] = MatmulTable.model_construct(M=M, N=N, K=K, efficiency=eff)
+        floors.append(min(t))
+    if "bf16" in matmul and "fp16" in hw.peak_flops and "fp16" not in tables.gemms:
+        matmul["fp16"] = matmul["bf16"]
+    sources = "; ".join(f"{d}: {tables.source(f'gemm/{d}')}" for d in tables.gemms)
+    eff_ = hw.efficiency.model_copy(update={
+        "matmul": matmul, "floor_s": min(floors) if floors else hw.efficiency.floor_s,
+        "source": f"matmul: measured per shape, specs/kernels/{tables.name}/gemm.json ({sources}); "
+                  f"{hw.efficiency.source}"})
+    return hw.model_copy(update={"efficiency": eff_})
 
 
 def save_hardware(hw: Hardware, path: Path) -> Path:

@@ -91,9 +91,26 @@ class Grid:
 
     @property
     def log_t(self) -> list[float]:
+        """log of the times the lookup reads: the time envelope of the measurements."""
         if self._log_t is None:
-            self._log_t = [math.log(t) for t in self.times]
+            self._log_t = [math.log(t) for t in self.envelope()]
         return self._log_t
+
+    def envelope(self) -> list[float]:
+        """At each grid point the least measured time at or above it on every axis: more work
+        never takes less time (a kernel can run the smaller shape padded to the larger; the
+        collections' run-to-run noise and tile effects otherwise make a bigger shape faster, as
+        ``efficiency``'s tables are read too). A suffix minimum along each axis in turn."""
+        t = list(self.times)
+        shape = [len(a) for a in self.axes]
+        for d, n in enumerate(shape):
+            stride = self.strides[d]
+            for i in reversed(range(len(t))):
+                if (i // stride) % n < n - 1:
+                    above = t[i + stride]
+                    if above < t[i]:
+                        t[i] = above
+        return t
 
     def __call__(self, *x: float) -> Lookup:
         log_t = self.log_t
@@ -271,6 +288,27 @@ class KernelTables:
         grid = self.gemms.get(dtype) or (self.gemms.get("bf16") if dtype == "fp16" else None)
         return None if grid is None else grid(M, N, K)
 
+    def attention_table(
+        self, phase: Phase, heads: int, kv_heads: int, head_dim: int, kv_dtype: str = "bf16"
+    ) -> tuple[AttentionTable, float, bool] | None:
+        """The table a configuration reads (``nearest``): (table, the factor on the batch it is
+        read at, exact); None when no table of the phase. Not exact: the nearest measured
+        configuration at the batch that does the same work (``read_attention``)."""
+        if not self.attention_tables.get(phase):
+            return None
+        table = self.nearest(phase, heads, kv_heads, head_dim, kv_dtype)
+        if (table.heads, table.kv_heads, table.head_dim, table.kv_dtype) == (
+            heads,
+            kv_heads,
+            head_dim,
+            kv_dtype,
+        ):
+            return table, 1.0, True
+        work = attention_work(phase, heads, kv_heads, head_dim, kv_dtype) / attention_work(
+            phase, table.heads, table.kv_heads, table.head_dim, table.kv_dtype
+        )
+        return table, work, False
+
     def attention(
         self,
         phase: Phase,
@@ -282,8 +320,7 @@ class KernelTables:
         kv_dtype: str = "bf16",
     ) -> Lookup | None:
         """One fused attention kernel over `batch` sequences; None when no table of the phase."""
-        tables = self.attention_tables.get(phase)
-        if not tables:
+        if not self.attention_tables.get(phase):
             return None
         return read_attention(
             self.nearest(phase, heads, kv_heads, head_dim, kv_dtype),

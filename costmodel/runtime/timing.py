@@ -84,14 +84,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
 
 from costmodel import model
 from costmodel.analysis import Analysis
 from costmodel.components.key import TOKEN_TABLE, Key, Role, SubBlock
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
+from costmodel.devices.kernels import AttentionTable, KernelTables
 from costmodel.phases import PHASES
 from costmodel.runtime.roofline import roofline
 from costmodel.spec import Spec
@@ -140,7 +141,7 @@ class ComponentTime:
     """One component's predicted time and what it was predicted from."""
 
     path: str
-    kind: str  # "matmul", "memory", "fused" (folded into another kernel)
+    kind: str  # "matmul", "memory", "attention" (a measured fused kernel), "fused" (folded into another)
     ops: int  # kernels it launches in this phase
     flops: int
     bytes: int
@@ -173,6 +174,9 @@ class Prediction:
     roofline_fused_s: float  # the same against the fused lower bound on bytes: time_s is never below it
     note: str | None = None
     floor_s: float = field(default=0.0)
+    # Op classes read off a measured table outside its grid (or at a configuration it lacks):
+    # extrapolated by the kernel model (costmodel.devices.kernels).
+    extrapolated: tuple[str, ...] = ()
 
     @property
     def time_s(self) -> float:
@@ -184,7 +188,7 @@ class Prediction:
             "calibrated": self.calibrated, "note": self.note, "kernels": self.kernels.to_dict(),
             "overlap": "serial: components add; compute and memory overlap within an op",
             "time_s": self.time_s, "roofline_s": self.roofline_s,
-            "roofline_fused_s": self.roofline_fused_s,
+            "roofline_fused_s": self.roofline_fused_s, "extrapolated": list(self.extrapolated),
             "components": [{"path": r.path, "kind": r.kind, "ops": r.ops, "flops": r.flops,
                             "bytes": r.bytes, "time_s": r.time_s, "roofline_s": r.roofline_s,
                             "efficiency": r.efficiency, "first_touch_s": r.first_touch_s} for r in self.rows],
@@ -220,11 +224,18 @@ def physics_floor(flops: float, nbytes: float, peak: float, bandwidth: float) ->
 
 
 def gemm_time(count: float, M: float, K: float, N: float, peak: float,
-              table: MatmulTable | FlopsTable) -> float:
-    """count products of (M x K) @ (K x N) at the table's efficiency for the shape."""
+              table: MatmulTable | FlopsTable, launches: float = 0) -> float:
+    """count products of (M x K) @ (K x N) at the table's efficiency for the shape.
+
+    With `launches` (the kernels they run in: a component's layers), the count / launches
+    products of one launch are one batched kernel (an attention core's B x h per-head products
+    are one bmm): its efficiency is the stacked GEMM's, ((count / launches) M x K) @ (K x N),
+    not a lone product's. On a table measured per shape (launch overhead included) a lone
+    decode product (M = 1, K = d_h) would pay a launch each, B x h times a layer."""
     if count == 0 or M == 0 or K == 0 or N == 0:
         return 0.0
-    return count * 2 * M * K * N / (peak * table(M, N, K))
+    stacked = M * count / launches if launches else M
+    return count * 2 * M * K * N / (peak * table(stacked, N, K))
 
 
 def backward_gemms(count: int, M: int, K: int, N: int) -> tuple[tuple[int, int, int, int], ...]:
@@ -249,8 +260,14 @@ class Rates(Protocol):
     def gemm(self, count: Any, M: Any, K: Any, N: Any) -> Any:
         """Seconds of `count` products (M x K) @ (K x N) (0 when any is 0)."""
 
-    def gemms(self, products: list[tuple[Any, Any, Any, Any]]) -> Any:
-        """Seconds of the (count, M, K, N) products together: the sum of their ``gemm``."""
+    def gemms(self, products: list[tuple[Any, Any, Any, Any]], launches: int) -> Any:
+        """Seconds of the (count, M, K, N) products together, each run in `launches` batched
+        kernels (``gemm_time``)."""
+
+    def fused_attention(self, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any], layers: int,
+                        ratio: Any) -> Any:
+        """Seconds of a flash-attention core over its layers from the measured attention tables
+        (``fused_core``), or None where no table applies (the products are timed instead)."""
 
     def memory(self, moved: Any, ops: int) -> Any:
         """Seconds to move `moved` bytes in `ops` equal ops (0 when nothing moves)."""
@@ -287,7 +304,7 @@ class Part:
     """One component's time by the rule: its kind, kernels launched, seconds (first touch
     included, and apart), and for a memory component the bytes it moves (gradients included)."""
 
-    kind: str  # "matmul", "memory", "fused" (folded into another kernel)
+    kind: str  # "matmul", "memory", "attention" (a measured fused kernel), "fused" (folded into another)
     ops: int
     time_s: Any
     first_touch_s: Any = 0.0
@@ -306,9 +323,22 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
     (no FLOPs, no bytes) takes no time, floor included: the caller skips it.
     """
     flash = kernels.flash_attention and key.attention_core
+    if flash and not training and key.leaf in ("scores", "av") and gemms:
+        # One measured kernel runs the core (``fused_core``): half its time on each of its two
+        # products' rows (equal FLOPs: QK^T and PV), each held to its own floor (Q and K, V and
+        # O: the score matrix stays on chip); its launch counted once, on the scores row.
+        c, M, K, N = gemms[0]
+        scores = (c, M, K, N) if key.leaf == "scores" else (c, M, N, K)
+        t_core = rates.fused_attention(spec, replace(key, leaf="scores"), scores, layers,
+                                       scores_ratio(q, rates))
+        if t_core is not None:
+            ops = layers if key.leaf == "scores" else 0
+            least = q.bytes_unfused - p * on_chip(key, gemms)
+            roof = rates.roof((q.flops_matmul_effective, q.flops_other), least)
+            return Part("attention", ops, rates.at_least(rates.scale(t_core, 1, 2), roof, ops), roof_s=roof)
     if gemms:
         run = [g for c in gemms for g in (backward_gemms(*c) if training else (c,))]
-        t = rates.gemms(run)
+        t = rates.gemms(run, layers)
         flops, least = q.flops_matmul, q.bytes_unfused  # a product reads A and B, writes C once
         if flash:  # only the unmasked pairs are executed; the score matrix stays on chip
             t = rates.scale(t, q.flops_matmul_effective, q.flops_matmul)
@@ -354,15 +384,32 @@ def on_chip(key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...]) -> Any:
 class ScalarRates:
     """``Rates`` at one shape, from a profile's tables (Python numbers; no numpy)."""
 
-    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> None:
+    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str,
+                 attention: AttentionKernel | None = None) -> None:
         self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
         self.table = eff.matmul[dtype]
+        self.attention = attention
+        self.extrapolated: set[str] = set()  # op classes read outside what was measured
 
-    def gemm(self, count: Any, M: Any, K: Any, N: Any) -> float:
-        return gemm_time(count, M, K, N, self.peak, self.table)
+    def gemm(self, count: Any, M: Any, K: Any, N: Any, launches: int = 0) -> float:
+        if isinstance(self.table, MatmulTable) and count and not self.table.inside(
+                M * count / launches if launches else M, N, K):
+            self.extrapolated.add("gemm")
+        return gemm_time(count, M, K, N, self.peak, self.table, launches)
 
-    def gemms(self, products: list[tuple[Any, Any, Any, Any]]) -> float:
-        return sum(self.gemm(*g) for g in products)
+    def gemms(self, products: list[tuple[Any, Any, Any, Any]], launches: int) -> float:
+        return sum(self.gemm(*g, launches) for g in products)
+
+    def fused_attention(self, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any], layers: int,
+                        ratio: Any) -> Any:
+        core = fused_core(self.attention, spec, key, scores, layers, ratio)
+        if core is None:
+            return None
+        table, work, exact, batch, seq, factor = core
+        got = table.grid(batch * work, seq)
+        if not (exact and got.inside):
+            self.extrapolated.add(f"attention/{self.attention.phase}")  # type: ignore[union-attr]
+        return got.time_s * factor
 
     def memory(self, moved: Any, ops: int) -> float:
         per_op = moved / ops
@@ -400,14 +447,17 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     calibrated = hw.tables_for(dtype)
     eff = hw.efficiency
     note = None if calibrated else no_tables_note(hw, dtype)
-    if calibrated and a.precision.differs(dtype) and eff is not None and eff.matmul[dtype].sees_bytes:
+    if (calibrated and a.precision.differs(dtype) and eff is not None and eff.matmul[dtype].sees_bytes
+            and not _cache_alone_differs_and_is_measured(a, hw, kernels, dtype)):
         # A table over shapes timed its products with weights and cache at the dtype's width:
         # it cannot say what int4 weights or an fp8 cache save (a table by op size, which the
-        # bytes' bound completes, can).
+        # bytes' bound completes, can). Only the cache narrower, with flash attention on
+        # measured tables that were taken at that cache width, is timed: no product reads it.
         calibrated = False
         note = (f"{hw.name}'s matmul table was measured with {dtype} weights and cache: with "
                 f"{a.weights_dtype} weights and a {a.kv_dtype} cache, times are the roofline lower bound")
-    rates = ScalarRates(eff, peak, bw, dtype) if calibrated and eff is not None else None
+    rates = (ScalarRates(eff, peak, bw, dtype, attention_kernel(a, hw)) if calibrated and eff is not None
+             else None)
     # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
     costs = model.tree(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
     rows = []
@@ -438,6 +488,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
         rows=tuple(rows), roofline_s=line.time_s, roofline_fused_s=fused_line.time_s,
         note=note,
         floor_s=eff.floor_s if eff is not None else 0.0,
+        extrapolated=tuple(sorted(rates.extrapolated)) if rates is not None else (),
     )
 
 
@@ -454,6 +505,69 @@ def executed_flops(a: Analysis, kernels: Kernels) -> int:
         if not r.flops_matmul and kernels.folds(r.key):
             flops -= r.flops_other
     return flops
+
+
+def _cache_alone_differs_and_is_measured(a: Analysis, hw: Hardware, kernels: Kernels, dtype: str) -> bool:
+    if a.weights_dtype != dtype or not kernels.flash_attention or a.spec.mla is not None:
+        return False
+    if a.spec.is_encoder_decoder:  # cross-attention reads the encoder's cache through products
+        return False
+    kernel = attention_kernel(a, hw)
+    return kernel is not None and any(t.kv_dtype == a.kv_dtype
+                                      for t in kernel.tables.attention_tables.get(a.phase, ()))
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """What the measured fused-attention tables need of a pass: the GPU's tables, the phase
+    (prefill or decode: a training step has no measured backward) and the cache's dtype."""
+
+    tables: KernelTables
+    phase: Literal["prefill", "decode"]
+    kv_dtype: str
+
+
+def attention_kernel(a: Analysis, hw: Hardware) -> AttentionKernel | None:
+    tables = hw.kernel_tables()
+    if tables is None or a.phase not in ("prefill", "decode"):
+        return None
+    return AttentionKernel(tables, "prefill" if a.phase == "prefill" else "decode", a.kv_dtype)
+
+
+def scores_ratio(q: Quantities, rates: Rates) -> Any:
+    """The share of the score matrix a flash kernel computes (unmasked pairs / all pairs; 1
+    where there are none)."""
+    return rates.scale(1.0, q.flops_matmul_effective, q.flops_matmul)
+
+
+def fused_core(kernel: AttentionKernel | None, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any],
+               layers: int, ratio: Any) -> tuple[AttentionTable, float, bool, Any, Any, Any] | None:
+    """Where a flash-attention core reads the measured tables: (table, work, exact
+    configuration, batch, seq, factor), the core's seconds over its layers being the table's
+    time at (batch x work, seq) x factor (``devices.kernels.read_attention``: a configuration
+    not measured reads the nearest at the batch doing the same work); None where no table
+    applies.
+
+    From the scores products (count, M, K, N) over `layers` layers, one per KV head with the
+    group's g = h / k query heads stacked (M = g x S): batch = count / (layers x k), S = M / g.
+    Decode (S = 1) reads a cache of N tokens: the table's seq is N (a local layer's window
+    already bounds it). Prefill reads the causal table at S, scaled by the share of
+    pairs computed (`ratio`, unmasked / all) over the causal share (S + 1) / 2S: 1 for a causal
+    layer, the window's pairs for a local one. Self-attention of a causal stack with per-head
+    K and V only: no table for latent attention, an encoder or cross-attention (the products
+    are timed instead)."""
+    if (kernel is None or spec.mla is not None or key.block != "attention" or key.stack == "encoder"):
+        return None
+    found = kernel.tables.attention_table(kernel.phase, spec.n_heads, spec.n_kv_heads, spec.head_dim,
+                                          kernel.kv_dtype)
+    if found is None:
+        return None
+    table, work, exact = found
+    count, M, _, N = scores
+    batch, S = count / (layers * spec.n_kv_heads), M / (spec.n_heads // spec.n_kv_heads)
+    if kernel.phase == "decode":
+        return table, work, exact, batch, N, layers
+    return table, work, exact, batch, S, layers * ratio * (2 * S) / (S + 1)
 
 
 def gradient_bytes(params: Any, p: int) -> Any:

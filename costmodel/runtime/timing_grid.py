@@ -72,12 +72,16 @@ from costmodel.devices.efficiency import (
     _raw,
 )
 from costmodel.devices.hardware import Hardware
+from costmodel.devices.kernels import Grid
 from costmodel.phases import PHASES, Phase
 from costmodel.runtime.timing import (
+    AttentionKernel,
     Kernels,
     component_time,
     dropout_parents,
     first_touch_s,
+    fused_core,
+    gemm_time,
     layer_count,
     physics_floor,
 )
@@ -172,9 +176,11 @@ def _weights(grid: list[int], x: Any) -> np.ndarray:
 class GridRates:
     """``timing.Rates`` over numpy arrays, looking each distinct shape up once per instance."""
 
-    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> None:
+    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str,
+                 attention: AttentionKernel | None = None) -> None:
         self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
         self.table = eff.matmul[dtype]
+        self.attention = attention
         if isinstance(self.table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
             self._log_table = -(np.log(np.asarray(self.table.envelope, dtype=float)) + math.log(peak))
             self._grids = (self.table.M, self.table.N, self.table.K)
@@ -193,15 +199,24 @@ class GridRates:
 
     # --- Rates --------------------------------------------------------------------------------
 
-    def gemm(self, count: Any, M: Any, K: Any, N: Any) -> Any:
+    def gemm(self, count: Any, M: Any, K: Any, N: Any, launches: int = 0) -> Any:
         count, M, K, N = (_number(x) for x in (count, M, K, N))
         if not any(_array(x) for x in (count, M, K, N)):
-            if count == 0 or M == 0 or K == 0 or N == 0:
-                return 0.0
-            return count * 2 * M * K * N / (self.peak * self.table(M, N, K))
-        return self.gemms([(count, M, K, N)])
+            return gemm_time(count, M, K, N, self.peak, self.table, launches)
+        return self.gemms([(count, M, K, N)], launches)
 
-    def gemms(self, products: list[tuple[Any, Any, Any, Any]]) -> Any:
+    def fused_attention(self, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any], layers: int,
+                        ratio: Any) -> Any:
+        count, M, K, N = (_number(x) for x in scores)
+        core = fused_core(self.attention, spec, key, (count, M, K, N), layers, _number(ratio))
+        if core is None:
+            return None
+        table, work, _, batch, seq, factor = core
+        if not _array(batch) and not _array(seq):
+            return table.grid(batch * work, seq).time_s * factor
+        return _grid_times(table.grid, batch * work, seq) * factor
+
+    def gemms(self, products: list[tuple[Any, Any, Any, Any]], launches: int) -> Any:
         # Products of one size (a weight's forward product and its two backward ones, 2MKN
         # FLOPs each) share one multiply: FLOPs x the sum of their seconds per FLOP. A zero
         # anywhere makes the FLOPs 0; the lookup there is clamped, so finite.
@@ -211,11 +226,14 @@ class GridRates:
             count, M, K, N = (_number(x) for x in g)
             arrays = sorted((x for x in (count, M, K, N) if _array(x)), key=id)
             if not arrays:
-                numbers.append(self.gemm(count, M, K, N))
+                numbers.append(self.gemm(count, M, K, N, launches))
                 continue
             flops = 2 * math.prod(x for x in (count, M, K, N) if not _array(x))
             key = (flops, *map(id, arrays))
-            spf = self._seconds_per_flop(M, N, K)
+            # one launch runs count / launches products: looked up as their stacked GEMM
+            per = count / launches if launches else 1
+            stacked = M if (not _array(per) and per == 1) else self._stacked(M, per)
+            spf = self._seconds_per_flop(stacked, N, K)
             sizes[key] = (flops, arrays, sizes[key][2] + spf if key in sizes else spf)
         return _sum(numbers + [_product(flops, *arrays) * spf for flops, arrays, spf in sizes.values()])
 
@@ -321,6 +339,14 @@ class GridRates:
             return t * (num / den) if den else t
         return t * np.where(den > 0, num / np.maximum(den, 1), 1.0)
 
+    def _stacked(self, M: Any, per: Any) -> Any:
+        """M x per, one array per distinct (M, per): the same stacked rows share their lookups."""
+        arrays = [x for x in (M, per) if _array(x)]
+        numbers = tuple(None if _array(x) else x for x in (M, per))
+        if not arrays:
+            return M * per
+        return self._lookup("stack", numbers, arrays, lambda: _product(M, per))
+
     # --- lookups ------------------------------------------------------------------------------
 
     def _lookup(self, kind: str, numbers: tuple[Any, ...], arrays: list[np.ndarray], compute: Any) -> Any:
@@ -402,8 +428,8 @@ class GridRates:
             else:
                 weights.append(_weights(grid, x))
                 letters.append(letter)
-        reduced = np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table,
-                            *weights)
+        reduced = (np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table,
+                             *weights) if weights else self._log_table)
         if not free:
             return np.exp(reduced)
         if len(free) == 1:
@@ -455,6 +481,37 @@ class GridRates:
             e = np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
         bigger = x * rates.take(i)
         return np.maximum(e, bigger, out=bigger)
+
+
+def _grid_times(grid: Grid, *x: Any) -> np.ndarray:
+    """``Grid.__call__``'s seconds at arrays of coordinates (the same rule: log-log between grid
+    points, held below, grown with the work above)."""
+    scale: Any = 1.0
+    corners = []
+    for d, (axis, v) in enumerate(zip(grid.axes, x, strict=True)):
+        v = np.asarray(v, dtype=float)
+        over = v > axis[-1]
+        if over.any():
+            scale = scale * np.where(over, (v / axis[-1]) ** grid.growth[d], 1.0)
+        v = np.clip(v, axis[0], axis[-1])
+        if len(axis) == 1:
+            corners.append((np.zeros(v.shape, dtype=np.intp), np.zeros(v.shape)))
+            continue
+        logs = np.asarray(grid.log_axes[d])
+        i = np.minimum(np.searchsorted(axis, v, side="right") - 1, len(axis) - 2)
+        corners.append((i, (np.log(v) - logs[i]) / (logs[i + 1] - logs[i])))
+    log_t = np.asarray(grid.log_t)
+    total: Any = 0.0
+    for mask in range(1 << len(corners)):
+        w: Any = 1.0
+        flat: Any = 0
+        for d, (i, t) in enumerate(corners):
+            up = (mask >> d) & 1
+            w = w * (t if up else 1 - t)
+            flat = flat + (i + up) * grid.strides[d]
+        total = total + w * log_t[flat]
+    out: np.ndarray = np.exp(total) * scale
+    return out
 
 
 class _Whole:
@@ -539,7 +596,10 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     # the tree's largest cost); nothing else in the tree reads the layer counts.
     dims = replace(dims, layers=dict.fromkeys(dims.layers, 1))
     groups = model.layer_groups(spec)
-    rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype)
+    tables = hw.kernel_tables()
+    attention = (AttentionKernel(tables, "prefill" if phase == "prefill" else "decode", dtype)
+                 if tables is not None and phase in ("prefill", "decode") else None)
+    rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype, attention)
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
     costs = {key: cost for key, cost in model.tree(spec, dims).items() if ph.training or not cost.train_only}
     dropped = dropout_parents(((key, cost.bytes_unfused) for key, cost in costs.items()), _nonzero)
