@@ -27,7 +27,7 @@ from costmodel.cli.app import (
     app,
     emit,
 )
-from costmodel.devices.hardware import bundled_dir, load_hardware, profile_paths, user_dir
+from costmodel.devices.hardware import bundled_dir, load_hardware, profile_paths, read_profile, user_dir
 from costmodel.precision import DEFAULT_GROUP, Widths
 
 DEFAULT_HARDWARE = "h100-sxm"
@@ -174,7 +174,7 @@ def hardware_cmd(dtype: DtypeOpt = Dtype.bf16, fmt: FormatOpt = Format.table) ->
     from costmodel.report import attention as ra
 
     with _user_errors():
-        found = [(load_hardware(str(path)), "bundled" if path.parent == bundled_dir() else "user", path)
+        found = [(read_profile(str(path)), "bundled" if path.parent == bundled_dir() else "user", path)
                  for path in profile_paths().values()]
     emit(fmt, lambda: [ra.hardware_table([(hw, where) for hw, where, _ in found], dtype.value, user_dir())],
          lambda: [{**hw.model_dump(), "from": where, "path": str(path),

@@ -82,6 +82,12 @@ def load_hardware(name_or_path: str) -> Hardware:
     return with_kernels(hw)
 
 
+def read_profile(name_or_path: str) -> Hardware:
+    """A profile as its file says it (the kernel tables it names not merged in: what
+    `costmodel hardware` lists and its JSON carries, a few hundred bytes, not 35,816 shapes)."""
+    return PROFILES.load(name_or_path, Hardware)
+
+
 def with_kernels(hw: Hardware) -> Hardware:
     """`hw` with its measured GEMM tables as its matmul efficiencies: 2MNK / (peak x measured
     time) at every grid point (fp16 takes bf16's: the same tensor cores at the same datasheet

@@ -193,7 +193,8 @@ def hardware_table(profiles: Iterable[tuple[Hardware, str]], dtype: str, user_fo
     rows = []
     for hw, where in profiles:
         has = dtype in hw.peak_flops
-        rows.append((hw.name, where, "measured" if hw.measured else "datasheet",
+        figures = "measured" if hw.measured else "datasheet" + (", kernel tables" if hw.kernels else "")
+        rows.append((hw.name, where, figures,
                      f"{units.flops(hw.peak(dtype))}/s" if has else "-",
                      units.bandwidth(hw.memory_bandwidth), units.decimal_bytes(hw.memory_bytes),
                      f"{hw.ridge(dtype):.3g}" if has else "-", hw.description or ""))

@@ -85,15 +85,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from costmodel import model
 from costmodel.analysis import Analysis
 from costmodel.components.key import TOKEN_TABLE, Key, Role, SubBlock
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import AttentionTable, KernelTables
 from costmodel.phases import PHASES
+from costmodel.runtime.fused_attention import (
+    AttentionKernel,
+    attention_kernel,
+    cache_alone_differs_and_is_measured,
+    fused_core,
+)
 from costmodel.runtime.roofline import roofline
 from costmodel.spec import Spec
 
@@ -448,7 +453,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     eff = hw.efficiency
     note = None if calibrated else no_tables_note(hw, dtype)
     if (calibrated and a.precision.differs(dtype) and eff is not None and eff.matmul[dtype].sees_bytes
-            and not _cache_alone_differs_and_is_measured(a, hw, kernels, dtype)):
+            and not cache_alone_differs_and_is_measured(a, hw, kernels.flash_attention, dtype)):
         # A table over shapes timed its products with weights and cache at the dtype's width:
         # it cannot say what int4 weights or an fp8 cache save (a table by op size, which the
         # bytes' bound completes, can). Only the cache narrower, with flash attention on
@@ -507,67 +512,10 @@ def executed_flops(a: Analysis, kernels: Kernels) -> int:
     return flops
 
 
-def _cache_alone_differs_and_is_measured(a: Analysis, hw: Hardware, kernels: Kernels, dtype: str) -> bool:
-    if a.weights_dtype != dtype or not kernels.flash_attention or a.spec.mla is not None:
-        return False
-    if a.spec.is_encoder_decoder:  # cross-attention reads the encoder's cache through products
-        return False
-    kernel = attention_kernel(a, hw)
-    return kernel is not None and any(t.kv_dtype == a.kv_dtype
-                                      for t in kernel.tables.attention_tables.get(a.phase, ()))
-
-
-@dataclass(frozen=True)
-class AttentionKernel:
-    """What the measured fused-attention tables need of a pass: the GPU's tables, the phase
-    (prefill or decode: a training step has no measured backward) and the cache's dtype."""
-
-    tables: KernelTables
-    phase: Literal["prefill", "decode"]
-    kv_dtype: str
-
-
-def attention_kernel(a: Analysis, hw: Hardware) -> AttentionKernel | None:
-    tables = hw.kernel_tables()
-    if tables is None or a.phase not in ("prefill", "decode"):
-        return None
-    return AttentionKernel(tables, "prefill" if a.phase == "prefill" else "decode", a.kv_dtype)
-
-
 def scores_ratio(q: Quantities, rates: Rates) -> Any:
     """The share of the score matrix a flash kernel computes (unmasked pairs / all pairs; 1
     where there are none)."""
     return rates.scale(1.0, q.flops_matmul_effective, q.flops_matmul)
-
-
-def fused_core(kernel: AttentionKernel | None, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any],
-               layers: int, ratio: Any) -> tuple[AttentionTable, float, bool, Any, Any, Any] | None:
-    """Where a flash-attention core reads the measured tables: (table, work, exact
-    configuration, batch, seq, factor), the core's seconds over its layers being the table's
-    time at (batch x work, seq) x factor (``devices.kernels.read_attention``: a configuration
-    not measured reads the nearest at the batch doing the same work); None where no table
-    applies.
-
-    From the scores products (count, M, K, N) over `layers` layers, one per KV head with the
-    group's g = h / k query heads stacked (M = g x S): batch = count / (layers x k), S = M / g.
-    Decode (S = 1) reads a cache of N tokens: the table's seq is N (a local layer's window
-    already bounds it). Prefill reads the causal table at S, scaled by the share of
-    pairs computed (`ratio`, unmasked / all) over the causal share (S + 1) / 2S: 1 for a causal
-    layer, the window's pairs for a local one. Self-attention of a causal stack with per-head
-    K and V only: no table for latent attention, an encoder or cross-attention (the products
-    are timed instead)."""
-    if (kernel is None or spec.mla is not None or key.block != "attention" or key.stack == "encoder"):
-        return None
-    found = kernel.tables.attention_table(kernel.phase, spec.n_heads, spec.n_kv_heads, spec.head_dim,
-                                          kernel.kv_dtype)
-    if found is None:
-        return None
-    table, work, exact = found
-    count, M, _, N = scores
-    batch, S = count / (layers * spec.n_kv_heads), M / (spec.n_heads // spec.n_kv_heads)
-    if kernel.phase == "decode":
-        return table, work, exact, batch, N, layers
-    return table, work, exact, batch, S, layers * ratio * (2 * S) / (S + 1)
 
 
 def gradient_bytes(params: Any, p: int) -> Any:

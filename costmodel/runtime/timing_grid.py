@@ -72,15 +72,13 @@ from costmodel.devices.efficiency import (
     _raw,
 )
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import Grid
 from costmodel.phases import PHASES, Phase
+from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
 from costmodel.runtime.timing import (
-    AttentionKernel,
     Kernels,
     component_time,
     dropout_parents,
     first_touch_s,
-    fused_core,
     gemm_time,
     layer_count,
     physics_floor,
@@ -214,7 +212,7 @@ class GridRates:
         table, work, _, batch, seq, factor = core
         if not _array(batch) and not _array(seq):
             return table.grid(batch * work, seq).time_s * factor
-        return _grid_times(table.grid, batch * work, seq) * factor
+        return grid_times(table.grid, batch * work, seq) * factor
 
     def gemms(self, products: list[tuple[Any, Any, Any, Any]], launches: int) -> Any:
         # Products of one size (a weight's forward product and its two backward ones, 2MKN
@@ -481,37 +479,6 @@ class GridRates:
             e = np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
         bigger = x * rates.take(i)
         return np.maximum(e, bigger, out=bigger)
-
-
-def _grid_times(grid: Grid, *x: Any) -> np.ndarray:
-    """``Grid.__call__``'s seconds at arrays of coordinates (the same rule: log-log between grid
-    points, held below, grown with the work above)."""
-    scale: Any = 1.0
-    corners = []
-    for d, (axis, v) in enumerate(zip(grid.axes, x, strict=True)):
-        v = np.asarray(v, dtype=float)
-        over = v > axis[-1]
-        if over.any():
-            scale = scale * np.where(over, (v / axis[-1]) ** grid.growth[d], 1.0)
-        v = np.clip(v, axis[0], axis[-1])
-        if len(axis) == 1:
-            corners.append((np.zeros(v.shape, dtype=np.intp), np.zeros(v.shape)))
-            continue
-        logs = np.asarray(grid.log_axes[d])
-        i = np.minimum(np.searchsorted(axis, v, side="right") - 1, len(axis) - 2)
-        corners.append((i, (np.log(v) - logs[i]) / (logs[i + 1] - logs[i])))
-    log_t = np.asarray(grid.log_t)
-    total: Any = 0.0
-    for mask in range(1 << len(corners)):
-        w: Any = 1.0
-        flat: Any = 0
-        for d, (i, t) in enumerate(corners):
-            up = (mask >> d) & 1
-            w = w * (t if up else 1 - t)
-            flat = flat + (i + up) * grid.strides[d]
-        total = total + w * log_t[flat]
-    out: np.ndarray = np.exp(total) * scale
-    return out
 
 
 class _Whole:

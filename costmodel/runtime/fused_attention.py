@@ -1,0 +1,114 @@
+"""Flash attention's time from the measured fused-attention tables (``devices.kernels``): which
+table a pass's attention core reads, at which batch and sequence, and for the sweeps the same
+lookup over numpy arrays. ``runtime.timing`` (one shape) and ``runtime.timing_grid`` (arrays)
+read it through their ``Rates``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from costmodel.analysis import Analysis
+from costmodel.components.key import Key
+from costmodel.devices.hardware import Hardware
+from costmodel.devices.kernels import AttentionTable, Grid, KernelTables
+from costmodel.spec import Spec
+
+if TYPE_CHECKING:  # numpy is the sweeps' (``grid_times``), never analyze's
+    import numpy as np
+
+
+def cache_alone_differs_and_is_measured(a: Analysis, hw: Hardware, flash: bool, dtype: str) -> bool:
+    """Whether only the cache is narrower than `dtype` and flash attention reads it off tables
+    measured at its width (then no product reads the cache, and the GEMM tables still hold)."""
+    if a.weights_dtype != dtype or not flash or a.spec.mla is not None:
+        return False
+    if a.spec.is_encoder_decoder:  # cross-attention reads the encoder's cache through products
+        return False
+    kernel = attention_kernel(a, hw)
+    return kernel is not None and any(t.kv_dtype == a.kv_dtype
+                                      for t in kernel.tables.attention_tables.get(a.phase, ()))
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """What the measured fused-attention tables need of a pass: the GPU's tables, the phase
+    (prefill or decode: a training step has no measured backward) and the cache's dtype."""
+
+    tables: KernelTables
+    phase: Literal["prefill", "decode"]
+    kv_dtype: str
+
+
+def attention_kernel(a: Analysis, hw: Hardware) -> AttentionKernel | None:
+    tables = hw.kernel_tables()
+    if tables is None or a.phase not in ("prefill", "decode"):
+        return None
+    return AttentionKernel(tables, "prefill" if a.phase == "prefill" else "decode", a.kv_dtype)
+
+
+def fused_core(kernel: AttentionKernel | None, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any],
+               layers: int, ratio: Any) -> tuple[AttentionTable, float, bool, Any, Any, Any] | None:
+    """Where a flash-attention core reads the measured tables: (table, work, exact
+    configuration, batch, seq, factor), the core's seconds over its layers being the table's
+    time at (batch x work, seq) x factor (``devices.kernels.read_attention``: a configuration
+    not measured reads the nearest at the batch doing the same work); None where no table
+    applies.
+
+    From the scores products (count, M, K, N) over `layers` layers, one per KV head with the
+    group's g = h / k query heads stacked (M = g x S): batch = count / (layers x k), S = M / g.
+    Decode (S = 1) reads a cache of N tokens: the table's seq is N (a local layer's window
+    already bounds it). Prefill reads the causal table at S, scaled by the share of
+    pairs computed (`ratio`, unmasked / all) over the causal share (S + 1) / 2S: 1 for a causal
+    layer, the window's pairs for a local one. Self-attention of a causal stack with per-head
+    K and V only: no table for latent attention, an encoder or cross-attention (the products
+    are timed instead)."""
+    if (kernel is None or spec.mla is not None or key.block != "attention" or key.stack == "encoder"):
+        return None
+    found = kernel.tables.attention_table(kernel.phase, spec.n_heads, spec.n_kv_heads, spec.head_dim,
+                                          kernel.kv_dtype)
+    if found is None:
+        return None
+    table, work, exact = found
+    count, M, _, N = scores
+    batch, S = count / (layers * spec.n_kv_heads), M / (spec.n_heads // spec.n_kv_heads)
+    if kernel.phase == "decode":
+        return table, work, exact, batch, N, layers
+    return table, work, exact, batch, S, layers * ratio * (2 * S) / (S + 1)
+
+
+
+
+def grid_times(grid: Grid, *x: Any) -> np.ndarray:
+    """``Grid.__call__``'s seconds at arrays of coordinates (the same rule: log-log between grid
+    points, held below, grown with the work above). numpy is imported here, for the sweeps:
+    ``analyze`` never calls it."""
+    import numpy as np
+
+    scale: Any = 1.0
+    corners = []
+    for d, (axis, v) in enumerate(zip(grid.axes, x, strict=True)):
+        v = np.asarray(v, dtype=float)
+        over = v > axis[-1]
+        if over.any():
+            scale = scale * np.where(over, (v / axis[-1]) ** grid.growth[d], 1.0)
+        v = np.clip(v, axis[0], axis[-1])
+        if len(axis) == 1:
+            corners.append((np.zeros(v.shape, dtype=np.intp), np.zeros(v.shape)))
+            continue
+        logs = np.asarray(grid.log_axes[d])
+        i = np.minimum(np.searchsorted(axis, v, side="right") - 1, len(axis) - 2)
+        corners.append((i, (np.log(v) - logs[i]) / (logs[i + 1] - logs[i])))
+    log_t = np.asarray(grid.log_t)
+    total: Any = 0.0
+    for mask in range(1 << len(corners)):
+        w: Any = 1.0
+        flat: Any = 0
+        for d, (i, t) in enumerate(corners):
+            up = (mask >> d) & 1
+            w = w * (t if up else 1 - t)
+            flat = flat + (i + up) * grid.strides[d]
+        total = total + w * log_t[flat]
+    out: np.ndarray = np.exp(total) * scale
+    return out
