@@ -269,3 +269,40 @@ def test_a_copied_folder_reads_the_same(tmp_path) -> None:
     k, ref = read_kernels(tmp_path / "copy"), load_kernels("a100-80gb")
     assert k.gemm("bf16", 300, 5000, 7000) == ref.gemm("bf16", 300, 5000, 7000)
     assert math.isfinite(k.gemm("bf16", 300, 5000, 7000).time_s)
+
+
+# --- what a prediction says of the tables it read ---------------------------------------------
+
+
+def test_a_prediction_carries_the_bands_of_the_tables_it_read_and_what_it_extrapolated() -> None:
+    """llama-3-8b decode on an H100 under flash: the bf16 GEMMs and the decode attention tables
+    were read, with errors.json's bands; the LM head's N = 128,256 lies past the GEMM grid's
+    65,536, extrapolated. Without flash no attention table is read."""
+    from costmodel import catalog
+    from costmodel.analysis import analyze
+    from costmodel.runtime.timing import Kernels, predict
+
+    hw = load_hardware("h100-sxm")
+    a = analyze(catalog.load("llama-3-8b"), "decode", batch=8, seq=2048)
+    flash = predict(a, hw, Kernels(flash_attention=True))
+    bands = raw("h100-sxm", "errors.json")["bands"]
+    assert set(flash.errors) == {"gemm/bf16", "attention/decode"}
+    medians = [b["median"] for b in bands["attention/decode"]]
+    assert [b.median for b in flash.errors["attention/decode"]] == medians
+    assert flash.extrapolated == ("gemm",)
+    js = flash.to_dict()
+    assert js["errors"]["gemm/bf16"][0]["against"].startswith("vs ") and js["extrapolated"] == ["gemm"]
+    assert set(predict(a, hw, Kernels()).errors) == {"gemm/bf16"}
+    assert predict(a, load_hardware("l4")).errors == {}  # no measured tables there
+
+
+def test_inference_says_the_bands_and_the_extrapolation_under_its_table() -> None:
+    from typer.testing import CliRunner
+
+    from costmodel.cli import app
+
+    out = CliRunner().invoke(app, ["inference", "llama-3-8b", "--hardware", "h100-sxm", "--batch", "1"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "measured kernel tables, error against other frameworks' measurements: gemm/bf16 median" in text
+    assert "extrapolated past the measured tables (the kernel model's rule, docs/gpu-time.md): gemm" in text

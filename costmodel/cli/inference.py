@@ -55,6 +55,7 @@ def serving_table(sv: Serving) -> report.Table:
         notes.append(sv.note)
     else:
         notes.append("calibrated: each component at the efficiency its shape reaches (costmodel.timing)")
+    notes += report.kernel_notes([sv])
     return report.Table("Serving", ("batch", "TTFT", "TPOT mean", "TPOT first", "TPOT last", "latency",
                                     "tokens/s", "fits"), rows, notes)
 

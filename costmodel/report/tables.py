@@ -14,7 +14,7 @@ import io
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from costmodel import units
 from costmodel.analysis import Analysis, Row
@@ -24,6 +24,10 @@ from costmodel.precision import INT_BITS
 from costmodel.runtime.roofline import roofline_of
 from costmodel.spec import Spec
 from costmodel.studies.conventions import ConventionRow
+
+if TYPE_CHECKING:  # timing is kept out of plain analyze's start-up
+    from costmodel.runtime.serving import Serving
+    from costmodel.runtime.timing import Prediction
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,7 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
         notes.append(predictions[0].note or "predicted time: each component at the efficiency its shape "
                      "reaches on the device (costmodel.timing; components run one after another), "
                      f"calibrated by {hw.name}'s efficiency tables ({tables_summary(hw)})")
+        notes += kernel_notes(predictions)
         notes.append(kernels.note(assumed, hw, getattr(a0, "kernels_default", True)))
     return Table("Phases", ("quantity", *(a.phase for a in analyses)), rows, notes)
 
@@ -389,3 +394,22 @@ def data_csv(data: Any) -> str:
 def render_json(data: Any) -> str:
     """JSON as RFC 8259 has it: an Infinity or NaN is a bug to report, never output."""
     return json.dumps(data, indent=2, allow_nan=False)
+
+
+def kernel_notes(predictions: Iterable[Prediction | Serving]) -> list[str]:
+    """Lines under a table: how far the measured kernel tables its times read lay from other
+    frameworks' measurements of the same kernels, and which lookups were extrapolated."""
+    errors: dict[str, Any] = {}
+    extrapolated: list[str] = []
+    for p in predictions:
+        errors.update(p.errors)
+        extrapolated += [op for op in p.extrapolated if op not in extrapolated]
+    notes = []
+    if errors:
+        notes.append("measured kernel tables, error against other frameworks' measurements: " + "; ".join(
+            f"{op} median " + ", ".join(f"{100 * b.median:.0f}% (worst {b.worst:.1f}x) {b.against}"
+                                        for b in bands) for op, bands in errors.items()))
+    if extrapolated:
+        notes.append("extrapolated past the measured tables (the kernel model's rule, docs/gpu-time.md): "
+                     + ", ".join(extrapolated))
+    return notes

@@ -22,7 +22,7 @@ tables, else the roofline (and the result says so).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -30,6 +30,7 @@ from costmodel import units
 from costmodel.analysis import Analysis, AnalysisError, analyze
 from costmodel.components.key import Role
 from costmodel.devices.hardware import Hardware
+from costmodel.devices.kernels import ErrorBand
 from costmodel.precision import Widths
 from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla
 from costmodel.runtime.kernels import to_dict as kernels_dict
@@ -76,6 +77,10 @@ class Serving:
     mla: str = "naive"  # the convention latent attention runs in (components.mla)
     precision: Widths = Widths()  # the weights' and the KV cache's widths
     kernels_default: bool = False  # the kernels are the device's default (runtime.kernels)
+    # The measured tables' error bands and the extrapolated lookups of every phase timed
+    # (``timing.Prediction.errors``, ``.extrapolated``).
+    errors: dict[str, tuple[ErrorBand, ...]] = field(default_factory=dict)
+    extrapolated: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +92,8 @@ class Serving:
             **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
             "kernels": kernels_dict(self.kernels, self.kernels_default), "calibrated": self.calibrated,
             "note": self.note,
+            "errors": {op: [b.to_dict() for b in bands] for op, bands in self.errors.items()},
+            "extrapolated": list(self.extrapolated),
             "batches": [p.to_dict() for p in self.points],
         }
 
@@ -168,12 +175,14 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
     widths = precision.options()
     points = []
     probes: list[Prediction] = []  # the first decode step's: the tables in use, or why not
+    timed: list[Prediction] = []  # the prefills, with the probes and last steps: bands, extrapolation
     for B in batches:
         pre = analyze(spec, "prefill", batch=B, seq=1 if encdec else prompt, dtype=dtype,
                       enc_seq=prompt if encdec else None, mla=mla, **widths)
         p_pre = predict(pre, hw, kernels)
         first = decode(B, 1)
         probes.append(first[1])
+        timed.append(p_pre)
         if all_logits or encdec:  # an encoder-decoder's prefill has one decoder position already
             ttft = p_pre.time_s
         else:  # the head over the last position: the decode step's head (B tokens, same weights)
@@ -192,10 +201,15 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
             decode_total = _integrate(js, times)
             tpot, tpot_first, tpot_last = decode_total / steps, times[1], times[steps]
         latency = ttft + decode_total
+        timed.append(last[1])
         points.append(ServingPoint(B, ttft, tpot, tpot_first, tpot_last, latency, B * output / latency,
                                    fits(last[0], hw), last[0].bytes_weights + last[0].total().kv_cache))
+    errors: dict[str, tuple[ErrorBand, ...]] = {}
+    for p in timed + probes:
+        errors.update(p.errors)
+    extrapolated = tuple(sorted({op for p in timed + probes for op in p.extrapolated}))
     return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, probes[0].calibrated, tuple(points),
-                   probes[0].note, mla, precision, kernels_default)
+                   probes[0].note, mla, precision, kernels_default, errors, extrapolated)
 
 
 def _integrate(js: list[int], times: dict[int, float]) -> float:

@@ -92,6 +92,7 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import TOKEN_TABLE, Key, Role, SubBlock
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
+from costmodel.devices.kernels import ErrorBand
 from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import (
     AttentionKernel,
@@ -182,6 +183,9 @@ class Prediction:
     # Op classes read off a measured table outside its grid (or at a configuration it lacks):
     # extrapolated by the kernel model (costmodel.devices.kernels).
     extrapolated: tuple[str, ...] = ()
+    # op class -> its bands in the cross-validation (``devices.kernels.ErrorBand``): the measured
+    # tables this prediction read, and how far another framework's measurements lay from them.
+    errors: dict[str, tuple[ErrorBand, ...]] = field(default_factory=dict)
 
     @property
     def time_s(self) -> float:
@@ -194,6 +198,7 @@ class Prediction:
             "overlap": "serial: components add; compute and memory overlap within an op",
             "time_s": self.time_s, "roofline_s": self.roofline_s,
             "roofline_fused_s": self.roofline_fused_s, "extrapolated": list(self.extrapolated),
+            "errors": {op: [b.to_dict() for b in bands] for op, bands in self.errors.items()},
             "components": [{"path": r.path, "kind": r.kind, "ops": r.ops, "flops": r.flops,
                             "bytes": r.bytes, "time_s": r.time_s, "roofline_s": r.roofline_s,
                             "efficiency": r.efficiency, "first_touch_s": r.first_touch_s} for r in self.rows],
@@ -395,6 +400,7 @@ class ScalarRates:
         self.table = eff.matmul[dtype]
         self.attention = attention
         self.extrapolated: set[str] = set()  # op classes read outside what was measured
+        self.used: set[str] = set()  # measured attention tables read (their error bands apply)
 
     def gemm(self, count: Any, M: Any, K: Any, N: Any, launches: int = 0) -> float:
         if isinstance(self.table, MatmulTable) and count and not self.table.inside(
@@ -412,8 +418,10 @@ class ScalarRates:
             return None
         table, work, exact, batch, seq, factor = core
         got = table.grid(batch * work, seq)
+        op = f"attention/{self.attention.phase}"  # type: ignore[union-attr]
+        self.used.add(op)
         if not (exact and got.inside):
-            self.extrapolated.add(f"attention/{self.attention.phase}")  # type: ignore[union-attr]
+            self.extrapolated.add(op)
         return got.time_s * factor
 
     def memory(self, moved: Any, ops: int) -> float:
@@ -494,7 +502,20 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
         note=note,
         floor_s=eff.floor_s if eff is not None else 0.0,
         extrapolated=tuple(sorted(rates.extrapolated)) if rates is not None else (),
+        errors=error_bands(hw, dtype, rates.used if rates is not None else set()),
     )
+
+
+def error_bands(hw: Hardware, dtype: str, used: set[str]) -> dict[str, tuple[ErrorBand, ...]]:
+    """The bands of the measured tables a prediction read: the dtype's GEMMs (fp16 reads bf16's)
+    and the attention tables `used`."""
+    tables = hw.kernel_tables()
+    if tables is None:
+        return {}
+    gemm = dtype if dtype in tables.gemms else ("bf16" if dtype == "fp16" else None)
+    ops = ([f"gemm/{gemm}"] if gemm else []) + sorted(used)
+    return {op: tables.errors[op] for op in ops if op in tables.errors}
+
 
 
 def executed_flops(a: Analysis, kernels: Kernels) -> int:
