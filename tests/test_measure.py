@@ -189,7 +189,15 @@ def test_readme_measure_components() -> None:
 
 
 @pytest.mark.slow
-def test_readme_calibrate_then_measure_on_cpu(hardware_dir) -> None:
+def test_readme_calibrate_then_measure_on_cpu(hardware_dir, monkeypatch) -> None:
+    from costmodel.measure import calibrate
+
+    # The path, not the figures (bench/time_validation.py times those): a grid without its
+    # largest products (1024 x 16384 x 4096 takes 0.7 s a call here), each point timed for a
+    # tenth of calibrate's 0.1 s; a few seconds where the whole grid takes a minute.
+    monkeypatch.setitem(calibrate.GRID["cpu"], "run_s", 0.01)
+    monkeypatch.setitem(calibrate.GRID["cpu"], "N", [64, 1024, 4096])
+    monkeypatch.setitem(calibrate.GRID["cpu"], "K", [16, 256, 1024])
     cal = runner.invoke(app, ["calibrate", "--device", "cpu", "--dtype", "fp32"])
     assert cal.exit_code == 0, cal.output
     assert "peak fp32" in cal.output and "saved to" in cal.output and "matmul fp32 M=1" in cal.output
