@@ -306,3 +306,19 @@ def test_inference_says_the_bands_and_the_extrapolation_under_its_table() -> Non
     text = " ".join(out.output.split())
     assert "measured kernel tables, error against other frameworks' measurements: gemm/bf16 median" in text
     assert "extrapolated past the measured tables (the kernel model's rule, docs/gpu-time.md): gemm" in text
+
+
+def test_a_training_step_carries_the_bands_of_its_gemms_and_collectives() -> None:
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from costmodel.cli import app
+
+    args = ["train", "megatron-22b", "--cluster", "dgx-a100-80gb", "--gpus", "8", "--tp", "8", "-G", "4"]
+    out = CliRunner().invoke(app, [*args, "-f", "json"])
+    assert out.exit_code == 0, out.output
+    errors = _json.loads(out.stdout)["errors"]
+    bands = raw("a100-80gb", "errors.json")["bands"]
+    assert set(errors) == {"gemm/bf16", "collectives"}  # fp16 reads bf16's GEMM table
+    assert [b["median"] for b in errors["collectives"]] == [b["median"] for b in bands["collectives"]]

@@ -44,7 +44,7 @@ from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, exp
 from costmodel.parallel.shard import shard_spec
 from costmodel.runtime.kernels import KERNELS, default_kernels, is_default
 from costmodel.runtime.kernels import to_dict as kernels_dict
-from costmodel.runtime.timing import Kernels
+from costmodel.runtime.timing import Kernels, error_bands
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -291,6 +291,8 @@ class Step:
                        "last_stage": self.memory_last.to_dict(), "device_bytes": int(hw.memory_bytes)}
                       | ({"middle_stage": self.memory_middle.to_dict()} if self.memory_middle else {}),
             "fits": self.fits, "notes": list(self.notes),
+            "errors": {op: [b.to_dict() for b in bands]
+                       for op, bands in error_bands(hw, self.dtype, {"collectives"}).items()},
         }
         if tokens is not None:
             t = self.train_time_s(tokens)
@@ -881,6 +883,11 @@ class StepModel:
                          "the roofline lower bound")
         if self.overlap.tp or self.overlap.dp or self.overlap.pp or self.overlap.ep:
             notes.append("overlap: " + ", ".join(k for k, on in self.overlap.to_dict().items() if on))
+        bands = error_bands(self.hw, self.dtype, {"collectives"})
+        if bands:  # the measured tables this step reads: GEMMs and in-node collectives
+            notes.append("measured kernel tables' error: " + "; ".join(
+                f"{op} median " + ", ".join(f"{100 * b.median:.0f}% (worst {b.worst:.1f}x) {b.against}"
+                                            for b in listed) for op, listed in bands.items()))
         return tuple(notes)
 
     def memory(self, layout: Layout, mb: MicroBatch | None = None) -> tuple[StageMemory, StageMemory]:
