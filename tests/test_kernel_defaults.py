@@ -75,7 +75,8 @@ def test_a_bad_name_is_one_line_naming_the_option() -> None:
 
 def _json(args: list[str]) -> dict:
     result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
+    # a memory that does not fit prints its JSON in full and exits 1 (issue 23)
+    assert result.exit_code == 0 or (result.exit_code == 1 and "does not fit" in result.stderr), result.output
     return json.loads(result.stdout)
 
 

@@ -13,9 +13,9 @@ runner = CliRunner()
 N_7B = 6_738_415_616  # llama-2-7b parameters (its YAML's released exact count)
 
 
-def run(*args: str):
+def run(*args: str, code: int = 0):
     result = runner.invoke(app, list(args))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == code, result.output
     return result
 
 
@@ -36,9 +36,11 @@ def test_readme_memory_zero3_full_recompute() -> None:
 
 
 def test_readme_memory_decode_does_not_fit() -> None:
-    out = run("memory", "llama-2-7b", "-p", "decode", "--batch", "64", "--hardware", "h100-sxm").stdout
+    # printed in full, the reason on stderr, exit 1: it cannot run (issue 23)
+    result = run("memory", "llama-2-7b", "-p", "decode", "--batch", "64", "--hardware", "h100-sxm", code=1)
     kv = 2 * 32 * 64 * 32 * 128 * 2048 * 2  # K and V, L, B, k, d_h, C, bf16
-    assert f"{kv:,}" in out and "does not fit" in out
+    assert f"{kv:,}" in result.stdout and "does not fit" in result.stdout
+    assert result.stderr.startswith("error: llama-2-7b does not fit on one h100-sxm:")
 
 
 def test_readme_memory_int4_fp8() -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from costmodel import catalog
+from costmodel import catalog, units
 from costmodel.cli.app import (
     BatchOpt,
     EncSeqOpt,
@@ -165,6 +165,10 @@ def memory_cmd(
          lambda: m.to_dict(hw.memory_bytes if hw else None)
          | {"kernels": kernels.to_dict(kernels.KERNELS[chosen], kernel_names is None)},
          s, csv=lambda: report_memory.memory_csv(m))
+    if hw is not None and not m.fits(hw.memory_bytes):  # printed in full; exit 1: it cannot run
+        typer.echo(f"error: {s.name} does not fit on one {hw.name}: {units.decimal_bytes(m.peak)} at the "
+                   f"peak on {units.decimal_bytes(hw.memory_bytes)}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("fit")
