@@ -81,3 +81,17 @@ def test_wide_expert_parallelism_across_nodes(v3):
     a2a = ep64.to_dict()["comm"]["by_collective"]["ep/all_to_all"]
     assert a2a["ranks"] == 64 and a2a["link"] == "inter_node" and a2a["calls"] == 2 * L_MOE
     assert a2a["bytes_sent"] == pytest.approx(2 * L_MOE * 63 / 64 * K * 1 * D)
+
+
+def test_serve_that_fits_at_no_batch_exits_1_with_the_reason() -> None:
+    """Llama 3.1 405B on TP 2 of 80 GB H100s: 406 GB of bf16 weights over two GPUs; the table in
+    full on stdout, the reason on stderr, exit 1 (issue 23: a setup that cannot run says so)."""
+    from typer.testing import CliRunner
+
+    from costmodel.cli import app
+
+    args = ["serve", "llama-3.1-405b", "--cluster", "dgx-h100", "--tp", "2", "--batch", "1"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 1 and "llama-3.1-405b" in out.stdout
+    assert out.stderr.strip() == ("error: llama-3.1-405b does not fit on TP2 h100-sxms at any batch asked "
+                                  "for (memory/GPU above)")

@@ -251,6 +251,11 @@ def serve_cmd(
                           _kernels(kernel_names)) for b in batches]
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
+    if not any(d.fits for d in results):  # printed in full; exit 1: no batch asked for can run
+        where = f"TP{tp}" + (f" EP{ep}" if ep and ep > 1 else "")
+        typer.echo(f"error: {s.name} does not fit on {where} {cl.hardware.name}s at any batch asked for "
+                   "(memory/GPU above)", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("clusters")
