@@ -35,11 +35,11 @@ Shared conventions:
   `csv` (see "Output formats" below).
 - Exit codes: 0 success; 1 it ran but cannot run as asked, or a check failed (`measure --check`
   found a count that differs from its formula; `plan` found no layout that fits; `train`'s
-  layout, every `inference` or `serve` batch size, or `memory --hardware`'s peak does not fit): the result is printed in the format
-  asked for and one `error:` line on stderr says why; 2 bad input (one `error:` line per problem,
-  naming the file, the field and the problem; also a usage error); 3 an internal error (a bug
-  of ours: one `error: internal error` line; please report it with the command line and the
-  spec or config it read).
+  layout, every `inference` or `serve` batch size, or `memory --hardware`'s peak does not
+  fit): the result is printed in the format asked for and one `error:` line on stderr says
+  why; 2 bad input (one `error:` line per problem, naming the file, the field and the problem;
+  also a usage error); 3 an internal error (a bug of ours: one `error: internal error` line;
+  please report it with the command line and the spec or config it read).
 """
 
 #: The option vocabulary: (idea, option). The short flag, the commands that take it and its old

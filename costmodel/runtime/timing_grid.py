@@ -352,12 +352,26 @@ class GridRates:
         return t * np.where(den > 0, num / np.maximum(den, 1), 1.0)
 
     def _stacked(self, M: Any, per: Any) -> Any:
-        """M x per, one array per distinct (M, per): the same stacked rows share their lookups."""
+        """M x per, one array per distinct (M, per): the same stacked rows share their lookups.
+        Where every stacked M lies past one end of a table over shapes, that end (a number): the
+        lookup holds the edge there anyway, and a number axis is a contraction, not an
+        interpolation over the batch x seq points."""
         arrays = [x for x in (M, per) if _array(x)]
         numbers = tuple(None if _array(x) else x for x in (M, per))
         if not arrays:
             return M * per
-        return self._lookup("stack", numbers, arrays, lambda: _product(M, per))
+
+        def stack() -> Any:
+            x = _product(M, per)
+            if isinstance(self.table, MatmulTable):
+                lo, hi = self.table.M[0], self.table.M[-1]
+                if x.min() >= hi:
+                    return float(hi)
+                if x.max() <= lo:
+                    return float(lo)
+            return x
+
+        return self._lookup("stack", numbers, arrays, stack)
 
     # --- lookups ------------------------------------------------------------------------------
 
