@@ -138,17 +138,17 @@ def test_the_calibrated_style_grid_is_calibrates() -> None:
     [0.4, 0.4, 0.4],  # no change: one value everywhere
 ])
 def test_a_step_table_with_repeated_values_reads_as_the_whole_table(values) -> None:
-    """``_step`` drops the grid points where the value does not change; it still gives
+    """``grid_lookup.step`` drops the grid points where the value does not change; it still gives
     values[number of grid points <= x] (bisect over the whole grid) at every size, on the
     points themselves and between them."""
     from bisect import bisect_right
 
-    from costmodel.runtime.timing_grid import _step
+    from costmodel.runtime.grid_lookup import step
 
     grid = [2.0 ** (10 + 2 * k) for k in range(len(values) - 1)]
     x = np.array(sorted({0.0, 1.0, *grid, *(g * 1.5 for g in grid), *(g * (1 - 1e-12) for g in grid), 1e30}))
     want = np.array([values[bisect_right(grid, v)] for v in x])
-    assert np.array_equal(_step(grid, values, x), want)
+    assert np.array_equal(step(grid, values, x), want)
 
 
 def test_freed_heap_is_kept_on_glibc() -> None:

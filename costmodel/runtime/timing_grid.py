@@ -50,7 +50,6 @@ option); the speed is bench/time_sweep_speed.py's. numpy is imported here, never
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from dataclasses import replace
@@ -66,14 +65,13 @@ from costmodel.devices.efficiency import (
     Efficiency,
     FlopsTable,
     MatmulTable,
-    MemoryTable,
     _lookup,
-    _position,
     _raw,
 )
 from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES, Phase
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
+from costmodel.runtime.grid_lookup import above, axis_weights, log_envelope, step, table_arrays
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
@@ -85,9 +83,6 @@ from costmodel.runtime.timing import (
 )
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
-
-#: A step table of at most this many sizes is read by comparisons (faster than a search).
-_COMPARE = 4
 
 
 def _array(x: Any) -> bool:
@@ -127,64 +122,6 @@ def _sum(terms: list[Any]) -> Any:
     return reduce(operator.add, kept) if kept else 0.0
 
 
-def _step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
-    """values[number of grid points <= x] (values has one more entry than grid, for below it).
-
-    Grid points where the value does not change are dropped first (the same function): a
-    first-touch table is 0 up to the allocator's threshold, then one rate, so one comparison."""
-    kept = [k for k in range(len(grid)) if values[k + 1] != values[k]]
-    points = [grid[k] for k in kept]
-    steps = np.asarray([values[0], *(values[k + 1] for k in kept)], dtype=float)
-    if len(points) == 1:
-        out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
-        return out
-    if len(points) <= _COMPARE:
-        i = np.zeros(x.shape, dtype=np.intp)
-        for g in points:
-            i += x >= g
-        return steps.take(i)
-    return steps.take(np.searchsorted(np.asarray(points, dtype=float), x, side="right"))
-
-
-@functools.cache
-def _table_arrays(grid: tuple[float, ...], efficiency: tuple[float, ...],
-                  above: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A size table as arrays indexed by the number of grid points <= x: the grid, the step
-    values (the first below the grid) and ``above``."""
-    return (np.asarray(grid, dtype=float), np.asarray((efficiency[0], *efficiency), dtype=float),
-            np.asarray(above, dtype=float))
-
-
-def _above(table: FlopsTable | MemoryTable) -> list[float] | None:
-    """A size table's ``above`` where its envelope differs from it, else None."""
-    return None if table.time_rises else table.above
-
-
-def _weights(grid: list[int], x: Any) -> np.ndarray:
-    """Each grid point's weight at x in ``MatmulTable.__call__``'s interpolation along one axis
-    (one point: weight 1 wherever x is)."""
-    w = np.zeros(len(grid))
-    i, t = _position(grid, x) if len(grid) > 1 else (0, 0.0)
-    w[i] = 1 - t
-    if t:
-        w[i + 1] = t
-    return w
-
-
-#: table id -> (the table, log of its envelope): a measured table has 35,816 points, and a sweep
-#: builds a ``GridRates`` a call (the table is held, so its id stays its own).
-_LOG_ENVELOPES: dict[int, tuple[MatmulTable, np.ndarray]] = {}
-
-
-def _log_envelope(table: MatmulTable) -> np.ndarray:
-    hit = _LOG_ENVELOPES.get(id(table))
-    if hit is None or hit[0] is not table:
-        if len(_LOG_ENVELOPES) > 64:
-            _LOG_ENVELOPES.clear()
-        hit = _LOG_ENVELOPES[id(table)] = (table, np.log(np.asarray(table.envelope, dtype=float)))
-    return hit[1]
-
-
 class GridRates:
     """``timing.Rates`` over numpy arrays, looking each distinct shape up once per instance."""
 
@@ -194,7 +131,7 @@ class GridRates:
         self.table = eff.matmul[dtype]
         self.attention = attention
         if isinstance(self.table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
-            self._log_table = -(_log_envelope(self.table) + math.log(peak))
+            self._log_table = -(log_envelope(self.table) + math.log(peak))
             self._grids = (self.table.M, self.table.N, self.table.K)
             self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self._grids)
         self._least_memory = min(eff.memory.efficiency)
@@ -263,7 +200,7 @@ class GridRates:
                 self._log(moved), grid + math.log(ops), log_s, ("memory", ops)))
         per_op = moved / ops
         rate = self._lookup("memory", (), [per_op], lambda: self.bandwidth * self._size_efficiency(
-            table.bytes, table.efficiency, table.interpolation, per_op, above=_above(table)))
+            table.bytes, table.efficiency, table.interpolation, per_op, above=above(table)))
         return moved / rate
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
@@ -282,7 +219,7 @@ class GridRates:
         some = np.broadcast_to(moved, over.shape)[over]
         table = self.eff.memory
         e = self._size_efficiency(table.bytes, table.efficiency, table.interpolation, some / ops, memo=False,
-                                  above=_above(table))
+                                  above=above(table))
         out[over] = np.maximum(out[over], some / (self.bandwidth * e))
         return out
 
@@ -331,7 +268,7 @@ class GridRates:
                 if self._fresh_from is None or x.max() < self._fresh_from:
                     return 0.0  # every size at a rate of 0
                 # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
-                return x * _step(table.bytes, [0.0, *(n * r for r in table.s_per_byte)], x)
+                return x * step(table.bytes, [0.0, *(n * r for r in table.s_per_byte)], x)
 
             terms.append(self._lookup("fresh", (n, number), arrays, one))
         return _sum(terms)
@@ -452,7 +389,7 @@ class GridRates:
             if _array(x) and len(grid) > 1:
                 free.append((letter, log_grid, self._log(x)))
             else:
-                weights.append(_weights(grid, x))
+                weights.append(axis_weights(grid, x))
                 letters.append(letter)
         reduced = (np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table,
                              *weights) if weights else self._log_table)
@@ -493,12 +430,12 @@ class GridRates:
             return efficiency[0]
         if above is None:
             if interpolation == "step":  # below the grid: its first value
-                return _step(grid[1:], efficiency, x)
+                return step(grid[1:], efficiency, x)
             lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
             return np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
         # on the envelope: above[number of grid points <= x], the best rate per size of a
         # bigger grid point, found with the step's own index
-        points, steps, rates = _table_arrays(tuple(grid), tuple(efficiency), tuple(above))
+        points, steps, rates = table_arrays(tuple(grid), tuple(efficiency), tuple(above))
         i = np.searchsorted(points, x, side="right")
         if interpolation == "step":
             e = steps.take(i)
