@@ -110,8 +110,8 @@ def with_kernels(hw: Hardware) -> Hardware:
         # model_construct: the folder was validated when read, and 35,816 points validate slowly.
         matmul[dtype] = MatmulTable.model_construct(M=M, N=N, K=K, efficiency=eff)
         floors.append(min(t))
-    if "bf16" in matmul and "fp16" in hw.peak_flops and "fp16" not in tables.gemms:
-        matmul["fp16"] = matmul["bf16"]
+    if "fp16" in hw.peak_flops and tables.gemm_dtype("fp16") == "bf16" and "bf16" in matmul:
+        matmul["fp16"] = matmul["bf16"]  # KernelTables.gemm_dtype's rule
     sources = "; ".join(f"{d}: {tables.source(f'gemm/{d}')}" for d in tables.gemms)
     eff_ = hw.efficiency.model_copy(update={
         "matmul": matmul, "floor_s": min(floors) if floors else hw.efficiency.floor_s,

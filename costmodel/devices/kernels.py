@@ -190,17 +190,28 @@ def read_attention(
     run over (sequence, head) pairs, so twice the heads is twice the sequences, and a small shape
     keeps the launch floor that scaling the time would multiply. Extrapolated then (``inside``
     False)."""
-    if (table.heads, table.kv_heads, table.head_dim, table.kv_dtype) == (
-        heads,
-        kv_heads,
-        head_dim,
-        kv_dtype,
-    ):
-        return table.grid(batch, seq)
+    work, exact = batch_factor(table, phase, heads, kv_heads, head_dim, kv_dtype)
+    got = table.grid(batch * work, seq)
+    return got if exact else Lookup(got.time_s, False)
+
+
+def batch_factor(
+    table: AttentionTable, phase: Phase, heads: int, kv_heads: int, head_dim: int, kv_dtype: str
+) -> tuple[float, bool]:
+    """(the factor on the batch a configuration is read at on `table`, whether it is the table's
+    own): 1 on its own table, else the ratio of the work (``attention_work``)."""
+    if (table.heads, table.kv_heads, table.head_dim, table.kv_dtype) == (heads, kv_heads, head_dim, kv_dtype):
+        return 1.0, True
     work = attention_work(phase, heads, kv_heads, head_dim, kv_dtype) / attention_work(
         phase, table.heads, table.kv_heads, table.head_dim, table.kv_dtype
     )
-    return Lookup(table.grid(batch * work, seq).time_s, False)
+    return work, False
+
+
+def band_label(bands: Sequence[ErrorBand]) -> str:
+    """An op class's bands in words: ``median 5% (worst 1.7x) vs sglang 0.5.14
+    (sglang_torch_linear), 3% (worst 1.3x) vs trtllm ...``."""
+    return "median " + ", ".join(f"{100 * b.median:.0f}% (worst {b.worst:.1f}x) {b.against}" for b in bands)
 
 
 class KernelTables:
@@ -260,8 +271,9 @@ class KernelTables:
         out = {}
         for op, listed in bands.items():
             try:
-                out[op] = tuple(ErrorBand(float(b["median"]), float(b["worst"]), str(b["against"]))
-                                for b in listed)
+                out[op] = tuple(
+                    ErrorBand(float(b["median"]), float(b["worst"]), str(b["against"])) for b in listed
+                )
             except (KeyError, TypeError, ValueError):
                 raise _bad(file, op, "median, worst, against", "missing or not numbers") from None
             if not out[op] or not all(0 <= b.median < 100 and 1 <= b.worst < 1e6 for b in out[op]):
@@ -269,24 +281,26 @@ class KernelTables:
         return out
 
     def error_label(self, op: str) -> str | None:
-        """One line of an op class's bands: ``gemm/bf16: median 5% (worst 1.7x) vs sglang 0.5.14
-        (sglang_torch_linear), 3% (1.9x) vs trtllm ...``; None where none was measured."""
+        """``gemm/bf16: median 5% (worst 1.7x) vs ...`` (``band_label``); None where none was measured."""
         bands = self.errors.get(op)
-        if not bands:
-            return None
-        return f"{op}: median " + ", ".join(f"{100 * b.median:.0f}% (worst {b.worst:.1f}x) {b.against}"
-                                            for b in bands)
+        return f"{op}: {band_label(bands)}" if bands else None
 
     def validate(self) -> KernelTables:
         """Read every file now (``SpecError`` on the first bad one)."""
         self._gemm, self._attention, self._collectives, self.errors  # noqa: B018
         return self
 
+    def gemm_dtype(self, dtype: str) -> str | None:
+        """The measured GEMM table `dtype` reads: its own, fp16 bf16's (the same tensor cores at
+        the same peak); None where neither was measured."""
+        if dtype in self.gemms:
+            return dtype
+        return "bf16" if dtype == "fp16" and "bf16" in self.gemms else None
+
     def gemm(self, dtype: str, M: float, N: float, K: float) -> Lookup | None:
-        """(M x K) @ (K x N) in `dtype`; None where the dtype was not measured (fp16 reads bf16's:
-        the same tensor cores at the same peak)."""
-        grid = self.gemms.get(dtype) or (self.gemms.get("bf16") if dtype == "fp16" else None)
-        return None if grid is None else grid(M, N, K)
+        """(M x K) @ (K x N) in `dtype` (``gemm_dtype``); None where not measured."""
+        measured = self.gemm_dtype(dtype)
+        return None if measured is None else self.gemms[measured](M, N, K)
 
     def attention_table(
         self, phase: Phase, heads: int, kv_heads: int, head_dim: int, kv_dtype: str = "bf16"
@@ -297,17 +311,7 @@ class KernelTables:
         if not self.attention_tables.get(phase):
             return None
         table = self.nearest(phase, heads, kv_heads, head_dim, kv_dtype)
-        if (table.heads, table.kv_heads, table.head_dim, table.kv_dtype) == (
-            heads,
-            kv_heads,
-            head_dim,
-            kv_dtype,
-        ):
-            return table, 1.0, True
-        work = attention_work(phase, heads, kv_heads, head_dim, kv_dtype) / attention_work(
-            phase, table.heads, table.kv_heads, table.head_dim, table.kv_dtype
-        )
-        return table, work, False
+        return (table, *batch_factor(table, phase, heads, kv_heads, head_dim, kv_dtype))
 
     def attention(
         self,

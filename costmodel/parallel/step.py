@@ -37,6 +37,7 @@ from costmodel import model
 from costmodel.analysis import Row, analyze
 from costmodel.components.key import TOKEN_TABLE, Key, Role
 from costmodel.devices.hardware import Hardware
+from costmodel.devices.kernels import band_label
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective, weakest
@@ -885,9 +886,8 @@ class StepModel:
             notes.append("overlap: " + ", ".join(k for k, on in self.overlap.to_dict().items() if on))
         bands = error_bands(self.hw, self.dtype, {"collectives"})
         if bands:  # the measured tables this step reads: GEMMs and in-node collectives
-            notes.append("measured kernel tables' error: " + "; ".join(
-                f"{op} median " + ", ".join(f"{100 * b.median:.0f}% (worst {b.worst:.1f}x) {b.against}"
-                                            for b in listed) for op, listed in bands.items()))
+            notes.append("measured kernel tables' error: " + "; ".join(f"{op} {band_label(listed)}"
+                                                                        for op, listed in bands.items()))
         return tuple(notes)
 
     def memory(self, layout: Layout, mb: MicroBatch | None = None) -> tuple[StageMemory, StageMemory]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from costmodel import units
 from costmodel.analysis import Analysis, Row
 from costmodel.devices.hardware import Hardware
+from costmodel.devices.kernels import band_label
 from costmodel.phases import LABELS
 from costmodel.precision import INT_BITS
 from costmodel.runtime.roofline import roofline_of
@@ -406,9 +407,8 @@ def kernel_notes(predictions: Iterable[Prediction | Serving]) -> list[str]:
         extrapolated += [op for op in p.extrapolated if op not in extrapolated]
     notes = []
     if errors:
-        notes.append("measured kernel tables, error against other frameworks' measurements: " + "; ".join(
-            f"{op} median " + ", ".join(f"{100 * b.median:.0f}% (worst {b.worst:.1f}x) {b.against}"
-                                        for b in bands) for op, bands in errors.items()))
+        notes.append("measured kernel tables, error against other frameworks' measurements: "
+                     + "; ".join(f"{op} {band_label(bands)}" for op, bands in errors.items()))
     if extrapolated:
         notes.append("extrapolated past the measured tables (the kernel model's rule, docs/gpu-time.md): "
                      + ", ".join(extrapolated))

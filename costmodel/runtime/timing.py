@@ -512,7 +512,7 @@ def error_bands(hw: Hardware, dtype: str, used: set[str]) -> dict[str, tuple[Err
     tables = hw.kernel_tables()
     if tables is None:
         return {}
-    gemm = dtype if dtype in tables.gemms else ("bf16" if dtype == "fp16" else None)
+    gemm = tables.gemm_dtype(dtype)
     ops = ([f"gemm/{gemm}"] if gemm else []) + sorted(used)
     return {op: tables.errors[op] for op in ops if op in tables.errors}
 
