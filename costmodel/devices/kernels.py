@@ -30,8 +30,8 @@ extrapolated, too. Neither rule can make a time fall
 below the physical floor, which the time model applies on top (``costmodel.runtime.timing``).
 
 A MoE configuration (hidden, inter, experts, top_k) that was not measured reads the nearest
-measured one at the tokens that route as many rows to the experts (tokens x top_k over its
-top_k), its time scaled by the work of a row (hidden x inter): extrapolated.
+measured one at the tokens that route as many rows to each expert (tokens x top_k / experts),
+its time scaled by all the experts' work (experts x hidden x inter): extrapolated.
 
 Pure Python (the lookup runs inside ``analyze --hardware``, which never imports numpy); a
 folder is read and validated once per process. A bad file is one line naming the file, the
@@ -233,8 +233,8 @@ class MoETable:
     grid: Grid  # (tokens,)
 
     def distance(self, hidden: int, inter: int, experts: int, topk: int) -> float:
-        """How far a configuration is from this one: the work of a row (hidden x inter) and the
-        experts first (the weights a small batch streams), then top_k and the aspect."""
+        """How far a configuration is from this one: an expert's work (hidden x inter) and the
+        experts first (the weights streamed), then top_k and the aspect."""
         return (
             2 * abs(math.log(hidden * inter / (self.hidden * self.inter)))
             + 2 * abs(math.log(experts / self.experts))
@@ -246,17 +246,22 @@ class MoETable:
         return (self.hidden, self.inter, self.experts, self.topk) == (hidden, inter, experts, topk)
 
 
-def moe_scaling(table: MoETable, hidden: int, inter: int, topk: int) -> tuple[float, float]:
+def moe_scaling(
+    table: MoETable, hidden: int, inter: int, experts: int, topk: int
+) -> tuple[float, float]:
     """(factor on the tokens, factor on the time) a configuration is read at on `table`: as many
-    rows routed (tokens x top_k / the table's top_k), each row's work (hidden x inter) scaled.
-    (1, 1) on its own configuration."""
-    return topk / table.topk, hidden * inter / (table.hidden * table.inter)
+    rows per expert (tokens x top_k / experts, the routing balanced), the time scaled by all the
+    experts' work at those rows (experts x hidden x inter): a grouped GEMM is one product per
+    expert, each streaming its weights. (1, 1) on its own configuration. Left out, each measured
+    configuration read off the nearest other: median 3-5% on bf16 (docs/gpu-time.md)."""
+    rows = (topk / experts) / (table.topk / table.experts)
+    return rows, experts * hidden * inter / (table.experts * table.hidden * table.inter)
 
 
 def read_moe(table: MoETable, tokens: float, hidden: int, inter: int, experts: int, topk: int) -> Lookup:
     """A MoE layer's experts over `tokens` tokens read off `table` (``moe_scaling``); another
     configuration's read is extrapolated (``inside`` False)."""
-    per_token, per_time = moe_scaling(table, hidden, inter, topk)
+    per_token, per_time = moe_scaling(table, hidden, inter, experts, topk)
     got = table.grid(tokens * per_token)
     return got if table.exact(hidden, inter, experts, topk) else Lookup(got.time_s * per_time, False)
 

@@ -51,7 +51,7 @@ def moe_read(kernel: AttentionKernel | None, spec: Spec, key: Key, dtype: str) -
     table = kernel.tables.moe_table(dtype, d, f, E, K)
     if table is None:
         return None
-    per_token, per_time = moe_scaling(table, d, f, K)
+    per_token, per_time = moe_scaling(table, d, f, E, K)
     return MoERead(table.grid, per_token, per_time, K, table.exact(d, f, E, K), f"moe/{table.dtype}")
 
 

@@ -92,7 +92,7 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import TOKEN_TABLE, Key, Role, SubBlock
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import ErrorBand
+from costmodel.devices.kernels import ErrorBand, Lookup
 from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import (
     AttentionKernel,
@@ -281,9 +281,8 @@ class Rates(Protocol):
         (``fused_core``), or None where no table applies (the products are timed instead)."""
 
     def moe(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
-        """Seconds of a routed-experts leaf over its layers from the measured MoE tables
-        (``fused_moe``: a product's third of the layer's time, 0 for the activation inside
-        it), or None where no table applies (the products are timed instead)."""
+        """Seconds of a routed-experts leaf over its layers off the MoE tables (``fused_moe``),
+        or None where none applies (the products are timed instead)."""
 
     def memory(self, moved: Any, ops: int) -> Any:
         """Seconds to move `moved` bytes in `ops` equal ops (0 when nothing moves)."""
@@ -355,7 +354,7 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
     if key.part == "experts" and not training:
         t_moe = rates.moe(spec, key, gemms, layers)
         if t_moe is not None:  # the grouped-GEMM kernel's measured time (``fused_moe``)
-            if not gemms:  # the activation runs inside it: its FLOPs on the vector units beside
+            if not gemms:  # the activation runs inside it, its FLOPs on the vector units
                 roof = rates.roof((q.flops_other,), 0)
                 return Part("fused", 0, rates.at_least(0.0, roof, 0), moved=0, roof_s=roof)
             roof = rates.roof((q.flops_matmul, q.flops_other), q.bytes_unfused)
@@ -428,27 +427,21 @@ class ScalarRates:
     def fused_attention(self, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any], layers: int,
                         ratio: Any) -> Any:
         core = fused_core(self.attention, spec, key, scores, layers, ratio)
-        if core is None:
-            return None
-        got = core.grid(*core.coords)
-        self.used.add(core.op)
-        if not (core.exact and got.inside):
-            self.extrapolated.add(core.op)
-        return got.time_s * core.factor
+        return None if core is None else self._read(core.op, core.exact, core.grid(*core.coords)) * (
+            core.factor)
 
     def moe(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
         read = moe_read(self.attention, spec, key, self.dtype)
-        if read is None:
-            return None
-        self.used.add(read.op)
-        share = experts_share(read, key, gemms, layers)
-        if share is None:
-            return 0.0
-        tokens, factor = share
-        got = read.grid(tokens)
-        if not (read.exact and got.inside):
-            self.extrapolated.add(read.op)
-        return got.time_s * factor
+        share = None if read is None else experts_share(read, key, gemms, layers)
+        if read is None or share is None:  # no table; or the activation, inside the kernel
+            return None if read is None else 0.0
+        return self._read(read.op, read.exact, read.grid(share[0])) * share[1]
+
+    def _read(self, op: str, exact: bool, got: Lookup) -> float:  # noted as read, or extrapolated
+        self.used.add(op)
+        if not (exact and got.inside):
+            self.extrapolated.add(op)
+        return got.time_s
 
     def memory(self, moved: Any, ops: int) -> float:
         per_op = moved / ops
@@ -541,7 +534,6 @@ def error_bands(hw: Hardware, dtype: str, used: set[str]) -> dict[str, tuple[Err
     gemm = tables.gemm_dtype(dtype)
     ops = ([f"gemm/{gemm}"] if gemm else []) + sorted(used)
     return {op: tables.errors[op] for op in ops if op in tables.errors}
-
 
 
 def executed_flops(a: Analysis, kernels: Kernels) -> int:
