@@ -123,6 +123,8 @@ def test_a_bad_moe_file_is_one_line_naming_file_table_and_field(tmp_path, field,
 
 def test_an_mla_file_without_its_latent_sizes_is_refused(tmp_path) -> None:
     table = {"kv_dtype": "bf16", "axes": {"heads": [128], "batch": [1], "seq": [2]}, "time_s": [1e-5]}
-    folder = bad_folder(tmp_path, "mla.json", {"decode": {"source": {"kv_lora_rank": 512}, "tables": [table]}})
-    with pytest.raises(SpecError, match=r"^mla.json: decode: source.qk_rope_head_dim: must be a positive integer$"):
+    data = {"decode": {"source": {"kv_lora_rank": 512}, "tables": [table]}}
+    folder = bad_folder(tmp_path, "mla.json", data)
+    line = r"^mla.json: decode: source.qk_rope_head_dim: must be a positive integer$"
+    with pytest.raises(SpecError, match=line):
         read_kernels(folder)
