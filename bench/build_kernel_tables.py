@@ -340,6 +340,171 @@ def holdout(wheel: Wheel, system: str, primary: str) -> dict[str, Any]:
     return out
 
 
+# --- MoE (grouped GEMMs) and MLA ------------------------------------------------------------------
+
+#: The routing a MoE table is read at: balanced (every expert the same share of the T x top_k
+#: rows), else the least skewed power law a collection has (A100's vLLM collection has no balanced
+#: rows).
+DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
+#: MoE kernels that are not the gated (SwiGLU) experts every other row times.
+MOE_SKIP = ("nongated",)
+#: The latent-attention sizes every MLA row of the wheel has: DeepSeek-V3's (aiconfigurator's
+#: collector/<framework>/collect_mla.py builds its modules from that config).
+MLA_DIMS = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
+#: Who builds the MLA tables: vLLM's collection is the whole MLA module (projections, the core
+#: and the output projection in one time; mla_*_module_perf.parquet), not the attention core
+#: the time model asks for, so SGLang's core (its FlashAttention-3 MLA backend) is taken, and
+#: TRT-LLM's where SGLang measured none (A100).
+MLA_FRAMEWORKS = ("sglang", "trtllm")
+
+
+def moe_rows(
+    wheel: Wheel, system: str, framework: str, dtype: str, distribution: str | None = None
+) -> tuple[dict[tuple[int, ...], dict[float, float]], dict[str, Any]] | None:
+    """One framework's MoE layer times at one GPU, no parallelism (EP = TP = 1): per (hidden,
+    inter, experts, top_k), tokens -> seconds; the newest collection with such rows, the kernel
+    that measured the most of them, at the routing `distribution` (else the first of
+    ``DISTRIBUTIONS`` it has)."""
+    for version in wheel.versions(system, "moe", framework, "moe_perf.parquet"):
+        rows, source = wheel.read(system, "moe", framework, version, "moe_perf.parquet")
+        kept = [
+            r
+            for r in rows
+            if r["moe_dtype"] == dtype
+            and r["moe_tp_size"] == 1
+            and r["moe_ep_size"] == 1
+            and not any(s in r["kernel_source"] for s in MOE_SKIP)
+        ]
+        have = {r["distribution"] for r in kept}
+        dist = distribution if distribution in have else next((d for d in DISTRIBUTIONS if d in have), None)
+        if dist is None:
+            continue
+        counts: dict[str, int] = defaultdict(int)
+        for r in kept:
+            if r["distribution"] == dist:
+                counts[r["kernel_source"]] += 1
+        kernel = max(counts, key=lambda k: counts[k])
+        pts: dict[tuple[int, ...], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in kept:
+            if r["distribution"] == dist and r["kernel_source"] == kernel:
+                cfg = (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"])
+                pts[cfg][r["num_tokens"]].append(r["latency"] * 1e-3)
+        out = {cfg: {t: _median(v) for t, v in by.items()} for cfg, by in pts.items() if len(by) >= 2}
+        if out:
+            return out, {**source, "kernel": kernel, "distribution": dist, "ep": 1, "tp": 1}
+    return None
+
+
+def moe_tables(wheel: Wheel, system: str) -> list[dict[str, Any]]:
+    """vLLM's fused MoE (``fused_experts``: the gate/up grouped GEMM, the activation, the down
+    grouped GEMM and the weighted sum over top_k; routing excluded) per dtype, one tokens axis
+    per (hidden, inter, experts, top_k) measured."""
+    out = []
+    for dtype in ("bfloat16", "fp8"):
+        got = moe_rows(wheel, system, "vllm", dtype)
+        if not got:
+            continue
+        by_cfg, source = got
+        configs = []
+        for (hidden, inter, experts, topk), pts in sorted(by_cfg.items()):
+            tokens = sorted(pts)
+            configs.append(
+                {
+                    "hidden": hidden,
+                    "inter": inter,
+                    "experts": experts,
+                    "topk": topk,
+                    "axes": {"tokens": tokens},
+                    "time_s": [_round(pts[t]) for t in tokens],
+                    "filled": [],
+                }
+            )
+        out.append({"dtype": DTYPES[dtype], "source": source, "configs": configs})
+    return out
+
+
+def mla_rows(
+    wheel: Wheel, system: str, framework: str, phase: str
+) -> tuple[dict[str, dict[tuple[float, ...], float]], dict[str, Any]] | None:
+    """One framework's MLA attention core (context: prefill; generation: absorbed decode), per
+    KV cache dtype: (heads on the GPU, batch, seq) -> seconds; the newest collection."""
+    file = f"{'context' if phase == 'prefill' else 'generation'}_mla_perf.parquet"
+    for version in wheel.versions(system, "mla", framework, file):
+        rows, source = wheel.read(system, "mla", framework, version, file)
+        pts: dict[str, dict[tuple[float, ...], list[float]]] = defaultdict(lambda: defaultdict(list))
+        kernels = set()
+        for r in rows:
+            if r["mla_dtype"] not in ("bfloat16", "float16") or r["kv_cache_dtype"] not in DTYPES:
+                continue
+            seq = int(r["isl"]) if phase == "prefill" else int(r["step"]) + DECODE_SEQ[framework]
+            shape = (r["num_heads"], r["batch_size"], seq)
+            pts[DTYPES[r["kv_cache_dtype"]]][shape].append(r["latency"] * 1e-3)
+            kernels.add(r["kernel_source"])
+        if pts:
+            out = {kv: {s: _median(t) for s, t in by.items()} for kv, by in pts.items()}
+            return out, {**source, "kernel": "/".join(sorted(kernels)), **MLA_DIMS}
+    return None
+
+
+def mla_tables(wheel: Wheel, system: str) -> tuple[dict[str, Any], str | None]:
+    """The MLA core per phase from the first of ``MLA_FRAMEWORKS`` that measured it, one
+    (heads, batch, seq) table per KV cache dtype; and the framework taken."""
+    out: dict[str, Any] = {}
+    taken = None
+    for framework in MLA_FRAMEWORKS:
+        for phase in ("prefill", "decode"):
+            got = mla_rows(wheel, system, framework, phase)
+            if not got or phase in out or taken not in (None, framework):
+                continue
+            by_kv, source = got
+            taken = framework
+            tables = []
+            for kv_dtype, points in sorted(by_kv.items()):
+                axes = [sorted({p[d] for p in points}) for d in range(3)]
+                values, filled = _grid(points, axes, 1)
+                tables.append(
+                    {
+                        "kv_dtype": kv_dtype,
+                        "axes": {"heads": axes[0], "batch": axes[1], "seq": axes[2]},
+                        "time_s": values,
+                        "filled": filled,
+                    }
+                )
+            out[phase] = {"source": source, "tables": tables}
+    return out, taken
+
+
+def moe_mla_holdout(
+    wheel: Wheel, system: str, mla_framework: str | None, moe: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Other frameworks' MoE layers (at the routing the table was read at) and MLA cores, as
+    points: moe [tokens, hidden, inter, experts, top_k, s]; mla [heads, batch, seq, kv dtype, s]."""
+    out: dict[str, Any] = {}
+    dists = {t["dtype"]: t["source"]["distribution"] for t in moe}
+    for framework in ("sglang", "trtllm"):
+        for dtype in ("bfloat16", "fp8"):
+            if DTYPES[dtype] not in dists:
+                continue
+            got = moe_rows(wheel, system, framework, dtype, dists[DTYPES[dtype]])
+            if got:
+                by_cfg, source = got
+                keys = sorted((t, *cfg) for cfg, pts in by_cfg.items() for t in pts)
+                keep = keys[:: max(1, len(keys) // 400)]
+                points = [[*k, _round(by_cfg[k[1:]][k[0]])] for k in keep]
+                out.setdefault(f"moe/{DTYPES[dtype]}", []).append({"source": source, "points": points})
+        if framework == mla_framework:
+            continue
+        for phase in ("prefill", "decode"):
+            got_m = mla_rows(wheel, system, framework, phase)
+            if got_m:
+                by_kv, source = got_m
+                mkeys = sorted((*s, kv) for kv, pts in by_kv.items() for s in pts)
+                mkeep = mkeys[:: max(1, len(mkeys) // 400)]
+                mpoints = [[*k, _round(by_kv[k[3]][k[:3]])] for k in mkeep]
+                out.setdefault(f"mla/{phase}", []).append({"source": source, "points": mpoints})
+    return out
+
+
 def build(wheel: Wheel, profile: str, system: str) -> None:
     folder = OUT / profile
     folder.mkdir(parents=True, exist_ok=True)
@@ -363,10 +528,14 @@ def build(wheel: Wheel, profile: str, system: str) -> None:
         _write(
             folder / "collectives.json", {**header, "op": "collectives", "source": source, "tables": tables}
         )
-    _write(
-        folder / "holdout.json",
-        {**header, "op": "holdout", "primary": "vllm", "sets": holdout(wheel, system, "vllm")},
-    )
+    moe = moe_tables(wheel, system)
+    if moe:
+        _write(folder / "moe.json", {**header, "op": "moe", "tables": moe})
+    mla, mla_framework = mla_tables(wheel, system)
+    if mla:
+        _write(folder / "mla.json", {**header, "op": "mla", **mla})
+    sets = {**holdout(wheel, system, "vllm"), **moe_mla_holdout(wheel, system, mla_framework, moe)}
+    _write(folder / "holdout.json", {**header, "op": "holdout", "primary": "vllm", "sets": sets})
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

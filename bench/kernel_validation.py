@@ -52,15 +52,20 @@ from costmodel.devices.kernels import (  # noqa: E402
     Grid,
     KernelTables,
     Lookup,
+    MoETable,
     Phase,
     kernels_root,
     load_kernels,
     nearest_table,
     read_attention,
+    read_moe,
 )
 
 GPUS = ("a100-80gb", "h100-sxm", "h200", "b200")
 OPS = ("gemm/bf16", "gemm/fp8", "attention/prefill", "attention/decode")
+#: The MoE layers' routed experts (moe.json) and latent attention's core (mla.json): their own
+#: tables on the page, so that the dense op classes' figures stay as they were.
+SPARSE_OPS = ("moe/bf16", "moe/fp8", "mla/prefill", "mla/decode")
 DOC = ROOT / "docs" / "gpu-time.md"
 BEGIN, END = "<!-- kernel-validation: begin -->", "<!-- kernel-validation: end -->"
 #: Predictions per (GPU, op class, what was left out): about this many, evenly spaced over the removed
@@ -73,8 +78,8 @@ SHAPE_GPUS = ("a100-80gb", "h100-sxm")  # h200's and b200's GEMM axes are h100-s
 
 
 def target(op: str) -> float:
-    """The issue's median target for an op class: attention 15%, the rest 10%."""
-    return 0.15 if op.startswith("attention") else 0.10
+    """The issue's median target for an op class: attention (MLA's too) 15%, the rest 10%."""
+    return 0.15 if op.startswith(("attention", "mla")) else 0.10
 
 
 @dataclass(frozen=True)
@@ -128,11 +133,12 @@ def node(grid: Grid, coords: Sequence[float], slack: Sequence[float]) -> float |
 
 
 @lru_cache(maxsize=None)
-def against_framework(gpu: str) -> tuple[Row, ...]:
-    """Per (op class, framework) of ``holdout.json``: the lookup against the other framework."""
+def against_framework(gpu: str, ops: tuple[str, ...] = OPS) -> tuple[Row, ...]:
+    """Per (op class of `ops`, framework) of ``holdout.json``: the lookup against the other
+    framework."""
     k = load_kernels(gpu)
     rows = []
-    for op in OPS:
+    for op in ops:
         for part in holdout(gpu)["sets"].get(op, []):
             source = part["source"]
             ratios, inside, same = [], 0, []
@@ -157,6 +163,8 @@ def _predict(k: KernelTables, op: str, point: Sequence[Any]) -> tuple[Lookup, fl
         got = k.gemm(which, M, N, K)
         assert got is not None
         return got, node(grid, (M, N, K), (0, 0, 0))
+    if kind in ("moe", "mla"):
+        return _predict_sparse(k, kind, which, point)
     phase: Phase = "prefill" if which == "prefill" else "decode"
     batch, seq, heads, kv_heads, head_dim, kv_dtype = point[:6]
     table = k.nearest(phase, heads, kv_heads, head_dim, kv_dtype)
@@ -166,6 +174,26 @@ def _predict(k: KernelTables, op: str, point: Sequence[Any]) -> tuple[Lookup, fl
     # decode: vLLM's cache holds 2^k - 1 tokens where the others' hold 2^k (the new one counted alike)
     here = node(table.grid, (batch, seq), (0, 1 if phase == "decode" else 0)) if exact else None
     return got_a, here
+
+
+def _predict_sparse(
+    k: KernelTables, kind: str, which: str, point: Sequence[Any]
+) -> tuple[Lookup, float | None]:
+    """A MoE point [tokens, hidden, inter, experts, top_k, s] or an MLA one [heads, batch, seq,
+    kv dtype, s]: the lookup, and the table's own measurement of the shape if it has one."""
+    if kind == "moe":
+        tokens, hidden, inter, experts, topk = point[:5]
+        table = k.moe_table(which, hidden, inter, experts, topk)
+        assert table is not None
+        exact = table.exact(hidden, inter, experts, topk)
+        got = read_moe(table, tokens, hidden, inter, experts, topk)
+        return got, node(table.grid, (tokens,), (0,)) if exact else None
+    phase: Phase = "prefill" if which == "prefill" else "decode"
+    heads, batch, seq, kv_dtype = point[:4]
+    mla = k.mla_table(phase, kv_dtype)
+    got_m = k.mla(phase, batch, seq, heads, kv_dtype)
+    assert mla is not None and got_m is not None
+    return got_m, node(mla.grid, (heads, batch, seq), (0, 0, 0)) if mla.kv_dtype == kv_dtype else None
 
 
 # --- 2. left out -------------------------------------------------------------------------------
@@ -252,6 +280,38 @@ def left_out(gpu: str) -> tuple[Row, ...]:
         rows.append(Row(gpu, op, "each head configuration", _configurations_left_out(tables, phase)))
     grids = list(k.collectives.values())
     rows += [Row(gpu, "collectives", what, s) for what, s in _grid_left_out(grids, ("GPU count", "size"))]
+    return tuple(rows)
+
+
+def _moe_configurations_left_out(tables: Sequence[MoETable]) -> Stats:
+    """Each measured MoE configuration removed, its measured points predicted from the nearest
+    of the others (``read_moe``: as many rows routed, the time scaled by a row's work)."""
+    ratios = []
+    for t in tables:
+        others = [u for u in tables if u is not t]
+        if not others:
+            continue
+        near = min(others, key=lambda u: u.distance(t.hidden, t.inter, t.experts, t.topk))
+        for flat, (tokens,) in enumerate(coords(t.grid, f) for f in range(len(t.grid.times))):
+            got = read_moe(near, tokens, t.hidden, t.inter, t.experts, t.topk)
+            ratios.append(got.time_s / t.grid.times[flat])
+    return Stats.of(ratios, 0)
+
+
+@lru_cache(maxsize=None)
+def left_out_sparse(gpu: str) -> tuple[Row, ...]:
+    """MoE: every other token count, and each configuration; MLA: every other line of heads,
+    batch and seq."""
+    k = load_kernels(gpu)
+    rows = []
+    for dtype, moe in k.moe_tables.items():
+        op = f"moe/{dtype}"
+        rows += [Row(gpu, op, what, s) for what, s in _grid_left_out([t.grid for t in moe], ("tokens",))]
+        rows.append(Row(gpu, op, "each configuration", _moe_configurations_left_out(moe)))
+    for phase, mla in k.mla_tables.items():
+        grids = [t.grid for t in mla]
+        axes = ("heads", "batch", "seq")
+        rows += [Row(gpu, f"mla/{phase}", what, s) for what, s in _grid_left_out(grids, axes)]
     return tuple(rows)
 
 
@@ -367,6 +427,27 @@ def markdown() -> str:
             [[r.gpu, r.op, r.against, *_stats_cells(r.stats), _met(r.stats, r.op)]
              for gpu in GPUS for r in left_out(gpu)],
         ),
+        "\n### MoE layers and latent attention\n",
+        "`moe.json`: a MoE layer's routed experts as one measured kernel (vLLM's `fused_experts`); "
+        "`mla.json`: latent attention's core (SGLang's; TRT-LLM's on A100). Against another "
+        "framework (holdout.json), as above:\n",
+        _table(
+            ["GPU", "op class", "measured by", "points", "inside", "median", "p90", "worst", "same shape",
+             "target met"],
+            [
+                [r.gpu, r.op, r.against, *_stats_cells(r.stats),
+                 f"{_pct(r.same.median)} / {r.same.worst:.2f}x ({r.same.points})" if r.same else "-",
+                 _met(r.stats, r.op)]
+                for gpu in GPUS
+                for r in against_framework(gpu, SPARSE_OPS)
+            ],
+        ),
+        "\nLeft out of the table:\n",
+        _table(
+            ["GPU", "op class", "left out", "points", "inside", "median", "p90", "worst", "target met"],
+            [[r.gpu, r.op, r.against, *_stats_cells(r.stats), _met(r.stats, r.op)]
+             for gpu in GPUS for r in left_out_sparse(gpu)],
+        ),
         "\n### The GEMMs the model asks for\n",
         "Linear products of one step (`Cost.gemms`, the attention core left out), bf16; calls "
         "counted with their multiplicity (layers, heads of a batched product). h200's and b200's "
@@ -395,14 +476,15 @@ def bands(gpu: str) -> dict[str, Any]:
     reader sees how far another stack lies; collectives, which no other framework measured
     here, their left-out figure (the interpolation's own error, a lower bound on the truth's)."""
     out: dict[str, Any] = {}
-    for op in OPS:
-        rows = [r for r in against_framework(gpu) if r.op == op]
+    for op in OPS + SPARSE_OPS:
+        rows = [r for r in against_framework(gpu, OPS if op in OPS else SPARSE_OPS) if r.op == op]
         if rows:
             out[op] = [_band(r.stats, f"vs {r.against}") for r in rows]
-    rows = [r for r in left_out(gpu) if r.op == "collectives"]
-    if rows:
-        r = max(rows, key=lambda r: r.stats.median)
-        out["collectives"] = [_band(r.stats, f"interpolation ({r.against} left out)")]
+    # No other framework measured them: the worst left-out figure (a lower bound on the truth's).
+    left = [r for r in left_out(gpu) + left_out_sparse(gpu) if r.op not in out]
+    for op in dict.fromkeys(r.op for r in left):
+        r = max((r for r in left if r.op == op), key=lambda r: r.stats.median)
+        out[op] = [_band(r.stats, f"interpolation ({r.against} left out)")]
     return out
 
 

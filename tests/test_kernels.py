@@ -237,11 +237,12 @@ def test_a_profile_naming_missing_tables_is_one_line_and_exit_2(tmp_path, monkey
 
 
 def test_the_folders_are_what_the_scripts_write() -> None:
-    """Every bundled folder holds the four files the build script writes and the error bands the
+    """Every bundled folder holds the six files the build script writes and the error bands the
     validation writes, and nothing else: a hand-edited table would not survive a refresh."""
     for name in GPUS:
         assert sorted(p.name for p in (kernels_root() / name).iterdir()) == [
-            "attention.json", "collectives.json", "errors.json", "gemm.json", "holdout.json"]
+            "attention.json", "collectives.json", "errors.json", "gemm.json", "holdout.json", "mla.json",
+            "moe.json"]
         for file in ("gemm.json", "attention.json", "collectives.json", "holdout.json"):
             assert raw(name, file)["built_by"] == "bench/build_kernel_tables.py"
         assert raw(name, "errors.json")["built_by"] == "bench/kernel_validation.py"

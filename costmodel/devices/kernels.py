@@ -10,7 +10,12 @@ interface (``KernelTables``):
 - ``attention(phase, batch, seq, heads, kv_heads, head_dim, kv_dtype)``: one fused attention
   kernel, prefill (causal over ``seq`` prompt tokens) or decode (one token per sequence against
   a cache of ``seq`` tokens);
-- ``collective(kind, gpus, nbytes)``: an NCCL collective inside one node.
+- ``collective(kind, gpus, nbytes)``: an NCCL collective inside one node;
+- ``moe(dtype, tokens, hidden, inter, experts, topk)``: a mixture-of-experts layer's routed
+  experts as a serving stack runs them (grouped GEMMs: gate/up, the activation, down, the
+  weighted sum over top_k; routing left out) over `tokens` tokens on one GPU;
+- ``mla(phase, batch, seq, heads, kv_dtype)``: latent attention's core (prefill: the causal
+  pass; decode: absorbed, one token against the cached latent), DeepSeek-V3's latent sizes.
 
 Each answers a ``Lookup``: seconds, and whether the shape was inside what was measured.
 Between grid points the time is interpolated multilinearly in log(time) over log(axis), as
@@ -24,9 +29,17 @@ heads is twice the sequences to the kernel, and a launch-bound shape stays launc
 extrapolated, too. Neither rule can make a time fall
 below the physical floor, which the time model applies on top (``costmodel.runtime.timing``).
 
+A MoE configuration (hidden, inter, experts, top_k) that was not measured reads the nearest
+measured one at the tokens that route as many rows to each expert (tokens x top_k / experts),
+its time scaled by all the experts' work (experts x hidden x inter): extrapolated.
+
 Pure Python (the lookup runs inside ``analyze --hardware``, which never imports numpy); a
 folder is read and validated once per process. A bad file is one line naming the file, the
 table and the field.
+
+Long because: one reader and one lookup per op class (GEMM, attention, collectives, MoE, MLA),
+each with its validation, share the grid, its envelope and the errors; split, each would import
+the others' helpers.
 """
 
 from __future__ import annotations
@@ -208,6 +221,64 @@ def batch_factor(
     return work, False
 
 
+@dataclass(frozen=True)
+class MoETable:
+    """One measured MoE configuration: a layer's routed experts by tokens (``moe.json``)."""
+
+    dtype: str
+    hidden: int
+    inter: int
+    experts: int
+    topk: int
+    grid: Grid  # (tokens,)
+
+    def distance(self, hidden: int, inter: int, experts: int, topk: int) -> float:
+        """How far a configuration is from this one: an expert's work (hidden x inter) and the
+        experts first (the weights streamed), then top_k and the aspect."""
+        return (
+            2 * abs(math.log(hidden * inter / (self.hidden * self.inter)))
+            + 2 * abs(math.log(experts / self.experts))
+            + abs(math.log(topk / self.topk))
+            + 0.5 * abs(math.log(hidden / self.hidden))
+        )
+
+    def exact(self, hidden: int, inter: int, experts: int, topk: int) -> bool:
+        return (self.hidden, self.inter, self.experts, self.topk) == (hidden, inter, experts, topk)
+
+
+def moe_scaling(
+    table: MoETable, hidden: int, inter: int, experts: int, topk: int
+) -> tuple[float, float]:
+    """(factor on the tokens, factor on the time) a configuration is read at on `table`: as many
+    rows per expert (tokens x top_k / experts, the routing balanced), the time scaled by all the
+    experts' work at those rows (experts x hidden x inter): a grouped GEMM is one product per
+    expert, each streaming its weights. (1, 1) on its own configuration. Left out, each measured
+    configuration read off the nearest other: median 3-5% on bf16 (docs/gpu-time.md)."""
+    rows = (topk / experts) / (table.topk / table.experts)
+    return rows, experts * hidden * inter / (table.experts * table.hidden * table.inter)
+
+
+def read_moe(table: MoETable, tokens: float, hidden: int, inter: int, experts: int, topk: int) -> Lookup:
+    """A MoE layer's experts over `tokens` tokens read off `table` (``moe_scaling``); another
+    configuration's read is extrapolated (``inside`` False)."""
+    per_token, per_time = moe_scaling(table, hidden, inter, experts, topk)
+    got = table.grid(tokens * per_token)
+    return got if table.exact(hidden, inter, experts, topk) else Lookup(got.time_s * per_time, False)
+
+
+@dataclass(frozen=True)
+class MLATable:
+    """Latent attention's core at one KV cache dtype by (heads on the GPU, batch, seq)."""
+
+    kv_dtype: str
+    grid: Grid
+
+
+#: The latent sizes an MLA table is measured at (its source names them): kv_lora_rank,
+#: qk_rope_head_dim, qk_nope_head_dim, v_head_dim.
+MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+
+
 def band_label(bands: Sequence[ErrorBand]) -> str:
     """An op class's bands in words: ``median 5% (worst 1.7x) vs sglang 0.5.14
     (sglang_torch_linear), 3% (worst 1.3x) vs trtllm ...``."""
@@ -237,6 +308,24 @@ class KernelTables:
     def _collectives(self) -> tuple[dict[str, Grid], dict[str, dict[str, Any]]]:
         return _read_collectives(self.folder / "collectives.json")
 
+    @cached_property
+    def _moe(self) -> tuple[dict[str, tuple[MoETable, ...]], dict[str, dict[str, Any]]]:
+        return _read_moe(self.folder / "moe.json")
+
+    @cached_property
+    def _mla(self) -> tuple[dict[str, tuple[MLATable, ...]], dict[str, dict[str, Any]]]:
+        return _read_mla(self.folder / "mla.json")
+
+    @property
+    def moe_tables(self) -> dict[str, tuple[MoETable, ...]]:
+        """dtype -> one tokens table per measured (hidden, inter, experts, top_k)."""
+        return self._moe[0]
+
+    @property
+    def mla_tables(self) -> dict[str, tuple[MLATable, ...]]:
+        """phase -> one (heads, batch, seq) table per KV cache dtype measured."""
+        return self._mla[0]
+
     @property
     def gemms(self) -> dict[str, Grid]:
         """dtype -> (M, N, K)."""
@@ -255,7 +344,7 @@ class KernelTables:
     @property
     def sources(self) -> dict[str, dict[str, Any]]:
         """ "gemm/bf16", "attention/decode", "collectives" -> where the table came from."""
-        return {**self._gemm[1], **self._attention[1], **self._collectives[1]}
+        return {**self._gemm[1], **self._attention[1], **self._collectives[1], **self._moe[1], **self._mla[1]}
 
     @cached_property
     def errors(self) -> dict[str, tuple[ErrorBand, ...]]:
@@ -287,7 +376,7 @@ class KernelTables:
 
     def validate(self) -> KernelTables:
         """Read every file now (``SpecError`` on the first bad one)."""
-        self._gemm, self._attention, self._collectives, self.errors  # noqa: B018
+        self._gemm, self._attention, self._collectives, self._moe, self._mla, self.errors  # noqa: B018
         return self
 
     def gemm_dtype(self, dtype: str) -> str | None:
@@ -347,6 +436,46 @@ class KernelTables:
                 self.attention_tables[phase], heads, kv_heads, head_dim, kv_dtype
             )
         return self._nearest[key]
+
+    def moe_table(self, dtype: str, hidden: int, inter: int, experts: int, topk: int) -> MoETable | None:
+        """The MoE table a configuration reads at `dtype` (fp16 reads bf16's, as the GEMMs): its own,
+        else the nearest measured (``MoETable.distance``); None where the dtype has none."""
+        tables = self.moe_tables.get(dtype) or (self.moe_tables.get("bf16") if dtype == "fp16" else None)
+        if not tables:
+            return None
+        return min(tables, key=lambda t: t.distance(hidden, inter, experts, topk))
+
+    def moe(
+        self, dtype: str, tokens: float, hidden: int, inter: int, experts: int, topk: int
+    ) -> Lookup | None:
+        """A MoE layer's routed experts (gated: gate/up, activation, down, the weighted sum) over
+        `tokens` tokens, `experts` of width `inter` on a model of width `hidden`, `topk` a token,
+        no parallelism; None where not measured."""
+        table = self.moe_table(dtype, hidden, inter, experts, topk)
+        return None if table is None else read_moe(table, tokens, hidden, inter, experts, topk)
+
+    def mla_table(self, phase: Phase, kv_dtype: str = "bf16") -> MLATable | None:
+        """The phase's MLA table at the cache's dtype, else the bf16 one; None where none."""
+        tables = {t.kv_dtype: t for t in self.mla_tables.get(phase, ())}
+        return tables.get(kv_dtype) or tables.get("bf16")
+
+    def mla_dims(self, phase: Phase) -> tuple[int, ...] | None:
+        """The latent sizes the phase's MLA tables were measured at (``MLA_FIELDS``)."""
+        source = self.sources.get(f"mla/{phase}")
+        return None if source is None else tuple(source[f] for f in MLA_FIELDS)
+
+    def mla(
+        self, phase: Phase, batch: float, seq: float, heads: float, kv_dtype: str = "bf16"
+    ) -> Lookup | None:
+        """Latent attention's core over `batch` sequences of `seq` tokens (prefill: the prompt;
+        decode: the cache, the new token included) with `heads` query heads on the GPU, at the
+        latent sizes of ``mla_dims``; None where the phase has no table. A cache dtype not
+        measured reads bf16's (extrapolated)."""
+        table = self.mla_table(phase, kv_dtype)
+        if table is None:
+            return None
+        got = table.grid(heads, batch, seq)
+        return got if table.kv_dtype == kv_dtype else Lookup(got.time_s, False)
 
     def collective(self, kind: str, gpus: int, nbytes: float) -> Lookup | None:
         """One NCCL collective of an `nbytes` message over `gpus` GPUs of one node: nccl-tests'
@@ -434,7 +563,7 @@ def _read(file: Path) -> dict[str, Any]:
     return data
 
 
-FILES = ("gemm.json", "attention.json", "collectives.json")
+FILES = ("gemm.json", "attention.json", "collectives.json", "moe.json", "mla.json")
 
 
 def read_kernels(folder: Path) -> KernelTables:
@@ -500,6 +629,58 @@ def _read_collectives(file: Path) -> tuple[dict[str, Grid], dict[str, dict[str, 
                 raise _bad(file, f"tables[{i}]", "kind", f"must be one of {', '.join(KINDS)}")
             collectives[kind] = _grid(file, f"tables[{i}] ({kind})", t, ("gpus", "bytes"), (0, 1))
     return collectives, sources
+
+
+def _read_moe(file: Path) -> tuple[dict[str, tuple[MoETable, ...]], dict[str, dict[str, Any]]]:
+    moe: dict[str, tuple[MoETable, ...]] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    if not file.is_file():
+        return moe, sources
+    for i, t in enumerate(_list(file, _read(file), "tables")):
+        dtype = t.get("dtype")
+        if not isinstance(dtype, str):
+            raise _bad(file, f"tables[{i}]", "dtype", "missing")
+        sources[f"moe/{dtype}"] = t.get("source", {})
+        tables = []
+        for j, c in enumerate(_list(file, t, "configs")):
+            where = f"tables[{i}] ({dtype}).configs[{j}]"
+            for field in ("hidden", "inter", "experts", "topk"):
+                if not isinstance(c.get(field), int) or isinstance(c[field], bool) or c[field] <= 0:
+                    raise _bad(file, where, field, "must be a positive integer")
+            if c["topk"] > c["experts"]:
+                raise _bad(file, where, "topk", f"{c['topk']} experts a token, but only {c['experts']}")
+            grid = _grid(file, where, c, ("tokens",), (1,))
+            tables.append(MoETable(dtype, c["hidden"], c["inter"], c["experts"], c["topk"], grid))
+        moe[dtype] = tuple(tables)
+    return moe, sources
+
+
+def _read_mla(file: Path) -> tuple[dict[str, tuple[MLATable, ...]], dict[str, dict[str, Any]]]:
+    mla: dict[str, tuple[MLATable, ...]] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    if not file.is_file():
+        return mla, sources
+    data = _read(file)
+    for phase in ("prefill", "decode"):
+        if phase not in data:
+            continue
+        block = data[phase]
+        source = block.get("source") if isinstance(block, dict) else None
+        if not isinstance(source, dict):
+            raise _bad(file, phase, "source", "must be an object naming the latent sizes")
+        for field in MLA_FIELDS:
+            if not isinstance(source.get(field), int) or source[field] <= 0:
+                raise _bad(file, phase, f"source.{field}", "must be a positive integer")
+        sources[f"mla/{phase}"] = source
+        tables = []
+        for i, t in enumerate(_list(file, block, "tables")):
+            where = f"{phase}.tables[{i}]"
+            if not isinstance(t.get("kv_dtype"), str):
+                raise _bad(file, where, "kv_dtype", "missing")
+            growth = (1, 1, 2 if phase == "prefill" else 1)  # heads, batch; a causal prefill's S^2/2 pairs
+            tables.append(MLATable(t["kv_dtype"], _grid(file, where, t, ("heads", "batch", "seq"), growth)))
+        mla[phase] = tuple(tables)
+    return mla, sources
 
 
 def _list(file: Path, data: Any, field: str) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from costmodel.analysis import Analysis
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import AttentionTable, Grid, KernelTables
+from costmodel.devices.kernels import Grid, KernelTables
 from costmodel.spec import Spec
 
 if TYPE_CHECKING:  # numpy is the sweeps' (``grid_times``), never analyze's
@@ -48,24 +48,37 @@ def attention_kernel(a: Analysis, hw: Hardware) -> AttentionKernel | None:
     return AttentionKernel(tables, "prefill" if a.phase == "prefill" else "decode", a.kv_dtype)
 
 
+@dataclass(frozen=True)
+class CoreRead:
+    """Where a flash core reads a measured table: the core's seconds over its layers are the
+    grid's time at `coords` x `factor`; `exact`: the configuration is the table's own; `op`: the
+    op class read (``attention/decode``, ``mla/prefill``)."""
+
+    grid: Grid
+    coords: tuple[Any, ...]
+    exact: bool
+    factor: Any
+    op: str
+
+
 def fused_core(kernel: AttentionKernel | None, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any],
-               layers: int, ratio: Any) -> tuple[AttentionTable, float, bool, Any, Any, Any] | None:
-    """Where a flash-attention core reads the measured tables: (table, work, exact
-    configuration, batch, seq, factor), the core's seconds over its layers being the table's
-    time at (batch x work, seq) x factor (``devices.kernels.read_attention``: a configuration
-    not measured reads the nearest at the batch doing the same work); None where no table
-    applies.
+               layers: int, ratio: Any) -> CoreRead | None:
+    """Where a flash-attention core reads the measured tables (``CoreRead``); None where no
+    table applies (the products are timed instead).
 
     From the scores products (count, M, K, N) over `layers` layers, one per KV head with the
-    group's g = h / k query heads stacked (M = g x S): batch = count / (layers x k), S = M / g.
-    Decode (S = 1) reads a cache of N tokens: the table's seq is N (a local layer's window
-    already bounds it). Prefill reads the causal table at S, scaled by the share of
-    pairs computed (`ratio`, unmasked / all) over the causal share (S + 1) / 2S: 1 for a causal
-    layer, the window's pairs for a local one. Self-attention of a causal stack with per-head
-    K and V only: no table for latent attention, an encoder or cross-attention (the products
-    are timed instead)."""
-    if (kernel is None or spec.mla is not None or key.block != "attention" or key.stack == "encoder"):
+    group's g = h / k query heads stacked (M = g x S): batch = count / (layers x k), S = M / g;
+    the table's time at (batch x work, seq) (``devices.kernels.read_attention``: a configuration
+    not measured reads the nearest at the batch doing the same work). Decode (S = 1) reads a
+    cache of N tokens: the table's seq is N (a local layer's window already bounds it). Prefill
+    reads the causal table at S, scaled by the share of pairs computed (`ratio`, unmasked / all)
+    over the causal share (S + 1) / 2S: 1 for a causal layer, the window's pairs for a local one.
+    Latent attention reads the MLA tables (``mla_core``). Self-attention of a causal stack: no
+    table for an encoder or cross-attention."""
+    if kernel is None or key.block != "attention" or key.stack == "encoder":
         return None
+    if spec.mla is not None:
+        return mla_core(kernel, spec, scores, layers, ratio)
     found = kernel.tables.attention_table(kernel.phase, spec.n_heads, spec.n_kv_heads, spec.head_dim,
                                           kernel.kv_dtype)
     if found is None:
@@ -73,11 +86,37 @@ def fused_core(kernel: AttentionKernel | None, spec: Spec, key: Key, scores: tup
     table, work, exact = found
     count, M, _, N = scores
     batch, S = count / (layers * spec.n_kv_heads), M / (spec.n_heads // spec.n_kv_heads)
+    op = f"attention/{kernel.phase}"
     if kernel.phase == "decode":
-        return table, work, exact, batch, N, layers
-    return table, work, exact, batch, S, layers * ratio * (2 * S) / (S + 1)
+        return CoreRead(table.grid, (batch * work, N), exact, layers, op)
+    return CoreRead(table.grid, (batch * work, S), exact, layers * ratio * (2 * S) / (S + 1), op)
 
 
+def mla_core(kernel: AttentionKernel, spec: Spec, scores: tuple[Any, Any, Any, Any], layers: int,
+             ratio: Any) -> CoreRead | None:
+    """Latent attention's core off the MLA tables (``devices.kernels.KernelTables.mla``): the
+    kernels serving stacks run (prefill: the causal pass over per-head keys of d_n + d_r and
+    values of d_v; decode: absorbed, every head against the shared latent), whichever convention
+    the analysis counts the products in; None where the phase has no table or the spec's latent
+    sizes are not the tables' (DeepSeek-V3's). The scores products (count, M, K, N): absorbed
+    (K = r_kv + d_r, or r_kv for AV's) stack the h heads' queries against one latent, count =
+    layers x batch, M = h x S; naive ones are per head, count = layers x batch x h, M = S. The
+    causal share as for ``fused_core``."""
+    m = spec.mla
+    assert m is not None
+    sizes = (m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim)
+    table = kernel.tables.mla_table(kernel.phase, kernel.kv_dtype)
+    if table is None or kernel.tables.mla_dims(kernel.phase) != sizes:
+        return None
+    count, M, K, N = scores
+    h = spec.n_heads
+    absorbed = K in (m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank)
+    batch, S = (count / layers, M / h) if absorbed else (count / (layers * h), M)
+    exact = table.kv_dtype == kernel.kv_dtype
+    op = f"mla/{kernel.phase}"
+    if kernel.phase == "decode":
+        return CoreRead(table.grid, (h, batch, N), exact, layers, op)
+    return CoreRead(table.grid, (h, batch, S), exact, layers * ratio * (2 * S) / (S + 1), op)
 
 
 def grid_times(grid: Grid, *x: Any) -> np.ndarray:

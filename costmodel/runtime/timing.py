@@ -92,7 +92,7 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import TOKEN_TABLE, Key, Role, SubBlock
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import ErrorBand
+from costmodel.devices.kernels import ErrorBand, Lookup
 from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import (
     AttentionKernel,
@@ -100,6 +100,7 @@ from costmodel.runtime.fused_attention import (
     cache_alone_differs_and_is_measured,
     fused_core,
 )
+from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.roofline import roofline
 from costmodel.spec import Spec
 
@@ -279,6 +280,10 @@ class Rates(Protocol):
         """Seconds of a flash-attention core over its layers from the measured attention tables
         (``fused_core``), or None where no table applies (the products are timed instead)."""
 
+    def moe(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
+        """Seconds of a routed-experts leaf over its layers off the MoE tables (``fused_moe``),
+        or None where none applies (the products are timed instead)."""
+
     def memory(self, moved: Any, ops: int) -> Any:
         """Seconds to move `moved` bytes in `ops` equal ops (0 when nothing moves)."""
 
@@ -346,6 +351,14 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
             least = q.bytes_unfused - p * on_chip(key, gemms)
             roof = rates.roof((q.flops_matmul_effective, q.flops_other), least)
             return Part("attention", ops, rates.at_least(rates.scale(t_core, 1, 2), roof, ops), roof_s=roof)
+    if key.part == "experts" and not training:
+        t_moe = rates.moe(spec, key, gemms, layers)
+        if t_moe is not None:  # the grouped-GEMM kernel's measured time (``fused_moe``)
+            if not gemms:  # the activation runs inside it, its FLOPs on the vector units
+                roof = rates.roof((q.flops_other,), 0)
+                return Part("fused", 0, rates.at_least(0.0, roof, 0), moved=0, roof_s=roof)
+            roof = rates.roof((q.flops_matmul, q.flops_other), q.bytes_unfused)
+            return Part("matmul", layers, rates.at_least(t_moe, roof, layers), roof_s=roof)
     if gemms:
         run = [g for c in gemms for g in (backward_gemms(*c) if training else (c,))]
         t = rates.gemms(run, layers)
@@ -397,10 +410,10 @@ class ScalarRates:
     def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str,
                  attention: AttentionKernel | None = None) -> None:
         self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
-        self.table = eff.matmul[dtype]
+        self.table, self.dtype = eff.matmul[dtype], dtype
         self.attention = attention
         self.extrapolated: set[str] = set()  # op classes read outside what was measured
-        self.used: set[str] = set()  # measured attention tables read (their error bands apply)
+        self.used: set[str] = set()  # measured attention, MLA and MoE tables read (their error bands apply)
 
     def gemm(self, count: Any, M: Any, K: Any, N: Any, launches: int = 0) -> float:
         if isinstance(self.table, MatmulTable) and count and not self.table.inside(
@@ -414,15 +427,21 @@ class ScalarRates:
     def fused_attention(self, spec: Spec, key: Key, scores: tuple[Any, Any, Any, Any], layers: int,
                         ratio: Any) -> Any:
         core = fused_core(self.attention, spec, key, scores, layers, ratio)
-        if core is None:
-            return None
-        table, work, exact, batch, seq, factor = core
-        got = table.grid(batch * work, seq)
-        op = f"attention/{self.attention.phase}"  # type: ignore[union-attr]
+        return None if core is None else self._read(core.op, core.exact, core.grid(*core.coords)) * (
+            core.factor)
+
+    def moe(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
+        read = moe_read(self.attention, spec, key, self.dtype)
+        share = None if read is None else experts_share(read, key, gemms, layers)
+        if read is None or share is None:  # no table; or the activation, inside the kernel
+            return None if read is None else 0.0
+        return self._read(read.op, read.exact, read.grid(share[0])) * share[1]
+
+    def _read(self, op: str, exact: bool, got: Lookup) -> float:  # noted as read, or extrapolated
         self.used.add(op)
         if not (exact and got.inside):
             self.extrapolated.add(op)
-        return got.time_s * factor
+        return got.time_s
 
     def memory(self, moved: Any, ops: int) -> float:
         per_op = moved / ops
@@ -508,14 +527,13 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
 
 def error_bands(hw: Hardware, dtype: str, used: set[str]) -> dict[str, tuple[ErrorBand, ...]]:
     """The bands of the measured tables a prediction read: the dtype's GEMMs (fp16 reads bf16's)
-    and the attention tables `used`."""
+    and the attention, MLA and MoE tables `used`."""
     tables = hw.kernel_tables()
     if tables is None:
         return {}
     gemm = tables.gemm_dtype(dtype)
     ops = ([f"gemm/{gemm}"] if gemm else []) + sorted(used)
     return {op: tables.errors[op] for op in ops if op in tables.errors}
-
 
 
 def executed_flops(a: Analysis, kernels: Kernels) -> int:

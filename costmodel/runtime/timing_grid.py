@@ -71,6 +71,7 @@ from costmodel.devices.efficiency import (
 from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES, Phase
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
+from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_lookup import above, axis_weights, log_envelope, step, table_arrays
 from costmodel.runtime.timing import (
     Kernels,
@@ -128,7 +129,7 @@ class GridRates:
     def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str,
                  attention: AttentionKernel | None = None) -> None:
         self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
-        self.table = eff.matmul[dtype]
+        self.table, self.dtype = eff.matmul[dtype], dtype
         self.attention = attention
         if isinstance(self.table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
             self._log_table = -(log_envelope(self.table) + math.log(peak))
@@ -160,10 +161,21 @@ class GridRates:
         core = fused_core(self.attention, spec, key, (count, M, K, N), layers, _number(ratio))
         if core is None:
             return None
-        table, work, _, batch, seq, factor = core
-        if not _array(batch) and not _array(seq):
-            return table.grid(batch * work, seq).time_s * factor
-        return grid_times(table.grid, batch * work, seq) * factor
+        if not any(_array(x) for x in core.coords):
+            return core.grid(*core.coords).time_s * core.factor
+        return grid_times(core.grid, *core.coords) * core.factor
+
+    def moe(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
+        read = moe_read(self.attention, spec, key, self.dtype)
+        if read is None:
+            return None
+        share = experts_share(read, key, tuple(tuple(_number(x) for x in g) for g in gemms), layers)
+        if share is None:
+            return 0.0
+        tokens, factor = share
+        if not _array(tokens):
+            return read.grid(tokens).time_s * factor
+        return grid_times(read.grid, tokens) * factor
 
     def gemms(self, products: list[tuple[Any, Any, Any, Any]], launches: int) -> Any:
         # Products of one size (a weight's forward product and its two backward ones, 2MKN

@@ -1,0 +1,66 @@
+"""A mixture of experts' routed experts timed off the measured MoE tables (``devices.kernels``,
+``moe.json``): serving stacks run them as grouped GEMMs (vLLM's ``fused_experts``: the gate and
+up products of every expert in one kernel, the activation, the down products in another, the
+weighted sum over top_k), not as one dense product over every routed row, which is how the
+tree's ``Cost.gemms`` states their FLOPs (``components.moe.expert_linear``).
+
+``runtime.timing`` (one shape) and ``runtime.timing_grid`` (arrays) read it through their
+``Rates``: a layer's measured time at its tokens, split over the three products (equal FLOPs:
+d x f_e, d x f_e, f_e x d per row), the activation folded into it; each product still held to
+its physics floor. Where no table applies (a training step, a capacity factor, ungated experts,
+a dtype not measured, no MoE tables) the products are timed as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from costmodel.components.key import Key
+from costmodel.devices.kernels import Grid, moe_scaling
+from costmodel.runtime.fused_attention import AttentionKernel
+from costmodel.spec import Spec
+
+#: The products of a gated expert FFN (SwiGLU: the kernels measured): gate, up, down.
+PRODUCTS = ("gate", "up", "down")
+
+
+@dataclass(frozen=True)
+class MoERead:
+    """Where a spec's routed experts read the MoE table: the tokens axis, the factors on the
+    tokens and on the time (``devices.kernels.moe_scaling``), the experts' top_k, and whether the
+    configuration is the table's own."""
+
+    grid: Grid
+    per_token: float
+    per_time: float
+    topk: int
+    exact: bool
+    op: str  # "moe/bf16"
+
+
+def moe_read(kernel: AttentionKernel | None, spec: Spec, key: Key, dtype: str) -> MoERead | None:
+    """The MoE table a routed-experts leaf reads, None where none applies (the products are timed
+    instead): a prefill or decode pass (`kernel` is None in training), a dropless MoE with gated
+    experts, a measured table at `dtype` (fp16 reads bf16's)."""
+    cfg = spec.moe
+    if (kernel is None or cfg is None or key.part != "experts" or cfg.capacity_factor is not None
+            or not cfg.activation.gated):
+        return None
+    d, f, E, K = spec.d_model, cfg.d_ff_expert, cfg.n_experts, cfg.top_k
+    table = kernel.tables.moe_table(dtype, d, f, E, K)
+    if table is None:
+        return None
+    per_token, per_time = moe_scaling(table, d, f, E, K)
+    return MoERead(table.grid, per_token, per_time, K, table.exact(d, f, E, K), f"moe/{table.dtype}")
+
+
+def experts_share(read: MoERead, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...],
+                  layers: int) -> tuple[Any, Any] | None:
+    """(tokens to read the table at, the layers' factor on a layer's time) of one expert leaf: a
+    product's third of the measured time (its rows M = tokens x top_k); None for the activation,
+    which runs inside the measured kernel."""
+    if key.leaf not in PRODUCTS or not gemms:
+        return None
+    _, M, _, _ = gemms[0]
+    return M / read.topk * read.per_token, layers * read.per_time / len(PRODUCTS)
