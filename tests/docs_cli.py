@@ -66,6 +66,8 @@ VOCABULARY = (
     ("", "--ep"),
     ("ZeRO stage", "--zero"),
     ("activation recomputation", "--recompute"),
+    ("the framework that runs a training step: megatron-2021, megatron-2022, megatron-core, deepspeed",
+     "--engine"),
     ("what a quantity or formula is of", "--quantity"),
     ("a file the command writes", "--output"),
     ("a chart the command draws", "--plot"),

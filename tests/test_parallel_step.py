@@ -15,9 +15,10 @@ from costmodel import catalog
 from costmodel.analysis import analyze
 from costmodel.parallel.cluster import load_cluster
 from costmodel.parallel.device import MEGATRON_KERNELS
+from costmodel.parallel.engine import Overlap
 from costmodel.parallel.layout import Layout, LayoutError, Recompute
 from costmodel.parallel.shard import shard_spec
-from costmodel.parallel.step import Overlap, StepModel
+from costmodel.parallel.step import StepModel
 from costmodel.runtime.timing import gemm_time, predict
 
 A100 = load_cluster("dgx-a100-80gb")

@@ -27,10 +27,11 @@ from costmodel.cli.app import (
 )
 from costmodel.parallel import device
 from costmodel.parallel.cluster import cluster_paths, load_cluster
+from costmodel.parallel.engine import ENGINES, Engine, Overlap
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check
 from costmodel.parallel.plan import plan
 from costmodel.parallel.serve import decode
-from costmodel.parallel.step import Overlap, StepModel
+from costmodel.parallel.step import StepModel
 from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.report import parallel as report_parallel
 from costmodel.report import tables as report
@@ -50,6 +51,13 @@ class TrainDtype(str, Enum):
 class RecipeName(str, Enum):
     megatron = "megatron"
     zero = "zero"
+
+
+class EngineName(str, Enum):
+    megatron_2021 = "megatron-2021"
+    megatron_2022 = "megatron-2022"
+    megatron_core = "megatron-core"
+    deepspeed = "deepspeed"
 
 
 class OverlapName(str, Enum):
@@ -72,18 +80,27 @@ TrainSeqOpt = Annotated[Optional[int], typer.Option("--seq", "-s", min=1,
                                                          "if shorter.")]
 TrainDtypeOpt = Annotated[TrainDtype, typer.Option("--dtype", metavar="DTYPE",
                                                    help="Compute dtype of the matmuls: bf16, fp16, fp8.")]
-RecipeOpt = Annotated[RecipeName, typer.Option(
+RecipeOpt = Annotated[Optional[RecipeName], typer.Option(
     "--recipe", metavar="RECIPE", help="megatron: fp16/bf16 weights, fp32 gradients, fp32 master + Adam "
-    "(18 B/param); zero: bf16 gradients (16 B/param).")]
+    "(18 B/param); zero: bf16 gradients (16 B/param). Default: megatron, or the --engine's.")]
+EngineOpt = Annotated[Optional[EngineName], typer.Option(
+    "--engine", metavar="ENGINE", help="The framework that runs the step, where it changes it (its "
+    "overlaps, pipeline schedule and sends, kernels, recipe, and the layouts it can run; docs/parallel.md): "
+    "megatron-2021 (Narayanan et al. 2021: every TP all-reduce exposed, no SP, fp16 gradients), "
+    "megatron-2022 (Korthikanti et al. 2022), megatron-core (TP, DP and interleaved PP communication "
+    "overlapped, flash), deepspeed (PipelineEngine: 1F1B, no interleaving, whole-tensor sends, ZeRO <= 1 "
+    "with PP). --overlap, --kernels and --recipe override its choices. Default: none (Megatron-LM of 2022's "
+    "overlaps, flash kernels, every layout).")]
 OverlapOpt = Annotated[Optional[list[OverlapName]], typer.Option(
     "--overlap", metavar="KIND", help="Communication that hides behind compute (repeatable): tp, cp, ep, pp, "
     "dp, tp-backward, or none. Default: what Megatron-LM ran in Korthikanti et al. 2022: tp-backward (the "
     "column-parallel linears' backward collectives beside their GEMMs) and cp.")]
 
 
-def _overlap(names: list[OverlapName] | None) -> Overlap:
+def _overlap(names: list[OverlapName] | None) -> Overlap | None:
+    """``--overlap``'s set, None when not given (the engine's, or ``Overlap()``)."""
     if not names:
-        return Overlap()
+        return None
     chosen = {n.value for n in names} - {"none"}
     return Overlap(**{k.replace("-", "_"): k in chosen for k in ("tp", "cp", "ep", "pp", "dp",
                                                                  "tp-backward")})
@@ -92,6 +109,14 @@ def _overlap(names: list[OverlapName] | None) -> Overlap:
 def _kernels(name: KernelsName | None) -> Kernels | None:
     """``--kernels``' set, None for the cluster's default (``runtime.kernels``: flash on GPUs)."""
     return KERNELS[name.value] if name is not None else None
+
+
+def _engine(name: EngineName | None) -> Engine | None:
+    return ENGINES[name.value] if name is not None else None
+
+
+def _recipe(name: RecipeName | None) -> device.ParameterBytes | None:
+    return RECIPES[name.value] if name is not None else None
 
 
 def _seq(spec: Spec, seq: int | None) -> int:
@@ -131,7 +156,8 @@ def train_cmd(
                                                          "to train on them (e.g. 3e11).")] = None,
     seq: TrainSeqOpt = None,
     dtype: TrainDtypeOpt = TrainDtype.bf16,
-    recipe: RecipeOpt = RecipeName.megatron,
+    recipe: RecipeOpt = None,
+    engine: EngineOpt = None,
     overlap: OverlapOpt = None,
     kernel_names: KernelsOpt = None,
     fmt: FormatOpt = Format.table,
@@ -155,8 +181,8 @@ def train_cmd(
         layout = Layout(global_batch, micro_batch, tp, pp, dp, cp, ep, interleave, sequence_parallel,
                         recompute, zero, edge_chunks)
         check(layout, s, gpus, _seq(s, seq))
-        model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap),
-                          _kernels(kernel_names))
+        model = StepModel(s, cl, _seq(s, seq), dtype.value, _recipe(recipe), _overlap(overlap),
+                          _kernels(kernel_names), _engine(engine))
         step = model.step(layout)
     emit(fmt, lambda: [report_parallel.summary_table(step, tokens), report_parallel.breakdown_table(step),
                        report_parallel.collectives_table(step), report_parallel.memory_table(step)],
@@ -182,7 +208,8 @@ def plan_cmd(
                                                     help="Context-parallel sizes to try (repeatable). "
                                                          "Default: 1.")] = None,
     dtype: TrainDtypeOpt = TrainDtype.bf16,
-    recipe: RecipeOpt = RecipeName.megatron,
+    recipe: RecipeOpt = None,
+    engine: EngineOpt = None,
     overlap: OverlapOpt = None,
     kernel_names: KernelsOpt = None,
     fmt: FormatOpt = Format.table,
@@ -194,8 +221,8 @@ def plan_cmd(
         cl = load_cluster(cluster)
         if gpus < 1 or global_batch < 1:
             raise LayoutError(f"--gpus and --global-batch: must be at least 1 (got {gpus}, {global_batch})")
-        model = StepModel(s, cl, _seq(s, seq), dtype.value, RECIPES[recipe.value], _overlap(overlap),
-                          _kernels(kernel_names))
+        model = StepModel(s, cl, _seq(s, seq), dtype.value, _recipe(recipe), _overlap(overlap),
+                          _kernels(kernel_names), _engine(engine))
         start = time.perf_counter()
         result = plan(model, gpus, global_batch, cps=tuple(cp or (1,)), max_micro_batch=max_micro_batch)
         elapsed = time.perf_counter() - start
@@ -208,6 +235,7 @@ def plan_cmd(
     else:
         emit(fmt, lambda: [report_parallel.plan_table(result, top, elapsed)], lambda: {
             "spec": s.name, "cluster": cl.name, "gpus": gpus, "global_batch": global_batch, "seq": model.seq,
+            "engine": model.engine.name if model.engine else None,
             "kernels": kernels_dict(model.kernels, is_default(model.kernels, cl.hardware, "train")),
             "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
             "seconds": elapsed, "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)

@@ -41,6 +41,7 @@ from costmodel.devices.kernels import band_label
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective, weakest
+from costmodel.parallel.engine import Engine, Overlap
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
 from costmodel.parallel.shard import shard_spec
 from costmodel.runtime.kernels import KERNELS, default_kernels, is_default
@@ -55,30 +56,6 @@ from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 REPLICATED = ("norm", "post_norm", "residual", "dropout")
 #: Reported with the attention core: the positions and norms applied to Q and K, and the sinks.
 BESIDE_CORE = ("rope", "qk_norm", "sinks")
-
-
-@dataclass(frozen=True)
-class Overlap:
-    """Which communication hides behind compute (each the most a perfect overlap would hide).
-
-    The default is what Megatron-LM ran in Korthikanti et al. 2022 (NVIDIA/Megatron-LM of June
-    2022, megatron/mpu/layers.py, ``LinearWithGradAccumulationAndAsyncCommunication``): in the
-    backward of a column-parallel linear (QKV, the FFN's first), the all-reduce of the input
-    gradient (the reduce-scatter under SP) is issued asynchronously and runs beside the weight-
-    gradient GEMM, and SP's re-gather of the input beside the input-gradient GEMM
-    (``tp_backward``); every other TP collective, the pipeline sends and the data-parallel
-    reduction wait; ring attention hides its transfers behind the attention it feeds."""
-
-    tp: bool = False  # every TP collective behind the layer's matmuls
-    cp: bool = True  # ring attention's K/V transfers behind the attention core
-    ep: bool = False  # expert all-to-all behind the layer's compute
-    pp: bool = False  # pipeline sends behind the next micro-batch
-    dp: bool = False  # gradient reduction behind the last micro-batch's backward
-    tp_backward: bool = True  # Megatron-LM's asynchronous column-parallel backward collectives
-
-    def to_dict(self) -> dict[str, bool]:
-        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "pp": self.pp, "dp": self.dp,
-                "tp_backward": self.tp_backward}
 
 
 def _stage(key: Key) -> str:
@@ -225,6 +202,7 @@ class Step:
     notes: tuple[str, ...] = field(default_factory=tuple)
     memory_middle: StageMemory | None = None  # the fullest middle stage, when the stages are unequal
     kernels: Kernels = KERNELS["megatron-2022"]  # what the time and the activations assume
+    engine: str | None = None  # the framework's preset (``engine.ENGINES``), None for none
 
     @property
     def tokens(self) -> int:
@@ -279,7 +257,8 @@ class Step:
         hw = self.cluster.hardware
         data: dict[str, Any] = {
             "spec": self.spec.name, "cluster": self.cluster.name, "device": hw.name, "seq": self.seq,
-            "dtype": self.dtype, "layout": self.layout.to_dict(), "overlap": self.overlap.to_dict(),
+            "dtype": self.dtype, "layout": self.layout.to_dict(), "engine": self.engine,
+            "overlap": self.overlap.to_dict(),
             "kernels": kernels_dict(self.kernels, is_default(self.kernels, hw, "train")),
             "recipe": self.recipe.label(self.dtype),
             "step_time_s": self.step_time_s, "breakdown_s": dict(self.breakdown),
@@ -525,8 +504,10 @@ class Pipeline:
 
 
 def pipeline(lo: Layout, on_device: tuple[dict[str | None, int], ...], t_layer: PerLayer, first_s: float,
-             last_s: float, call: CallOn, x: float, ov: Overlap) -> Pipeline:
-    """`on_device`: layers of each group on each device (``StepModel.stage_groups``); `t_layer`:
+             last_s: float, call: CallOn, x: float, ov: Overlap, scatter_gather: bool = True) -> Pipeline:
+    """`scatter_gather`: each TP rank sends its 1/t piece and the receivers all-gather it (Narayanan
+    et al. 2021, section 4.1); without it (DeepSpeed's PipelineEngine) every TP rank sends the whole
+    tensor. `on_device`: layers of each group on each device (``StepModel.stage_groups``); `t_layer`:
     each group's layer, its exposed communication included; `first_s`, `last_s`: the first and
     last stage's extra seconds (embedding, head and loss)."""
     t, p, v, m = lo.tp, lo.pp, lo.interleave, lo.micro_batches
@@ -534,9 +515,11 @@ def pipeline(lo: Layout, on_device: tuple[dict[str | None, int], ...], t_layer: 
                + (first_s if i == 0 else 0.0) + (last_s if i == p - 1 else 0.0) for i in range(p)]
     slow = max(range(p), key=lambda i: (stage_s[i], -i))  # the slowest stage sets the pace
     bubble = (p - 1) / v * (sum(stage_s) / p)
-    send = call("p2p", "pp", 2 if p > 1 else 1, x / t, stride=t * lo.cp * lo.dp)
+    piece = x / t if scatter_gather or lo.sequence_parallel else x
+    send = call("p2p", "pp", 2 if p > 1 else 1, piece, stride=t * lo.cp * lo.dp)
     sends = 2 * v * m if p > 1 else 0
-    gather = call("all_gather", "tp", t, x) if p > 1 and t > 1 and not lo.sequence_parallel else None
+    gather = call("all_gather", "tp", t, x) if (p > 1 and t > 1 and not lo.sequence_parallel
+                                               and scatter_gather) else None
     return Pipeline(tuple(stage_s), slow, bubble, send, sends, gather, ov)
 
 
@@ -638,14 +621,22 @@ class StepModel:
     """Steps of one spec on one cluster at one sequence length; caches each shard's analysis."""
 
     def __init__(self, spec: Spec, cluster: Cluster, seq: int = 2048, dtype: str = "bf16",
-                 recipe: device.ParameterBytes = device.MEGATRON, overlap: Overlap = Overlap(),
-                 kernels: Kernels | None = None) -> None:
+                 recipe: device.ParameterBytes | None = None, overlap: Overlap | None = None,
+                 kernels: Kernels | None = None, engine: Engine | None = None) -> None:
         """`kernels`: what the compute and the activations assume (``runtime.kernels``); default,
         what the cluster's GPUs run today: flash attention (``flash``). Korthikanti et al. 2022's
-        Megatron-LM is ``KERNELS["megatron-2022"]`` (``device.MEGATRON_KERNELS``)."""
+        Megatron-LM is ``KERNELS["megatron-2022"]`` (``device.MEGATRON_KERNELS``). `engine`: a
+        framework's preset (``engine.ENGINES``), whose overlaps, kernels and recipe stand where
+        `overlap`, `kernels` and `recipe` are not given, and whose limits ``check`` applies.
+        Without one: ``Overlap()``, flash, ``device.MEGATRON``."""
         self.spec, self.cluster, self.seq, self.dtype = spec, cluster, seq, dtype
-        self.recipe, self.overlap = recipe, overlap
+        self.engine = engine
+        self.recipe = recipe or (engine.recipe if engine else device.MEGATRON)
+        self._explicit_overlap = overlap
+        self.overlap = overlap or (engine.overlap if engine else Overlap())
         self.hw = cluster.hardware
+        if kernels is None and engine is not None:
+            kernels = KERNELS[engine.kernels]
         self.kernels = kernels if kernels is not None else KERNELS[default_kernels(self.hw, "train")]
         self.hw.peak(dtype)
         self.act_bytes = DTYPE_BYTES[dtype]
@@ -821,7 +812,7 @@ class StepModel:
         ``pipeline``, ``data_parallel``, ``embedding_sync``, ``optimizer_step``), composed."""
         if not checked:
             self.check(layout)
-        spec, lo, ov, call = self.spec, layout, self.overlap, self.collective
+        spec, lo, ov, call = self.spec, layout, self.overlap_on(layout), self.collective
         p, m = lo.pp, lo.micro_batches
         s_local = self.seq // lo.cp
         mb = self.micro(lo.tp, lo.micro_batch, lo.cp, lo.sequence_parallel, lo.recompute)
@@ -836,7 +827,8 @@ class StepModel:
 
         # Across the stages, and over the data-parallel ranks of the fullest stage's parameters.
         on_device = self.stage_groups(p, lo.interleave, lo.edge_chunks)
-        pipe = pipeline(lo, on_device, t_layer, mb.first_s + tp.first_s, mb.last_s + tp.last_s, call, x, ov)
+        pipe = pipeline(lo, on_device, t_layer, mb.first_s + tp.first_s, mb.last_s + tp.last_s, call, x, ov,
+                        self.engine.scatter_gather if self.engine else True)
         stages = self.stage_counts(lo)
         pace = Pace(pipe.slow, on_device[pipe.slow], stages[pipe.slow], m, pipe.slow == 0, pipe.slow == p - 1)
         held = [self._stage_params(lo, mb, i) for i in range(p)]
@@ -861,20 +853,36 @@ class StepModel:
         mem_first, mem_last = memory or self.memory(lo, mb)
         mem_middle = None
         if len(set(stages)) > 1 and p > 2:  # a middle stage with an extra layer may hold the most
-            mem_middle = max((self.stage_memory(lo, i, mb) for i in range(1, p - 1)),
+            # Of middle stages holding the same layers, the first holds the most (more micro-batches
+            # in flight, the same parameters): one candidate per distinct set of layers.
+            first_of: dict[tuple[tuple[str | None, int], ...], int] = {}
+            for i in range(1, p - 1):
+                first_of.setdefault(tuple(on_device[i].items()), i)
+            mem_middle = max((self.stage_memory(lo, i, mb) for i in first_of.values()),
                              key=lambda mem: mem.total)
         full = self._flops_per_sequence * lo.global_batch
         rec_full = self._recompute_per_sequence[lo.recompute] * lo.global_batch
         return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, sum(breakdown.values()),
                     breakdown, compute, tuple(calls), mem_first, mem_last, full, full + rec_full,
-                    self._notes(stages, pipe.slow), mem_middle, self.kernels)
+                    self._notes(stages, pipe.slow, ov), mem_middle, self.kernels,
+                    self.engine.name if self.engine else None)
+
+    def overlap_on(self, layout: Layout) -> Overlap:
+        """What overlaps on `layout`: the explicit ``overlap``, else the engine's on it (Megatron-Core
+        overlaps the pipeline sends only in the interleaved schedule), else ``Overlap()``."""
+        if self._explicit_overlap is None and self.engine is not None:
+            return self.engine.overlap_on(layout)
+        return self.overlap
 
     def check(self, layout: Layout) -> None:
-        """``layout.check`` on this spec. Selective recompute under flash attention runs the
-        fused core's forward again and keeps none of its output (``runtime.memory.activations``)."""
+        """``layout.check`` on this spec, then the engine's limits (``Engine.check``). Selective
+        recompute under flash attention runs the fused core's forward again and keeps none of its
+        output (``runtime.memory.activations``)."""
         check(layout, self.spec, seq=self.seq)
+        if self.engine is not None:
+            self.engine.check(layout, self.spec)
 
-    def _notes(self, stages: tuple[int, ...], slow: int) -> tuple[str, ...]:
+    def _notes(self, stages: tuple[int, ...], slow: int, ov: Overlap) -> tuple[str, ...]:
         notes: list[str] = []
         if len(set(stages)) > 1:
             notes.append("pipeline stages of " + "/".join(map(str, stages))
@@ -882,8 +890,10 @@ class StepModel:
         if not device.calibrated(self.hw, self.dtype):
             notes.append(f"{self.hw.name} has no efficiency tables for {self.dtype}: compute times are "
                          "the roofline lower bound")
-        if self.overlap.tp or self.overlap.dp or self.overlap.pp or self.overlap.ep:
-            notes.append("overlap: " + ", ".join(k for k, on in self.overlap.to_dict().items() if on))
+        if self.engine is not None:
+            notes.append(f"engine: {self.engine.name} ({self.engine.summary})")
+        if ov.tp or ov.dp or ov.pp or ov.ep:
+            notes.append("overlap: " + ", ".join(k for k, on in ov.to_dict().items() if on))
         bands = error_bands(self.hw, self.dtype, {"collectives"})
         if bands:  # the measured tables this step reads: GEMMs and in-node collectives
             notes.append("measured kernel tables' error: " + "; ".join(f"{op} {band_label(listed)}"

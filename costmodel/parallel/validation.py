@@ -1,9 +1,20 @@
-"""Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+"""Two published sets of Megatron-LM runs on DGX A100 80GB set beside this model's steps.
+
+Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
 arXiv:2205.05198), measured with Megatron-LM on DGX A100 80GB, seq 2048, vocab 51200, fp16: the
 four models of Table 3 with their layouts, Table 5's seconds per iteration and Figure 1's GiB
 per GPU, set beside this model's figures, with Megatron-LM's kernels of the time
-(``--kernels megatron-2022``: no flash attention). The paper's numbers are typed here once, from the paper;
-docs/parallel.md and tests/test_parallel_validation.py read them from here.
+(``--kernels megatron-2022``: no flash attention).
+
+Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM", SC21, arXiv:2104.04473), Table 1: ten GPT models of 1.7B to 1T parameters, their
+achieved teraFLOP/s per GPU on up to 3072 A100s, run with ``--engine megatron-2021``. Their
+layouts (micro-batch, interleaving, the DDP implementation) are the paper's own scripts,
+NVIDIA/Megatron-LM@de7dc40 examples/sc21/run_table_1.sh: full recompute
+(``--checkpoint-activations``), fp16, seq 2048, vocabulary 51200.
+
+The papers' numbers are typed here once, from the papers and that script; docs/parallel.md and
+tests/test_parallel_validation.py read them from here.
 """
 
 from __future__ import annotations
@@ -13,8 +24,10 @@ from dataclasses import dataclass
 from costmodel import catalog
 from costmodel.parallel.cluster import load_cluster
 from costmodel.parallel.device import MEGATRON_KERNELS
+from costmodel.parallel.engine import ENGINES, Overlap
 from costmodel.parallel.layout import Layout, Recompute
 from costmodel.parallel.step import Step, StepModel
+from costmodel.spec import Spec, spec_from_dict
 
 GiB = 2**30
 
@@ -127,5 +140,93 @@ def markdown(comparisons: list[Comparison]) -> str:
     return "\n".join(out)
 
 
+@dataclass(frozen=True)
+class Weak:
+    """One row of Narayanan et al. 2021, Table 1, with its run's settings from
+    examples/sc21/run_table_1.sh (NVIDIA/Megatron-LM@de7dc40)."""
+
+    params_b: float  # Table 1: parameters, billions (the model's name)
+    heads: int
+    hidden: int
+    layers: int
+    tp: int
+    pp: int
+    gpus: int
+    global_batch: int
+    micro_batch: int  # MBS
+    interleave: int  # NLS / (PP x --num-layers-per-virtual-pipeline-stage); 1 without it
+    torch_ddp: bool  # --DDP-impl torch: the gradient all-reduce overlaps the backward
+    tflops: float  # Table 1: achieved teraFLOP/s per GPU
+
+    def spec(self) -> Spec:
+        """Megatron-LM's GPT at this size: pre-LayerNorm, a GeLU MLP of 4h, learned positions, tied
+        embeddings, biases, dropout 0.1 (as ``specs/megatron-175b.yaml``)."""
+        h = self.hidden
+        return spec_from_dict({
+            "name": f"megatron-gpt-{self.params_b:g}b", "family": "megatron-gpt", "year": 2021,
+            "d_model": h, "n_layers": self.layers, "n_heads": self.heads, "d_ff": 4 * h,
+            "vocab_size": VOCAB, "max_seq_len": SEQ, "norm": "layernorm", "norm_position": "pre",
+            "activation": "gelu", "position": "learned", "bias": {"qkv": True, "attn_out": True, "ffn": True},
+            "tied_embeddings": True, "dropout": 0.1})
+
+    def paper_flops(self) -> float:
+        """FLOPs per iteration as the paper counts them (section 5.1: 96 B s l h^2 (1 + s/6h +
+        V/16lh), full recompute's extra forward included)."""
+        s, l, h = SEQ, self.layers, self.hidden
+        return 96 * self.global_batch * s * l * h * h * (1 + s / (6 * h) + VOCAB / (16 * l * h))
+
+    @property
+    def paper_s(self) -> float:
+        """The iteration the achieved teraFLOP/s imply."""
+        return self.paper_flops() / (self.tflops * 1e12 * self.gpus)
+
+
+SEQ, VOCAB = 2048, 51200
+NARAYANAN = (
+    Weak(1.7, 24, 2304, 24, 1, 1, 32, 512, 16, 1, True, 137),
+    Weak(3.6, 32, 3072, 30, 2, 1, 64, 512, 16, 1, True, 138),
+    Weak(7.5, 32, 4096, 36, 4, 1, 128, 512, 16, 1, True, 142),
+    Weak(18.4, 48, 6144, 40, 8, 1, 256, 1024, 8, 1, True, 135),
+    Weak(39.1, 64, 8192, 48, 8, 2, 512, 1536, 4, 1, False, 138),
+    Weak(76.1, 80, 10240, 60, 8, 4, 1024, 1792, 2, 3, False, 140),
+    Weak(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 2, 2, False, 148),
+    Weak(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 1, 2, False, 155),
+    Weak(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 1, 3, False, 163),
+    Weak(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 1, 1, False, 163),
+)
+
+
+def weak_step(w: Weak, engine: str = "megatron-2021", cluster: str = "dgx-a100-80gb") -> Step:
+    """The step of one Table 1 run on `engine`'s preset; ``--DDP-impl torch`` overlaps the gradient
+    all-reduce with the backward (PyTorch DDP's buckets), the local DDP waits for it."""
+    eng = ENGINES[engine]
+    overlap = Overlap(**(eng.overlap.to_dict() | {"dp": True})) if w.torch_ddp else None
+    model = StepModel(w.spec(), load_cluster(cluster), seq=SEQ, dtype="fp16", overlap=overlap, engine=eng)
+    dp = w.gpus // (w.tp * w.pp)
+    return model.step(Layout(w.global_batch, w.micro_batch, w.tp, w.pp, dp, 1, 1, w.interleave, False,
+                             Recompute.full, 0))
+
+
+def weak_markdown(engine: str = "megatron-2021") -> str:
+    """Table 1 against this model: ``python -m costmodel.parallel.validation``."""
+    out = ["| model | layout | GPUs | G, b | paper: TFLOP/s | s | ours: TFLOP/s | s | error (time) |",
+           "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    errs: list[float] = []
+    for w in NARAYANAN:
+        st = weak_step(w, engine)
+        ours = w.paper_flops() / st.step_time_s / w.gpus / 1e12
+        err = st.step_time_s / w.paper_s - 1
+        errs.append(err)
+        ddp = ", torch DDP" if w.torch_ddp else ""
+        out.append(f"| {w.params_b:g}B | TP{w.tp} PP{w.pp} v{w.interleave}{ddp} | {w.gpus} | "
+                   f"{w.global_batch}, {w.micro_batch} | {w.tflops:g} | {w.paper_s:.2f} | {ours:.0f} | "
+                   f"{st.step_time_s:.2f} | {100 * err:+.1f}% |")
+    mean = sum(abs(e) for e in errs) / len(errs)
+    out.append(f"\nTime ({engine}): mean |error| {100 * mean:.1f}%, worst {100 * max(map(abs, errs)):.1f}%.")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":  # pragma: no cover
     print(markdown(compare_all()))
+    print()
+    print(weak_markdown())

@@ -107,7 +107,10 @@ def plan_table(p: Plan, top: int, seconds: float) -> Table:
                      units.seconds(s.breakdown["tp_comm"] + s.breakdown["dp_comm"] + s.breakdown["pp_comm"])))
     notes = (f"{p.considered:,} valid layouts evaluated in {seconds:.2f} s; {p.dropped:,} do not fit; "
              f"{len(p.ranked):,} ranked by step time",
-             *(_kernels(s) for s in p.ranked[:1]))
+             *(_kernels(s) for s in p.ranked[:1]),
+             *(n for s in p.ranked[:1] for n in s.notes if n.startswith("engine: ")),
+             "layout: edges = the embedding and the head counted as a layer each in the pipeline split "
+             "(--edge-chunks)")
     return Table("Best layouts", ("#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "bubble", "comm"),
                  rows, notes, numeric_from=2)
 
