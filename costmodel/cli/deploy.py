@@ -24,7 +24,7 @@ from costmodel.cli.app import (
     emit,
 )
 from costmodel.deploy.engine import Engine
-from costmodel.deploy.search import DEFAULT_TOKENS, Targets, search
+from costmodel.deploy.search import DEFAULT_BATCHES, DEFAULT_TOKENS, Targets, search
 from costmodel.deploy.workload import Workload, parse_lengths
 from costmodel.parallel.cluster import load_cluster
 from costmodel.precision import DEFAULT_GROUP, Widths
@@ -33,6 +33,7 @@ from costmodel.report import tables as report
 from costmodel.runtime import kernels
 from costmodel.runtime.serving import parse_batches
 
+BATCHES = ",".join(map(str, DEFAULT_BATCHES))
 LENGTHS = "a number (1024), a range lo..hi (uniform), or a histogram file (CSV length,weight or JSON)"
 
 
@@ -40,7 +41,7 @@ LENGTHS = "a number (1024), a range lo..hi (uniform), or a histogram file (CSV l
 def deploy_cmd(
     spec: SpecArg,
     cluster: Annotated[str, typer.Option("--cluster", help="A cluster profile: dgx-a100-80gb, dgx-h100, "
-                                         "dgx-h200, gb200-nvl72, or a YAML file (see `costmodel clusters`).")],
+                                         "dgx-h200, gb200-nvl72, or a YAML file (`costmodel clusters`).")],
     gpus: Annotated[int, typer.Option("--gpus", "-n", help="GPUs in all: replicas x TP x EP.")],
     prompt: Annotated[str, typer.Option("--seq", "-s", help=f"Prompt tokens per request (ISL): {LENGTHS}.")],
     output: Annotated[str, typer.Option("--output-tokens",
@@ -57,7 +58,7 @@ def deploy_cmd(
     rate: Annotated[Optional[float], typer.Option("--rate", help="Requests per second arriving "
                                                   "(open loop), instead of --concurrency.")] = None,
     batch: Annotated[str, typer.Option("--batch", "-b", help="The engine's max batch (sequences in flight "
-                                       "per engine), a list searched over.")] = "1,2,4,8,16,32,64,128,256,512,1024",
+                                       "per engine), a list searched over.")] = BATCHES,
     max_tokens: Annotated[str, typer.Option("--max-num-tokens", help="The engine's token budget per step "
                                             "(the chunked-prefill chunk), a list searched over.")
                           ] = ",".join(map(str, DEFAULT_TOKENS)),
