@@ -277,7 +277,7 @@ def open_loop(times: StepTimes, rate: np.ndarray, cap: np.ndarray, budget: np.nd
     c = np.ones(np.broadcast_shapes(np.shape(rate), np.shape(cap), np.shape(budget)))
     for _ in range(OPEN_ITERATIONS):
         loop, service = _loop(times, c, budget, w, True)
-        c = np.minimum(np.maximum(rate / loop.requests_per_s * c, 1.0), cap + 1.0)
+        c = np.minimum(np.maximum(rate / loop.requests_per_s * c, 1e-9), cap + 1.0)  # a mean: below 1 too
     loop, service = _loop(times, np.minimum(c, cap), budget, w, True)
     rho = rate * service
     stable = (rho < 1) & (c <= cap) & (np.abs(rate / loop.requests_per_s - 1) < 1e-3)

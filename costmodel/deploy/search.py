@@ -168,8 +168,9 @@ class Search:
                     f"GPUs at these engine settings")
         if not self.meeting:
             q = self.targets.percentile
-            want = [f"TTFT p{q} <= {self.targets.ttft:g} s"] * (self.targets.ttft is not None)
-            want += [f"TPOT p{q} <= {self.targets.tpot:g} s"] * (self.targets.tpot is not None)
+            t = self.targets
+            want = [f"{name} p{q} <= {v:g} s" for name, v in (("TTFT", t.ttft), ("TPOT", t.tpot))
+                    if v is not None]
             return f"no deployment meets {' and '.join(want) or 'the targets'}; the closest are shown"
         return None
 

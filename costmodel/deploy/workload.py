@@ -93,24 +93,25 @@ def parse_lengths(text: str, option: str) -> Lengths:
     for anything else."""
     text = text.strip()
     lo, dots, hi = text.partition("..")
-    try:
-        if dots:
+    bad = (f"{option}: {text!r} is not a length (1024), a range (512..2048) or a histogram file (CSV "
+           "length,weight or JSON)")
+    if dots:
+        try:
             a, b = int(lo), int(hi)
-            _in_range(option, a)
-            _in_range(option, b)
-            if b < a:
-                raise AnalysisError(f"{option}: {text!r}: the range's upper end is below its lower end")
-            if b - a >= MAX_BINS:
-                raise AnalysisError(f"{option}: {text!r}: at most {MAX_BINS:,} lengths in a range")
-            n = b - a + 1
-            return Lengths(tuple(range(a, b + 1)), (1.0 / n,) * n, text)
-        if text.isdigit() or (text[:1] == "-" and text[1:].isdigit()):
-            _in_range(option, int(text))
-            return fixed(int(text))
-    except ValueError:
-        raise AnalysisError(f"{option}: {text!r} is not a length (1024), a range (512..2048) or a "
-                            "histogram file (CSV length,weight or JSON)") from None
-    return _histogram(Path(text), option)
+        except ValueError:
+            raise AnalysisError(bad) from None
+        _in_range(option, a)
+        _in_range(option, b)
+        if b < a:
+            raise AnalysisError(f"{option}: {text!r}: the range's upper end is below its lower end")
+        if b - a >= MAX_BINS:
+            raise AnalysisError(f"{option}: {text!r}: at most {MAX_BINS:,} lengths in a range")
+        n = b - a + 1
+        return Lengths(tuple(range(a, b + 1)), (1.0 / n,) * n, text)
+    if text.isdigit() or (text[:1] == "-" and text[1:].isdigit()):
+        _in_range(option, int(text))
+        return fixed(int(text))
+    return _histogram(Path(text), option, bad)
 
 
 def _in_range(option: str, n: int) -> None:
@@ -119,11 +120,10 @@ def _in_range(option: str, n: int) -> None:
                             f"(got {n:,})")
 
 
-def _histogram(path: Path, option: str) -> Lengths:
+def _histogram(path: Path, option: str, bad: str) -> Lengths:
     """A histogram file: CSV ``length,weight`` lines (a header allowed) or JSON."""
     if not path.is_file():
-        raise AnalysisError(f"{option}: {str(path)!r} is not a length (1024), a range (512..2048) or a "
-                            "histogram file (CSV length,weight or JSON): no such file")
+        raise AnalysisError(f"{bad}: no such file")
     try:
         raw = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
