@@ -135,8 +135,17 @@ class EngineMemory:
                 "pages_per_request": self.pages_per_request, "max_running": self.max_running}
 
 
-def engine_memory(shard: Shard, memory_bytes: float, engine: Engine, workload: Workload) -> EngineMemory:
-    """One GPU's memory of an engine on `shard`, and the requests its pages hold."""
+def held(shard: Shard, block: int) -> tuple[int, int]:
+    """(weights, bytes of one page of `block` tokens) on one GPU of `shard`: the same for every
+    max batch and budget, so a search counts them once per layout."""
+    weights = int(shard.analyze("prefill", 1, 1).bytes_weights)
+    return weights, int(shard.analyze("prefill", 1, block).total().kv_cache)  # `block` tokens cached
+
+
+def engine_memory(shard: Shard, memory_bytes: float, engine: Engine, workload: Workload,
+                  weights_and_page: tuple[int, int] | None = None) -> EngineMemory:
+    """One GPU's memory of an engine on `shard`, and the requests its pages hold
+    (`weights_and_page`: ``held``'s, when already counted)."""
     local = shard.local
     p = DTYPE_BYTES[shard.dtype]
     flash = shard.kernels.flash_attention
@@ -144,8 +153,7 @@ def engine_memory(shard: Shard, memory_bytes: float, engine: Engine, workload: W
     step = live_peak(local, {"B": 1, "S": tokens, "C": tokens}, p, flash, True, shard.mla)
     logits = live_peak(local, {"B": engine.max_batch, "S": 1, "C": 1}, p, flash, True, shard.mla)
     activations = max(step["attention"], step["ffn"], logits["lm_head"])
-    weights = int(shard.analyze("prefill", 1, 1).bytes_weights)
-    page = int(shard.analyze("prefill", 1, engine.block).total().kv_cache)  # `block` tokens cached
+    weights, page = weights_and_page or held(shard, engine.block)
     budget = int(engine.memory_fraction * memory_bytes)
     free = budget - weights - activations
     pages = max(0, free // page) if page else 0

@@ -41,6 +41,7 @@ from costmodel.deploy.engine import (
     closed_loop,
     decode_context,
     engine_memory,
+    held,
     open_loop,
     shape_of,
 )
@@ -264,8 +265,10 @@ def _layout(shard: Shard, cluster: Cluster, gpus: int, workload: Workload, engin
             price: float | None) -> tuple[list[Deployment], int, bool]:
     """Every engine setting of one parallel layout: (those that fit, how many tried, calibrated)."""
     pairs = [(b, t) for t in tokens for b in batches if b <= t]
+    counted = held(shard, engine.block)
     mems = [engine_memory(shard, cluster.hardware.memory_bytes,
-                          Engine(engine.block, engine.memory_fraction, b, t, engine.prefix_sharing), workload)
+                          Engine(engine.block, engine.memory_fraction, b, t, engine.prefix_sharing), workload,
+                          counted)
             for b, t in pairs]
     keep = [i for i, m in enumerate(mems) if m.fits]
     if not keep:
