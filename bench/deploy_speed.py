@@ -37,8 +37,8 @@ def main() -> None:
             r = search(spec, cl, gpus, workload, batches=BATCHES, tokens=TOKENS)
             times.append(time.perf_counter() - start)
         best = min(times)
-        print(f"{name:16} {cluster:10} {gpus:>5} {len(r.layouts):>8} {r.evaluated:>6} {len(r.deployments):>6} "
-              f"{best:>7.3f} {r.evaluated / best:>14,.0f}")
+        print(f"{name:16} {cluster:10} {gpus:>5} {len(r.layouts):>8} {r.evaluated:>6} "
+              f"{len(r.deployments):>6} {best:>7.3f} {r.evaluated / best:>14,.0f}")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ def predict(cell: dict[str, Any], by_gpu: dict[str, str]) -> float:
                batches=(min(batch, tokens),), tokens=(tokens,), dtype=dtype, widths=widths)
     match = [d for d in r.deployments if d.tp == tp and d.ep == ep]
     if not match:
-        raise AnalysisError(f"TP{tp} EP{ep} does not fit or does not run ({'; '.join(r.skipped) or 'memory'})")
+        why = "; ".join(r.skipped) or "memory"
+        raise AnalysisError(f"TP{tp} EP{ep} does not fit or does not run ({why})")
     return match[0].tokens_per_s_per_gpu
 
 
@@ -95,7 +96,8 @@ def main() -> None:
         errors.append(abs(err))
         print(f"{head} {got:>10,.0f} {want:>10,.0f} {err:>+7.1%}  {c.get('source', '')}")
     if errors:
-        print(f"\n{len(errors)} cells: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}")
+        print(f"\n{len(errors)} cells: median |error| {statistics.median(errors):.1%}, "
+              f"worst {max(errors):.1%}")
 
 
 if __name__ == "__main__":
