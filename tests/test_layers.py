@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("inputs and devices", ("costmodel.hf", "costmodel.catalog", "costmodel.devices")),
     ("runtime", ("costmodel.runtime",)),
     ("studies", ("costmodel.studies",)),
-    ("scale-out and measurement", ("costmodel.parallel", "costmodel.measure")),
+    ("scale-out and measurement", ("costmodel.parallel", "costmodel.measure", "costmodel.deploy")),
     ("report", ("costmodel.report",)),
     ("cli", ("costmodel.cli",)),
     ("api", ("costmodel",)),  # the package's own __init__: its public names, imported lazily

@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "costmodel.cli.inference": ("inference",),
     "costmodel.cli.memory": ("memory", "fit"),
     "costmodel.cli.train": ("train", "plan", "serve", "clusters"),
+    "costmodel.cli.deploy": ("deploy",),
 }
 
 

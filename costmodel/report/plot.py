@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # matplotlib is the optional `plot` extra: imported when a ch
     from matplotlib.axes import Axes
     from matplotlib.ticker import FuncFormatter
 
+    from costmodel.deploy.search import Search
     from costmodel.studies.sweep import Series
 
 PHASE_MARKERS = {"prefill": "o", "decode": "^", "train": "s"}
@@ -115,6 +116,26 @@ def plot_serving(sv: Serving, path: str) -> str:
     _save(plt, fig, path)
     return path
 
+
+def plot_deploy(r: Search, path: str) -> str:
+    """Tokens/s per GPU against tokens/s per user: every fitting deployment, the Pareto front
+    joined, those meeting the targets filled (matplotlib, the `plot` extra)."""
+    path = str(plot_path(path))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ok = [d for d in r.deployments if d.stable]
+    ax.scatter([d.tokens_per_s_per_user for d in ok], [d.tokens_per_s_per_gpu for d in ok], s=12,
+               facecolors=["C0" if d.meets else "none" for d in ok], edgecolors="C0", label="deployments")
+    ax.plot([d.tokens_per_s_per_user for d in r.front], [d.tokens_per_s_per_gpu for d in r.front], "C1-",
+            label="Pareto front")
+    ax.set_xlabel("output tokens/s per user")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_title(f"{r.spec.name} on {r.gpus} {r.cluster.hardware.name}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    _save(plt, fig, path)
+    return path
 
 
 def _save(plt: ModuleType, fig: Any, path: str | Path) -> None:

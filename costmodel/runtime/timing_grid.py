@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import reduce
 from typing import Any, cast
@@ -516,9 +517,11 @@ def _merged(costs: dict[Key, Cost], groups: dict[tuple[str, str | None], int], k
 def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware,
                  dtype: str = "bf16",
                  kernels: Kernels = Kernels(), enc_seq: np.ndarray | None = None, mla: str = "naive",
-                 routing: str = "uniform") -> np.ndarray:
+                 routing: str = "uniform", select: Callable[[Key], bool] | None = None) -> np.ndarray:
     """Calibrated seconds of `phase` at every (batch, seq) (broadcast together), as ``predict``
-    of ``analyze(spec, phase, batch, seq, dtype, enc_seq, mla=mla, routing=routing)``.
+    of ``analyze(spec, phase, batch, seq, dtype, enc_seq, mla=mla, routing=routing)``; with
+    `select`, of the components it selects only (by key: the sum of ``predict``'s rows whose
+    key it selects; ``costmodel.deploy`` splits a step into the attention core and the rest).
 
     Needs a profile with tables for `dtype` (``Hardware.tables_for``). Sizes are float64: exact
     below 2^53, and never wrapping as int64 would past 2^63."""
@@ -548,6 +551,8 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     costs = {key: cost for key, cost in model.tree(spec, dims).items() if ph.training or not cost.train_only}
     dropped = dropout_parents(((key, cost.bytes_unfused) for key, cost in costs.items()), _nonzero)
     for key, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
+        if select is not None and not select(key):
+            continue
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
         idle = None
         if not _positive(cost.bytes_unfused):

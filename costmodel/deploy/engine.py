@@ -1,0 +1,322 @@
+"""A serving engine as vLLM, TensorRT-LLM and SGLang run one: its settings, its memory in pages,
+and the steady state of continuous batching with chunked prefill.
+
+**Settings** (``Engine``), named as the engines name them:
+
+- ``block``: tokens per KV-cache page (vLLM's ``--block-size``, default 16; TensorRT-LLM's
+  ``tokens_per_block``, default 32). We take vLLM's 16 (PagedAttention, Kwon et al. 2023).
+- ``memory_fraction``: the share of device memory the engine may hold (vLLM's
+  ``--gpu-memory-utilization``, default 0.9). vLLM's rule: the KV cache gets what is left of
+  that share after the weights and the activations' peak. (TensorRT-LLM's
+  ``free_gpu_memory_fraction`` is a share of what is free after them instead.)
+- ``max_batch``: sequences in flight per engine (vLLM's ``--max-num-seqs``, TensorRT-LLM's
+  ``max_batch_size``).
+- ``max_tokens``: the token budget of one step, decode tokens and prefill chunk together
+  (vLLM's ``--max-num-batched-tokens``, TensorRT-LLM's ``max_num_tokens``; default 8192, both
+  engines' default for serving). At least ``max_batch``, as vLLM requires.
+- ``prefix_sharing``: the share of each prompt found in the prefix cache (vLLM's automatic
+  prefix caching, SGLang's RadixAttention): not prefilled again, and its pages held once
+  (optional, default 0).
+
+**Memory** (``engine_memory``), per GPU: the shard's weights; the activations' working set of
+one step at the token budget (``runtime.memory.live_peak`` of a prefill of ``max_tokens``
+tokens, and the logits of ``max_batch`` rows; as vLLM profiles a dummy step of
+``max_num_batched_tokens`` before sizing the cache); the KV cache in pages of ``block`` tokens.
+A request holds ceil(context / block) pages at its full context, prompt and output (TensorRT-LLM's
+``GUARANTEED_NO_EVICT`` reserves that much; vLLM grows to it); so the pages bound how many
+requests are in flight: floor(pages / pages per request) per attention replica.
+
+**Steady state** (``closed_loop``, ``open_loop``), in the vLLM V1 scheduler's rules: each step
+first schedules one token for every running decode request, then prefill chunks, first come
+first served, in the budget left (chunked prefill: Sarathi-Serve, Agrawal et al. 2024; the
+step as the unit of batching: Orca, Yu et al. 2022). For ``c`` requests running on one
+attention replica, each with a prompt of P tokens prefilled in k = ceil(P / room) chunks (room:
+the budget left beside the decoders) and m = O - 1 decode steps (the first output token comes
+with the prompt's last chunk), counted in steps:
+
+- a request's cycle is k + w + m steps (w: steps its prompt waits for the budget); completions
+  per step are c / cycle (Little's law), and the prefill budget serves one prompt at a time,
+  so c k / cycle <= 1: past that the prompts queue, w = c k - k - m;
+- a decoding request shares its steps with the others decoding, (c - 1) m / cycle of them on
+  average, and with another's chunk in a share min(1, (c - 1) k / cycle) of its steps (all of
+  them when prompts queue); a prefilling request with (c - 1) m / cycle decoders;
+- TPOT = the mean step time a decoding request sees; TTFT(P) = (w + ceil(P / room)) steps of
+  a chunk-carrying step; a request's latency is TTFT + m TPOT; throughput = c / latency
+  requests/s (closed loop).
+
+The loop is solved by a fixed-point iteration on the share of steps in decode (it settles in a
+few passes: the counts are in steps, independent of the step's time). Requests beyond what runs
+(``max_batch``, the pages) wait in the engine's queue: their wait is queue / throughput (Little).
+The open loop (``open_loop``, arrivals at a rate) finds the running count with c = rate x
+(TTFT + m TPOT), and adds the mean wait of an M/D/1 queue at the prefill budget
+(Pollaczek-Khinchine: rho s / (2 (1 - rho)), s a prompt's prefill time, rho = rate x s); past
+rho = 1 or the running cap it is overloaded, and no latency is given.
+
+**Percentiles** are deterministic. TTFT at the q-quantile is the TTFT of the q-quantile prompt
+(it grows with the prompt; the queueing wait is its mean). A request's TPOT is the mean of its
+m steps; the number of them carrying a chunk is binomial (m, share), taken normal, and the
+q-quantile of the mixture over the output lengths is read off its distribution function.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from costmodel.deploy.step import Shard, StepTimes
+from costmodel.deploy.workload import Workload
+from costmodel.errors import AnalysisError
+from costmodel.runtime.memory import live_peak
+from costmodel.symbols import DTYPE_BYTES
+
+ITERATIONS = 12  # fixed-point passes of the closed loop (the share in decode settles in < 6)
+OPEN_ITERATIONS = 60  # of the open loop's running count
+PERCENTILES = (50, 90, 99)
+TPOT_BINS = 16  # output lengths the TPOT percentiles mix over
+X_GRID = np.linspace(0.0, 1.0, 201)  # the share of a request's steps carrying a chunk
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine's settings (module docstring)."""
+
+    block: int = 16
+    memory_fraction: float = 0.9
+    max_batch: int = 256
+    max_tokens: int = 8192
+    prefix_sharing: float = 0.0
+
+    def check(self) -> None:
+        if not 1 <= self.block <= 1 << 20:
+            raise AnalysisError(f"--block-size: must be at least 1 token (got {self.block})")
+        if not (math.isfinite(self.memory_fraction) and 0 < self.memory_fraction <= 1):
+            raise AnalysisError("--gpu-memory-utilization: must be above 0 and at most 1 "
+                                f"(got {self.memory_fraction:g})")
+        if not 1 <= self.max_batch <= 1 << 20:
+            raise AnalysisError(f"--batch: must be at least 1 (got {self.max_batch})")
+        if not 1 <= self.max_tokens <= 1 << 24:
+            raise AnalysisError(f"--max-num-tokens: must be at least 1 (got {self.max_tokens})")
+        if not (math.isfinite(self.prefix_sharing) and 0 <= self.prefix_sharing < 1):
+            raise AnalysisError("--prefix-sharing: must be at least 0 and below 1 "
+                                f"(got {self.prefix_sharing:g})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"block_size": self.block, "gpu_memory_utilization": self.memory_fraction,
+                "max_batch": self.max_batch, "max_num_tokens": self.max_tokens,
+                "prefix_sharing": self.prefix_sharing}
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """What one GPU of an engine holds, in bytes (module docstring)."""
+
+    budget: int  # memory_fraction x device memory
+    weights: int
+    activations: int
+    page_bytes: int  # one page of `block` tokens' keys and values on one GPU
+    pages: int  # pages the rest of the budget holds (0 when nothing is left)
+    pages_per_request: int
+    max_running: int  # requests the pages hold, per attention replica
+
+    @property
+    def kv_cache(self) -> int:
+        return self.pages * self.page_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.max_running >= 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"budget": self.budget, "weights": self.weights, "activations": self.activations,
+                "kv_cache": self.kv_cache, "page_bytes": self.page_bytes, "pages": self.pages,
+                "pages_per_request": self.pages_per_request, "max_running": self.max_running}
+
+
+def held(shard: Shard, block: int) -> tuple[int, int]:
+    """(weights, bytes of one page of `block` tokens) on one GPU of `shard`: the same for every
+    max batch and budget, so a search counts them once per layout."""
+    weights = int(shard.analyze("prefill", 1, 1).bytes_weights)
+    return weights, int(shard.analyze("prefill", 1, block).total().kv_cache)  # `block` tokens cached
+
+
+def engine_memory(shard: Shard, memory_bytes: float, engine: Engine, workload: Workload,
+                  weights_and_page: tuple[int, int] | None = None) -> EngineMemory:
+    """One GPU's memory of an engine on `shard`, and the requests its pages hold
+    (`weights_and_page`: ``held``'s, when already counted)."""
+    local = shard.local
+    p = DTYPE_BYTES[shard.dtype]
+    flash = shard.kernels.flash_attention
+    tokens = engine.max_tokens
+    step = live_peak(local, {"B": 1, "S": tokens, "C": tokens}, p, flash, True, shard.mla)
+    logits = live_peak(local, {"B": engine.max_batch, "S": 1, "C": 1}, p, flash, True, shard.mla)
+    activations = max(step["attention"], step["ffn"], logits["lm_head"])
+    weights, page = weights_and_page or held(shard, engine.block)
+    budget = int(engine.memory_fraction * memory_bytes)
+    free = budget - weights - activations
+    pages = max(0, free // page) if page else 0
+    shared = engine.prefix_sharing * workload.prompt.mean
+    context = workload.prompt.mean - shared + workload.output.mean
+    per_request = max(1, math.ceil(context / engine.block))
+    return EngineMemory(budget, weights, int(activations), page, pages, per_request, pages // per_request)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """The steady state of arrays of deployments on one attention replica each (seconds, per
+    replica): the inputs broadcast together."""
+
+    running: np.ndarray  # requests running (mean)
+    queued: np.ndarray  # requests waiting for a batch slot or pages (closed loop)
+    decoding: np.ndarray  # decoders in a step a decoding request runs in
+    chunk: np.ndarray  # prefill tokens in a chunk-carrying step
+    chunk_share: np.ndarray  # share of a decoding request's steps carrying a chunk
+    tpot_plain: np.ndarray  # a decode step without a chunk
+    tpot_mixed: np.ndarray  # with one
+    tpot: np.ndarray  # mean
+    ttft_mean: np.ndarray
+    ttft: dict[int, np.ndarray]  # percentile -> seconds
+    tpot_at: dict[int, np.ndarray]
+    requests_per_s: np.ndarray
+    stable: np.ndarray  # False: an open loop past its capacity (its times are not given)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The workload as the loop reads it: means, and the prompt lengths of the percentiles."""
+
+    prompt: float  # mean tokens prefilled per request (prefix sharing taken out)
+    steps: float  # mean decode steps per request, E[O] - 1
+    output: float  # mean output tokens
+    quantile_prompts: dict[int, float]  # percentile -> the prompt's tokens prefilled
+    share: float  # prefix sharing
+    out_lengths: np.ndarray  # output length bins, for the TPOT percentiles
+    out_weights: np.ndarray
+
+
+def shape_of(workload: Workload, engine: Engine) -> _Shape:
+    keep = 1 - engine.prefix_sharing
+    o, w = workload.output.bins(TPOT_BINS)
+    return _Shape(workload.prompt.mean * keep, workload.output.mean - 1, workload.output.mean,
+                  {q: workload.prompt.quantile(q / 100) * keep for q in PERCENTILES}, engine.prefix_sharing,
+                  o, w)
+
+
+def decode_context(workload: Workload) -> float:
+    """The mean context a decode step attends to: decode step j of a request of prompt P has
+    P + j tokens before it, j = 1 .. O - 1, so the mean over all decode steps is E[P] +
+    E[(O - 1) O / 2] / E[O - 1] (prompt and output lengths independent)."""
+    o, w = workload.output.arrays()
+    m = float((o - 1) @ w)
+    if m == 0:
+        return workload.prompt.mean + 1
+    return workload.prompt.mean + float(((o - 1) * o / 2) @ w) / m
+
+
+def _prompt_core(times: StepTimes, tokens: Any, share: float) -> Any:
+    """A prompt's attention core with its shared prefix not prefilled again: all its pairs less
+    the prefix's own (the prompt of `tokens` prefilled is tokens / (1 - share) long)."""
+    whole = np.asarray(tokens) / (1 - share)
+    return times.prompt_core(whole) - (times.prompt_core(whole * share) if share else 0.0)
+
+
+def _solve(times: StepTimes, c: np.ndarray, budget: np.ndarray, w: _Shape,
+           open_loop: bool) -> tuple[np.ndarray, ...]:
+    """The step counts of the closed loop of `c` running requests (module docstring): (room,
+    k, wait steps, decoders beside a prefill, decoders a decoder sees, chunk share)."""
+    m, P = w.steps, w.prompt
+    others = np.maximum(c - 1, 0.0)
+    in_decode = np.full(np.shape(c), m / (m + 1))
+    for _ in range(ITERATIONS):
+        beside = others * in_decode
+        room = np.maximum(budget - beside, 1.0)
+        k = np.ceil(np.maximum(P, 1.0) / room)
+        queued = np.logical_and(c * k > k + m, not open_loop)
+        wait = np.where(queued, c * k - k - m, 0.0)
+        cycle = k + wait + m
+        in_decode = m / cycle
+    share = np.where(queued, 1.0, np.minimum(1.0, others * k / cycle))
+    return room, k, wait, others * in_decode, 1 + others * in_decode, share
+
+
+def _loop(times: StepTimes, c: np.ndarray, budget: np.ndarray, w: _Shape, open_loop: bool
+          ) -> tuple[Loop, np.ndarray]:
+    """The loop at `c` running (no queue, no open-loop wait yet), and a prompt's prefill seconds."""
+    room, k, wait, beside, seen, share = _solve(times, c, budget, w, open_loop)
+    chunk = np.minimum(np.maximum(w.prompt, 1.0), room)
+    core = _prompt_core(times, np.maximum(w.prompt, 1.0), w.share) / k
+    t_pre = times.step(beside, chunk, core, beside + 1 / k)
+    plain = times.step(seen, np.zeros_like(seen), np.zeros_like(seen), seen)
+    mixed = times.step(seen, chunk, core, seen + 1 / k)
+    tpot = (1 - share) * plain + share * mixed
+    ttft: dict[int, np.ndarray] = {}
+    for q, tokens in w.quantile_prompts.items():
+        t = max(tokens, 1.0)
+        kq = np.ceil(t / room)
+        core_q = _prompt_core(times, t, w.share) / kq
+        ttft[q] = (wait + kq) * times.step(beside, np.minimum(t, room), core_q, beside + 1 / kq)
+    ttft_mean = (wait + k) * t_pre
+    latency = ttft_mean + w.steps * tpot
+    tpot_at = tpot_percentiles(plain, mixed, share, w) if w.steps > 0 else {q: tpot for q in PERCENTILES}
+    none = np.zeros(np.shape(c))
+    loop = Loop(c + none, none, seen, chunk + none, share, plain, mixed, tpot, ttft_mean, ttft, tpot_at,
+                c / latency, np.ones(np.shape(c), dtype=bool))
+    return loop, k * t_pre
+
+
+def closed_loop(times: StepTimes, concurrency: np.ndarray, cap: np.ndarray, budget: np.ndarray,
+                w: _Shape) -> Loop:
+    """`concurrency` requests per attention replica, at most `cap` of them running (the engine's
+    max batch, the pages): the rest wait in its queue (module docstring)."""
+    running = np.minimum(concurrency, cap).astype(float)
+    loop, _ = _loop(times, running, budget, w, False)
+    queued = np.maximum(concurrency - running, 0.0)
+    extra = queued / loop.requests_per_s
+    return replace(loop, queued=queued, ttft_mean=loop.ttft_mean + extra,
+                   ttft={q: t + extra for q, t in loop.ttft.items()})
+
+
+def open_loop(times: StepTimes, rate: np.ndarray, cap: np.ndarray, budget: np.ndarray, w: _Shape) -> Loop:
+    """Arrivals at `rate` requests/s per attention replica (module docstring): the running count
+    c = rate x (TTFT + m TPOT) by a fixed-point iteration from one request (it rises to the
+    least fixed point), and the M/D/1 wait at the prefill budget."""
+    c = np.ones(np.broadcast_shapes(np.shape(rate), np.shape(cap), np.shape(budget)))
+    for _ in range(OPEN_ITERATIONS):
+        loop, service = _loop(times, c, budget, w, True)
+        c = np.minimum(np.maximum(rate / loop.requests_per_s * c, 1e-9), cap + 1.0)  # a mean: below 1 too
+    loop, service = _loop(times, np.minimum(c, cap), budget, w, True)
+    rho = rate * service
+    stable = (rho < 1) & (c <= cap) & (np.abs(rate / loop.requests_per_s - 1) < 1e-3)
+    wait = np.where(stable, rho * service / (2 * np.maximum(1 - rho, 1e-12)), np.inf)
+    return replace(loop, ttft_mean=loop.ttft_mean + wait, ttft={q: t + wait for q, t in loop.ttft.items()},
+                   requests_per_s=np.where(stable, rate, loop.requests_per_s), stable=stable)
+
+
+def _normal_cdf(z: np.ndarray) -> np.ndarray:
+    """The standard normal distribution function, by Abramowitz & Stegun 7.1.26 (|error| in erf
+    below 1.5e-7): numpy has no erf, and the model imports no scipy."""
+    x = np.abs(z) / math.sqrt(2)
+    t = 1 / (1 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    erf = 1 - poly * np.exp(-x * x)
+    return np.asarray(0.5 * (1 + np.sign(z) * erf))
+
+
+def tpot_percentiles(plain: np.ndarray, mixed: np.ndarray, share: np.ndarray,
+                     w: _Shape) -> dict[int, np.ndarray]:
+    """Each request's TPOT is plain + (mixed - plain) X / m, X ~ Binomial(m, share) of its m decode
+    steps carrying a chunk, taken normal; the percentiles of the mixture over output lengths."""
+    m = np.maximum(w.out_lengths - 1, 0)
+    weights = np.where(m > 0, w.out_weights, 0.0)
+    weights = weights / weights.sum()
+    f = np.asarray(share)[..., None, None]
+    sd = np.sqrt(np.maximum(f * (1 - f), 1e-18) / np.maximum(m, 1)[:, None])
+    cdf = (_normal_cdf((X_GRID - f) / sd) * weights[:, None]).sum(axis=-2)  # (..., X_GRID)
+    cdf[..., -1] = 1.0
+    out = {}
+    for q in PERCENTILES:
+        i = np.argmax(cdf >= q / 100 - 1e-12, axis=-1)
+        out[q] = plain + (mixed - plain) * X_GRID[i]
+    return out

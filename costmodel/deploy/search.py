@@ -1,0 +1,324 @@
+"""Every aggregated deployment of N GPUs, ranked under latency targets.
+
+A deployment is a parallel layout of one replica, how many replicas, and the engine's settings:
+
+- **TP** within a node (a divisor of the GPUs per node that the spec's heads and FFN split by;
+  ``parallel.layout.check``); **EP** for a mixture-of-experts spec, dividing the routed experts
+  (the TP x EP GPUs are EP attention replicas of TP ranks each, as ``parallel.serve`` decodes
+  them); **replicas** = N / (TP x EP), each serving its share of the requests (data parallel).
+  Pipeline parallelism, disaggregated prefill and decode pools and wide EP that does not divide
+  the experts are not searched yet (docs/serving.md, "What is left").
+- the engine's **max batch** (``--batch``, a list) and **token budget** (``--max-num-tokens``,
+  a list), each pair with max batch <= budget.
+
+Each is timed in its steady state (``deploy.engine``); those whose weights and activations leave
+no page for one request do not fit and are dropped. The **targets** (``--ttft``, ``--tpot``)
+are met at a percentile (``--percentile``, default p90: nine requests in ten see a time at or
+below it). Deployments meeting them are ranked by output tokens/s per GPU; the **Pareto front**
+is of output tokens/s per GPU against tokens/s per user (1 / mean TPOT, aiconfigurator's
+axis): no other deployment is better on both. The **cost** of a million output tokens at
+``--price`` dollars per GPU-hour is price / 3600 / (tokens/s per GPU) x 10^6. When none meets
+the targets the closest are those with the least max(TTFT / target, TPOT / target).
+
+Vectorised: one step-time table per parallel layout (``deploy.step``: a few array calls of the
+time model), then every engine setting of that layout in a few numpy passes
+(bench/deploy_speed.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from costmodel.deploy.engine import (
+    PERCENTILES,
+    Engine,
+    EngineMemory,
+    Loop,
+    closed_loop,
+    decode_context,
+    engine_memory,
+    held,
+    open_loop,
+    shape_of,
+)
+from costmodel.deploy.step import Shard, step_times
+from costmodel.deploy.workload import Workload
+from costmodel.errors import AnalysisError
+from costmodel.parallel.cluster import Cluster
+from costmodel.parallel.layout import Layout, LayoutError, check, experts
+from costmodel.precision import Widths
+from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla
+from costmodel.runtime.timing import Kernels
+from costmodel.spec import Spec
+
+DEFAULT_BATCHES = tuple(2**i for i in range(11))  # 1 .. 1024 sequences in flight per engine
+DEFAULT_TOKENS = (8192,)
+ENGINE = Engine()  # vLLM's defaults (deploy.engine)
+
+
+@dataclass(frozen=True)
+class Targets:
+    ttft: float | None = None  # seconds
+    tpot: float | None = None
+    percentile: int = 90
+
+    def check(self) -> None:
+        for name, v in (("--ttft", self.ttft), ("--tpot", self.tpot)):
+            if v is not None and not (math.isfinite(v) and 0 < v <= 1e6):
+                raise AnalysisError(f"{name}: must be a finite number of seconds above 0 (got {v:g})")
+        if self.percentile not in PERCENTILES:
+            raise AnalysisError(f"--percentile: one of {', '.join(map(str, PERCENTILES))} "
+                                f"(got {self.percentile})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ttft_s": self.ttft, "tpot_s": self.tpot, "percentile": self.percentile}
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment in its steady state (times in seconds; per GPU and per user in tokens/s)."""
+
+    tp: int
+    ep: int
+    replicas: int
+    max_batch: int
+    max_tokens: int
+    concurrency: float  # requests in flight per engine (attention replica), running and queued
+    running: float
+    memory: EngineMemory  # per GPU
+    ttft: dict[int, float]
+    tpot: dict[int, float]
+    ttft_mean: float
+    tpot_mean: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_user: float
+    stable: bool
+    meets: bool = False
+    cost_per_million: float | None = None
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.ep
+
+    @property
+    def label(self) -> str:
+        return f"TP{self.tp}" + (f" EP{self.ep}" if self.ep > 1 else "") + f" x{self.replicas}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp, "ep": self.ep, "replicas": self.replicas,
+            "gpus_per_replica": self.gpus_per_replica,
+            "max_batch": self.max_batch, "max_num_tokens": self.max_tokens,
+            "concurrency_per_engine": self.concurrency, "running_per_engine": self.running,
+            "stable": self.stable, "meets_targets": self.meets,
+            "ttft_s": {f"p{q}": _num(v) for q, v in self.ttft.items()} | {"mean": _num(self.ttft_mean)},
+            "tpot_s": {f"p{q}": _num(v) for q, v in self.tpot.items()} | {"mean": _num(self.tpot_mean)},
+            "output_tokens_per_s_per_gpu": _num(self.tokens_per_s_per_gpu),
+            "output_tokens_per_s_per_user": _num(self.tokens_per_s_per_user),
+            "cost_per_million_output_tokens": self.cost_per_million,
+            "memory_per_gpu": self.memory.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Search:
+    spec: Spec
+    cluster: Cluster
+    gpus: int
+    workload: Workload
+    engine: Engine  # its block, memory fraction and prefix sharing (max batch and budget: each row's)
+    targets: Targets
+    dtype: str
+    widths: Widths
+    kernels: Kernels
+    mla: str
+    deployments: tuple[Deployment, ...]  # every one that fits, best first
+    front: tuple[Deployment, ...]  # the Pareto front, most tokens/s per GPU first
+    layouts: tuple[str, ...]  # the parallel layouts tried
+    skipped: tuple[str, ...]  # layouts that cannot run, and why
+    evaluated: int  # deployments timed (fitting or not)
+    calibrated: bool
+    price: float | None = None
+    seconds: float = 0.0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def meeting(self) -> tuple[Deployment, ...]:
+        return tuple(d for d in self.deployments if d.meets)
+
+    def closest(self, n: int = 5) -> tuple[Deployment, ...]:
+        """The deployments nearest the targets: the least max(TTFT / target, TPOT / target)."""
+        q, t = self.targets.percentile, self.targets
+        def gap(d: Deployment) -> float:
+            parts = [d.ttft[q] / t.ttft if t.ttft else 0.0, d.tpot[q] / t.tpot if t.tpot else 0.0]
+            return max(parts) if d.stable else math.inf
+        return tuple(sorted(self.deployments, key=gap)[:n])
+
+    def unmet(self) -> str | None:
+        """Why no deployment can serve as asked (one line), None when one can."""
+        if not self.deployments:
+            return (f"{self.spec.name} fits in no deployment of {self.gpus} {self.cluster.hardware.name} "
+                    f"GPUs at these engine settings")
+        if not self.meeting:
+            q = self.targets.percentile
+            t = self.targets
+            want = [f"{name} p{q} <= {v:g} s" for name, v in (("TTFT", t.ttft), ("TPOT", t.tpot))
+                    if v is not None]
+            return f"no deployment meets {' and '.join(want) or 'the targets'}; the closest are shown"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.name, "cluster": self.cluster.name, "hardware": self.cluster.hardware.name,
+            "gpus": self.gpus, "dtype": self.dtype, "weights_dtype": self.widths.weights or self.dtype,
+            "kv_dtype": self.widths.kv or self.dtype, "kernels": self.kernels.to_dict(),
+            **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
+            "calibrated": self.calibrated, "workload": self.workload.to_dict(),
+            "engine": {"block_size": self.engine.block, "gpu_memory_utilization": self.engine.memory_fraction,
+                       "prefix_sharing": self.engine.prefix_sharing},
+            "targets": self.targets.to_dict(), "price_per_gpu_hour": self.price,
+            "layouts": list(self.layouts), "skipped": list(self.skipped),
+            "evaluated": self.evaluated, "fitting": len(self.deployments), "meeting": len(self.meeting),
+            "ranked": [d.to_dict() for d in self.meeting],
+            "front": [d.to_dict() for d in self.front],
+            "closest": [d.to_dict() for d in self.closest()] if not self.meeting else [],
+            "notes": list(self.notes),
+        }
+
+
+def layouts(spec: Spec, cluster: Cluster, gpus: int) -> tuple[list[tuple[int, int]], list[str]]:
+    """(tp, ep) of every replica layout of `gpus` GPUs (module docstring), and why others not."""
+    moe = experts(spec)
+    g = cluster.gpus_per_node
+    out, skipped = [], []
+    for tp in range(1, min(g, gpus) + 1):
+        if g % tp or gpus % tp:
+            continue
+        for ep in ([e for e in range(1, gpus // tp + 1) if moe[0] % e == 0] if moe else [1]):
+            if gpus % (tp * ep):
+                continue
+            try:
+                check(Layout(global_batch=ep, tp=tp, dp=ep, ep=ep), spec)
+            except LayoutError as e:
+                skipped.append(f"TP{tp}" + (f" EP{ep}" if ep > 1 else "") + f": {e}")
+                continue
+            out.append((tp, ep))
+    return out, skipped
+
+
+def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: Engine = ENGINE,
+           batches: tuple[int, ...] = DEFAULT_BATCHES, tokens: tuple[int, ...] = DEFAULT_TOKENS,
+           targets: Targets = Targets(), dtype: str = "bf16", widths: Widths = Widths(),
+           kernels: Kernels | None = None, mla: str | None = None, price: float | None = None) -> Search:
+    """Every aggregated deployment of `gpus` GPUs of `cluster` serving `workload`, in its steady
+    state, ranked under `targets` (module docstring)."""
+    import time
+
+    start = time.perf_counter()
+    if not 1 <= gpus <= 1 << 20:
+        raise AnalysisError(f"--gpus: must be at least 1 (got {gpus})")
+    if price is not None and not (math.isfinite(price) and 0 < price <= 1e6):
+        raise AnalysisError(f"--price: must be a finite number of dollars per GPU-hour above 0 "
+                            f"(got {price:g})")
+    workload.check(spec)
+    engine.check()
+    targets.check()
+    widths.check()
+    for b in batches:
+        Engine(engine.block, engine.memory_fraction, b, max(tokens), engine.prefix_sharing).check()
+    for t in tokens:
+        Engine(engine.block, engine.memory_fraction, 1, t, engine.prefix_sharing).check()
+    hw = cluster.hardware
+    hw.peak(dtype)
+    kernels = kernels if kernels is not None else KERNELS[default_kernels(hw, "serve")]
+    mla = mla if mla is not None else default_mla(hw)
+    found, skipped = layouts(spec, cluster, gpus)
+    if not found:
+        raise AnalysisError(f"--gpus: no TP/EP layout of {gpus} GPUs runs {spec.name} on {cluster.name}"
+                            + (f" ({skipped[0]})" if skipped else ""))
+    rows: list[Deployment] = []
+    evaluated = 0
+    calibrated = True
+    for tp, ep in found:
+        shard = Shard(spec, tp, ep, dtype, widths, kernels, mla)
+        got, n, cal = _layout(shard, cluster, gpus, workload, engine, batches, tokens, targets, price)
+        rows += got
+        evaluated += n
+        calibrated = calibrated and cal
+    ranked = sorted(rows, key=lambda d: (not d.meets, -d.tokens_per_s_per_gpu if d.stable else math.inf))
+    notes = (f"TTFT and TPOT at p{targets.percentile} for the targets; tokens/s per user = 1 / mean TPOT",)
+    return Search(spec, cluster, gpus, workload, engine, targets, dtype, widths, kernels, mla, tuple(ranked),
+                  pareto(rows), tuple(f"TP{t}" + (f" EP{e}" if e > 1 else "") for t, e in found),
+                  tuple(skipped), evaluated, calibrated, price, time.perf_counter() - start, notes)
+
+
+def _layout(shard: Shard, cluster: Cluster, gpus: int, workload: Workload, engine: Engine,
+            batches: tuple[int, ...], tokens: tuple[int, ...], targets: Targets,
+            price: float | None) -> tuple[list[Deployment], int, bool]:
+    """Every engine setting of one parallel layout: (those that fit, how many tried, calibrated)."""
+    pairs = [(b, t) for t in tokens for b in batches if b <= t]
+    counted = held(shard, engine.block)
+    mems = [engine_memory(shard, cluster.hardware.memory_bytes,
+                          Engine(engine.block, engine.memory_fraction, b, t, engine.prefix_sharing), workload,
+                          counted)
+            for b, t in pairs]
+    keep = [i for i, m in enumerate(mems) if m.fits]
+    if not keep:
+        return [], len(pairs), True
+    replicas = gpus // (shard.tp * shard.ep)
+    engines = replicas * shard.ep  # attention replicas in all
+    b = np.array([pairs[i][0] for i in keep], dtype=float)
+    budget = np.array([pairs[i][1] for i in keep], dtype=float)
+    cap = np.minimum(b, [mems[i].max_running for i in keep])
+    w = shape_of(workload, engine)
+    s = engine.prefix_sharing
+    prompts = np.array([1.0, w.prompt / (1 - s), *(v / (1 - s) for v in w.quantile_prompts.values())])
+    prompts = np.concatenate([prompts, prompts * s]) if s else prompts
+    exact = (*tokens, *(min(max(p, 1.0), max(tokens)) for p in (w.prompt, *w.quantile_prompts.values())))
+    times = step_times(shard, cluster, int(budget.max() + b.max()), decode_context(workload), prompts, exact)
+    if workload.rate is not None:
+        loop = open_loop(times, np.full(len(keep), workload.rate / engines), cap, budget, w)
+        offered = loop.running
+    else:
+        offered = np.full(len(keep), workload.concurrency / engines) if workload.concurrency else b
+        loop = closed_loop(times, offered, cap, budget, w)
+    out = [_row(shard, replicas, pairs[i], mems[i], loop, j, offered[j], w.output, targets, price)
+           for j, i in enumerate(keep)]
+    return out, len(pairs), times.calibrated
+
+
+def _row(shard: Shard, replicas: int, pair: tuple[int, int], memory: EngineMemory, loop: Loop, j: int,
+         offered: float, output: float, targets: Targets, price: float | None) -> Deployment:
+    q = targets.percentile
+    stable = bool(loop.stable[j])
+    inf = math.inf
+    ttft = {p: float(v[j]) if stable else inf for p, v in loop.ttft.items()}
+    tpot = {p: float(v[j]) if stable else inf for p, v in loop.tpot_at.items()}
+    per_gpu = float(loop.requests_per_s[j]) * output / shard.tp
+    meets = stable and (targets.ttft is None or ttft[q] <= targets.ttft) and (
+        targets.tpot is None or tpot[q] <= targets.tpot)
+    cost = price / 3600 / per_gpu * 1e6 if price is not None and per_gpu > 0 else None
+    return Deployment(shard.tp, shard.ep, replicas, pair[0], pair[1], float(offered), float(loop.running[j]),
+                      memory, ttft, tpot, float(loop.ttft_mean[j]) if stable else inf, float(loop.tpot[j]),
+                      per_gpu, 1 / float(loop.tpot[j]), stable, meets, cost)
+
+
+def pareto(rows: list[Deployment]) -> tuple[Deployment, ...]:
+    """The deployments no other beats on both tokens/s per GPU and tokens/s per user, most
+    tokens/s per GPU first."""
+    front: list[Deployment] = []
+    best_user = -math.inf
+    for d in sorted((d for d in rows if d.stable), key=lambda d: (-d.tokens_per_s_per_gpu,
+                                                                  -d.tokens_per_s_per_user)):
+        if d.tokens_per_s_per_user > best_user:
+            front.append(d)
+            best_user = d.tokens_per_s_per_user
+    return tuple(front)

@@ -1,0 +1,63 @@
+"""`costmodel deploy`'s tables: the ranked deployments, the Pareto front, the closest ones."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from costmodel import units
+from costmodel.deploy.search import Deployment, Search
+from costmodel.report.tables import Table
+from costmodel.runtime import kernels
+
+SHOWN = 10  # ranked deployments in the table (JSON has them all)
+
+
+def _s(x: float) -> str:
+    return units.seconds(x) if x != float("inf") else "overloaded"
+
+
+def _rows(ds: Sequence[Deployment], q: int, price: bool) -> list[tuple[str, ...]]:
+    rows = []
+    for i, d in enumerate(ds, 1):
+        rows.append((str(i), d.label, str(d.max_batch), str(d.max_tokens), f"{d.running:,.0f}",
+                     _s(d.ttft[q]), _s(d.tpot[q]), f"{d.tokens_per_s_per_gpu:,.0f}",
+                     f"{d.tokens_per_s_per_user:,.1f}",
+                     *([f"${d.cost_per_million:,.3f}" if d.cost_per_million is not None else "-"] * price)))
+    return rows
+
+
+def _columns(q: int, price: bool) -> tuple[str, ...]:
+    return ("#", "layout", "max batch", "max tokens", "running", f"TTFT p{q}", f"TPOT p{q}", "tok/s/GPU",
+            "tok/s/user", *(["$/M tokens"] * price))
+
+
+def deploy_tables(r: Search) -> list[Table]:
+    q = r.targets.percentile
+    price = r.price is not None
+    meeting = r.meeting
+    shown = meeting[:SHOWN] if meeting else r.closest()
+    title = (f"Deployments of {r.gpus} {r.cluster.hardware.name} ({r.cluster.name}) meeting the targets, "
+             "best first" if meeting else "No deployment meets the targets: the closest")
+    w = r.workload
+    notes = [
+        f"prompt {w.prompt.label} tokens (mean {w.prompt.mean:,.0f}), output {w.output.label} (mean "
+        f"{w.output.mean:,.0f}); {w.arrival}; {r.dtype}{r.widths.label(r.dtype)}",
+        "layout: TP x EP GPUs per replica, x replicas; running: requests in flight per engine (at most "
+        "max batch and what the KV pages hold)",
+        f"TTFT and TPOT at p{q}; tok/s/GPU: output tokens per second per GPU; tok/s/user: 1 / mean TPOT",
+        f"engine: pages of {r.engine.block} tokens, {r.engine.memory_fraction:g} of device memory, "
+        "continuous batching with chunked prefill (docs/serving.md)",
+        f"{len(meeting)} of {len(r.deployments)} fitting deployments meet the targets ({r.evaluated} timed)",
+        kernels.note(r.kernels, r.cluster.hardware, kernels.is_default(r.kernels, r.cluster.hardware)),
+    ]
+    if len(meeting) > SHOWN:
+        notes.append(f"the best {SHOWN} shown; --format json for all {len(meeting)}")
+    if not r.calibrated:
+        notes.append(f"{r.cluster.hardware.name}: no measured tables at these widths: step times are the "
+                     "roofline of each component")
+    if r.skipped:
+        notes.append("not run: " + "; ".join(r.skipped[:3]) + ("; ..." if len(r.skipped) > 3 else ""))
+    ranked = Table(title, _columns(q, price), _rows(shown, q, price), notes, numeric_from=2)
+    front = Table("Pareto front: tokens/s per GPU against tokens/s per user", _columns(q, price),
+                  _rows(r.front, q, price), ("no other deployment has more of both",), numeric_from=2)
+    return [ranked, front]
