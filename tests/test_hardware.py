@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from costmodel.cli import app
 from costmodel.catalog import specs_dir
+from costmodel.cli import app
 from costmodel.devices.hardware import Hardware, load_hardware, profile_paths, read_profile, save_hardware
 from costmodel.spec import SpecError
 
