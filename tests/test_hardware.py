@@ -7,8 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from costmodel.catalog import specs_dir
 from costmodel.cli import app
-from costmodel.devices.hardware import Hardware, load_hardware, profile_paths, save_hardware
+from costmodel.devices.hardware import Hardware, load_hardware, profile_paths, read_profile, save_hardware
 from costmodel.spec import SpecError
 
 runner = CliRunner()
@@ -22,6 +23,10 @@ DATASHEETS = {
     "b200": (4.5e15 / 2, 9e15 / 2, 7.7e12, 180e9),  # HGX B200 per GPU: BF16 4.5 PF*, FP8 9 PF*
     "l4": (242e12 / 2, 485e12 / 2, 300e9, 24e9),  # L4: BF16 242*, FP8 485*, 300 GB/s
     "rtx-4090": (330.4e12 / 2, 660.6e12 / 2, 1008e9, 24e9),  # Ada whitepaper, FP32 accumulate
+    # GB200 NVL72 per rack of 72 GPUs: FP16/BF16 360 PF*, FP8 720 PF*, 576 TB/s; 372 GB per 2-GPU superchip
+    "gb200": (360e15 / 72 / 2, 720e15 / 72 / 2, 576e12 / 72, 372e9 / 2),
+    "mi300x": (2614.9e12 / 2, 5229.8e12 / 2, 5.3e12, 192e9),  # MI300X data sheet: BF16 2614.9*, FP8 5229.8*
+    "mi325x": (2614.9e12 / 2, 5229.8e12 / 2, 6.0e12, 256e9),  # MI325X: the same compute, HBM3E 6 TB/s
 }
 
 
@@ -164,3 +169,15 @@ def test_roofline_commands_stay_off_sympy_and_numpy(args):
 def test_analyze_without_hardware_is_unchanged():
     data = json.loads(runner.invoke(app, ["analyze", "gpt2-small", "-p", "decode", "-f", "json"]).output)
     assert "roofline" not in data
+
+
+@pytest.mark.parametrize("name", ["mi300x", "mi325x", "gb200"])
+def test_profiles_without_tables_of_their_own_say_so(name):
+    """No kernel table was measured on the AMD GPUs or on a GB200: each profile says so, the AMD ones
+    read none (their matmuls on Calculon's borrowed tables), the GB200 reads the B200's."""
+    hw = read_profile(name)
+    assert "kernel table" in str(hw.source)
+    assert hw.kernels == (None if name.startswith("mi") else "b200")
+    if name.startswith("mi"):
+        assert not (specs_dir() / "kernels" / name).exists()
+        assert "not measured" in hw.efficiency.source

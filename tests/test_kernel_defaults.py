@@ -27,7 +27,7 @@ from costmodel.runtime.timing import Kernels
 from tests.helpers import calibrated_profile
 
 runner = CliRunner()
-GPUS = ("a100-80gb", "h100-sxm", "h200", "b200", "l4", "rtx-4090")
+GPUS = ("a100-80gb", "h100-sxm", "h200", "b200", "gb200", "l4", "rtx-4090", "mi300x", "mi325x")
 
 
 def test_the_option_lists_the_librarys_names() -> None:

@@ -159,7 +159,7 @@ def test_serve_bad_batch():
     assert result.exit_code == 2 and "--batch" in result.stderr
 
 
-@pytest.mark.parametrize("name", ["dgx-a100-80gb", "dgx-h100", "dgx-h200", "gb200-nvl72"])
+@pytest.mark.parametrize("name", ["dgx-a100-80gb", "dgx-h100", "dgx-h200", "gb200-nvl72", "mi300x-platform"])
 def test_bundled_clusters_load_with_sources(name):
     c = load_cluster(name)
     assert c.intra_node.source and c.inter_node.source and c.source

@@ -39,7 +39,7 @@ REL = 1e-12  # float rounding
 
 
 def test_every_bundled_gpu_profile_is_held() -> None:
-    assert GPUS == ["a100-80gb", "b200", "h100-sxm", "h200", "l4", "rtx-4090"]
+    assert GPUS == ["a100-80gb", "b200", "gb200", "h100-sxm", "h200", "l4", "mi300x", "mi325x", "rtx-4090"]
 
 
 def folded(key, kernels: Kernels) -> bool:

@@ -248,7 +248,7 @@ def test_the_decode_shapes_are_skinny() -> None:
 # --- the GPU profiles' tables: measured per shape (specs/kernels/), or Calculon's published ones ---
 
 MEASURED = ["a100-80gb", "h100-sxm", "h200", "b200"]  # specs/kernels/<name>/gemm.json
-DATASHEET = ["l4", "rtx-4090"]
+DATASHEET = ["l4", "rtx-4090", "mi300x", "mi325x"]
 
 
 def _measured_gemm(name: str, dtype: str, M: int, N: int, K: int) -> float:
