@@ -23,9 +23,7 @@ from costmodel.cli.app import (
     app,
     emit,
 )
-from costmodel.deploy.engine import Engine
-from costmodel.deploy.search import DEFAULT_BATCHES, DEFAULT_TOKENS, Targets, search
-from costmodel.deploy.workload import Workload, parse_lengths
+from costmodel.deploy import DEFAULT_BATCHES, DEFAULT_TOKENS
 from costmodel.parallel.cluster import load_cluster
 from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.report import deploy as report_deploy
@@ -82,6 +80,11 @@ def deploy_cmd(
     """Serving as deployed: every aggregated deployment (TP, EP, replicas, max batch, token budget)
     in the steady state of continuous batching with chunked prefill and paged KV, ranked by output
     tokens/s per GPU under TTFT and TPOT targets, with the Pareto front and the cost."""
+    # The model imports numpy: loaded here, not with the CLI (`costmodel analyze` never loads it).
+    from costmodel.deploy.engine import Engine
+    from costmodel.deploy.search import Targets, search
+    from costmodel.deploy.workload import Workload, parse_lengths
+
     with _user_errors():
         if plot is not None:
             from costmodel.report.plot import plot_deploy, plot_path

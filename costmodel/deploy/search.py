@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.deploy import DEFAULT_BATCHES, DEFAULT_TOKENS
 from costmodel.deploy.engine import (
     PERCENTILES,
     Engine,
@@ -55,8 +56,6 @@ from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla
 from costmodel.runtime.timing import Kernels
 from costmodel.spec import Spec
 
-DEFAULT_BATCHES = tuple(2**i for i in range(11))  # 1 .. 1024 sequences in flight per engine
-DEFAULT_TOKENS = (8192,)
 ENGINE = Engine()  # vLLM's defaults (deploy.engine)
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from costmodel import units
-from costmodel.deploy.search import Deployment, Search
 from costmodel.report.tables import Table
 from costmodel.runtime import kernels
+
+if TYPE_CHECKING:  # the model imports numpy; the CLI loads it only when `deploy` runs
+    from costmodel.deploy.search import Deployment, Search
 
 SHOWN = 10  # ranked deployments in the table (JSON has them all)
 
