@@ -349,8 +349,8 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     for k, v in d.items():
         if isinstance(v, dict):
             out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
+        else:  # a list in one cell as JSON (an error band's records), not Python's repr
+            out[f"{prefix}{k}"] = json.dumps(v, allow_nan=False) if isinstance(v, list) else v
     return out
 
 
