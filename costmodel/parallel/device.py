@@ -108,13 +108,13 @@ def component_times(a: Analysis, hw: Hardware,
     """Seconds per component of `a`'s pass on `hw`: ``runtime.timing.predict`` (each matmul's
     forward and backward products at the profile's efficiency for their shapes, every other
     component's bytes at its memory efficiency; the roofline where the profile has no tables);
-    and what those times read of the device's measured kernel tables (``Prediction.reads``: the
-    bands, the op classes extrapolated).
+    and what those times read of the device's measured kernel tables (``devices.kernels.Reads``:
+    the prediction's error bands and the op classes it extrapolated).
 
     A training pass keeps no KV cache: its ``kv_cache`` rows are left out."""
     p = predict(a, hw, kernels)
     secs = {r.key: r.time_s for r in p.rows if not (a.phase == "train" and r.key.role is Role.kv_cache)}
-    return secs, p.reads
+    return secs, Reads(p.errors, p.extrapolated)
 
 
 def calibrated(hw: Hardware, dtype: str) -> bool:

@@ -192,18 +192,13 @@ class Prediction:
     def time_s(self) -> float:
         return sum(r.time_s for r in self.rows) if self.calibrated else self.roofline_s
 
-    @property
-    def reads(self) -> Reads:
-        """The bands and the extrapolated op classes together (``devices.kernels.Reads``)."""
-        return Reads(self.errors, self.extrapolated)
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "hardware": self.hardware, "dtype": self.dtype, "phase": self.phase,
             "calibrated": self.calibrated, "note": self.note, "kernels": self.kernels.to_dict(),
             "overlap": "serial: components add; compute and memory overlap within an op",
             "time_s": self.time_s, "roofline_s": self.roofline_s,
-            "roofline_fused_s": self.roofline_fused_s, **self.reads.to_dict(),
+            "roofline_fused_s": self.roofline_fused_s, **Reads(self.errors, self.extrapolated).to_dict(),
             "components": [{"path": r.path, "kind": r.kind, "ops": r.ops, "flops": r.flops,
                             "bytes": r.bytes, "time_s": r.time_s, "roofline_s": r.roofline_s,
                             "efficiency": r.efficiency, "first_touch_s": r.first_touch_s} for r in self.rows],
