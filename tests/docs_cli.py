@@ -45,7 +45,8 @@ Shared conventions:
   the error each op class it read showed against other frameworks' measurements
   (`gemm/bf16 median 6% (worst 1.8x) vs sglang ...`; specs/kernels/<gpu>/errors.json) and the op
   classes read past those tables (docs/time.md, "On a GPU: measured kernels"). `sweep
-  --quantity time` and `attention` print roofline seconds: no table read, no band.
+  --quantity time` and `attention` print roofline seconds: no table read, no band. `deploy`
+  does not say them yet.
 """
 
 #: The option vocabulary: (idea, option). The short flag, the commands that take it and its old

@@ -98,13 +98,14 @@ class HasReads(Protocol):
 class Reads:
     """What a predicted GPU time read of its device's measured tables (docs/gpu-time.md): each op
     class's error bands in the cross-validation (``errors``: "gemm/bf16", "attention/decode",
-    "collectives" -> errors.json's bands), and the op classes read outside what was measured
-    (``extrapolated``: "gemm", "attention/prefill", "attention/decode" by the kernel model's rule;
-    "collectives" past the message sizes measured, or past the GPU counts measured, scaled there
-    by the ring model, ``parallel.collectives``). Every command that prints a GPU time carries
-    both, as the JSON keys ``errors`` and ``extrapolated`` (``to_dict``) and as the lines
-    ``report.tables.kernel_notes`` writes. A profile without measured tables (a calibrated CPU,
-    L4) has neither."""
+    "moe/bf16", "mla/prefill", "collectives" -> errors.json's bands), and the op classes read
+    outside what was measured (``extrapolated``: "gemm", "attention/decode", "moe/bf16", ... by the
+    kernel model's rule; "collectives" past the message sizes measured, or past the GPU counts
+    measured, scaled there by the ring model, ``parallel.collectives``). Every command that
+    prints a GPU time carries both, as the JSON keys ``errors`` and ``extrapolated``
+    (``to_dict``) and as the lines ``report.tables.kernel_notes`` writes. A profile without
+    measured tables (a calibrated CPU, L4) has no band (a shape past its own efficiency table is
+    still "gemm" extrapolated: the table's edge is held)."""
 
     errors: Mapping[str, tuple[ErrorBand, ...]] = dataclasses.field(default_factory=dict)
     extrapolated: tuple[str, ...] = ()
