@@ -40,6 +40,13 @@ Shared conventions:
   why; 2 bad input (one `error:` line per problem, naming the file, the field and the problem;
   also a usage error); 3 an internal error (a bug of ours: one `error: internal error` line;
   please report it with the command line and the spec or config it read).
+- A GPU time on a device with measured kernel tables (`analyze --hardware`, `inference`,
+  `serve`, `train`, `plan`) carries, under its table and in JSON (`errors`, `extrapolated`),
+  the error each op class it read showed against other frameworks' measurements
+  (`gemm/bf16 median 6% (worst 1.8x) vs sglang ...`; specs/kernels/<gpu>/errors.json) and the op
+  classes read past those tables (docs/time.md, "On a GPU: measured kernels"). `sweep
+  --quantity time` and `attention` print roofline seconds: no table read, no band. `deploy`
+  does not say them yet.
 """
 
 #: The option vocabulary: (idea, option). The short flag, the commands that take it and its old

@@ -25,6 +25,7 @@ from costmodel.cli.app import (
     check_number,
     emit,
 )
+from costmodel.devices.kernels import Reads
 from costmodel.parallel import device
 from costmodel.parallel.cluster import cluster_paths, load_cluster
 from costmodel.parallel.engine import ENGINES, Engine, Overlap
@@ -238,7 +239,8 @@ def plan_cmd(
             "engine": model.engine.name if model.engine else None,
             "kernels": kernels_dict(model.kernels, is_default(model.kernels, cl.hardware, "train")),
             "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
-            "seconds": elapsed, "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)
+            "seconds": elapsed, **Reads.union(result.ranked[:top]).to_dict(),
+            "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)
     if not result.ranked:  # said in every format; exit 1: nothing can run
         typer.echo(f"error: {why}", err=True)
         raise typer.Exit(1)
@@ -278,7 +280,8 @@ def serve_cmd(
         results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value if mla else None, widths,
                           _kernels(kernel_names)) for b in batches]
     emit(fmt, lambda: [report_parallel.decode_table(results)],
-         lambda: {"spec": s.name, "cluster": cl.name, "results": [d.to_dict() for d in results]}, s)
+         lambda: {"spec": s.name, "cluster": cl.name, **Reads.union(results).to_dict(),
+                  "results": [d.to_dict() for d in results]}, s)
     if not any(d.fits for d in results):  # printed in full; exit 1: no batch asked for can run
         where = f"TP{tp}" + (f" EP{ep}" if ep and ep > 1 else "")
         typer.echo(f"error: {s.name} does not fit on {where} {cl.hardware.name}s at any batch asked for "

@@ -44,14 +44,15 @@ the others' helpers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from costmodel.spec import SpecError
 
@@ -79,6 +80,49 @@ class ErrorBand:
 
     def to_dict(self) -> dict[str, Any]:
         return {"median": self.median, "worst": self.worst, "against": self.against}
+
+
+class HasReads(Protocol):
+    """Anything that says what its GPU time read of the measured tables: a ``Reads``, a
+    ``runtime.timing.Prediction``, ``runtime.serving.Serving``, ``parallel.step.Step``,
+    ``parallel.serve.Decode``."""
+
+    @property
+    def errors(self) -> Mapping[str, tuple[ErrorBand, ...]]: ...
+
+    @property
+    def extrapolated(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a predicted GPU time read of its device's measured tables (docs/gpu-time.md): each op
+    class's error bands in the cross-validation (``errors``: "gemm/bf16", "attention/decode",
+    "moe/bf16", "mla/prefill", "collectives" -> errors.json's bands), and the op classes read
+    outside what was measured (``extrapolated``: "gemm", "attention/decode", "moe/bf16", ... by the
+    kernel model's rule; "collectives" past the message sizes measured, or past the GPU counts
+    measured, scaled there by the ring model, ``parallel.collectives``). Every command that
+    prints a GPU time carries both, as the JSON keys ``errors`` and ``extrapolated``
+    (``to_dict``) and as the lines ``report.tables.kernel_notes`` writes. A profile without
+    measured tables (a calibrated CPU, L4) has no band (a shape past its own efficiency table is
+    still "gemm" extrapolated: the table's edge is held)."""
+
+    errors: Mapping[str, tuple[ErrorBand, ...]] = dataclasses.field(default_factory=dict)
+    extrapolated: tuple[str, ...] = ()
+
+    @staticmethod
+    def union(items: Iterable[HasReads]) -> Reads:
+        """What `items` read together: each op class once, in the order first read."""
+        errors: dict[str, tuple[ErrorBand, ...]] = {}
+        extrapolated: list[str] = []
+        for item in items:
+            errors.update(item.errors)
+            extrapolated += [op for op in item.extrapolated if op not in extrapolated]
+        return Reads(errors, tuple(extrapolated))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"errors": {op: [b.to_dict() for b in bands] for op, bands in self.errors.items()},
+                "extrapolated": list(self.extrapolated)}
 
 
 class Grid:

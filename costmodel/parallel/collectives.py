@@ -43,10 +43,11 @@ a measurement across nodes, so the error of this model there is unknown.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from costmodel.devices.kernels import Grid
+from costmodel.devices.kernels import Grid, Reads
 from costmodel.parallel.cluster import Cluster
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
@@ -104,6 +105,24 @@ class Collective:
 def weakest(a: str, b: str) -> str:
     """Of two bases, the less measured: what a sum of calls of both can claim."""
     return max(a, b, key=BASES.index)
+
+
+#: The bases of a time read off the measured NCCL tables (``_measured``).
+TABLE_BASES = ("measured", "interpolated", "extrapolated")
+
+
+def reads(cluster: Cluster, calls: Iterable[Collective]) -> Reads:
+    """What `calls` read of the device's measured NCCL tables (``devices.kernels.Reads``): the
+    "collectives" bands of errors.json where any was timed off them, and "collectives"
+    extrapolated where any lay past them (a message outside the sizes measured, or more GPUs
+    than measured in one node, scaled by the ring model). The α-β model's times (``modelled``)
+    carry no band: no table holds a measurement across nodes."""
+    bases = {c.basis for c in calls}
+    if not bases & set(TABLE_BASES):
+        return Reads()
+    tables = cluster.hardware.kernel_tables()
+    bands = tables.errors.get("collectives") if tables is not None else None
+    return Reads({"collectives": bands} if bands else {}, ("collectives",) if "extrapolated" in bases else ())
 
 
 def _steps_and_volume(kind: str, n: int, size: float) -> tuple[int, float]:

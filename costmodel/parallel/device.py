@@ -3,9 +3,10 @@
 The parallel model asks the single-device models its questions only through this module
 (docs/parallel.md, "Integration notes"):
 
-- ``component_seconds(analysis, hw)``: seconds per component of one GPU's pass (a TP shard's
+- ``component_times(analysis, hw)``: seconds per component of one GPU's pass (a TP shard's
   analysis, phase ``train``: forward + backward), from the calibrated operator model
-  (``costmodel.runtime.timing.predict``) on the device profile's efficiency tables;
+  (``costmodel.runtime.timing.predict``) on the device profile's efficiency tables, and what
+  they read of its measured kernel tables (error bands, extrapolation);
 - ``optimizer_seconds(params, recipe, hw)``: the optimizer step over `params` on one GPU;
 - ``activations(spec, ...)``: bytes one GPU keeps for backward for one micro-batch, per layer and
   for the first and last stage, from the memory model (``costmodel.runtime.memory.activations``)
@@ -23,6 +24,7 @@ from costmodel import model
 from costmodel.analysis import Analysis, analyze
 from costmodel.components.key import Key, Role
 from costmodel.devices.hardware import Hardware
+from costmodel.devices.kernels import Reads
 from costmodel.parallel.layout import Recompute
 from costmodel.parallel.shard import shard_spec
 from costmodel.runtime import memory
@@ -101,14 +103,18 @@ ZERO = _zero()
 MEGATRON_KERNELS = KERNELS["megatron-2022"]
 
 
-def component_seconds(a: Analysis, hw: Hardware, kernels: Kernels = MEGATRON_KERNELS) -> dict[Key, float]:
+def component_times(a: Analysis, hw: Hardware,
+                    kernels: Kernels = MEGATRON_KERNELS) -> tuple[dict[Key, float], Reads]:
     """Seconds per component of `a`'s pass on `hw`: ``runtime.timing.predict`` (each matmul's
     forward and backward products at the profile's efficiency for their shapes, every other
-    component's bytes at its memory efficiency; the roofline where the profile has no tables).
+    component's bytes at its memory efficiency; the roofline where the profile has no tables);
+    and what those times read of the device's measured kernel tables (``devices.kernels.Reads``:
+    the prediction's error bands and the op classes it extrapolated).
 
     A training pass keeps no KV cache: its ``kv_cache`` rows are left out."""
-    rows = predict(a, hw, kernels).rows
-    return {r.key: r.time_s for r in rows if not (a.phase == "train" and r.key.role is Role.kv_cache)}
+    p = predict(a, hw, kernels)
+    secs = {r.key: r.time_s for r in p.rows if not (a.phase == "train" and r.key.role is Role.kv_cache)}
+    return secs, Reads(p.errors, p.extrapolated)
 
 
 def calibrated(hw: Hardware, dtype: str) -> bool:

@@ -30,14 +30,17 @@ Memory per GPU: the shard's weights (its E/EP experts) and the KV cache of its B
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from costmodel.analysis import analyze
 from costmodel.components.key import Role
+from costmodel.devices.kernels import ErrorBand, Reads
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective
+from costmodel.parallel.collectives import reads as collective_reads
 from costmodel.parallel.layout import Layout, LayoutError, check, experts
 from costmodel.parallel.shard import shard_spec
 from costmodel.precision import Widths
@@ -64,6 +67,21 @@ class Decode:
     widths: Widths = Widths()  # the weights' and the cache's (costmodel.precision)
     kernels: Kernels = KERNELS["flash"]  # what the compute assumes (runtime.kernels)
     mla: str = "naive"  # the convention latent attention runs in (components.mla)
+    compute_reads: Reads = Reads()  # what the compute read of the measured kernel tables
+
+    @property
+    def reads(self) -> Reads:
+        """What the step's time read of the device's measured tables, compute and collectives
+        (``devices.kernels.Reads``): the error bands and the op classes extrapolated."""
+        return Reads.union([self.compute_reads, collective_reads(self.cluster, (c for c, _ in self.calls))])
+
+    @property
+    def errors(self) -> Mapping[str, tuple[ErrorBand, ...]]:
+        return self.reads.errors
+
+    @property
+    def extrapolated(self) -> tuple[str, ...]:
+        return self.reads.extrapolated
 
     @property
     def comm_s(self) -> float:
@@ -107,7 +125,7 @@ class Decode:
             "memory": {"per_gpu": {"weights": int(self.weights_bytes), "kv_cache": int(self.kv_cache_bytes),
                                    "total": int(self.memory_bytes)},
                        "device_bytes": int(self.cluster.hardware.memory_bytes)},
-            "fits": self.fits,
+            "fits": self.fits, **self.reads.to_dict(),
         }
 
 
@@ -144,7 +162,7 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
     kernels = kernels if kernels is not None else KERNELS[default_kernels(hw, "serve")]
     mla = mla if mla is not None else default_mla(hw)
     a = analyze(shard, "decode", batch=local, seq=context, dtype=dtype, mla=mla, **widths.options())
-    secs = device.component_seconds(a, hw, kernels)
+    secs, reads = device.component_times(a, hw, kernels)
     params = a.total().params
     if local != batch:
         # Every replica scores its tokens against all E experts: the router and the top-k over
@@ -163,5 +181,4 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
         calls.append((collective(cluster, "all_to_all", "ep", ep, moe[1] * x, stride=tp),
                       2 * moe_layers(spec)))
     return Decode(spec, cluster, tp, ep, batch, context, dtype, compute, tuple(calls), weights,
-                  a.total().kv_cache,
-                  widths, kernels, mla)
+                  a.total().kv_cache, widths, kernels, mla, reads)

@@ -29,7 +29,7 @@ module of their own, with the types they read moved beneath both.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,16 +37,17 @@ from costmodel import model
 from costmodel.analysis import Row, analyze
 from costmodel.components.key import TOKEN_TABLE, Key, Role
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import band_label
+from costmodel.devices.kernels import ErrorBand, Reads
 from costmodel.parallel import device
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective, weakest
+from costmodel.parallel.collectives import reads as collective_reads
 from costmodel.parallel.engine import Engine, Overlap
 from costmodel.parallel.layout import Layout, LayoutError, Recompute, check, experts, stage_layers
 from costmodel.parallel.shard import shard_spec
 from costmodel.runtime.kernels import KERNELS, default_kernels, is_default
 from costmodel.runtime.kernels import to_dict as kernels_dict
-from costmodel.runtime.timing import Kernels, error_bands
+from costmodel.runtime.timing import Kernels
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -133,6 +134,7 @@ class MicroBatch:
     first_params: int
     last_params: int
     embedding_table: int  # the word-embedding rows this rank holds (tied copy on the last stage)
+    reads: Reads = Reads()  # what its times read of the measured kernel tables (bands, extrapolation)
 
     def _mean(self, value: Callable[[LayerWork], float]) -> float:
         n = sum(self.counts.values())
@@ -203,6 +205,23 @@ class Step:
     memory_middle: StageMemory | None = None  # the fullest middle stage, when the stages are unequal
     kernels: Kernels = KERNELS["megatron-2022"]  # what the time and the activations assume
     engine: str | None = None  # the framework's preset (``engine.ENGINES``), None for none
+    compute_reads: Reads = Reads()  # what the compute read of the measured kernel tables (MicroBatch)
+
+    @property
+    def reads(self) -> Reads:
+        """What the step's time read of the device's measured tables, its compute and its
+        collectives (``devices.kernels.Reads``): the error bands and the op classes extrapolated.
+        Worked out when asked: ``plan`` builds thousands of steps and shows ten."""
+        return Reads.union([self.compute_reads,
+                            collective_reads(self.cluster, (c for c, _, _ in self.collectives))])
+
+    @property
+    def errors(self) -> Mapping[str, tuple[ErrorBand, ...]]:
+        return self.reads.errors
+
+    @property
+    def extrapolated(self) -> tuple[str, ...]:
+        return self.reads.extrapolated
 
     @property
     def tokens(self) -> int:
@@ -270,9 +289,7 @@ class Step:
             "memory": {"per_gpu": self.per_gpu.to_dict(), "first_stage": self.memory.to_dict(),
                        "last_stage": self.memory_last.to_dict(), "device_bytes": int(hw.memory_bytes)}
                       | ({"middle_stage": self.memory_middle.to_dict()} if self.memory_middle else {}),
-            "fits": self.fits, "notes": list(self.notes),
-            "errors": {op: [b.to_dict() for b in bands]
-                       for op, bands in error_bands(hw, self.dtype, {"collectives"}).items()},
+            "fits": self.fits, "notes": list(self.notes), **self.reads.to_dict(),
         }
         if tokens is not None:
             t = self.train_time_s(tokens)
@@ -676,7 +693,7 @@ class StepModel:
         # that one period would miss. Each group's rows hold its count of layers.
         shard = shard_spec(self.spec, tp)
         a = analyze(shard, "train", batch=b, seq=self.seq // cp, dtype=self.dtype)
-        secs = device.component_seconds(a, self.hw, self.kernels)
+        secs, reads = device.component_times(a, self.hw, self.kernels)
         flash = self.kernels.flash_attention
         counts = self.counts
         last_cat: dict[str, float] = {}
@@ -750,7 +767,7 @@ class StepModel:
                 g["core"] / n, g["rec"] / n, g["flops"] / n, g["rec_flops"] / n, g["params"] // n,
                 g["experts"] // n, sparse[name])
         return MicroBatch(groups, dict(counts), first_s, sum(last_cat.values()), last_cat, first_flops,
-                          last_flops, first_params, last_params, embedding_table)
+                          last_flops, first_params, last_params, embedding_table, reads)
 
     def stage_groups(self, pp: int, interleave: int = 1,
                      edges: bool = False) -> tuple[dict[str | None, int], ...]:
@@ -865,7 +882,7 @@ class StepModel:
         return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, sum(breakdown.values()),
                     breakdown, compute, tuple(calls), mem_first, mem_last, full, full + rec_full,
                     self._notes(stages, pipe.slow, ov), mem_middle, self.kernels,
-                    self.engine.name if self.engine else None)
+                    self.engine.name if self.engine else None, mb.reads)
 
     def overlap_on(self, layout: Layout) -> Overlap:
         """What overlaps on `layout`: the explicit ``overlap``, else the engine's on it (Megatron-Core
@@ -894,10 +911,6 @@ class StepModel:
             notes.append(f"engine: {self.engine.name} ({self.engine.summary})")
         if ov.tp or ov.dp or ov.pp or ov.ep:
             notes.append("overlap: " + ", ".join(k for k, on in ov.to_dict().items() if on))
-        bands = error_bands(self.hw, self.dtype, {"collectives"})
-        if bands:  # the measured tables this step reads: GEMMs and in-node collectives
-            notes.append("measured kernel tables' error: " + "; ".join(f"{op} {band_label(listed)}"
-                                                                        for op, listed in bands.items()))
         return tuple(notes)
 
     def memory(self, layout: Layout, mb: MicroBatch | None = None) -> tuple[StageMemory, StageMemory]:

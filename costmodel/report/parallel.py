@@ -8,7 +8,7 @@ from costmodel import units
 from costmodel.parallel.plan import Plan
 from costmodel.parallel.serve import Decode
 from costmodel.parallel.step import Step
-from costmodel.report.tables import Table
+from costmodel.report.tables import Table, kernel_notes
 from costmodel.runtime import kernels
 
 BREAKDOWN_LABELS = {
@@ -51,7 +51,8 @@ def summary_table(s: Step, tokens: float | None = None) -> Table:
              "FLOPs; HFU adds the recomputed forward)",
              "overlapped: " + (", ".join(overlapped) or "nothing"),
              _kernels(s),
-             *(n for n in s.notes if not n.startswith("overlap"))]
+             *(n for n in s.notes if not n.startswith("overlap")),
+             *kernel_notes([s])]
     return Table("Training step", ("", "value"), rows, notes, numeric_from=2)
 
 
@@ -110,7 +111,8 @@ def plan_table(p: Plan, top: int, seconds: float) -> Table:
              *(_kernels(s) for s in p.ranked[:1]),
              *(n for s in p.ranked[:1] for n in s.notes if n.startswith("engine: ")),
              "layout: edges = the embedding and the head counted as a layer each in the pipeline split "
-             "(--edge-chunks)")
+             "(--edge-chunks)",
+             *kernel_notes(p.ranked[:top]))
     return Table("Best layouts", ("#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "bubble", "comm"),
                  rows, notes, numeric_from=2)
 
@@ -132,7 +134,8 @@ def decode_table(ds: Sequence[Decode]) -> Table:
          f"(TP{d0.tp}" + (f" x EP{d0.ep}" if d0.ep > 1 else "") + "), not per GPU",
          kernels.note(d0.kernels, d0.cluster.hardware, kernels.is_default(d0.kernels, d0.cluster.hardware)),
          *([f"latent attention: {d0.mla} (--mla naive|absorbed)"] if d0.spec.mla is not None else []),
-               *([] if d0.cluster.hardware.tables_for(d0.dtype) else
-                 [f"{d0.cluster.hardware.name} has no efficiency tables for {d0.dtype}: compute is the "
-                  "roofline lower bound"])),
+         *([] if d0.cluster.hardware.tables_for(d0.dtype) else
+           [f"{d0.cluster.hardware.name} has no efficiency tables for {d0.dtype}: compute is the "
+            "roofline lower bound"]),
+         *kernel_notes(ds)),
         numeric_from=0)

@@ -14,21 +14,17 @@ import io
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from costmodel import units
 from costmodel.analysis import Analysis, Row
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import band_label
+from costmodel.devices.kernels import HasReads, Reads, band_label
 from costmodel.phases import LABELS
 from costmodel.precision import INT_BITS
 from costmodel.runtime.roofline import roofline_of
 from costmodel.spec import Spec
 from costmodel.studies.conventions import ConventionRow
-
-if TYPE_CHECKING:  # timing is kept out of plain analyze's start-up
-    from costmodel.runtime.serving import Serving
-    from costmodel.runtime.timing import Prediction
 
 
 @dataclass(frozen=True)
@@ -353,8 +349,8 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     for k, v in d.items():
         if isinstance(v, dict):
             out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
+        else:  # a list in one cell as JSON (an error band's records), not Python's repr
+            out[f"{prefix}{k}"] = json.dumps(v, allow_nan=False) if isinstance(v, list) else v
     return out
 
 
@@ -397,19 +393,17 @@ def render_json(data: Any) -> str:
     return json.dumps(data, indent=2, allow_nan=False)
 
 
-def kernel_notes(predictions: Iterable[Prediction | Serving]) -> list[str]:
-    """Lines under a table: how far the measured kernel tables its times read lay from other
-    frameworks' measurements of the same kernels, and which lookups were extrapolated."""
-    errors: dict[str, Any] = {}
-    extrapolated: list[str] = []
-    for p in predictions:
-        errors.update(p.errors)
-        extrapolated += [op for op in p.extrapolated if op not in extrapolated]
+def kernel_notes(items: Iterable[HasReads]) -> list[str]:
+    """Lines under a table of GPU times, the same for every command that prints one (analyze
+    --hardware, inference, serve, train, plan): how far the measured kernel tables its times read
+    lay from other frameworks' measurements of the same kernels, and which op classes were read
+    past those tables (``devices.kernels.Reads``)."""
+    reads = Reads.union(items)
     notes = []
-    if errors:
+    if reads.errors:
         notes.append("measured kernel tables, error against other frameworks' measurements: "
-                     + "; ".join(f"{op} {band_label(bands)}" for op, bands in errors.items()))
-    if extrapolated:
+                     + "; ".join(f"{op} {band_label(bands)}" for op, bands in reads.errors.items()))
+    if reads.extrapolated:
         notes.append("extrapolated past the measured tables (the kernel model's rule, docs/gpu-time.md): "
-                     + ", ".join(extrapolated))
+                     + ", ".join(reads.extrapolated))
     return notes

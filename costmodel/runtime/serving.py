@@ -30,7 +30,7 @@ from costmodel import units
 from costmodel.analysis import Analysis, AnalysisError, analyze
 from costmodel.components.key import Role
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import ErrorBand
+from costmodel.devices.kernels import ErrorBand, Reads
 from costmodel.precision import Widths
 from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla
 from costmodel.runtime.kernels import to_dict as kernels_dict
@@ -92,8 +92,7 @@ class Serving:
             **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
             "kernels": kernels_dict(self.kernels, self.kernels_default), "calibrated": self.calibrated,
             "note": self.note,
-            "errors": {op: [b.to_dict() for b in bands] for op, bands in self.errors.items()},
-            "extrapolated": list(self.extrapolated),
+            **Reads(self.errors, self.extrapolated).to_dict(),
             "batches": [p.to_dict() for p in self.points],
         }
 
@@ -204,12 +203,10 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
         timed.append(last[1])
         points.append(ServingPoint(B, ttft, tpot, tpot_first, tpot_last, latency, B * output / latency,
                                    fits(last[0], hw), last[0].bytes_weights + last[0].total().kv_cache))
-    errors: dict[str, tuple[ErrorBand, ...]] = {}
-    for p in timed + probes:
-        errors.update(p.errors)
-    extrapolated = tuple(sorted({op for p in timed + probes for op in p.extrapolated}))
+    reads = Reads.union(timed + probes)
     return Serving(spec, hw, dtype, prompt, output, all_logits, kernels, probes[0].calibrated, tuple(points),
-                   probes[0].note, mla, precision, kernels_default, errors, extrapolated)
+                   probes[0].note, mla, precision, kernels_default, dict(reads.errors),
+                   tuple(sorted(reads.extrapolated)))
 
 
 def _integrate(js: list[int], times: dict[int, float]) -> float:

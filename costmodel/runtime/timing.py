@@ -92,7 +92,7 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import TOKEN_TABLE, Key, Role, SubBlock
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import ErrorBand, Lookup
+from costmodel.devices.kernels import ErrorBand, Lookup, Reads
 from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import (
     AttentionKernel,
@@ -198,8 +198,7 @@ class Prediction:
             "calibrated": self.calibrated, "note": self.note, "kernels": self.kernels.to_dict(),
             "overlap": "serial: components add; compute and memory overlap within an op",
             "time_s": self.time_s, "roofline_s": self.roofline_s,
-            "roofline_fused_s": self.roofline_fused_s, "extrapolated": list(self.extrapolated),
-            "errors": {op: [b.to_dict() for b in bands] for op, bands in self.errors.items()},
+            "roofline_fused_s": self.roofline_fused_s, **Reads(self.errors, self.extrapolated).to_dict(),
             "components": [{"path": r.path, "kind": r.kind, "ops": r.ops, "flops": r.flops,
                             "bytes": r.bytes, "time_s": r.time_s, "roofline_s": r.roofline_s,
                             "efficiency": r.efficiency, "first_touch_s": r.first_touch_s} for r in self.rows],
