@@ -164,7 +164,7 @@ class Disaggregated:
 
 
 @dataclass(frozen=True)
-class _Layout:
+class EngineLayout:
     """One engine layout's shard and step-time table, shared by both roles."""
 
     shard: ExpertShard
@@ -180,7 +180,7 @@ class _Layout:
 class PrefillSide:
     """A prefill engine of one layout and budget, per attention replica (module docstring)."""
 
-    layout: _Layout
+    layout: EngineLayout
     budget: int
     memory: EngineMemory
     capacity: float  # prompts/s
@@ -188,6 +188,26 @@ class PrefillSide:
     own_mean: float
     transfer: dict[int, float]  # its cache to the decode engine, seconds
     transfer_mean: float
+
+
+def engine_layout(shard: ExpertShard, cluster: Cluster, workload: Workload, engine: Engine,
+                  tokens: tuple[int, ...], batches: tuple[int, ...]) -> EngineLayout:
+    """`shard`'s step-time table for both roles: steps up to the largest budget or max batch,
+    decoders at the workload's mean context, its prompts' lengths tabulated as they are."""
+    top = max(max(tokens), max(batches))
+    share = engine.prefix_sharing
+    w_prompts = [workload.prompt.mean * (1 - share), *(workload.prompt.quantile(q / 100) * (1 - share)
+                                                       for q in PERCENTILES)]
+    prompts = np.array([1.0, *(_whole(p, share) for p in w_prompts)])
+    prompts = np.concatenate([prompts, prompts * share]) if share else prompts
+    exact = (*map(float, tokens), *(min(max(p, 1.0), float(top)) for p in w_prompts))
+    times = step_times(shard, cluster, top, decode_context(workload), prompts, exact)
+    return EngineLayout(shard, times, held(shard, engine.block))
+
+
+def decode_tokens_per_s(layout: EngineLayout, running: float) -> float:
+    """Output tokens/s of one decode engine (attention replica) with `running` requests decoding."""
+    return running / float(_tpot(layout.times, np.full(1, float(running)))[0])
 
 
 def engine_sizes(cluster: Cluster, gpus: int) -> list[int]:
@@ -219,7 +239,7 @@ def _core(times: StepTimes, tokens: float, share: float) -> float:
                                                           if share else 0.0))
 
 
-def prefill_side(layout: _Layout, cluster: Cluster, gpus: int, budget: int, workload: Workload,
+def prefill_side(layout: EngineLayout, cluster: Cluster, gpus: int, budget: int, workload: Workload,
                  engine: Engine) -> PrefillSide:
     """A prefill engine of `layout` at token budget `budget` (module docstring)."""
     t, share = layout.times, engine.prefix_sharing
@@ -272,23 +292,12 @@ def search_disaggregated(spec: Spec, cluster: Cluster, gpus: int, workload: Work
     steps = workload.output.mean - 1
     if steps <= 0:  # one output token: the prefill pool alone would serve it
         return [], 0, True
-    found: list[_Layout] = []
-    top = max(max(tokens), max(batches))
-    share = engine.prefix_sharing
-    w_prompts = [workload.prompt.mean * (1 - share), *(workload.prompt.quantile(q / 100) * (1 - share)
-                                                       for q in PERCENTILES)]
-    prompts = np.array([1.0, *(_whole(p, share) for p in w_prompts)])
-    prompts = np.concatenate([prompts, prompts * share]) if share else prompts
-    exact = (*map(float, tokens), *(min(max(p, 1.0), float(top)) for p in w_prompts))
-    context = decode_context(workload)
-    for size in engine_sizes(cluster, gpus):
-        for tp, ep in layouts(spec, cluster, size, redundant)[0]:
-            if tp * ep != size:
-                continue
-            shard = ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, redundant)
-            counted = held(shard, engine.block)
-            found.append(_Layout(shard, step_times(shard, cluster, top, context, prompts, exact), counted))
+    found = [engine_layout(ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, redundant), cluster,
+                           workload, engine, tokens, batches)
+             for size in engine_sizes(cluster, gpus) for tp, ep in layouts(spec, cluster, size, redundant)[0]
+             if tp * ep == size]
     hw = cluster.hardware
+    share = engine.prefix_sharing
     prefills = [p for lay in found for b in tokens
                 if (p := prefill_side(lay, cluster, gpus, b, workload, engine)).memory.fits]
     decodes = []
@@ -308,7 +317,7 @@ def search_disaggregated(spec: Spec, cluster: Cluster, gpus: int, workload: Work
     return rows, len(rows), calibrated
 
 
-def _pairs(lay: _Layout, mine: list[tuple[int, EngineMemory]], prefills: list[PrefillSide], gpus: int,
+def _pairs(lay: EngineLayout, mine: list[tuple[int, EngineMemory]], prefills: list[PrefillSide], gpus: int,
            workload: Workload, targets: Targets, price: float | None, steps: float,
            link: str) -> list[Disaggregated]:
     """Every split of the GPUs between prefill engines and decode engines of layout `lay`, each max
