@@ -20,10 +20,12 @@ bf16 there, fp8 here: the measured tables are read at one dtype), TP1 x EP with 
 experts (the launch scripts of the reproduction set ``--ep-num-redundant-experts 32``: 288
 slots, 9 a GPU at EP32, 4 at EP72); latent attention in its naive convention in prefill (the
 latent expanded to per-head keys and values once per token: SGLang's DeepSeek model runs a
-prefill without a cached prefix as multi-head attention) and absorbed in decode. Not modelled: SGLang's two-batch overlap (the blog credits
-it with 27-35% in prefill and up to 25.5% in decode), DeepEP's kernels (our all-to-all is
-NCCL's table inside a node and the α-β model across), the router's real imbalance (EPLB's
-residual). docs/serving.md quotes the table this prints; tests/test_deploy_disagg.py holds it.
+prefill without a cached prefix as multi-head attention) and absorbed in decode. Not
+modelled: SGLang's two-batch overlap (the blog credits it with 27-35% in prefill and up to
+25.5% in decode), DeepEP's kernels (our all-to-all is NCCL's table inside a node and the α-β
+model across; every top_k copy sent, where DeepEP sends a token once per node), DeepGEMM (our
+routed experts read vLLM's fused-MoE tables), the router's real imbalance (EPLB's residual).
+docs/serving.md quotes the table this prints; tests/test_deploy_disagg.py holds it.
 """
 
 from __future__ import annotations

@@ -96,8 +96,8 @@ def test_prefill_capacity_and_decode_rate_from_the_step() -> None:
     lay = engine_layout(shard, DGX, w, ENGINE, (8192,), (64,))
     side = prefill_side(lay, DGX, 8, 8192, w, ENGINE)
     t = lay.times
-    full = t.step(np.zeros(1), np.full(1, 8192.0), np.full(1, 8 * float(t.prompt_core(np.array([1024.0]))[0])),
-                  np.full(1, 8.0))[0]
+    core = 8 * float(t.prompt_core(np.array([1024.0]))[0])  # 8 prompts of 1024 in a step of 8192
+    full = t.step(np.zeros(1), np.full(1, 8192.0), np.full(1, core), np.full(1, 8.0))[0]
     assert side.capacity == pytest.approx(8 / full)
     step = t.step(np.full(1, 64.0), np.zeros(1), np.zeros(1), np.full(1, 64.0))[0]
     assert decode_tokens_per_s(lay, 64) == pytest.approx(64 / step)

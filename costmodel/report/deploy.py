@@ -19,7 +19,8 @@ def _s(x: float) -> str:
 def _rows(ds: Sequence[Ranked], q: int, price: bool, mode: bool) -> list[tuple[str, ...]]:
     rows = []
     for i, d in enumerate(ds, 1):
-        rows.append((str(i), *([d.mode] * mode), d.label, str(d.max_batch), str(d.max_tokens), f"{d.running:,.0f}",
+        rows.append((str(i), *([d.mode] * mode), d.label, str(d.max_batch), str(d.max_tokens),
+                     f"{d.running:,.0f}",
                      _s(d.ttft[q]), _s(d.tpot[q]), f"{d.tokens_per_s_per_gpu:,.0f}",
                      f"{d.tokens_per_s_per_user:,.1f}",
                      *([f"${d.cost_per_million:,.3f}" if d.cost_per_million is not None else "-"] * price)))
@@ -27,8 +28,8 @@ def _rows(ds: Sequence[Ranked], q: int, price: bool, mode: bool) -> list[tuple[s
 
 
 def _columns(q: int, price: bool, mode: bool) -> tuple[str, ...]:
-    return ("#", *(["mode"] * mode), "layout", "max batch", "max tokens", "running", f"TTFT p{q}", f"TPOT p{q}", "tok/s/GPU",
-            "tok/s/user", *(["$/M tokens"] * price))
+    return ("#", *(["mode"] * mode), "layout", "max batch", "max tokens", "running", f"TTFT p{q}",
+            f"TPOT p{q}", "tok/s/GPU", "tok/s/user", *(["$/M tokens"] * price))
 
 
 def deploy_tables(r: Search) -> list[Table]:
