@@ -40,7 +40,6 @@ x EP is pure data-parallel attention, the experts split over all EP ranks.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -176,11 +175,3 @@ def layouts(spec: Spec, cluster: Cluster, gpus: int, redundant: int = 0
 def label(tp: int, ep: int) -> str:
     return f"TP{tp}" + (f" EP{ep}" if ep > 1 else "")
 
-
-def spans(cluster: Cluster, tp: int, ep: int) -> str:
-    """Where an EP group's all-to-all runs: ``nvlink`` inside one node (or rack), ``network`` across."""
-    return "network" if tp * ep > cluster.gpus_per_node else "nvlink"
-
-
-def fraction(load: float) -> str:
-    return f"{load:.3f}" if not math.isclose(load, 1.0) else "1"
