@@ -55,6 +55,7 @@ BASE: dict[str, list[str]] = {
     "train": ["gpt2-small", "--cluster", "dgx-h100", "--gpus", "8", "-G", "8"],
     "plan": ["gpt2-small", "--cluster", "dgx-h100", "--gpus", "8", "-G", "8"],
     "serve": ["llama-3-8b", "--cluster", "dgx-h100"], "clusters": [],
+    "deploy": ["llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--batch", "16,64"],
 }
 #: import-hf reads a config file: one written into the run's folder (``{dir}``).
 CONFIG = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,

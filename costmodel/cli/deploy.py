@@ -1,5 +1,6 @@
-"""`costmodel deploy`: the best aggregated deployment of N GPUs under latency targets. Parse, call
-``costmodel.deploy.search``, render."""
+"""`costmodel deploy`: the best deployment of N GPUs under latency targets, aggregated or (with
+``--disaggregated``) prefill and decode pools apart. Parse, call ``costmodel.deploy.search`` (or
+``costmodel.deploy.disagg.search_all``), render."""
 
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ def deploy_cmd(
                                                    "the engine holds (vLLM's default).")] = 0.9,
     prefix_sharing: Annotated[float, typer.Option("--prefix-sharing", help="Share of each prompt found in "
                                                   "the prefix cache.")] = 0.0,
+    disaggregated: Annotated[bool, typer.Option(
+        "--disaggregated", help="Also search prefill and decode pools apart (xPyD: x prefill engines, y "
+        "decode engines, each its own TP/EP), the KV cache sent between them over the cluster's link.")
+    ] = False,
+    redundant: Annotated[int, typer.Option(
+        "--redundant-experts", help="Redundant expert slots (replicas of the hottest experts, DeepSeek's "
+        "EPLB) beside the routed experts on the EP ranks: each holds at most ceil((E + R) / EP).")] = 0,
     price: Annotated[Optional[float], typer.Option("--price", help="Dollars per GPU-hour: the cost of a "
                                                    "million output tokens.")] = None,
     dtype: DtypeOpt = Dtype.bf16,
@@ -78,9 +86,11 @@ def deploy_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Serving as deployed: every aggregated deployment (TP, EP, replicas, max batch, token budget)
-    in the steady state of continuous batching with chunked prefill and paged KV, ranked by output
-    tokens/s per GPU under TTFT and TPOT targets, with the Pareto front and the cost."""
+    in the steady state of continuous batching with chunked prefill and paged KV, and with
+    --disaggregated every xPyD split into prefill and decode pools, ranked by output tokens/s per
+    GPU under TTFT and TPOT targets, with the Pareto front and the cost."""
     # The model imports numpy: loaded here, not with the CLI (`costmodel analyze` never loads it).
+    from costmodel.deploy.disagg import search_all
     from costmodel.deploy.engine import Engine
     from costmodel.deploy.search import Targets, search
     from costmodel.deploy.workload import Workload, parse_lengths
@@ -96,10 +106,11 @@ def deploy_cmd(
                             concurrency, rate)
         hw = cl.hardware
         chosen = kernels.resolve(kernel_names.value if kernel_names else None, hw, "serve")
-        r = search(s, cl, gpus, workload, Engine(block, memory_fraction, prefix_sharing=prefix_sharing),
-                   parse_batches(batch, "--batch"), parse_batches(max_tokens, "--max-num-tokens"),
-                   Targets(ttft, tpot, percentile), dtype.value, Widths(weights_dtype, kv_dtype, group_size),
-                   kernels.KERNELS[chosen], mla.value if mla else None, price)
+        find = search_all if disaggregated else search
+        r = find(s, cl, gpus, workload, Engine(block, memory_fraction, prefix_sharing=prefix_sharing),
+                 parse_batches(batch, "--batch"), parse_batches(max_tokens, "--max-num-tokens"),
+                 Targets(ttft, tpot, percentile), dtype.value, Widths(weights_dtype, kv_dtype, group_size),
+                 kernels.KERNELS[chosen], mla.value if mla else None, price, redundant)
         written = plot_deploy(r, plot) if plot is not None else None
     emit(fmt, lambda: report_deploy.deploy_tables(r), r.to_dict, r.spec,
          csv=lambda: report.records_csv([d.to_dict() for d in r.deployments]))

@@ -4,10 +4,11 @@ A deployment is a parallel layout of one replica, how many replicas, and the eng
 
 - **TP** within a node (a divisor of the GPUs per node that the spec's heads and FFN split by;
   ``parallel.layout.check``); **EP** for a mixture-of-experts spec, dividing the routed experts
-  (the TP x EP GPUs are EP attention replicas of TP ranks each, as ``parallel.serve`` decodes
-  them); **replicas** = N / (TP x EP), each serving its share of the requests (data parallel).
-  Pipeline parallelism, disaggregated prefill and decode pools and wide EP that does not divide
-  the experts are not searched yet (docs/serving.md, "What is left").
+  or not (wide EP: ``deploy.experts``, the slowest rank holding ceil((E + R) / EP) of E experts
+  and R redundant ones); the TP x EP GPUs are EP attention replicas of TP ranks each (DP
+  attention, as ``parallel.serve`` decodes them); **replicas** = N / (TP x EP), each serving its
+  share of the requests (data parallel). Disaggregated prefill and decode pools beside these:
+  ``deploy.disagg``. Pipeline parallelism is not searched (docs/serving.md, "What is left").
 - the engine's **max batch** (``--batch``, a list) and **token budget** (``--max-num-tokens``,
   a list), each pair with max batch <= budget.
 
@@ -28,8 +29,9 @@ time model), then every engine setting of that layout in a few numpy passes
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -46,11 +48,12 @@ from costmodel.deploy.engine import (
     open_loop,
     shape_of,
 )
-from costmodel.deploy.step import Shard, step_times
+from costmodel.deploy.experts import ExpertShard, Placement, check_redundant, step_times
+from costmodel.deploy.experts import label as layout_label
+from costmodel.deploy.experts import layouts as expert_layouts
 from costmodel.deploy.workload import Workload
 from costmodel.errors import AnalysisError
 from costmodel.parallel.cluster import Cluster
-from costmodel.parallel.layout import Layout, LayoutError, check, experts
 from costmodel.precision import Widths
 from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla
 from costmodel.runtime.timing import Kernels
@@ -81,6 +84,37 @@ def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+class Ranked(Protocol):
+    """What the ranking, the front and the tables read of a deployment: aggregated
+    (``Deployment``) or disaggregated (``deploy.disagg.Disaggregated``)."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def max_batch(self) -> int: ...
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def running(self) -> float: ...
+    @property
+    def ttft(self) -> dict[int, float]: ...
+    @property
+    def tpot(self) -> dict[int, float]: ...
+    @property
+    def tokens_per_s_per_gpu(self) -> float: ...
+    @property
+    def tokens_per_s_per_user(self) -> float: ...
+    @property
+    def stable(self) -> bool: ...
+    @property
+    def meets(self) -> bool: ...
+    @property
+    def cost_per_million(self) -> float | None: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Deployment:
     """One deployment in its steady state (times in seconds; per GPU and per user in tokens/s)."""
@@ -102,6 +136,11 @@ class Deployment:
     stable: bool
     meets: bool = False
     cost_per_million: float | None = None
+    placement: Placement | None = None  # the experts over the EP ranks (``deploy.experts``)
+
+    @property
+    def mode(self) -> str:
+        return "aggregated"
 
     @property
     def gpus_per_replica(self) -> int:
@@ -109,11 +148,11 @@ class Deployment:
 
     @property
     def label(self) -> str:
-        return f"TP{self.tp}" + (f" EP{self.ep}" if self.ep > 1 else "") + f" x{self.replicas}"
+        return layout_label(self.tp, self.ep) + f" x{self.replicas}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "tp": self.tp, "ep": self.ep, "replicas": self.replicas,
+            "mode": self.mode, "tp": self.tp, "ep": self.ep, "replicas": self.replicas,
             "gpus_per_replica": self.gpus_per_replica,
             "max_batch": self.max_batch, "max_num_tokens": self.max_tokens,
             "concurrency_per_engine": self.concurrency, "running_per_engine": self.running,
@@ -124,6 +163,7 @@ class Deployment:
             "output_tokens_per_s_per_user": _num(self.tokens_per_s_per_user),
             "cost_per_million_output_tokens": self.cost_per_million,
             "memory_per_gpu": self.memory.to_dict(),
+            **({"experts": self.placement.to_dict()} if self.placement is not None else {}),
         }
 
 
@@ -139,8 +179,8 @@ class Search:
     widths: Widths
     kernels: Kernels
     mla: str
-    deployments: tuple[Deployment, ...]  # every one that fits, best first
-    front: tuple[Deployment, ...]  # the Pareto front, most tokens/s per GPU first
+    deployments: tuple[Ranked, ...]  # every one that fits, best first
+    front: tuple[Ranked, ...]  # the Pareto front, most tokens/s per GPU first
     layouts: tuple[str, ...]  # the parallel layouts tried
     skipped: tuple[str, ...]  # layouts that cannot run, and why
     evaluated: int  # deployments timed (fitting or not)
@@ -148,15 +188,17 @@ class Search:
     price: float | None = None
     seconds: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    redundant: int = 0  # redundant experts (``deploy.experts``)
+    modes: tuple[str, ...] = ("aggregated",)  # what was searched: aggregated, disaggregated
 
     @property
-    def meeting(self) -> tuple[Deployment, ...]:
+    def meeting(self) -> tuple[Ranked, ...]:
         return tuple(d for d in self.deployments if d.meets)
 
-    def closest(self, n: int = 5) -> tuple[Deployment, ...]:
+    def closest(self, n: int = 5) -> tuple[Ranked, ...]:
         """The deployments nearest the targets: the least max(TTFT / target, TPOT / target)."""
         q, t = self.targets.percentile, self.targets
-        def gap(d: Deployment) -> float:
+        def gap(d: Ranked) -> float:
             parts = [d.ttft[q] / t.ttft if t.ttft else 0.0, d.tpot[q] / t.tpot if t.tpot else 0.0]
             return max(parts) if d.stable else math.inf
         return tuple(sorted(self.deployments, key=gap)[:n])
@@ -184,6 +226,7 @@ class Search:
             "engine": {"block_size": self.engine.block, "gpu_memory_utilization": self.engine.memory_fraction,
                        "prefix_sharing": self.engine.prefix_sharing},
             "targets": self.targets.to_dict(), "price_per_gpu_hour": self.price,
+            "modes": list(self.modes), "redundant_experts": self.redundant,
             "layouts": list(self.layouts), "skipped": list(self.skipped),
             "evaluated": self.evaluated, "fitting": len(self.deployments), "meeting": len(self.meeting),
             "ranked": [d.to_dict() for d in self.meeting],
@@ -193,32 +236,21 @@ class Search:
         }
 
 
-def layouts(spec: Spec, cluster: Cluster, gpus: int) -> tuple[list[tuple[int, int]], list[str]]:
-    """(tp, ep) of every replica layout of `gpus` GPUs (module docstring), and why others not."""
-    moe = experts(spec)
-    g = cluster.gpus_per_node
-    out, skipped = [], []
-    for tp in range(1, min(g, gpus) + 1):
-        if g % tp or gpus % tp:
-            continue
-        for ep in ([e for e in range(1, gpus // tp + 1) if moe[0] % e == 0] if moe else [1]):
-            if gpus % (tp * ep):
-                continue
-            try:
-                check(Layout(global_batch=ep, tp=tp, dp=ep, ep=ep), spec)
-            except LayoutError as e:
-                skipped.append(f"TP{tp}" + (f" EP{ep}" if ep > 1 else "") + f": {e}")
-                continue
-            out.append((tp, ep))
-    return out, skipped
+def layouts(spec: Spec, cluster: Cluster, gpus: int, redundant: int = 0
+            ) -> tuple[list[tuple[int, int]], list[str]]:
+    """(tp, ep) of every replica layout of `gpus` GPUs (``deploy.experts.layouts``: EP dividing
+    the experts or not), and why others cannot run."""
+    return expert_layouts(spec, cluster, gpus, redundant)
 
 
 def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: Engine = ENGINE,
            batches: tuple[int, ...] = DEFAULT_BATCHES, tokens: tuple[int, ...] = DEFAULT_TOKENS,
            targets: Targets = Targets(), dtype: str = "bf16", widths: Widths = Widths(),
-           kernels: Kernels | None = None, mla: str | None = None, price: float | None = None) -> Search:
+           kernels: Kernels | None = None, mla: str | None = None, price: float | None = None,
+           redundant: int = 0) -> Search:
     """Every aggregated deployment of `gpus` GPUs of `cluster` serving `workload`, in its steady
-    state, ranked under `targets` (module docstring)."""
+    state, ranked under `targets` (module docstring); `redundant` expert slots beside the routed
+    experts on the EP ranks (``deploy.experts``)."""
     import time
 
     start = time.perf_counter()
@@ -228,6 +260,7 @@ def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: 
         raise AnalysisError(f"--price: must be a finite number of dollars per GPU-hour above 0 "
                             f"(got {price:g})")
     workload.check(spec)
+    check_redundant(spec, redundant)
     engine.check()
     targets.check()
     widths.check()
@@ -239,7 +272,7 @@ def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: 
     hw.peak(dtype)
     kernels = kernels if kernels is not None else KERNELS[default_kernels(hw, "serve")]
     mla = mla if mla is not None else default_mla(hw)
-    found, skipped = layouts(spec, cluster, gpus)
+    found, skipped = layouts(spec, cluster, gpus, redundant)
     if not found:
         raise AnalysisError(f"--gpus: no TP/EP layout of {gpus} GPUs runs {spec.name} on {cluster.name}"
                             + (f" ({skipped[0]})" if skipped else ""))
@@ -247,19 +280,23 @@ def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: 
     evaluated = 0
     calibrated = True
     for tp, ep in found:
-        shard = Shard(spec, tp, ep, dtype, widths, kernels, mla)
+        shard = ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, redundant)
         got, n, cal = _layout(shard, cluster, gpus, workload, engine, batches, tokens, targets, price)
         rows += got
         evaluated += n
         calibrated = calibrated and cal
-    ranked = sorted(rows, key=lambda d: (not d.meets, -d.tokens_per_s_per_gpu if d.stable else math.inf))
     notes = (f"TTFT and TPOT at p{targets.percentile} for the targets; tokens/s per user = 1 / mean TPOT",)
-    return Search(spec, cluster, gpus, workload, engine, targets, dtype, widths, kernels, mla, tuple(ranked),
-                  pareto(rows), tuple(f"TP{t}" + (f" EP{e}" if e > 1 else "") for t, e in found),
-                  tuple(skipped), evaluated, calibrated, price, time.perf_counter() - start, notes)
+    return Search(spec, cluster, gpus, workload, engine, targets, dtype, widths, kernels, mla, rank(rows),
+                  pareto(rows), tuple(layout_label(t, e) for t, e in found),
+                  tuple(skipped), evaluated, calibrated, price, time.perf_counter() - start, notes, redundant)
 
 
-def _layout(shard: Shard, cluster: Cluster, gpus: int, workload: Workload, engine: Engine,
+def rank(rows: Sequence[Ranked]) -> tuple[Ranked, ...]:
+    """Those meeting the targets first, then by output tokens/s per GPU (overloaded ones last)."""
+    return tuple(sorted(rows, key=lambda d: (not d.meets, -d.tokens_per_s_per_gpu if d.stable else math.inf)))
+
+
+def _layout(shard: ExpertShard, cluster: Cluster, gpus: int, workload: Workload, engine: Engine,
             batches: tuple[int, ...], tokens: tuple[int, ...], targets: Targets,
             price: float | None) -> tuple[list[Deployment], int, bool]:
     """Every engine setting of one parallel layout: (those that fit, how many tried, calibrated)."""
@@ -294,7 +331,7 @@ def _layout(shard: Shard, cluster: Cluster, gpus: int, workload: Workload, engin
     return out, len(pairs), times.calibrated
 
 
-def _row(shard: Shard, replicas: int, pair: tuple[int, int], memory: EngineMemory, loop: Loop, j: int,
+def _row(shard: ExpertShard, replicas: int, pair: tuple[int, int], memory: EngineMemory, loop: Loop, j: int,
          offered: float, output: float, targets: Targets, price: float | None) -> Deployment:
     q = targets.percentile
     stable = bool(loop.stable[j])
@@ -307,13 +344,13 @@ def _row(shard: Shard, replicas: int, pair: tuple[int, int], memory: EngineMemor
     cost = price / 3600 / per_gpu * 1e6 if price is not None and per_gpu > 0 else None
     return Deployment(shard.tp, shard.ep, replicas, pair[0], pair[1], float(offered), float(loop.running[j]),
                       memory, ttft, tpot, float(loop.ttft_mean[j]) if stable else inf, float(loop.tpot[j]),
-                      per_gpu, 1 / float(loop.tpot[j]), stable, meets, cost)
+                      per_gpu, 1 / float(loop.tpot[j]), stable, meets, cost, shard.placement)
 
 
-def pareto(rows: list[Deployment]) -> tuple[Deployment, ...]:
+def pareto(rows: Sequence[Ranked]) -> tuple[Ranked, ...]:
     """The deployments no other beats on both tokens/s per GPU and tokens/s per user, most
     tokens/s per GPU first."""
-    front: list[Deployment] = []
+    front: list[Ranked] = []
     best_user = -math.inf
     for d in sorted((d for d in rows if d.stable), key=lambda d: (-d.tokens_per_s_per_gpu,
                                                                   -d.tokens_per_s_per_user)):

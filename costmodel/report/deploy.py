@@ -10,7 +10,7 @@ from costmodel.report.tables import Table
 from costmodel.runtime import kernels
 
 if TYPE_CHECKING:  # the model imports numpy; the CLI loads it only when `deploy` runs
-    from costmodel.deploy.search import Deployment, Search
+    from costmodel.deploy.search import Ranked, Search
 
 SHOWN = 10  # ranked deployments in the table (JSON has them all)
 
@@ -19,24 +19,26 @@ def _s(x: float) -> str:
     return units.seconds(x) if x != float("inf") else "overloaded"
 
 
-def _rows(ds: Sequence[Deployment], q: int, price: bool) -> list[tuple[str, ...]]:
+def _rows(ds: Sequence[Ranked], q: int, price: bool, mode: bool) -> list[tuple[str, ...]]:
     rows = []
     for i, d in enumerate(ds, 1):
-        rows.append((str(i), d.label, str(d.max_batch), str(d.max_tokens), f"{d.running:,.0f}",
+        rows.append((str(i), *([d.mode] * mode), d.label, str(d.max_batch), str(d.max_tokens),
+                     f"{d.running:,.0f}",
                      _s(d.ttft[q]), _s(d.tpot[q]), f"{d.tokens_per_s_per_gpu:,.0f}",
                      f"{d.tokens_per_s_per_user:,.1f}",
                      *([f"${d.cost_per_million:,.3f}" if d.cost_per_million is not None else "-"] * price)))
     return rows
 
 
-def _columns(q: int, price: bool) -> tuple[str, ...]:
-    return ("#", "layout", "max batch", "max tokens", "running", f"TTFT p{q}", f"TPOT p{q}", "tok/s/GPU",
-            "tok/s/user", *(["$/M tokens"] * price))
+def _columns(q: int, price: bool, mode: bool) -> tuple[str, ...]:
+    return ("#", *(["mode"] * mode), "layout", "max batch", "max tokens", "running", f"TTFT p{q}",
+            f"TPOT p{q}", "tok/s/GPU", "tok/s/user", *(["$/M tokens"] * price))
 
 
 def deploy_tables(r: Search) -> list[Table]:
     q = r.targets.percentile
     price = r.price is not None
+    mode = len(r.modes) > 1
     meeting = r.meeting
     shown = meeting[:SHOWN] if meeting else r.closest()
     title = (f"Deployments of {r.gpus} {r.cluster.hardware.name} ({r.cluster.name}) meeting the targets, "
@@ -60,7 +62,15 @@ def deploy_tables(r: Search) -> list[Table]:
                      "roofline of each component")
     if r.skipped:
         notes.append("not run: " + "; ".join(r.skipped[:3]) + ("; ..." if len(r.skipped) > 3 else ""))
-    ranked = Table(title, _columns(q, price), _rows(shown, q, price), notes, numeric_from=2)
-    front = Table("Pareto front: tokens/s per GPU against tokens/s per user", _columns(q, price),
-                  _rows(r.front, q, price), ("no other deployment has more of both",), numeric_from=2)
+    if mode:
+        notes.insert(2, "disaggregated xPyD: x prefill engines (P: their layout, budget) and y decode "
+                     "engines (D: their layout, max batch); max batch, max tokens: the decode pool's, the "
+                     "prefill pool's; running: per decode engine; TTFT includes the KV transfer")
+    if r.redundant:
+        notes.append(f"{r.redundant} redundant expert slots beside the routed experts (EPLB): the slowest "
+                     "EP rank sets the step (docs/serving.md, wide EP)")
+    n = 2 + mode
+    ranked = Table(title, _columns(q, price, mode), _rows(shown, q, price, mode), notes, numeric_from=n)
+    front = Table("Pareto front: tokens/s per GPU against tokens/s per user", _columns(q, price, mode),
+                  _rows(r.front, q, price, mode), ("no other deployment has more of both",), numeric_from=n)
     return [ranked, front]
