@@ -35,8 +35,9 @@ the budget left beside the decoders) and m = O - 1 decode steps (the first outpu
 with the prompt's last chunk), counted in steps:
 
 - a request's cycle is k + w + m steps (w: steps its prompt waits for the budget); completions
-  per step are c / cycle (Little's law), and the prefill budget serves one prompt at a time,
-  so c k / cycle <= 1: past that the prompts queue, w = c k - k - m;
+  per step are c / cycle (Little's law), and a step takes u = room / P prompts' worth of
+  prefill (several packed where they fit; whole prompts only, u = floor(room / P), without
+  chunked prefill), so c / cycle <= u: past that the prompts queue, cycle = c / u;
 - a decoding request shares its steps with the others decoding, (c - 1) m / cycle of them on
   average, and with another's chunk in a share min(1, (c - 1) k / cycle) of its steps (all of
   them when prompts queue); a prefilling request with (c - 1) m / cycle decoders;
