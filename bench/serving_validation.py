@@ -1,103 +1,277 @@
-"""Predicted against published serving throughput: output tokens/s per GPU, cell by cell.
+"""Predicted against published serving measurements, cell by cell (docs/serving.md, "Checked
+against measurements"; the data: docs/serving-data.md).
 
-    python bench/serving_validation.py [FOLDER]
+    python bench/serving_validation.py [--cells all|subset] [--format text|json]
 
-Reads every ``*.json`` of FOLDER (default bench/data/serving/): a list of cells (or
-``{"cells": [...]}``), each {spec, gpu, tp, pp, ep, weights, kv_dtype, isl, osl, max_batch,
-max_num_tokens, concurrency, output_tokens_per_s_per_gpu, source}. Each cell runs ``deploy``'s
-model with the engine as published: the spec, the cluster whose device is ``gpu``, that TP and
-EP on tp x ep GPUs, max batch and token budget, the concurrency (closed loop; none: at max
-batch), fixed ISL/OSL; fp8 weights run the fp8 GEMM tables (``--dtype fp8``, as TensorRT-LLM
-runs an fp8 checkpoint), the cache at ``kv_dtype``. Prints predicted, published, the error
-and its source per cell, then the median and worst |error|. A cell the model cannot run yet
-(PP > 1, an EP that does not divide the experts, no cluster of that GPU) is listed as skipped
-with why. Prints the reason and exits 0 when there is no data.
+Reads bench/data/serving/trtllm_perf_overview.json (TensorRT-LLM's perf-overview throughput
+cells) and measured_serving.json (TensorRT-LLM v0.14 online serving, MLPerf v4.1). Each cell runs
+``costmodel.deploy.benchmark.run`` with the engine as published:
+
+- the spec (its context raised to ISL + OSL where the served model's is longer), the GPU's
+  bundled cluster, TP; attention data parallel (the page's DEPn) as n attention replicas of one
+  GPU with the experts over n GPUs (EP n); MoE without it as TP over the experts too;
+- weights at fp8 run the fp8 GEMM tables (``dtype fp8``), fp16 the bf16 ones; the KV cache as the
+  cell says, ``auto`` as the checkpoint holds it: fp8 for NVIDIA's ModelOpt ``*-FP8`` checkpoints
+  (Llama 3.x, Llama 4, Mistral: their ``kv_cache_quant_algo`` is FP8), the activation dtype
+  (bf16) for checkpoints without a KV quantization (Qwen3's own FP8, GPT-OSS's MXFP4);
+- throughput cells (trtllm-bench, max throughput): max batch and max num tokens as the cell
+  gives them, else trtllm-bench's heuristic (``benchmark.trtllm_bench_settings``) at the KV
+  fraction the run defaults to (0.95 at v0.17's engine build, 0.90 at run time); TensorRT-LLM's
+  memory rule (the KV cache a fraction of what is free, 32-token blocks), no chunked prefill
+  (trtllm-bench's default), all `num_requests` requests queued at once (a finite run);
+- rate cells (v0.14 online, 500 requests): an open loop at the request rate (INF: all at
+  once, a finite run), trtllm-build's default engine (max batch 2048, max num tokens 8192).
+
+Cells marked ``validation_skip``, with no spec, or missing what the model needs (PP > 1, MLPerf's
+unpublished lengths and TP) are listed as left out, with why. Prints a per-cell table, the
+median and worst |error| per (spec, GPU) and overall, and the rate cells' TTFT, ITL and
+throughput in their own table. ``--cells subset``: the fixed subset tests/test_serving_check.py
+holds (``SUBSET``, chosen by a rule, docs/serving.md).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from costmodel import catalog
-from costmodel.deploy.search import search
+from costmodel.deploy.benchmark import Run, run, trtllm_bench_settings
+from costmodel.deploy.engine import Engine
+from costmodel.deploy.step import Shard
 from costmodel.deploy.workload import Workload, fixed
 from costmodel.errors import AnalysisError
-from costmodel.parallel.cluster import cluster_paths, load_cluster
+from costmodel.parallel.cluster import Cluster, cluster_paths, load_cluster
 from costmodel.precision import Widths
+from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla
 
 FOLDER = Path(__file__).resolve().parent / "data" / "serving"
+NO_KV_QUANT = ("qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b")  # FP8 / MXFP4 checkpoints, no KV scales
+RUN_FRACTION = 0.90  # trtllm-bench throughput --kv_cache_free_gpu_mem_fraction's default
+BUILD_FRACTION = 0.95  # calc_engine_setting's default, which v0.17's engine build kept
+CACHE_READ = "bf16-rate"  # an fp8 cache read at the bf16 kernel's bandwidth (docs/serving.md)
+TRT_BLOCK = 32  # TensorRT-LLM's tokens_per_block
+ONLINE_ENGINE = (2048, 8192)  # trtllm-build's default max batch and max num tokens (v0.14's online runs)
 
 
-def cells(folder: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for path in sorted(folder.glob("*.json")):
-        data = json.loads(path.read_text())
-        items = data.get("cells", []) if isinstance(data, dict) else data
-        out += [dict(c, file=path.name) for c in items]
-    return out
+def load(name: str, folder: Path = FOLDER) -> list[dict[str, Any]]:
+    return [dict(c, file=name) for c in json.loads((folder / name).read_text())["cells"]]
 
 
-def clusters() -> dict[str, str]:
-    """GPU profile -> the first bundled cluster of it."""
+DENSE = ("llama-3-8b", "llama-3-70b", "llama-3.1-405b", "mistral-7b")
+LENGTHS = ((1000, 1000), (2048, 128))
+
+
+def subset(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fixed subset tests/test_serving_check.py holds, by a rule that reads no result: the
+    dense specs' usable cells of ISL/OSL 1000/1000 and 2048/128 at the latest
+    release that published their (spec, GPU). MoE specs are left to the full table: their
+    routed experts read vLLM's fused_experts tables (docs/serving.md, where the model is weakest)."""
+    usable = [c for c in cells if not c.get("validation_skip") and c.get("spec") in DENSE]
+    latest: dict[tuple[str, str], int] = {}
+    for c in usable:
+        key = (c["spec"], c["gpu"])
+        latest[key] = max(latest.get(key, 0), ORDER.index(c["release"]))
+    return [c for c in usable if (c["isl"], c["osl"]) in LENGTHS
+            and ORDER.index(c["release"]) == latest[(c["spec"], c["gpu"])]]
+
+
+ORDER = ("v0.14.0", "v0.17", "v0.19", "v0.20", "v1.0", "post-v1.0")
+
+
+@dataclass(frozen=True)
+class Setup:
+    shard: Shard
+    cluster: Cluster
+    workload: Workload
+    engine: Engine
+    requests: int | None
+    gpus: int
+    how: str  # where the engine's settings came from
+
+
+def _clusters() -> dict[str, str]:
     out: dict[str, str] = {}
-    for name, path in cluster_paths().items():
+    for name, path in sorted(cluster_paths().items()):
         out.setdefault(load_cluster(str(path)).device, name)
     return out
 
 
-def predict(cell: dict[str, Any], by_gpu: dict[str, str]) -> float:
-    """Output tokens/s per GPU as ``deploy`` predicts the cell; AnalysisError: why it cannot."""
-    if cell.get("pp", 1) != 1:
-        raise AnalysisError("pipeline parallelism is not modelled yet")
-    if cell["gpu"] not in by_gpu:
+CLUSTERS: dict[str, str] = {}
+
+
+def setup(cell: dict[str, Any]) -> Setup:
+    """The deployment, engine and workload of `cell` as published (module docstring);
+    AnalysisError: why the model cannot run it."""
+    if cell.get("validation_skip"):
+        raise AnalysisError(cell["validation_skip"])
+    if not cell.get("spec"):
+        raise AnalysisError("no bundled spec of this model")
+    if cell.get("isl") is None or cell.get("tp") is None:
+        raise AnalysisError("ISL/OSL or TP not published (MLPerf: variable lengths, TP not in the summary)")
+    if (cell.get("pp") or 1) != 1:
+        raise AnalysisError("pipeline parallelism is not modelled")
+    CLUSTERS.update(CLUSTERS or _clusters())
+    if cell["gpu"] not in CLUSTERS:
         raise AnalysisError(f"no cluster profile of {cell['gpu']}")
-    spec, cl = catalog.load(cell["spec"]), load_cluster(by_gpu[cell["gpu"]])
-    tp, ep = int(cell["tp"]), int(cell.get("ep", 1) or 1)
-    weights = cell.get("weights") or "bf16"
+    cl = load_cluster(CLUSTERS[cell["gpu"]])
+    spec = catalog.load(cell["spec"])
+    isl, osl = int(cell["isl"]), int(cell["osl"])
+    if isl + osl > spec.max_seq_len:  # the served model's context (Llama 3.1/3.3: 128K), same architecture
+        spec = spec.model_copy(update={"max_seq_len": isl + osl})
+    tp, gpus = int(cell["tp"]), int(cell.get("gpus") or cell["tp"])
+    ep = int(cell.get("ep") or 1)
+    if cell.get("attention_dp"):
+        tp, ep = 1, gpus  # DEPn: n attention replicas of one GPU, experts over the n
+    weights = cell["weights"]
     dtype = "fp8" if weights == "fp8" else "bf16"
-    widths = Widths(None if weights in ("fp8", "bf16") else weights, cell.get("kv_dtype"))
-    concurrency = cell.get("concurrency")
-    tokens = int(cell.get("max_num_tokens") or 8192)
-    batch = int(cell.get("max_batch") or 2048)
-    r = search(spec, cl, tp * ep, Workload(fixed(int(cell["isl"])), fixed(int(cell["osl"])),
-                                           int(concurrency) if concurrency else None),
-               batches=(min(batch, tokens),), tokens=(tokens,), dtype=dtype, widths=widths)
-    match = [d for d in r.deployments if d.tp == tp and d.ep == ep]
-    if not match:
-        why = "; ".join(r.skipped) or "memory"
-        raise AnalysisError(f"TP{tp} EP{ep} does not fit or does not run ({why})")
-    return match[0].tokens_per_s_per_gpu
+    kv = cell.get("kv_dtype") or "auto"
+    if kv == "auto":
+        kv = "bf16" if (cell["spec"] in NO_KV_QUANT or weights != "fp8") else "fp8"
+    kv = "bf16" if kv in ("fp16", "bf16") else kv
+    widths = Widths(None, None if kv == dtype else kv)
+    hw = cl.hardware
+    shard = Shard(spec, tp, ep, dtype, widths, KERNELS[default_kernels(hw, "serve")], default_mla(hw),
+                  CACHE_READ)
+    rate = cell.get("request_rate")
+    online = "request_rate" in cell
+    if online:
+        batch, tokens = ONLINE_ENGINE
+        how = "trtllm-build defaults"
+        workload = Workload(fixed(isl), fixed(osl), rate=float(rate) if rate else None)
+    elif cell.get("max_batch") and cell.get("max_num_tokens"):
+        batch, tokens, how = int(cell["max_batch"]), int(cell["max_num_tokens"]), "published"
+        workload = Workload(fixed(isl), fixed(osl), cell.get("concurrency"))
+    elif cell["spec"] in NO_KV_QUANT[1:]:
+        # GPT-OSS's MXFP4 checkpoint is not in TUNED_QUANTS (tensorrt_llm/bench/build/build.py):
+        # trtllm-bench keeps TorchLlmArgs' defaults
+        batch, tokens, how = 2048, 8192, "TorchLlmArgs defaults"
+        workload = Workload(fixed(isl), fixed(osl), cell.get("concurrency"))
+    else:
+        v017 = cell.get("release") == "v0.17"
+        params = _params(spec)
+        batch, tokens = trtllm_bench_settings(
+            spec, params, int(cell["tp"]), 1, isl, osl, 1.0 if weights == "fp8" else 2.0,
+            1.0 if kv == "fp8" else 2.0, hw.memory_bytes, BUILD_FRACTION if v017 else RUN_FRACTION,
+            gib_params=not v017)
+        how = "trtllm-bench heuristic"
+        workload = Workload(fixed(isl), fixed(osl), cell.get("concurrency"))
+    # v0.17's TensorRT engine flow chunks the context (its throughput command's default,
+    # --enable_chunked_context); the PyTorch flow sizes the budget for whole prompts instead
+    chunked = cell.get("release") == "v0.17"
+    engine = Engine(TRT_BLOCK, RUN_FRACTION, batch, max(tokens, batch), kv_of_free=True, chunked=chunked)
+    requests = cell.get("num_requests") if (rate is None) else None
+    return Setup(shard, cl, workload, engine, int(requests) if requests else None, gpus, how)
+
+
+def _params(spec: Any) -> int:
+    from costmodel.analysis import analyze
+
+    return int(analyze(spec, "prefill", batch=1, seq=1).total().params)
+
+
+@dataclass(frozen=True)
+class Result:
+    cell: dict[str, Any]
+    setup: Setup | None
+    run: Run | None
+    why: str | None  # left out
+
+    @property
+    def error(self) -> float | None:
+        if self.run is None:
+            return None
+        return self.run.tokens_per_s_per_gpu / float(self.cell["output_tokens_per_s_per_gpu"]) - 1
+
+
+def check(cell: dict[str, Any]) -> Result:
+    try:
+        s = setup(cell)
+        r = run(s.shard, s.cluster, s.workload, s.engine, s.requests, s.gpus)
+    except AnalysisError as e:
+        return Result(cell, None, None, str(e))
+    return Result(cell, s, r, None)
+
+
+def _label(c: dict[str, Any]) -> str:
+    dep = f"DEP{c['gpus']}" if c.get("attention_dp") else f"TP{c['tp']}"
+    lengths = f"{c['isl']:>5}/{c['osl']:<5}"
+    return f"{c['spec']:16} {c['gpu']:9} {c.get('release', ''):9} {dep:5} {c['weights']:4} {lengths}"
+
+
+def summary(results: list[Result]) -> dict[str, tuple[int, float, float]]:
+    """(spec, GPU) -> (cells, median |error|, worst |error|), and 'all'."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        if r.error is not None:
+            groups[f"{r.cell['spec']} {r.cell['gpu']}"].append(abs(r.error))
+            groups["all"].append(abs(r.error))
+    return {k: (len(v), statistics.median(v), max(v)) for k, v in sorted(groups.items())}
 
 
 def main() -> None:
-    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else FOLDER
-    found = cells(folder) if folder.is_dir() else []
-    if not found:
-        print(f"skipped: no published serving cells in {folder} (*.json); nothing to compare")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cells", choices=("all", "subset"), default="all")
+    ap.add_argument("--format", choices=("text", "json"), default="text")
+    args = ap.parse_args()
+    through = load("trtllm_perf_overview.json")
+    if args.cells == "subset":
+        through = subset(through)
+    online = load("measured_serving.json")
+    results = [check(c) for c in through]
+    rated = [check(c) for c in online] if args.cells == "all" else []
+    if args.format == "json":
+        print(json.dumps({"throughput": [_row(r) for r in results], "online": [_row(r) for r in rated],
+                          "summary": {k: {"cells": n, "median_abs_error": m, "worst_abs_error": w}
+                                      for k, (n, m, w) in summary(results).items()}}, indent=1))
         return
-    by_gpu = clusters()
-    errors = []
-    print(f"{'spec':18} {'gpu':10} {'TP':>3} {'EP':>3} {'w':5} {'ISL/OSL':>11} {'conc':>5} "
-          f"{'predicted':>10} {'published':>10} {'error':>7}  source")
-    for c in found:
-        head = (f"{c['spec']:18} {c['gpu']:10} {c['tp']:>3} {c.get('ep', 1):>3} {str(c.get('weights')):5} "
-                f"{str(c['isl']) + '/' + str(c['osl']):>11} {str(c.get('concurrency') or '-'):>5}")
-        try:
-            got = predict(c, by_gpu)
-        except (AnalysisError, KeyError, ValueError) as e:
-            print(f"{head} skipped: {e}")
+    print(f"{'spec':16} {'gpu':9} {'release':9} {'par':5} {'w':4} {'ISL/OSL':>11} {'engine':>12} "
+          f"{'predicted':>9} {'published':>9} {'error':>7}")
+    left = []
+    for r in results:
+        if r.run is None or r.setup is None:
+            left.append(r)
             continue
-        want = float(c["output_tokens_per_s_per_gpu"])
-        err = got / want - 1
-        errors.append(abs(err))
-        print(f"{head} {got:>10,.0f} {want:>10,.0f} {err:>+7.1%}  {c.get('source', '')}")
-    if errors:
-        print(f"\n{len(errors)} cells: median |error| {statistics.median(errors):.1%}, "
-              f"worst {max(errors):.1%}")
+        e = r.setup.engine
+        print(f"{_label(r.cell)} {e.max_batch:>5}/{e.max_tokens:<6} {r.run.tokens_per_s_per_gpu:>9,.0f} "
+              f"{float(r.cell['output_tokens_per_s_per_gpu']):>9,.0f} {r.error:>+7.1%}")
+    print(f"\n{'(spec, GPU)':30} {'cells':>5} {'median':>7} {'worst':>7}")
+    for k, (n, med, worst) in summary(results).items():
+        print(f"{k:30} {n:>5} {med:>7.1%} {worst:>7.1%}")
+    reasons: dict[str, int] = defaultdict(int)
+    for r in left + [r for r in rated if r.run is None]:
+        reasons[str(r.why)] += 1
+    print("\nleft out:")
+    for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        print(f"  {n:>4}  {why}")
+    if rated:
+        print(f"\n{'online (v0.14, 500 requests)':34} {'rate':>5} {'TTFT ms':>15} {'ITL ms':>13} "
+              f"{'tok/s/GPU':>15}")
+        for r in rated:
+            if r.run is None:
+                continue
+            c = r.cell
+            rate = str(c["request_rate"] or "INF")
+            print(f"{c['spec']:12} {c['gpu']:9} TP{c['tp']} {c['isl']:>5}/{c['osl']:<5} {rate:>5} "
+                  f"{r.run.ttft_mean * 1e3:>7.0f} {c['ttft_ms_mean']:>7.0f} "
+                  f"{r.run.tpot_mean * 1e3:>6.1f} {c['itl_ms_mean']:>6.0f} "
+                  f"{r.run.tokens_per_s_per_gpu:>7,.0f} {c['output_tokens_per_s_per_gpu']:>7,.0f}")
+
+
+def _row(r: Result) -> dict[str, Any]:
+    c = r.cell
+    out: dict[str, Any] = {k: c.get(k) for k in ("spec", "gpu", "release", "tp", "gpus", "attention_dp",
+                                                 "weights", "kv_dtype", "isl", "osl", "request_rate",
+                                                 "output_tokens_per_s_per_gpu")}
+    if r.run is None or r.setup is None:
+        return out | {"left_out": r.why}
+    e = r.setup.engine
+    return out | {"max_batch": e.max_batch, "max_num_tokens": e.max_tokens, "engine_from": r.setup.how,
+                  "predicted": r.run.to_dict(), "error": r.error}
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def test_the_slowest_rank_sets_the_step() -> None:
     cl = load_cluster("gb200-nvl72")
 
     def shard(r: int) -> ExpertShard:
-        return ExpertShard(spec, 1, 24, "bf16", Widths(), KERNELS["flash"], "absorbed", r)
+        return ExpertShard(spec, 1, 24, "bf16", Widths(), KERNELS["flash"], "absorbed", redundant=r)
 
     uneven, even = shard(0), shard(8)
     assert uneven.local.ffn.n_experts == even.local.ffn.n_experts == 3  # type: ignore[union-attr]

@@ -35,8 +35,9 @@ the budget left beside the decoders) and m = O - 1 decode steps (the first outpu
 with the prompt's last chunk), counted in steps:
 
 - a request's cycle is k + w + m steps (w: steps its prompt waits for the budget); completions
-  per step are c / cycle (Little's law), and the prefill budget serves one prompt at a time,
-  so c k / cycle <= 1: past that the prompts queue, w = c k - k - m;
+  per step are c / cycle (Little's law), and a step takes u = room / P prompts' worth of
+  prefill (several packed where they fit; whole prompts only, u = floor(room / P), without
+  chunked prefill), so c / cycle <= u: past that the prompts queue, cycle = c / u;
 - a decoding request shares its steps with the others decoding, (c - 1) m / cycle of them on
   average, and with another's chunk in a share min(1, (c - 1) k / cycle) of its steps (all of
   them when prompts queue); a prefilling request with (c - 1) m / cycle decoders;
@@ -88,6 +89,8 @@ class Engine:
     max_batch: int = 256
     max_tokens: int = 8192
     prefix_sharing: float = 0.0
+    kv_of_free: bool = False  # TensorRT-LLM's rule: the KV cache is memory_fraction of what is free
+    chunked: bool = True  # chunked prefill; False: whole prompts only (trtllm-bench's default)
 
     def check(self) -> None:
         if not 1 <= self.block <= 1 << 20:
@@ -106,7 +109,8 @@ class Engine:
     def to_dict(self) -> dict[str, Any]:
         return {"block_size": self.block, "gpu_memory_utilization": self.memory_fraction,
                 "max_batch": self.max_batch, "max_num_tokens": self.max_tokens,
-                "prefix_sharing": self.prefix_sharing}
+                "prefix_sharing": self.prefix_sharing, "kv_fraction_of_free": self.kv_of_free,
+                "chunked_prefill": self.chunked}
 
 
 @dataclass(frozen=True)
@@ -154,8 +158,12 @@ def engine_memory(shard: Shard, memory_bytes: float, engine: Engine, workload: W
     logits = live_peak(local, {"B": engine.max_batch, "S": 1, "C": 1}, p, flash, True, shard.mla)
     activations = max(step["attention"], step["ffn"], logits["lm_head"])
     weights, page = weights_and_page or held(shard, engine.block)
-    budget = int(engine.memory_fraction * memory_bytes)
-    free = budget - weights - activations
+    if engine.kv_of_free:  # TensorRT-LLM: free_gpu_memory_fraction of what the weights and activations leave
+        budget = int(memory_bytes)
+        free = int(engine.memory_fraction * (budget - weights - activations))
+    else:
+        budget = int(engine.memory_fraction * memory_bytes)
+        free = budget - weights - activations
     pages = max(0, free // page) if page else 0
     shared = engine.prefix_sharing * workload.prompt.mean
     context = workload.prompt.mean - shared + workload.output.mean
@@ -194,6 +202,7 @@ class _Shape:
     share: float  # prefix sharing
     out_lengths: np.ndarray  # output length bins, for the TPOT percentiles
     out_weights: np.ndarray
+    chunked: bool = True  # prompts split across steps (else whole prompts only)
 
 
 def shape_of(workload: Workload, engine: Engine) -> _Shape:
@@ -201,7 +210,7 @@ def shape_of(workload: Workload, engine: Engine) -> _Shape:
     o, w = workload.output.bins(TPOT_BINS)
     return _Shape(workload.prompt.mean * keep, workload.output.mean - 1, workload.output.mean,
                   {q: workload.prompt.quantile(q / 100) * keep for q in PERCENTILES}, engine.prefix_sharing,
-                  o, w)
+                  o, w, engine.chunked)
 
 
 def decode_context(workload: Workload) -> float:
@@ -222,48 +231,85 @@ def _prompt_core(times: StepTimes, tokens: Any, share: float) -> Any:
     return times.prompt_core(whole) - (times.prompt_core(whole * share) if share else 0.0)
 
 
-def _solve(times: StepTimes, c: np.ndarray, budget: np.ndarray, w: _Shape,
-           open_loop: bool) -> tuple[np.ndarray, ...]:
-    """The step counts of the closed loop of `c` running requests (module docstring): (room,
-    k, wait steps, decoders beside a prefill, decoders a decoder sees, chunk share)."""
-    m, P = w.steps, w.prompt
+def _per_step(room: np.ndarray, prompt: float, chunked: bool) -> np.ndarray:
+    """Prompts' worth of prefill one step takes in `room` tokens: chunked, tokens of several prompts
+    packed up to the room (vLLM V1, TensorRT-LLM with chunked context); else whole prompts only, at
+    least one (the budget holds a whole prompt: trtllm-bench sets max_num_tokens >= ISL + max batch)."""
+    return room / prompt if chunked else np.maximum(1.0, np.floor(room / prompt))
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """The step counts of the closed loop (module docstring), per attention replica."""
+
+    room: np.ndarray  # the budget left beside the decoders
+    k: np.ndarray  # steps one prompt's prefill spans
+    wait: np.ndarray  # steps a prompt waits for the budget
+    beside: np.ndarray  # decoders in a step a prompt is prefilled in
+    seen: np.ndarray  # decoders a decoding request sees, itself included
+    share: np.ndarray  # share of a decoder's steps carrying prefill tokens
+    prefill: np.ndarray  # others' prefill tokens in a step that carries some
+    admitted: np.ndarray  # the others' prompts admitted per step
+
+
+def _solve(c: np.ndarray, budget: np.ndarray, w: _Shape, open_loop: bool) -> _Counts:
+    """The step counts of the closed loop of `c` running requests (module docstring). Not queued,
+    a request's cycle is k + m steps; queued (c / (k + m) above the u prompts a step's room
+    takes), every step carries a full room of prefill, cycle = c / u, and the room is what the
+    u m decoders leave: room = budget / (1 + (c - 1) m / (c P)) (chunked; whole prompts: u the
+    whole prompts that fit in it)."""
+    m, P = w.steps, max(w.prompt, 1.0)
+    c = np.asarray(c, dtype=float)
     others = np.maximum(c - 1, 0.0)
-    in_decode = np.full(np.shape(c), m / (m + 1))
-    for _ in range(ITERATIONS):
-        beside = others * in_decode
-        room = np.maximum(budget - beside, 1.0)
-        k = np.ceil(np.maximum(P, 1.0) / room)
-        queued = np.logical_and(c * k > k + m, not open_loop)
-        wait = np.where(queued, c * k - k - m, 0.0)
-        cycle = k + wait + m
-        in_decode = m / cycle
-    share = np.where(queued, 1.0, np.minimum(1.0, others * k / cycle))
-    return room, k, wait, others * in_decode, 1 + others * in_decode, share
+    k = np.ones(np.shape(c))
+    for _ in range(ITERATIONS):  # k settles in a pass or two: it only grows with the decoders
+        room = np.maximum(budget - others * m / (k + m), 1.0)
+        k = np.ceil(P / room) if w.chunked else np.ones(np.shape(room))
+    queued = np.logical_and(c / (k + m) > _per_step(room, P, w.chunked), not open_loop)
+    room_q = np.maximum(budget / (1 + others * m / (np.maximum(c, 1.0) * P)), 1.0)
+    k_q = np.ceil(P / room_q) if w.chunked else np.ones(np.shape(room_q))
+    room, k = np.where(queued, room_q, room), np.where(queued, k_q, k)
+    cycle = np.where(queued, np.maximum(c / _per_step(room, P, w.chunked), k + m), k + m)
+    beside = others * m / cycle
+    admitted = others / cycle
+    share = np.where(queued, 1.0, np.minimum(1.0, admitted * k))
+    own = np.minimum(P, room)
+    prefill = np.where(share > 0, np.minimum(room, admitted * P / np.maximum(share, 1e-12)), own)
+    return _Counts(room, k, cycle - k - m, beside, 1 + beside, share, np.maximum(prefill, own), admitted)
 
 
 def _loop(times: StepTimes, c: np.ndarray, budget: np.ndarray, w: _Shape, open_loop: bool
           ) -> tuple[Loop, np.ndarray]:
-    """The loop at `c` running (no queue, no open-loop wait yet), and a prompt's prefill seconds."""
-    room, k, wait, beside, seen, share = _solve(times, c, budget, w, open_loop)
-    chunk = np.minimum(np.maximum(w.prompt, 1.0), room)
-    core = _prompt_core(times, np.maximum(w.prompt, 1.0), w.share) / k
-    t_pre = times.step(beside, chunk, core, beside + 1 / k)
-    plain = times.step(seen, np.zeros_like(seen), np.zeros_like(seen), seen)
-    mixed = times.step(seen, chunk, core, seen + 1 / k)
-    tpot = (1 - share) * plain + share * mixed
+    """The loop at `c` running (no queue, no open-loop wait yet), and the seconds of prefill
+    server time one prompt takes (the open loop's M/D/1 service)."""
+    n = _solve(c, budget, w, open_loop)
+    P = max(w.prompt, 1.0)
+    whole = _prompt_core(times, P, w.share)  # one prompt's attention core
+    x = n.prefill  # a chunk-carrying step's prefill tokens: a share x / P of whole prompts' cores
+    plain = times.step(n.seen, np.zeros_like(n.seen), np.zeros_like(n.seen), n.seen)
+    mixed = times.step(n.seen, x, x / P * whole, n.seen + x / P)
+    tpot = (1 - n.share) * plain + n.share * mixed
     ttft: dict[int, np.ndarray] = {}
-    for q, tokens in w.quantile_prompts.items():
+    t_pre = plain
+    for q, tokens in {0: P, **w.quantile_prompts}.items():
         t = max(tokens, 1.0)
-        kq = np.ceil(t / room)
-        core_q = _prompt_core(times, t, w.share) / kq
-        ttft[q] = (wait + kq) * times.step(beside, np.minimum(t, room), core_q, beside + 1 / kq)
-    ttft_mean = (wait + k) * t_pre
+        kq = np.ceil(t / n.room) if w.chunked else np.ones(np.shape(n.room))
+        own = np.minimum(t, n.room)
+        # its own chunk, and the prefill of the others admitted beside it
+        xq = np.maximum(own, np.minimum(n.room, own + n.admitted * P))
+        core = _prompt_core(times, t, w.share) / kq + (xq - own) / P * whole
+        step = times.step(n.beside, xq, core, n.beside + xq / P)
+        if q == 0:
+            t_pre = step
+        else:
+            ttft[q] = (n.wait + kq) * step
+    ttft_mean = (n.wait + n.k) * t_pre
     latency = ttft_mean + w.steps * tpot
-    tpot_at = tpot_percentiles(plain, mixed, share, w) if w.steps > 0 else {q: tpot for q in PERCENTILES}
+    tpot_at = tpot_percentiles(plain, mixed, n.share, w) if w.steps > 0 else {q: tpot for q in PERCENTILES}
     none = np.zeros(np.shape(c))
-    loop = Loop(c + none, none, seen, chunk + none, share, plain, mixed, tpot, ttft_mean, ttft, tpot_at,
+    loop = Loop(c + none, none, n.seen, x + none, n.share, plain, mixed, tpot, ttft_mean, ttft, tpot_at,
                 c / latency, np.ones(np.shape(c), dtype=bool))
-    return loop, k * t_pre
+    return loop, t_pre / _per_step(n.room, P, w.chunked)
 
 
 def closed_loop(times: StepTimes, concurrency: np.ndarray, cap: np.ndarray, budget: np.ndarray,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -265,9 +265,9 @@ def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: 
     targets.check()
     widths.check()
     for b in batches:
-        Engine(engine.block, engine.memory_fraction, b, max(tokens), engine.prefix_sharing).check()
+        replace(engine, max_batch=b, max_tokens=max(tokens)).check()
     for t in tokens:
-        Engine(engine.block, engine.memory_fraction, 1, t, engine.prefix_sharing).check()
+        replace(engine, max_batch=1, max_tokens=t).check()
     hw = cluster.hardware
     hw.peak(dtype)
     kernels = kernels if kernels is not None else KERNELS[default_kernels(hw, "serve")]
@@ -280,7 +280,7 @@ def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: 
     evaluated = 0
     calibrated = True
     for tp, ep in found:
-        shard = ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, redundant)
+        shard = ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, redundant=redundant)
         got, n, cal = _layout(shard, cluster, gpus, workload, engine, batches, tokens, targets, price)
         rows += got
         evaluated += n
@@ -302,9 +302,8 @@ def _layout(shard: ExpertShard, cluster: Cluster, gpus: int, workload: Workload,
     """Every engine setting of one parallel layout: (those that fit, how many tried, calibrated)."""
     pairs = [(b, t) for t in tokens for b in batches if b <= t]
     counted = held(shard, engine.block)
-    mems = [engine_memory(shard, cluster.hardware.memory_bytes,
-                          Engine(engine.block, engine.memory_fraction, b, t, engine.prefix_sharing), workload,
-                          counted)
+    mems = [engine_memory(shard, cluster.hardware.memory_bytes, replace(engine, max_batch=b, max_tokens=t),
+                          workload, counted)
             for b, t in pairs]
     keep = [i for i, m in enumerate(mems) if m.fits]
     if not keep:

@@ -86,6 +86,14 @@ class Shard:
     widths: Widths
     kernels: Kernels
     mla: str
+    # "table": the decode core as the measured table has it; "bf16-rate": an fp8 cache read at the
+    # bandwidth the bf16 table's kernel reaches (half its time; docs/serving.md, "Checked against
+    # measurements": the tables' fp8-cache decode kernel, vLLM's FA3, gains 16% from half the bytes)
+    cache_read: str = "table"
+
+    @property
+    def kv_width(self) -> str:
+        return self.widths.kv or self.dtype
 
     @property
     def local(self) -> Spec:
@@ -181,6 +189,10 @@ def step_times(shard: Shard, cluster: Cluster, top: int, context: float, prompts
         body = body + (shard.ep - 1) * _times(shard, cluster, "prefill", one, tokens, _router)
     seq = max(1, int(round(context)) - 1)  # decode at C cached attends to C + 1
     core_decode = _times(shard, cluster, "decode", tokens, np.full(1, float(seq)), _core)
+    if shard.cache_read == "bf16-rate" and shard.kv_width == "fp8" and shard.spec.mla is None:
+        wide = Shard(shard.spec, shard.tp, shard.ep, "bf16", Widths(), shard.kernels, shard.mla)
+        half = 0.5 * _times(wide, cluster, "decode", tokens, np.full(1, float(seq)), _core)
+        core_decode = np.minimum(core_decode, half)
     prompts = np.unique(np.maximum(1.0, np.round(prompts)))
     core_prefill = _times(shard, cluster, "prefill", one, prompts, _core)
     one_token = shard.analyze("prefill", 1, 1)
