@@ -221,6 +221,19 @@ CONFIGS.update({
                      "no_rope_layers": [1, 1, 1, 1], "attention_chunk_size": None}],
 })
 
+# DBRX (costmodel/hf/families/dbrx.py): its sizes in attn_config and ffn_config; renormalised top-k
+# or not, dropout at the residual and attention sites. transformers reads rope_theta there.
+_DBRX = dict(d_model=64, n_heads=4, n_layers=2, max_seq_len=128, vocab_size=300)
+CONFIGS["dbrx"] = [
+    {**_DBRX, "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0},
+     "ffn_config": {"ffn_hidden_size": 48, "moe_num_experts": 4, "moe_top_k": 2}},
+    {**_DBRX, "resid_pdrop": 0.1, "output_router_logits": True,
+     "attn_config": {"kv_n_heads": 4, "clip_qkv": 8.0, "attn_pdrop": 0.2, "rope_theta": 10000.0},
+     "ffn_config": {"ffn_hidden_size": 24, "moe_num_experts": 8, "moe_top_k": 3,
+                    "moe_normalize_expert_weights": None, "moe_loss_weight": 0.05,
+                    "ffn_act_fn": {"name": "gelu"}}},
+]
+
 # DeepSeek-V2/V3 with their sparse layers (costmodel/hf/families/deepseek.py), sizes given.
 _DS = {**MLA_SMALL, "num_hidden_layers": 3, "n_routed_experts": 8, "num_experts_per_tok": 2,
        "moe_intermediate_size": 24}

@@ -193,6 +193,13 @@ def test_position_offset_only_with_learned_positions(tmp_path):
 
 ERRORS = [
     ({"model_type": "dbrx"}, "d_model: required for model_type dbrx (no default is taken for a size)"),
+    ({**CONFIGS["dbrx"][0], "model_type": "dbrx", "attn_config": {"kv_n_heads": 3}},
+     "attn_config.kv_n_heads: 4 query heads are not a multiple of 3 key/value heads"),
+    ({**CONFIGS["dbrx"][0], "model_type": "dbrx",
+      "ffn_config": {"ffn_hidden_size": 48, "moe_num_experts": 8, "moe_top_k": 2,
+                     "moe_normalize_expert_weights": 2.0, "moe_jitter_eps": 0.01}},
+     "ffn_config.moe_normalize_expert_weights: 2.0 is not supported: dividing the top-k weights by a p-norm "
+     "other than p = 1 is not modelled; ffn_config.moe_jitter_eps: 0.01 is not supported"),
     ({"model_type": "jamba", "attn_layer_period": 8},
      "attn_layer_period: 8: jamba is not supported: one layer in attn_layer_period attends; the others are "
      "Mamba (state-space) layers"),

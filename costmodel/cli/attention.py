@@ -67,7 +67,7 @@ def attention_cmd(
         "The key/value-head "
         "table is at the first (prompt S in prefill, S cached in decode; default a 2048-token context, or "
         "max_seq_len if shorter), the window table at each (default 1K to 128K, up to max_seq_len for "
-        "learned positions). Was --contexts for the window table.")] = None,
+        "learned positions).")] = None,
     enc_seq: EncSeqOpt = None,
     hardware: DeviceOpt = DEFAULT_HARDWARE,
     kv_heads: KvHeadsOpt = None,

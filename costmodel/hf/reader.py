@@ -16,10 +16,10 @@ from costmodel.spec import Activation, LayerKind, SpecError
 MIXTURE_OF_EXPERTS = frozenset({
     "mixtral", "qwen2_moe", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "dbrx", "jamba",
     "olmoe", "phimoe", "granitemoe", "granitemoeshared", "granitemoehybrid", "granitemoe_swa", "jetmoe",
-    "switch_transformers", "nllb-moe", "nllb_moe", "llama4", "llama4_text", "gpt_oss", "minimax", "minimax_m2",
-    "arctic", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_moe", "dots1", "bailing_moe",
-    "flex_olmo", "longcat_flash", "aria_text", "openai-moe", "deepseek_v32", "kimi_linear", "nemotron_h",
-    "lfm2_moe", "cohere2_moe", "exaone_moe", "sarvam_moe", "afmoe", "qwen3_5_moe_text",
+    "switch_transformers", "nllb-moe", "nllb_moe", "llama4", "llama4_text", "gpt_oss", "minimax",
+    "minimax_m2", "arctic", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite", "hunyuan_v1_moe", "dots1",
+    "bailing_moe", "flex_olmo", "longcat_flash", "aria_text", "openai-moe", "deepseek_v32", "kimi_linear",
+    "nemotron_h", "lfm2_moe", "cohere2_moe", "exaone_moe", "sarvam_moe", "afmoe", "qwen3_5_moe_text",
 })
 # Mixture-of-experts types transformers ships that this tool cannot model: the field that holds
 # what the spec has no design element for, and what that is (one line, exit 2). Any other type of

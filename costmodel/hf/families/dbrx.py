@@ -87,8 +87,10 @@ def _dbrx(c: Config, out: dict[str, Any]) -> None:
                           "work this tool does not count; weights and matmuls are as counted")
     act = ffn_config.get("ffn_config.ffn_act_fn") or {"name": "silu"}
     if not isinstance(act, dict) or set(act) != {"name"}:
-        raise c.error("ffn_config.ffn_act_fn", f"should be {{\"name\": ...}} without arguments (got {show(act)})")
+        raise c.error("ffn_config.ffn_act_fn",
+                      f"should be {{\"name\": ...}} without arguments (got {show(act)})")
     gate = Config({"ffn_config.ffn_act_fn.name": act["name"]}, c.origin, c.model_type, {})
+    gate.problems = c.problems
     ffn: dict[str, Any] = {
         "kind": "moe", "activation": read_activation(gate, "ffn_config.ffn_act_fn.name", gated=True).value,
         "n_experts": ffn_config.req_int("ffn_config.moe_num_experts"),
