@@ -24,8 +24,9 @@ commands differ: `python -m pytest tests/test_readme.py --update-snapshots` rewr
 Shared conventions:
 - One name per idea in every command (the table below); `costmodel --version` prints the
   version; every command that prints tables takes `--wide` (in a terminal, tables are cut to
-  its width by leaving out their right-most columns, named under the table; piped output is
-  never cut).
+  its width by leaving out their least essential columns first, named under the table: each
+  table keeps its essential ones, a name and what the command is for, such as `deploy`'s
+  latencies and tokens/s or `serve`'s TPOT and fits; piped output is never cut).
 - A spec argument is a YAML file, the name of a bundled spec (`costmodel list`), or a Hugging
   Face `config.json` (or a folder holding one; docs/hf.md).
 - `--seq` is the prompt length for prefill and train, and the number of tokens already cached

@@ -221,6 +221,19 @@ CONFIGS.update({
                      "no_rope_layers": [1, 1, 1, 1], "attention_chunk_size": None}],
 })
 
+# DBRX (costmodel/hf/families/dbrx.py): its sizes in attn_config and ffn_config; renormalised top-k
+# or not, dropout at the residual and attention sites. transformers reads rope_theta there.
+_DBRX = dict(d_model=64, n_heads=4, n_layers=2, max_seq_len=128, vocab_size=300)
+CONFIGS["dbrx"] = [
+    {**_DBRX, "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0},
+     "ffn_config": {"ffn_hidden_size": 48, "moe_num_experts": 4, "moe_top_k": 2}},
+    {**_DBRX, "resid_pdrop": 0.1, "output_router_logits": True,
+     "attn_config": {"kv_n_heads": 4, "clip_qkv": 8.0, "attn_pdrop": 0.2, "rope_theta": 10000.0},
+     "ffn_config": {"ffn_hidden_size": 24, "moe_num_experts": 8, "moe_top_k": 3,
+                    "moe_normalize_expert_weights": None, "moe_loss_weight": 0.05,
+                    "ffn_act_fn": {"name": "gelu"}}},
+]
+
 # DeepSeek-V2/V3 with their sparse layers (costmodel/hf/families/deepseek.py), sizes given.
 _DS = {**MLA_SMALL, "num_hidden_layers": 3, "n_routed_experts": 8, "num_experts_per_tok": 2,
        "moe_intermediate_size": 24}
@@ -383,4 +396,18 @@ RELEASED_MOE = {
         _LLAMA4, _attn_implementation_autoset=True, interleave_moe_layer_step=2,
         max_position_embeddings=1048576,
         num_local_experts=128, rope_scaling=None, use_qk_norm=False)),
+    # https://huggingface.co/databricks/dbrx-base/blob/main/config.json, every field that changes a
+    # cost as the public copies quote it (dbrx-instruct's, the same architecture, as the MLX 4-bit
+    # conversion reproduces it field for field, less its "quantization" and the sub-configs'
+    # PretrainedConfig defaults; the sizes as Databricks' model card and llm-viewer's model list give them).
+    # moe_normalize_expert_weights is 1 in the file; transformers 5.24's strict DbrxFFNConfig takes 1.0.
+    "dbrx-base": dict(
+        architectures=["DbrxForCausalLM"], model_type="dbrx", d_model=6144, n_heads=48, n_layers=40,
+        max_seq_len=32768, vocab_size=100352, emb_pdrop=0.0, resid_pdrop=0.0, initializer_range=0.02,
+        attn_config={"attn_pdrop": 0, "clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+        ffn_config={"ffn_act_fn": {"name": "silu"}, "ffn_hidden_size": 10752, "moe_num_experts": 16,
+                    "moe_top_k": 4, "moe_jitter_eps": 0, "moe_loss_weight": 0.05,
+                    "moe_normalize_expert_weights": 1.0, "uniform_expert_assignment": False},
+        output_router_logits=False, router_aux_loss_coef=0.05, tie_word_embeddings=False,
+        torch_dtype="bfloat16", transformers_version="4.39.2", use_cache=True),
 }

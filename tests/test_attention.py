@@ -221,10 +221,24 @@ def test_readme_attention_kv_heads_example():
 
 
 def test_readme_attention_windows_example():
-    result = runner.invoke(app, ["attention", "mistral-7b", "--contexts", "4096,32768,131072"])
+    result = runner.invoke(app, ["attention", "mistral-7b", "--seq", "4096,32768,131072", "-f", "json"])
     assert result.exit_code == 0, result.output
-    assert ("full" in result.output and "w=4096, all local (spec)" in result.output
-            and "131,072" in result.output)
+    data = json.loads(result.stdout)
+    assert {r["context"] for r in data["windows"]} == {4096, 32768, 131072}
+    assert {r["variant"] for r in data["windows"]} >= {"full", "w=4096, all local"}
+    # the key/value-head table at the first length: prefill S = 4096
+    assert data["kv_heads"][0]["shape"]["S"] == 4096
+
+
+def test_attention_contexts_is_a_hidden_alias_of_seq():
+    """Issue 23: the window table's context lengths are --seq, the vocabulary's name; the old
+    --contexts still works for a release, with a note on stderr, and means the same."""
+    new = runner.invoke(app, ["attention", "mistral-7b", "--seq", "4096,32768", "-f", "json"])
+    old = runner.invoke(app, ["attention", "mistral-7b", "--contexts", "4096,32768", "-f", "json"])
+    assert old.exit_code == new.exit_code == 0
+    assert old.stdout == new.stdout
+    assert "warning: --contexts is deprecated, use --seq" in old.stderr
+    assert "--contexts" not in runner.invoke(app, ["attention", "--help"], env={"COLUMNS": "200"}).stdout
 
 
 def test_readme_attention_json_example():

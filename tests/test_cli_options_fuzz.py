@@ -47,7 +47,7 @@ RSS_BYTES = 2 << 30
 BASE: dict[str, list[str]] = {
     "analyze": ["gpt2-small"], "formula": ["gpt2-small"], "list": [], "compare": ["gpt2-small", "llama-3-8b"],
     "ablate": ["gpt2-small", "--set", "n_layers=6"], "elements": ["gpt2-small"],
-    "attention": ["gpt2-small", "--contexts", "1024"], "sweep": ["gpt2-small"], "hardware": [],
+    "attention": ["gpt2-small", "--seq", "1024"], "sweep": ["gpt2-small"], "hardware": [],
     "measure": ["gpt2-small", "--layers", "1", "--seq", "16"],
     "calibrate": ["--no-tables", "--matmul-size", "16", "--copy-mib", "1", "--repeats", "1"],
     "inference": ["gpt2-small", "--hardware", "l4"], "memory": ["gpt2-small"],

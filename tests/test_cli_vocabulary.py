@@ -148,7 +148,7 @@ UNIT = re.compile(r"^-?[\d.,]+\s*(K|M|B|T|ms|µs|s|KiB|MiB|GiB|TiB|GB|TB|B/s|GB/
     "train gpt2-small --cluster dgx-h100 --gpus 8 -G 8", "plan gpt2-small --cluster dgx-h100 --gpus 8 -G 8",
     "serve llama-3-8b --cluster dgx-h100 -b 1,8", "clusters", "inference gpt2-small --hardware l4 --seq 512",
     "fit gpt2-small --hardware l4", "memory gpt2-small",
-    "attention llama-3-8b --contexts 4096", "hardware",
+    "attention llama-3-8b --seq 4096", "hardware",
 ])
 def test_csv_cells_are_numbers_not_units(command: str) -> None:
     result = runner.invoke(app, [*command.split(), "-f", "csv"])
@@ -156,3 +156,62 @@ def test_csv_cells_are_numbers_not_units(command: str) -> None:
     rows = list(csv.reader(io.StringIO(result.stdout)))
     assert len(rows) >= 2
     assert not [c for r in rows[1:] for c in r if UNIT.match(c.strip())]
+
+
+# Issue 23: at 80 columns each table keeps its essential columns (a name and what the command is
+# for), leaving out the least essential first. Per command: the table title's start -> the
+# columns that must stay.
+ESSENTIAL = {
+    "analyze llama-2-7b --phase decode --hardware h100-sxm": {
+        "Parameters": {"component", "exact"}, "Phases": {"quantity", "decode"},
+        "decode: components": {"component", "FLOPs", "bytes"}},
+    "compare llama-2-7b mistral-7b gemma-2-9b": {
+        "Design choices": {"choice", "llama-2-7b", "mistral-7b", "gemma-2-9b"},
+        "Costs at a common shape": {"quantity", "llama-2-7b", "mistral-7b", "gemma-2-9b"}},
+    "inference llama-3-8b --hardware h100-sxm --batch 1,8,64": {
+        "Serving": {"batch", "TTFT", "TPOT mean", "tokens/s", "fits"}},
+    "train gpt2-small --cluster dgx-a100-80gb --gpus 16 --tp 2 --pp 2 -G 16": {
+        "Training step": {"", "value"}, "Where the step goes": {"part", "time", "share"},
+        "Collectives per step": {"group/kind", "time", "exposed"},
+        "Memory per GPU": {"", "first stage", "last stage"}},
+    "plan gpt2-small --cluster dgx-a100-80gb --gpus 8 --global-batch 8": {
+        "Best layouts": {"#", "layout", "step", "memory/GPU"}},
+    "serve llama-3-8b --cluster dgx-h100 --tp 2 --batch 1,8,64": {
+        "Decode on TP2": {"batch", "TPOT", "tokens/s", "memory/GPU", "fits"}},
+    "deploy gpt2-small --cluster dgx-h100 --gpus 2 --seq 512 --output-tokens 128 -b 16": {
+        "Deployments of": {"#", "layout", "TTFT p90", "TPOT p90", "tok/s/GPU", "tok/s/user"},
+        "Pareto front": {"#", "layout", "TTFT p90", "TPOT p90", "tok/s/GPU", "tok/s/user"}},
+}
+
+
+@pytest.mark.parametrize("command", ESSENTIAL)
+def test_tables_keep_their_essential_columns_at_80(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In an 80-column terminal every table of the command fits, nothing is cut mid-cell, and
+    the columns that say what the command is for are among those shown (report.tables.fit); the
+    ones left out are named under the table; --wide shows them all."""
+    from costmodel.report import tables
+
+    seen: list[Table] = []
+    real = tables.render_rich
+
+    def capture(ts, header=None, width=None, wide=False):  # type: ignore[no-untyped-def]
+        seen.extend(ts)
+        real(ts, header, width, wide)
+
+    monkeypatch.setattr(APP, "_terminal", lambda: 80)
+    monkeypatch.setattr(APP.report, "render_rich", capture)
+    result = runner.invoke(app, command.split())
+    assert result.exit_code == 0, result.output
+    assert max(map(len, result.stdout.splitlines())) <= 80 and "…" not in result.stdout
+    expected = ESSENTIAL[command]
+    checked = set()
+    for t in seen:
+        key = next((k for k in expected if t.title.startswith(k)), None)
+        if key is None:
+            continue
+        checked.add(key)
+        shown, dropped = tables.fit(t, 80)
+        assert expected[key] <= {t.columns[i] for i in shown}, (t.title, [t.columns[i] for i in dropped])
+        for i in dropped:
+            assert t.columns[i] in result.stdout.split("left out to fit 80 columns: ", 1)[1]
+    assert checked == set(expected)

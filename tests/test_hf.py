@@ -192,8 +192,22 @@ def test_position_offset_only_with_learned_positions(tmp_path):
 # --- errors: one line, exit 2 -------------------------------------------------------------------
 
 ERRORS = [
-    ({"model_type": "dbrx"},
-     "model_type: dbrx is a mixture-of-experts model; mixture-of-experts is out of scope for now"),
+    ({"model_type": "dbrx"}, "d_model: required for model_type dbrx (no default is taken for a size)"),
+    ({**CONFIGS["dbrx"][0], "model_type": "dbrx", "attn_config": {"kv_n_heads": 3}},
+     "attn_config.kv_n_heads: 4 query heads are not a multiple of 3 key/value heads"),
+    ({**CONFIGS["dbrx"][0], "model_type": "dbrx",
+      "ffn_config": {"ffn_hidden_size": 48, "moe_num_experts": 8, "moe_top_k": 2,
+                     "moe_normalize_expert_weights": 2.0, "moe_jitter_eps": 0.01}},
+     "ffn_config.moe_normalize_expert_weights: 2.0 is not supported: dividing the top-k weights by a p-norm "
+     "other than p = 1 is not modelled; ffn_config.moe_jitter_eps: 0.01 is not supported"),
+    ({"model_type": "jamba", "attn_layer_period": 8},
+     "attn_layer_period: 8: jamba is not supported: one layer in attn_layer_period attends; the others are "
+     "Mamba (state-space) layers"),
+    ({"model_type": "nemotron_h"}, "layers_block_type: nemotron_h is not supported: its \"mamba\" blocks"),
+    ({"model_type": "granitemoe"}, "residual_multiplier: granitemoe is not supported: scales the embeddings"),
+    ({"model_type": "phimoe"}, "num_experts_per_tok: phimoe is not supported: PhiMoE routes by SparseMixer"),
+    ({"model_type": "ernie4_5_moe"},
+     "model_type: ernie4_5_moe is a mixture-of-experts model whose mapping is not written yet"),
     (cfg("llama", num_local_experts=8), "num_local_experts: 8: a mixture-of-experts llama is not supported"),
     ({"model_type": "bert"}, "model_type: \"bert\" is not supported; supported: gpt2, gptj"),
     ({"hidden_size": 8}, "model_type: required, one of gpt2"),
@@ -400,8 +414,8 @@ def test_readme_examples(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "path" / "to").mkdir(parents=True)
     write(tmp_path / "path" / "to", cfg("llama", max_position_embeddings=8192))
-    (tmp_path / "dbrx").mkdir()
-    write(tmp_path / "dbrx", {"model_type": "dbrx"})
+    (tmp_path / "jamba").mkdir()
+    write(tmp_path / "jamba", {"model_type": "jamba", "attn_layer_period": 8})
 
     result = runner.invoke(app, ["import-hf", "path/to/config.json", "-o", "my-model.yaml"])
     assert result.exit_code == 0 and result.stderr.strip() == "wrote my-model.yaml"
@@ -410,10 +424,12 @@ def test_readme_examples(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "n_layers: 32" in result.stdout
     result = runner.invoke(app, ["analyze", "path/to/config.json", "-p", "decode", "--seq", "4096"])
     assert result.exit_code == 0 and "6,738,415,616" in result.stdout  # LlamaConfig's defaults: LLaMA 2 7B
-    result = runner.invoke(app, ["import-hf", "dbrx/config.json"])
+    result = runner.invoke(app, ["import-hf", "jamba/config.json"])
     assert result.exit_code == 2
-    assert result.stderr == ("error: dbrx/config.json: model_type: dbrx is a mixture-of-experts model; "
-                             "mixture-of-experts is out of scope for now\n")
+    assert result.stderr == ("error: jamba/config.json: attn_layer_period: 8: jamba is not supported: one "
+                             "layer in attn_layer_period attends; the others are Mamba (state-space) layers, "
+                             "which are not a design element here (mamba_d_state, mamba_d_conv, "
+                             "mamba_expand)\n")
 
 
 # --- bad input: one clear line, exit 2, never a traceback (issue 10) ------------------------------
@@ -637,7 +653,7 @@ def test_multimodal_wrappers_read_their_text_decoder(tmp_path):
 
 
 EXPORT_TYPES = {  # docs/hf.md's export table
-    "mixtral-8x7b": "mixtral", "olmoe-1b-7b": "olmoe", "qwen3-30b-a3b": "qwen3_moe",
+    "mixtral-8x7b": "mixtral", "dbrx-base": "dbrx", "olmoe-1b-7b": "olmoe", "qwen3-30b-a3b": "qwen3_moe",
     "qwen3-235b-a22b": "qwen3_moe",
     "gpt-oss-20b": "gpt_oss", "gpt-oss-120b": "gpt_oss", "llama-4-scout": "llama4_text",
     "llama-4-maverick": "llama4_text",

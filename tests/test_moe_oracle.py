@@ -169,6 +169,46 @@ def test_imported_config_counts_as_transformers(model_type: str, tmp_path) -> No
     assert counter.get_total_flops() == a.total().flops_matmul
 
 
+# DBRX (costmodel/hf/families/dbrx.py): nested attn_config and ffn_config, fused Wqkv, LayerNorm
+# without a bias, clip_qkv; its experts loop over the tokens each one got (no batched_mm), which
+# needs real tensors, so this small model runs on the CPU.
+DBRX = dict(d_model=64, n_heads=4, n_layers=2, max_seq_len=128, vocab_size=300, resid_pdrop=0.1,
+            attn_config={"kv_n_heads": 2, "clip_qkv": 8.0, "attn_pdrop": 0.05, "rope_theta": 10000.0},
+            ffn_config={"ffn_hidden_size": 48, "moe_num_experts": 8, "moe_top_k": 3,
+                        "moe_normalize_expert_weights": 1.0})
+
+
+def test_dbrx_config_counts_as_transformers() -> None:
+    """Parameters, prefill and decode matmul FLOPs and the KV cache of an imported DBRX config
+    equal transformers' DbrxForCausalLM; clip_qkv is read with a warning, not a refusal."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from costmodel import hf
+    from costmodel.analysis import analyze
+
+    imported = hf.spec_fields_from_hf({"model_type": "dbrx", **DBRX}, "dbrx")
+    assert [w.split(": ")[2] for w in imported.warnings] == ["attn_config.clip_qkv"]
+    spec = hf.spec_from_hf({"model_type": "dbrx", **DBRX})
+    assert spec.moe is not None and spec.moe.norm_topk and not spec.norm_bias
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model("dbrx", **copy.deepcopy(DBRX)), attn_implementation="eager").eval()
+    model.requires_grad_(False)  # FlopCounterMode hooks views of the expert weights that require grad
+    B, S = 2, 9
+    ids = torch.randint(0, 300, (B, S + 1))
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as prefill:
+            out = model(input_ids=ids[:, :S], use_cache=True)
+        kv = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
+        with FlopCounterMode(display=False) as decode:
+            model(input_ids=ids[:, S:], cache=out.past_key_values, use_cache=True)
+    pre, dec = analyze(spec, "prefill", B, S, "bf16"), analyze(spec, "decode", B, S, "bf16")
+    assert pre.total().params == sum(p.numel() for p in model.parameters())
+    assert pre.total().flops_matmul == prefill.get_total_flops()
+    assert dec.total().flops_matmul == decode.get_total_flops()
+    assert pre.total().kv_cache == kv * pre.bytes_per_element
+
+
 # --- DeepSeek-V2/V3 whole models (costmodel/hf/families/deepseek.py) ----------------------------
 
 DEEPSEEK = {

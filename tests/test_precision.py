@@ -168,7 +168,7 @@ def test_ablate_holds_both_sides_inference_at_the_widths() -> None:
 
 
 def test_attention_tables_hold_the_cache_at_its_width() -> None:
-    out = runner.invoke(app, ["attention", "llama-3-8b", "--kv-dtype", "fp8", "--contexts", "4096", "-f",
+    out = runner.invoke(app, ["attention", "llama-3-8b", "--kv-dtype", "fp8", "--seq", "4096", "-f",
                               "json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)

@@ -31,6 +31,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "inference": {"--prompt": "--seq", "--output": "--output-tokens", "--flash-attention": "--kernels=flash",
                   "--fused": "--kernels=fused"},
     "serve": {"--context": "--seq", "-c": "--seq"},
+    "attention": {"--contexts": "--seq"},
     "memory": {"--flash": "--kernels=flash", "--flash-attention": "--kernels=flash",
                "--no-flash": "--kernels=eager"},
     "fit": {"--flash": "--kernels=flash", "--flash-attention": "--kernels=flash",

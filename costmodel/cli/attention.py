@@ -62,15 +62,17 @@ def _ints(text: str | None, option: str) -> list[int] | None:
 def attention_cmd(
     spec: SpecArg,
     batch: BatchOpt = 1,
-    seq: SeqOpt = None,
+    seqs: Annotated[Optional[str], typer.Option(
+        "--seq", "-s", metavar="SEQ", help="Tokens per sequence: one length or a list, e.g. 4096,32768. "
+        "The key/value-head "
+        "table is at the first (prompt S in prefill, S cached in decode; default a 2048-token context, or "
+        "max_seq_len if shorter), the window table at each (default 1K to 128K, up to max_seq_len for "
+        "learned positions).")] = None,
     enc_seq: EncSeqOpt = None,
     hardware: DeviceOpt = DEFAULT_HARDWARE,
     kv_heads: KvHeadsOpt = None,
     window: Annotated[Optional[int], typer.Option(
         "--window", min=1, help="Window w for the window variants. Default: the spec's own.")] = None,
-    contexts: Annotated[Optional[str], typer.Option(
-        "--contexts", help="Context lengths of the window table, e.g. 4096,32768. Default: 1K to 128K "
-        "(up to max_seq_len for learned positions).")] = None,
     dtype: DtypeOpt = Dtype.bf16,
     weights_dtype: WeightsDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
@@ -88,9 +90,11 @@ def attention_cmd(
         hw = load_hardware(hardware)
         hw.peak(dtype.value)
         widths = Widths(weights_dtype, kv_dtype, group_size)
+        contexts = _ints(seqs, "--seq")
+        seq = contexts[0] if contexts else None
         heads = compare_kv_heads(s, hw, batch, seq, dtype.value, _ints(kv_heads, "--kv-heads"), enc_seq,
                                  widths)
-        windows = compare_windows(s, hw, batch, _ints(contexts, "--contexts"), dtype.value, window, widths)
+        windows = compare_windows(s, hw, batch, contexts, dtype.value, window, widths)
         from costmodel.runtime.memory import fit_warning
 
         for phase in ("prefill", "decode"):  # the spec's own attention at this shape

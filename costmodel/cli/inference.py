@@ -57,7 +57,8 @@ def serving_table(sv: Serving) -> report.Table:
         notes.append("calibrated: each component at the efficiency its shape reaches (costmodel.timing)")
     notes += report.kernel_notes([sv])
     return report.Table("Serving", ("batch", "TTFT", "TPOT mean", "TPOT first", "TPOT last", "latency",
-                                    "tokens/s", "fits"), rows, notes)
+                                    "tokens/s", "fits"), rows, notes,
+                        essential=(0, 1, 2, 6, 7), drop_first=(4, 3, 5))  # the first and last TPOT go first
 
 
 @app.command("inference")

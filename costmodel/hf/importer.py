@@ -17,6 +17,7 @@ from costmodel.hf.reader import (
     EXPERT_TWINS,
     LM_HEADS,
     MIXTURE_OF_EXPERTS,
+    UNMODELLED_MOE,
     Abort,
     Config,
     show,
@@ -100,9 +101,13 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
         source = f"{source[:-1]} read as {model_type}: {why})"
     family = FAMILIES.get(model_type)
     if family is None:
+        if model_type in UNMODELLED_MOE:
+            field, why = UNMODELLED_MOE[model_type]
+            value = f"{show(data[field])}: " if field in data else ""
+            raise SpecError(f"{origin}: {field}: {value}{model_type} is not supported: {why}")
         if model_type in MIXTURE_OF_EXPERTS:
-            raise SpecError(f"{origin}: model_type: {model_type} is a mixture-of-experts model; "
-                            "mixture-of-experts is out of scope for now")
+            raise SpecError(f"{origin}: model_type: {model_type} is a mixture-of-experts model whose "
+                            "mapping is not written yet (docs/hf.md lists the types imported)")
         raise SpecError(f"{origin}: model_type: {show(model_type)} is not supported; "
                         f"supported: {', '.join(FAMILIES)}")
     c = Config(data, origin, model_type, family.defaults)
@@ -130,11 +135,13 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
             continue
         if key in EXPERT_FIELDS and data[key] not in (None, 0, False, [], {}):
             c.problems.append(f"{key}: {show(data[key])}: a mixture-of-experts {model_type} is not supported "
-                              "(mixture-of-experts is out of scope for now)")
+                              f"(transformers' {model_type} has no experts; a mixture-of-experts "
+                              "model has a model_type of its own)")
             continue
         ignored.append(key)
     if c.problems:
         raise SpecError(f"{origin}: " + "; ".join(dict.fromkeys(c.problems)))
+    warnings += c.warnings
     warnings += [f"warning: {origin}: {key}: not a field transformers' {model_type} reads that this tool "
                  "knows; "
                  "ignored (docs/hf.md lists the fields known to change no cost)" for key in ignored]

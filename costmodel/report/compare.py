@@ -96,7 +96,8 @@ def comparison_tables(c: SideBySide) -> list[Table]:
                     f"section 4): {rules}"]
     # A long choice (dropout sites) wraps in its model's column rather than crop the others.
     tables = [Table("Design choices", ("choice", "across", *names), choice_rows, choice_notes,
-                    numeric_from=2, wrap=tuple(range(2, 2 + len(names))))]
+                    numeric_from=2, wrap=tuple(range(2, 2 + len(names))),
+                    essential=(0, *range(2, 2 + len(names))))]  # "across" goes first
 
     cost_rows = []
     for r in c.costs:
@@ -109,7 +110,7 @@ def comparison_tables(c: SideBySide) -> list[Table]:
                   f"token after {s['decode']} cached; per-token figures divide by the batch's tokens",
                   *c.notes]
     tables.append(Table("Costs at a common shape", ("quantity", "across", *names), cost_rows, cost_notes,
-                        numeric_from=2))
+                        numeric_from=2, essential=(0, *range(2, 2 + len(names)))))
     if c.conventions:
         tables.append(_conventions_across(c))
     return tables

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from costmodel import units
 from costmodel.report.tables import Table
@@ -33,6 +33,14 @@ def _rows(ds: Sequence[Ranked], q: int, price: bool, mode: bool) -> list[tuple[s
 def _columns(q: int, price: bool, mode: bool) -> tuple[str, ...]:
     return ("#", *(["mode"] * mode), "layout", "max batch", "max tokens", "running", f"TTFT p{q}",
             f"TPOT p{q}", "tok/s/GPU", "tok/s/user", *(["$/M tokens"] * price))
+
+
+# At 80 columns: the layout, its latencies against the targets and its throughputs (and price)
+# stay; the engine's limits (running, max tokens, max batch) go first.
+def _priority(mode: bool) -> dict[str, Any]:
+    m = int(mode)  # the mode column sits after "#"
+    return {"essential": (0, *range(1, 2 + m), *(i + m for i in (5, 6, 7, 8, 9))),
+            "drop_first": tuple(i + m for i in (4, 3, 2))}
 
 
 def deploy_tables(r: Search) -> list[Table]:
@@ -70,7 +78,9 @@ def deploy_tables(r: Search) -> list[Table]:
         notes.append(f"{r.redundant} redundant expert slots beside the routed experts (EPLB): the slowest "
                      "EP rank sets the step (docs/serving.md, wide EP)")
     n = 2 + mode
-    ranked = Table(title, _columns(q, price, mode), _rows(shown, q, price, mode), notes, numeric_from=n)
+    ranked = Table(title, _columns(q, price, mode), _rows(shown, q, price, mode), notes, numeric_from=n,
+                   **_priority(mode))
     front = Table("Pareto front: tokens/s per GPU against tokens/s per user", _columns(q, price, mode),
-                  _rows(r.front, q, price, mode), ("no other deployment has more of both",), numeric_from=n)
+                  _rows(r.front, q, price, mode), ("no other deployment has more of both",), numeric_from=n,
+                  **_priority(mode))
     return [ranked, front]

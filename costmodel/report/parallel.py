@@ -53,7 +53,7 @@ def summary_table(s: Step, tokens: float | None = None) -> Table:
              _kernels(s),
              *(n for n in s.notes if not n.startswith("overlap")),
              *kernel_notes([s])]
-    return Table("Training step", ("", "value"), rows, notes, numeric_from=2)
+    return Table("Training step", ("", "value"), rows, notes, numeric_from=2, essential=(0, 1))
 
 
 def breakdown_table(s: Step) -> Table:
@@ -68,7 +68,8 @@ def breakdown_table(s: Step) -> Table:
     rows.append(("total", units.seconds(s.step_time_s), "100.0%"))
     return Table("Where the step goes (critical path of the slowest pipeline stage)", ("part", "time",
                                                                                        "share"),
-                 rows, ("compute time from the device model (docs/parallel.md, Integration notes)",))
+                 rows, ("compute time from the device model (docs/parallel.md, Integration notes)",),
+                 essential=(0, 1, 2))
 
 
 def collectives_table(s: Step) -> Table:
@@ -83,7 +84,7 @@ def collectives_table(s: Step) -> Table:
                  ("inside a node: NCCL as measured on the device (specs/kernels/), by GPU count and message "
                   "size; otherwise ring algorithms, time = latency + bytes sent / bus bandwidth of the "
                   "slowest link the group spans (docs/parallel.md)",),
-                 numeric_from=1)
+                 numeric_from=1, essential=(0, 6, 7), drop_first=(3, 2, 1, 4))  # the times stay
 
 
 def memory_table(s: Step) -> Table:
@@ -96,7 +97,8 @@ def memory_table(s: Step) -> Table:
     verdict = "fits" if s.fits else f"DOES NOT FIT: {units.nbytes(s.per_gpu.total - dev)} over"
     heads = ("first stage", *([f"{s.memory_middle.stage} (fullest middle)"] if s.memory_middle else []),
              "last stage")
-    return Table("Memory per GPU", ("", *heads), rows, (f"device {units.decimal_bytes(dev)}: {verdict}",))
+    return Table("Memory per GPU", ("", *heads), rows, (f"device {units.decimal_bytes(dev)}: {verdict}",),
+                 essential=tuple(range(1 + len(heads))))
 
 
 def plan_table(p: Plan, top: int, seconds: float) -> Table:
@@ -114,7 +116,7 @@ def plan_table(p: Plan, top: int, seconds: float) -> Table:
              "(--edge-chunks)",
              *kernel_notes(p.ranked[:top]))
     return Table("Best layouts", ("#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "bubble", "comm"),
-                 rows, notes, numeric_from=2)
+                 rows, notes, numeric_from=2, essential=(0, 1, 2, 5), drop_first=(7, 6, 4, 3))
 
 
 def decode_table(ds: Sequence[Decode]) -> Table:
@@ -138,4 +140,4 @@ def decode_table(ds: Sequence[Decode]) -> Table:
            [f"{d0.cluster.hardware.name} has no efficiency tables for {d0.dtype}: compute is the "
             "roofline lower bound"]),
          *kernel_notes(ds)),
-        numeric_from=0)
+        numeric_from=0, essential=(0, 4, 5, 7, 8), drop_first=(6, 3, 2, 1))  # batch, TPOT, tokens/s, fits

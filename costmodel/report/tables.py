@@ -35,6 +35,15 @@ class Table:
     notes: Sequence[str] = field(default_factory=tuple)
     numeric_from: int = 1  # columns from this index on are right-aligned numbers
     wrap: Sequence[int] = ()  # columns whose text may wrap in a narrow terminal
+    # To fit a terminal (``fit``): the columns never left out (a name and the total, ...), and
+    # those left out first, in this order; the others go after them, right-most first.
+    essential: Sequence[int] = (0,)
+    drop_first: Sequence[int] = ()
+
+    def drop_order(self) -> list[int]:
+        """The columns a narrow terminal leaves out, least essential first."""
+        rest = [i for i in reversed(range(len(self.columns))) if i not in self.drop_first]
+        return [i for i in (*self.drop_first, *rest) if i not in self.essential and i < len(self.columns)]
 
 
 # --- what the tables say ---------------------------------------------------------------------
@@ -95,7 +104,7 @@ def params_table(a: Analysis) -> Table:
     pub = published_note(a.spec, total)
     if pub:
         notes.append(pub)
-    return Table("Parameters", ("component", "exact", "params", "share"), rows, notes)
+    return Table("Parameters", ("component", "exact", "params", "share"), rows, notes, essential=(0, 1))
 
 
 def active_note(a: Analysis) -> str:
@@ -165,7 +174,8 @@ def phases_table(analyses: Sequence[Analysis], hw: Hardware | None = None) -> Ta
                      f"calibrated by {hw.name}'s efficiency tables ({tables_summary(hw)})")
         notes += kernel_notes(predictions)
         notes.append(kernels.note(assumed, hw, getattr(a0, "kernels_default", True)))
-    return Table("Phases", ("quantity", *(a.phase for a in analyses)), rows, notes)
+    return Table("Phases", ("quantity", *(a.phase for a in analyses)), rows, notes,
+                 essential=tuple(range(1 + len(analyses))))
 
 
 def tables_summary(hw: Hardware) -> str:
@@ -206,6 +216,7 @@ def components_table(a: Analysis) -> Table:
         ("component", "FLOPs", "%", "bytes", "%", "FLOP/B", "KV cache"),
         rows,
         (f"{shape}; layer rows are summed over their layers; bytes unfused, in {a.dtype}",),
+        essential=(0, 1, 3), drop_first=(2, 4, 5),  # the component, its FLOPs and bytes; shares first
     )
 
 
@@ -230,19 +241,32 @@ def render_rich(tables: Sequence[Table], header: str | None = None, width: int |
         full = console.measure(rt, options=unbounded).maximum
         dropped: list[int] = []
         if width is not None and not wide and full > width:
-            while _narrowest(t, shown) > width and len(shown) > 1:
-                dropped.insert(0, shown.pop())
+            shown, dropped = fit(t, width)
             console.print(_rich_table(t, shown, wrap_text=True))
         else:
             # a console as wide as the table: Console.print(width=) cannot go past the console's
             Console(width=max(full, console.width)).print(rt)
         notes = list(t.notes)
         if dropped:
-            names = ", ".join(t.columns[i] or f"column {i + 1}" for i in dropped)
+            names = ", ".join(t.columns[i] if t.columns[i] and t.columns.count(t.columns[i]) == 1
+                              else f"{t.columns[i]} (column {i + 1})".lstrip() for i in dropped)
             notes.append(f"left out to fit {width} columns: {names} (--wide for all)")
         for note in notes:
             console.print(f"  {escape(note)}", style="dim", highlight=False)
         console.print()
+
+
+def fit(t: Table, width: int) -> tuple[list[int], list[int]]:
+    """The columns of `t` shown in `width` columns, and those left out (in table order): the least
+    essential first (``Table.drop_order``) until the rest fit with their text wrapped; the
+    essential ones stay even when they alone do not fit."""
+    shown, dropped = list(range(len(t.columns))), []
+    for i in t.drop_order():
+        if _narrowest(t, shown) <= width:
+            break
+        shown.remove(i)
+        dropped.append(i)
+    return shown, sorted(dropped)
 
 
 def _narrowest(t: Table, shown: Sequence[int]) -> int:
