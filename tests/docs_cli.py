@@ -47,7 +47,7 @@ Shared conventions:
   (`gemm/bf16 median 6% (worst 1.8x) vs sglang ...`; specs/kernels/<gpu>/errors.json) and the op
   classes read past those tables (docs/time.md, "On a GPU: measured kernels"). `sweep
   --quantity time` and `attention` print roofline seconds: no table read, no band. `deploy`
-  does not say them yet.
+  says them once, for the deployments it shows.
 """
 
 #: The option vocabulary: (idea, option). The short flag, the commands that take it and its old

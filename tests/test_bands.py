@@ -46,6 +46,10 @@ COMMANDS = {
               lambda d: [d, d["results"][0]], {"gemm/bf16", "attention/decode"}),  # TP 1: no collective
     "train": (["train", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8", "-G", "8", "--zero", "3"],
               lambda d: [d], {"gemm/bf16", "collectives"}),
+    # TP 1 only (-b: few engines): the body and head as a prefill, the cores of a decode and a prompt
+    "deploy": (["deploy", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "1", "-b", "8,16",
+                "--seq", "512", "--output-tokens", "64"],
+               lambda d: [d], {"gemm/bf16", "attention/prefill", "attention/decode"}),
 }
 
 

@@ -148,6 +148,12 @@ class Disaggregated:
     def gpus(self) -> int:
         return self.prefill.gpus + self.decode.gpus
 
+    def engines(self) -> tuple[tuple[int, int, int, int], ...]:
+        """(TP, EP, tokens a step, decoders a step) of the prefill and the decode engines."""
+        decoders = max(1, round(self.running))
+        return ((self.prefill.tp, self.prefill.ep, self.prefill.max_tokens, 1),
+                (self.decode.tp, self.decode.ep, decoders, decoders))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "mode": self.mode, "prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(),

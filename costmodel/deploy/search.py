@@ -51,7 +51,9 @@ from costmodel.deploy.engine import (
 from costmodel.deploy.experts import ExpertShard, Placement, check_redundant, step_times
 from costmodel.deploy.experts import label as layout_label
 from costmodel.deploy.experts import layouts as expert_layouts
+from costmodel.deploy.step import step_reads
 from costmodel.deploy.workload import Workload
+from costmodel.devices.kernels import Reads
 from costmodel.errors import AnalysisError
 from costmodel.parallel.cluster import Cluster
 from costmodel.precision import Widths
@@ -60,6 +62,7 @@ from costmodel.runtime.timing import Kernels
 from costmodel.spec import Spec
 
 ENGINE = Engine()  # vLLM's defaults (deploy.engine)
+SHOWN = 10  # ranked deployments a table shows (JSON has them all)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class Ranked(Protocol):
     def meets(self) -> bool: ...
     @property
     def cost_per_million(self) -> float | None: ...
+    def engines(self) -> tuple[tuple[int, int, int, int], ...]: ...
     def to_dict(self) -> dict[str, Any]: ...
 
 
@@ -149,6 +153,10 @@ class Deployment:
     @property
     def label(self) -> str:
         return layout_label(self.tp, self.ep) + f" x{self.replicas}"
+
+    def engines(self) -> tuple[tuple[int, int, int, int], ...]:
+        """(TP, EP, tokens a step, decoders a step) of each engine kind: what its reads are of."""
+        return ((self.tp, self.ep, self.max_tokens, max(1, round(self.running))),)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -195,6 +203,26 @@ class Search:
     def meeting(self) -> tuple[Ranked, ...]:
         return tuple(d for d in self.deployments if d.meets)
 
+    @property
+    def shown(self) -> tuple[Ranked, ...]:
+        """What a table shows: the best `SHOWN` meeting the targets, else the closest."""
+        return self.meeting[:SHOWN] if self.meeting else self.closest()
+
+    def reads(self) -> Reads:
+        """What the times of the deployments shown read of the device's measured tables
+        (``deploy.step.step_reads``): each engine layout once, at the most tokens and decoders a
+        step of it holds among them. Worked out when shown, never during the search."""
+        most: dict[tuple[int, int], tuple[int, int]] = {}
+        for d in self.shown:
+            for tp, ep, tokens, decoders in d.engines():
+                old = most.get((tp, ep), (0, 0))
+                most[(tp, ep)] = (max(old[0], tokens), max(old[1], decoders))
+        context, prompt = decode_context(self.workload), self.workload.prompt.mean
+        return Reads.union(
+            step_reads(ExpertShard(self.spec, tp, ep, self.dtype, self.widths, self.kernels, self.mla,
+                                   redundant=self.redundant), self.cluster, tokens, decoders, context, prompt)
+            for (tp, ep), (tokens, decoders) in most.items())
+
     def closest(self, n: int = 5) -> tuple[Ranked, ...]:
         """The deployments nearest the targets: the least max(TTFT / target, TPOT / target)."""
         q, t = self.targets.percentile, self.targets
@@ -232,7 +260,7 @@ class Search:
             "ranked": [d.to_dict() for d in self.meeting],
             "front": [d.to_dict() for d in self.front],
             "closest": [d.to_dict() for d in self.closest()] if not self.meeting else [],
-            "notes": list(self.notes),
+            "notes": list(self.notes), **self.reads().to_dict(),
         }
 
 

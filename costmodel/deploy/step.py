@@ -45,8 +45,10 @@ import numpy as np
 
 from costmodel.analysis import Analysis, analyze
 from costmodel.components.key import Key, Role
+from costmodel.devices.kernels import Reads
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import collective
+from costmodel.parallel.collectives import reads as collective_reads
 from costmodel.parallel.layout import experts
 from costmodel.parallel.serve import moe_layers
 from costmodel.parallel.shard import shard_spec
@@ -228,3 +230,22 @@ def comm_times(shard: Shard, cluster: Cluster, grid: np.ndarray) -> np.ndarray:
             out[i] += 2 * moe_layers(spec) * collective(cluster, "all_to_all", "ep", shard.ep, moe[1] * x,
                                                         stride=shard.tp).time_s
     return out
+
+
+def step_reads(shard: Shard, cluster: Cluster, tokens: int, decoders: int, context: float,
+               prompt: float) -> Reads:
+    """What an engine step of `tokens` tokens read of the device's measured tables
+    (``devices.kernels.Reads``: the error bands of its op classes and those it read past the
+    tables): the body and head as a prefill of `tokens` tokens, the decode core of `decoders`
+    sequences at `context`, one prompt's core of `prompt` tokens, and the step's TP and EP
+    collectives at `tokens`. The one-shape model (``predict``), once per layout shown, as train's
+    ``Step.reads``: the search's arrays record no reads."""
+    hw = cluster.hardware
+    shapes = (("prefill", 1, tokens), ("decode", decoders, round(context) - 1), ("prefill", 1, round(prompt)))
+    preds = [predict(shard.analyze(phase, max(1, b), max(1, s)), hw, shard.kernels) for phase, b, s in shapes]
+    x = max(1, tokens) * shard.spec.d_model * DTYPE_BYTES[shard.dtype]
+    moe = experts(shard.spec)
+    calls = [*([collective(cluster, "all_reduce", "tp", shard.tp, x)] if shard.tp > 1 else []),
+             *([collective(cluster, "all_to_all", "ep", shard.ep, moe[1] * x, stride=shard.tp)]
+               if moe and shard.ep > 1 else [])]
+    return Reads.union([*(Reads(p.errors, p.extrapolated) for p in preds), collective_reads(cluster, calls)])

@@ -6,13 +6,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from costmodel import units
-from costmodel.report.tables import Table
+from costmodel.report.tables import Table, kernel_notes
 from costmodel.runtime import kernels
 
 if TYPE_CHECKING:  # the model imports numpy; the CLI loads it only when `deploy` runs
     from costmodel.deploy.search import Ranked, Search
 
-SHOWN = 10  # ranked deployments in the table (JSON has them all)
 
 
 def _s(x: float) -> str:
@@ -48,7 +47,7 @@ def deploy_tables(r: Search) -> list[Table]:
     price = r.price is not None
     mode = len(r.modes) > 1
     meeting = r.meeting
-    shown = meeting[:SHOWN] if meeting else r.closest()
+    shown = r.shown
     title = (f"Deployments of {r.gpus} {r.cluster.hardware.name} ({r.cluster.name}) meeting the targets, "
              "best first" if meeting else "No deployment meets the targets: the closest")
     w = r.workload
@@ -62,9 +61,10 @@ def deploy_tables(r: Search) -> list[Table]:
         "continuous batching with chunked prefill (docs/serving.md)",
         f"{len(meeting)} of {len(r.deployments)} fitting deployments meet the targets ({r.evaluated} timed)",
         kernels.note(r.kernels, r.cluster.hardware, kernels.is_default(r.kernels, r.cluster.hardware)),
+        *kernel_notes([r.reads()]),
     ]
-    if len(meeting) > SHOWN:
-        notes.append(f"the best {SHOWN} shown; --format json for all {len(meeting)}")
+    if len(meeting) > len(shown):
+        notes.append(f"the best {len(shown)} shown; --format json for all {len(meeting)}")
     if not r.calibrated:
         notes.append(f"{r.cluster.hardware.name}: no measured tables at these widths: step times are the "
                      "roofline of each component")
