@@ -236,12 +236,15 @@ def step_reads(shard: Shard, cluster: Cluster, tokens: int, decoders: int, conte
                prompt: float) -> Reads:
     """What an engine step of `tokens` tokens read of the device's measured tables
     (``devices.kernels.Reads``: the error bands of its op classes and those it read past the
-    tables): the body and head as a prefill of `tokens` tokens, the decode core of `decoders`
+    tables): the body and head as a prefill of `tokens` tokens in prompts of `prompt`, the decode core of `decoders`
     sequences at `context`, one prompt's core of `prompt` tokens, and the step's TP and EP
     collectives at `tokens`. The one-shape model (``predict``), once per layout shown, as train's
     ``Step.reads``: the search's arrays record no reads."""
     hw = cluster.hardware
-    shapes = (("prefill", 1, tokens), ("decode", decoders, round(context) - 1), ("prefill", 1, round(prompt)))
+    # the step's tokens as prompts (a prefill of one sequence of them could pass the spec's context)
+    length = max(1, round(prompt))
+    shapes = (("prefill", -(-tokens // length), length), ("decode", decoders, round(context) - 1),
+              ("prefill", 1, length))
     preds = [predict(shard.analyze(phase, max(1, b), max(1, s)), hw, shard.kernels) for phase, b, s in shapes]
     x = max(1, tokens) * shard.spec.d_model * DTYPE_BYTES[shard.dtype]
     moe = experts(shard.spec)
