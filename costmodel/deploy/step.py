@@ -236,9 +236,8 @@ def step_reads(shard: Shard, cluster: Cluster, tokens: int, decoders: int, conte
                prompt: float) -> Reads:
     """What an engine step of `tokens` tokens read of the device's measured tables
     (``devices.kernels.Reads``: the error bands of its op classes and those it read past the
-    tables): the body and head as a prefill of `tokens` tokens in prompts of
-    `prompt`, the decode core of `decoders`
-    sequences at `context`, one prompt's core of `prompt` tokens, and the step's TP and EP
+    tables): the body and head as a prefill of `tokens` tokens in prompts of `prompt`, the decode
+    core of `decoders` sequences at `context`, one prompt's core, and the step's TP and EP
     collectives at `tokens`. The one-shape model (``predict``), once per layout shown, as train's
     ``Step.reads``: the search's arrays record no reads."""
     hw = cluster.hardware
