@@ -69,7 +69,10 @@ def test_tensor_parallel_replicates_the_latent_cache(v3):
 def test_ep_refusals_are_one_line(v3):
     with pytest.raises(LayoutError, match="--batch: 4 sequences do not split over the 8"):
         decode(v3, H200, tp=1, batch=4, context=2048, ep=8)
-
+    # 256 experts over 72 ranks: 4 on some, 3 on others; deploy models that placement, serve points there
+    with pytest.raises(LayoutError, match=r"^--ep: 72 does not divide the 256 experts of deepseek-v3; "
+                                          r"`costmodel deploy` serves"):
+        decode(v3, H200, tp=1, batch=72, context=2048, ep=72)
 
 
 def test_wide_expert_parallelism_across_nodes(v3):

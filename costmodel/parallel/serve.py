@@ -147,8 +147,11 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
         raise LayoutError(f"--batch and --seq: must be at least 1 (got {batch}, {context})")
     if ep < 1:  # the layout below puts EP in DP's place, whose message would name --dp
         raise LayoutError(f"--ep: must be at least 1 (got {ep})")
-    check(Layout(global_batch=ep, tp=tp, dp=ep, ep=ep), spec)
     moe = experts(spec)
+    if moe and ep > 1 and moe[0] % ep:  # wide EP's uneven placement is deploy's (deploy.experts)
+        raise LayoutError(f"--ep: {ep} does not divide the {moe[0]} experts of {spec.name}; `costmodel "
+                          "deploy` serves an EP that does not (its fullest rank sets the step)")
+    check(Layout(global_batch=ep, tp=tp, dp=ep, ep=ep), spec)
     shard = shard_spec(spec, tp)
     local = batch
     if moe and ep > 1:
