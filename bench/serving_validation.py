@@ -35,13 +35,13 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from costmodel import catalog
 from costmodel.deploy.benchmark import Run, run, trtllm_bench_settings
-from costmodel.deploy.engine import Engine
+from costmodel.deploy.engine import ENGINES, Engine
 from costmodel.deploy.step import Shard
 from costmodel.deploy.workload import Workload, fixed
 from costmodel.errors import AnalysisError
@@ -53,8 +53,7 @@ FOLDER = Path(__file__).resolve().parent / "data" / "serving"
 NO_KV_QUANT = ("qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b")  # FP8 / MXFP4 checkpoints, no KV scales
 RUN_FRACTION = 0.90  # trtllm-bench throughput --kv_cache_free_gpu_mem_fraction's default
 BUILD_FRACTION = 0.95  # calc_engine_setting's default, which v0.17's engine build kept
-CACHE_READ = "bf16-rate"  # an fp8 cache read at the bf16 kernel's bandwidth (docs/serving.md)
-TRT_BLOCK = 32  # TensorRT-LLM's tokens_per_block
+TRTLLM = ENGINES["trtllm"]  # `deploy --engine trtllm`: pages of 32, the free-memory rule, XQA's fp8 cache
 ONLINE_ENGINE = (2048, 8192)  # trtllm-build's default max batch and max num tokens (v0.14's online runs)
 
 
@@ -136,7 +135,7 @@ def setup(cell: dict[str, Any]) -> Setup:
     widths = Widths(None, None if kv == dtype else kv)
     hw = cl.hardware
     shard = Shard(spec, tp, ep, dtype, widths, KERNELS[default_kernels(hw, "serve")], default_mla(hw),
-                  CACHE_READ)
+                  TRTLLM.cache_read)
     rate = cell.get("request_rate")
     online = "request_rate" in cell
     if online:
@@ -163,7 +162,8 @@ def setup(cell: dict[str, Any]) -> Setup:
     # v0.17's TensorRT engine flow chunks the context (its throughput command's default,
     # --enable_chunked_context); the PyTorch flow sizes the budget for whole prompts instead
     chunked = cell.get("release") == "v0.17"
-    engine = Engine(TRT_BLOCK, RUN_FRACTION, batch, max(tokens, batch), kv_of_free=True, chunked=chunked)
+    engine = replace(TRTLLM, memory_fraction=RUN_FRACTION, max_batch=batch, max_tokens=max(tokens, batch),
+                     chunked=chunked)
     requests = cell.get("num_requests") if (rate is None) else None
     return Setup(shard, cl, workload, engine, int(requests) if requests else None, gpus, how)
 

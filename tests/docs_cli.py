@@ -74,8 +74,8 @@ VOCABULARY = (
     ("", "--ep"),
     ("ZeRO stage", "--zero"),
     ("activation recomputation", "--recompute"),
-    ("the framework that runs a training step: megatron-2021, megatron-2022, megatron-core, deepspeed",
-     "--engine"),
+    ("the framework that runs it: a training step (megatron-2021, megatron-2022, megatron-core, "
+     "deepspeed), a serving engine (vllm, trtllm)", "--engine"),
     ("what a quantity or formula is of", "--quantity"),
     ("a file the command writes", "--output"),
     ("a chart the command draws", "--plot"),

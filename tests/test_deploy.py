@@ -157,3 +157,30 @@ def test_moe_searches_expert_parallel_layouts() -> None:
     r = search(spec, DGX, 4, Workload(fixed(1024), fixed(256)), batches=(64,), targets=Targets(tpot=1.0))
     assert {"TP1 EP4", "TP2 EP2", "TP4"} <= set(r.layouts)
     assert any(d.ep > 1 for d in r.deployments)
+
+
+def test_the_serving_engine_preset_and_its_overrides() -> None:
+    """--engine trtllm: TensorRT-LLM's pages of 32 tokens, its free-memory rule, whole prompts, an
+    fp8 cache read at the bf16 kernel's bandwidth (decode faster than vLLM's measured fp8 kernel);
+    --block-size overrides the preset's page."""
+    base = ["deploy", "llama-3-8b", "--cluster", "dgx-h100", "--gpus", "1", "--seq", "1024",
+            "--output-tokens", "256", "-b", "64", "--kv-dtype", "fp8", "-f", "json"]
+
+    def best(*extra: str) -> dict:  # type: ignore[type-arg]
+        result = runner.invoke(app, [*base, *extra])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        return dict(data["ranked"][0], engine=data["engine"])
+
+    vllm, trt, trt16 = best(), best("--engine", "trtllm"), best("--engine", "trtllm", "--block-size", "16")
+    assert vllm["memory_per_gpu"]["page_bytes"] * 2 == trt["memory_per_gpu"]["page_bytes"]
+    assert trt16["memory_per_gpu"]["page_bytes"] == vllm["memory_per_gpu"]["page_bytes"]
+    assert trt["tpot_s"]["mean"] < vllm["tpot_s"]["mean"]
+    # TensorRT-LLM's cache is 0.9 of what the weights and activations leave of the device; vLLM's
+    # what they leave of 0.9 of it (h100-sxm: 80e9 bytes), each in whole pages
+    for d, rule in ((vllm, lambda w: 0.9 * 80e9 - w), (trt, lambda w: 0.9 * (80e9 - w))):
+        mem = d["memory_per_gpu"]
+        cache = rule(mem["weights"] + mem["activations"])
+        assert cache - mem["page_bytes"] < mem["kv_cache"] <= cache
+    assert (vllm["engine"]["engine"], trt["engine"]["engine"]) == ("vllm", "trtllm")
+    assert trt["engine"]["chunked_prefill"] is False and trt["engine"]["fp8_cache_read"] == "bf16-rate"

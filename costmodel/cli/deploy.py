@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from enum import Enum
 from typing import Annotated, Optional
 
 import typer
@@ -31,6 +33,14 @@ from costmodel.report import deploy as report_deploy
 from costmodel.report import tables as report
 from costmodel.runtime import kernels
 from costmodel.runtime.serving import parse_batches
+
+
+class ServingEngine(str, Enum):
+    """``deploy.engine.ENGINES``' names (a literal here: the model imports numpy)."""
+
+    vllm = "vllm"
+    trtllm = "trtllm"
+
 
 BATCHES = ",".join(map(str, DEFAULT_BATCHES))
 LENGTHS = "a number (1024), a range lo..hi (uniform), or a histogram file (CSV length,weight or JSON)"
@@ -61,9 +71,16 @@ def deploy_cmd(
     max_tokens: Annotated[str, typer.Option("--max-num-tokens", help="The engine's token budget per step "
                                             "(the chunked-prefill chunk), a list searched over.")
                           ] = ",".join(map(str, DEFAULT_TOKENS)),
-    block: Annotated[int, typer.Option("--block-size", help="KV-cache page, tokens (vLLM's default).")] = 16,
-    memory_fraction: Annotated[float, typer.Option("--gpu-memory-utilization", help="Share of device memory "
-                                                   "the engine holds (vLLM's default).")] = 0.9,
+    engine_name: Annotated[ServingEngine, typer.Option(
+        "--engine", metavar="ENGINE", help="The serving framework, where it changes the model "
+        "(docs/serving.md): vllm (pages of 16 tokens, 0.9 of the device, chunked prefill, its fp8-cache "
+        "kernel as measured) or trtllm (TensorRT-LLM: pages of 32, 0.9 of the free memory, whole "
+        "prompts, an fp8 cache read natively).")] = ServingEngine.vllm,
+    block: Annotated[Optional[int], typer.Option("--block-size", help="KV-cache page, tokens. Default: the "
+                                                 "--engine's (vLLM 16, TensorRT-LLM 32).")] = None,
+    memory_fraction: Annotated[Optional[float], typer.Option(
+        "--gpu-memory-utilization", help="Share of device memory the engine holds (of the memory left "
+        "free for trtllm). Default: 0.9.")] = None,
     prefix_sharing: Annotated[float, typer.Option("--prefix-sharing", help="Share of each prompt found in "
                                                   "the prefix cache.")] = 0.0,
     disaggregated: Annotated[bool, typer.Option(
@@ -91,7 +108,7 @@ def deploy_cmd(
     GPU under TTFT and TPOT targets, with the Pareto front and the cost."""
     # The model imports numpy: loaded here, not with the CLI (`costmodel analyze` never loads it).
     from costmodel.deploy.disagg import search_all
-    from costmodel.deploy.engine import Engine
+    from costmodel.deploy.engine import ENGINES
     from costmodel.deploy.search import Targets, search
     from costmodel.deploy.workload import Workload, parse_lengths
 
@@ -107,7 +124,12 @@ def deploy_cmd(
         hw = cl.hardware
         chosen = kernels.resolve(kernel_names.value if kernel_names else None, hw, "serve")
         find = search_all if disaggregated else search
-        r = find(s, cl, gpus, workload, Engine(block, memory_fraction, prefix_sharing=prefix_sharing),
+        preset = ENGINES[engine_name.value]
+        engine = replace(preset, prefix_sharing=prefix_sharing,
+                         block=preset.block if block is None else block,
+                         memory_fraction=(preset.memory_fraction if memory_fraction is None
+                                          else memory_fraction))
+        r = find(s, cl, gpus, workload, engine,
                  parse_batches(batch, "--batch"), parse_batches(max_tokens, "--max-num-tokens"),
                  Targets(ttft, tpot, percentile), dtype.value, Widths(weights_dtype, kv_dtype, group_size),
                  kernels.KERNELS[chosen], mla.value if mla else None, price, redundant)

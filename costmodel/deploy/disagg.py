@@ -254,8 +254,8 @@ def prefill_side(layout: EngineLayout, cluster: Cluster, gpus: int, budget: int,
                         np.full(1, packed))[0])
     wl = Workload(workload.prompt, fixed(1))
     mem = engine_memory(layout.shard, cluster.hardware.memory_bytes,
-                        Engine(engine.block, engine.memory_fraction, max(1, min(budget, math.ceil(packed))),
-                               budget, share), wl, layout.weights_and_page)
+                        replace(engine, max_batch=max(1, min(budget, math.ceil(packed))), max_tokens=budget),
+                        wl, layout.weights_and_page)
 
     def alone(tokens: float) -> float:
         tokens = max(tokens, 1.0)
@@ -297,20 +297,18 @@ def search_disaggregated(spec: Spec, cluster: Cluster, gpus: int, workload: Work
     steps = workload.output.mean - 1
     if steps <= 0:  # one output token: the prefill pool alone would serve it
         return [], 0, True
-    found = [engine_layout(ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, redundant=redundant),
-                           cluster, workload, engine, tokens, batches)
+    found = [engine_layout(ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, engine.cache_read,
+                                       redundant=redundant), cluster, workload, engine, tokens, batches)
              for size in engine_sizes(cluster, gpus) for tp, ep in layouts(spec, cluster, size, redundant)[0]
              if tp * ep == size]
     hw = cluster.hardware
-    share = engine.prefix_sharing
     prefills = [p for lay in found for b in tokens
                 if (p := prefill_side(lay, cluster, gpus, b, workload, engine)).memory.fits]
     decodes = []
     for lay in found:
         for b in batches:
             mem = engine_memory(lay.shard, hw.memory_bytes,
-                                Engine(engine.block, engine.memory_fraction, b, b, share), workload,
-                                lay.weights_and_page)
+                                replace(engine, max_batch=b, max_tokens=b), workload, lay.weights_and_page)
             if mem.fits:
                 decodes.append((lay, b, mem))
     rows: list[Disaggregated] = []

@@ -91,6 +91,11 @@ class Engine:
     prefix_sharing: float = 0.0
     kv_of_free: bool = False  # TensorRT-LLM's rule: the KV cache is memory_fraction of what is free
     chunked: bool = True  # chunked prefill; False: whole prompts only (trtllm-bench's default)
+    # how an fp8 cache's decode core is read (``deploy.step.Shard.cache_read``): "table", the measured
+    # kernel's (vLLM's FA3); "bf16-rate", at the bandwidth the bf16 kernel reaches (TensorRT-LLM's XQA
+    # reads fp8 natively: docs/serving.md, "Checked against measurements")
+    cache_read: str = "table"
+    name: str = "vllm"
 
     def check(self) -> None:
         if not 1 <= self.block <= 1 << 20:
@@ -110,7 +115,21 @@ class Engine:
         return {"block_size": self.block, "gpu_memory_utilization": self.memory_fraction,
                 "max_batch": self.max_batch, "max_num_tokens": self.max_tokens,
                 "prefix_sharing": self.prefix_sharing, "kv_fraction_of_free": self.kv_of_free,
-                "chunked_prefill": self.chunked}
+                "chunked_prefill": self.chunked, "fp8_cache_read": self.cache_read, "engine": self.name}
+
+
+#: ``--engine``: the serving framework's defaults where they change the model. An explicit
+#: ``--block-size`` or ``--gpu-memory-utilization`` overrides its.
+#: - ``vllm``: vLLM V1 (vllm/config: ``block_size`` 16, ``gpu_memory_utilization`` 0.9 of the
+#:   device, chunked prefill on); its fp8 cache as the measured tables (vLLM's own kernels) have it.
+#: - ``trtllm``: TensorRT-LLM's PyTorch flow (``tokens_per_block`` 32; ``free_gpu_memory_fraction``
+#:   0.9 of the memory the weights and activations leave free; ``enable_chunked_prefill`` off by
+#:   default, tensorrt_llm/llmapi/llm_args.py), its decode kernel (XQA) reading an fp8 cache
+#:   natively: at the bf16 kernel's bandwidth. The engine `bench/serving_validation.py` checks.
+ENGINES: dict[str, Engine] = {
+    "vllm": Engine(),
+    "trtllm": Engine(block=32, kv_of_free=True, chunked=False, cache_read="bf16-rate", name="trtllm"),
+}
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,8 @@ class Search:
         context, prompt = decode_context(self.workload), self.workload.prompt.mean
         return Reads.union(
             step_reads(ExpertShard(self.spec, tp, ep, self.dtype, self.widths, self.kernels, self.mla,
-                                   redundant=self.redundant), self.cluster, tokens, decoders, context, prompt)
+                                   self.engine.cache_read, redundant=self.redundant),
+                       self.cluster, tokens, decoders, context, prompt)
             for (tp, ep), (tokens, decoders) in most.items())
 
     def closest(self, n: int = 5) -> tuple[Ranked, ...]:
@@ -251,8 +252,9 @@ class Search:
             "kv_dtype": self.widths.kv or self.dtype, "kernels": self.kernels.to_dict(),
             **({"mla_convention": self.mla} if self.spec.mla is not None else {}),
             "calibrated": self.calibrated, "workload": self.workload.to_dict(),
-            "engine": {"block_size": self.engine.block, "gpu_memory_utilization": self.engine.memory_fraction,
-                       "prefix_sharing": self.engine.prefix_sharing},
+            # the engine's settings but each row's max batch and budget
+            "engine": {k: v for k, v in self.engine.to_dict().items()
+                       if k not in ("max_batch", "max_num_tokens")},
             "targets": self.targets.to_dict(), "price_per_gpu_hour": self.price,
             "modes": list(self.modes), "redundant_experts": self.redundant,
             "layouts": list(self.layouts), "skipped": list(self.skipped),
@@ -308,7 +310,7 @@ def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: 
     evaluated = 0
     calibrated = True
     for tp, ep in found:
-        shard = ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, redundant=redundant)
+        shard = ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, engine.cache_read, redundant=redundant)
         got, n, cal = _layout(shard, cluster, gpus, workload, engine, batches, tokens, targets, price)
         rows += got
         evaluated += n
