@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.analysis import require_decode
 from costmodel.deploy import DEFAULT_BATCHES, DEFAULT_TOKENS
 from costmodel.deploy.engine import (
     PERCENTILES,
@@ -219,6 +220,7 @@ def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: 
            kernels: Kernels | None = None, mla: str | None = None, price: float | None = None) -> Search:
     """Every aggregated deployment of `gpus` GPUs of `cluster` serving `workload`, in its steady
     state, ranked under `targets` (module docstring)."""
+    require_decode(spec, "a deployment")
     import time
 
     start = time.perf_counter()
