@@ -675,6 +675,9 @@ def _encoder_only(spec: Spec) -> None:
         return
     if "n_labels" in spec.model_fields_set and spec.head is not Head.classification:
         raise ValueError("n_labels: only for head: classification")
+    if spec.position is Position.disentangled and spec.n_kv_heads != spec.n_heads:
+        raise ValueError("n_kv_heads: disentangled attention projects its table through k for every "
+                         "head (multi-head attention, k = h)")
     refused = {"attention_chunk": "chunked attention", "attention_sinks": "attention sinks",
                "final_softcap": "a logit soft-cap", "z_loss": "the z-loss", "head_scale": "a head scale",
                "logit_scale": "a logit scale"}
@@ -776,7 +779,8 @@ def _mixture_of_experts(spec: Spec) -> None:
 
 #: ``Spec._consistent``'s checks, in the order they run (the first failure is the error).
 CHECKS: tuple[Callable[[Spec], None], ...] = (
-    _architecture, _encoder_only, _attention_heads, _positions, _norm, _block_layout, _layer_kinds, _latent_attention,
+    _architecture, _encoder_only, _attention_heads, _positions, _norm, _block_layout, _layer_kinds,
+    _latent_attention,
     _layer_pattern, _mixture_of_experts,
 )
 

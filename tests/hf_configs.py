@@ -408,7 +408,8 @@ CONFIGS.update({
     "deberta-v2": [CLASS_SIZES["deberta-v2"],
                    {**_ENC, "relative_attention": True, "position_biased_input": False, "position_buckets": 8,
                     "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": "p2c|c2p"},
-                   {**_ENC, "relative_attention": True, "position_biased_input": False, "max_relative_positions": 12,
+                   {**_ENC, "relative_attention": True, "position_biased_input": False,
+                    "max_relative_positions": 12,
                     "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": ["c2p", "p2c"],
                     "type_vocab_size": 2}],
 })

@@ -53,7 +53,8 @@ def test_tiny_bert_forward_flops_by_hand() -> None:
     mlm = analyze(tiny(head="mlm"), "train", batch=2, seq=5)
     head = 2 * 10 * 8 * 8 + 2 * 10 * 8 * 10  # transform and decoder at every position
     assert mlm.total().flops_matmul == 3 * (2 * per_layer + head)
-    assert mlm.total("loss/cross_entropy").flops_other == 3 * 4 * 10 * 10  # log-sum-exp over V at 10 tokens, x3 in training
+    # log-sum-exp over V at 10 tokens, x3 in training
+    assert mlm.total("loss/cross_entropy").flops_other == 3 * 4 * 10 * 10
 
 
 @pytest.mark.parametrize("seq", [1, 3, 7, 20])
@@ -147,8 +148,8 @@ def test_reference_encoder_runs_on_cpu() -> None:
     position's output depends on the last token)."""
     from costmodel.measure.reference import build
 
-    for changes in ({"position": "disentangled", "position_buckets": 4}, {"position": "rope", "window": 2,
-                                                                           "layer_pattern": ["global", "local"]}):
+    local = {"position": "rope", "window": 2, "layer_pattern": ["global", "local"]}
+    for changes in ({"position": "disentangled", "position_buckets": 4}, local):
         spec = tiny(head="none", **changes)
         model = build(spec, "cpu", torch.float32, seed=1).eval()
         ids = torch.tensor([[1, 2, 3, 4, 5]])

@@ -248,6 +248,7 @@ def test_encoder_task_heads_count_as_transformers(model_type, head):
     config = {"model_type": model_type, **CONFIGS[model_type][0 if model_type == "modernbert" else 1]}
     spec = variant(hf.spec_from_hf(config), {"head": head, **({"n_labels": 3} if head == "classification"
                                                              else {})})
-    cls = transformers.AutoModelForMaskedLM if head == "mlm" else transformers.AutoModelForSequenceClassification
+    auto = transformers
+    cls = auto.AutoModelForMaskedLM if head == "mlm" else auto.AutoModelForSequenceClassification
     _, model = build({**config, "num_labels": 3}, cls)
     assert count_params(spec) == sum(p.numel() for p in model.parameters())

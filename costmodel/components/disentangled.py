@@ -84,9 +84,9 @@ def label(spec: Spec) -> str | None:
 def _sample(choose: Choose, data: dict[str, Any]) -> None:
     if data.get("position") != "disentangled":
         return
+    data["n_kv_heads"] = data["n_heads"]  # DeBERTa is multi-head: the table goes through k for every head
     data["position_buckets"] = choose([0, 4, 8])
-    if choose([True, False]):
-        data["max_relative_positions"] = choose([3, 16])
+    data["max_relative_positions"] = choose([3, 16])
 
 
 ELEMENTS = (

@@ -135,7 +135,8 @@ ELEMENTS = (
         describe=lambda s: f"V={s.vocab_size} · {label(s)}",
         choices=(("embeddings", label),),
         swaps=lambda s, w: [] if s.is_encoder and s.head.value != "mlm" else [
-            ("tied -> untied" if s.tied_embeddings else "untied -> tied", {"tied_embeddings": not s.tied_embeddings})],
+            ("tied -> untied" if s.tied_embeddings else "untied -> tied",
+             {"tied_embeddings": not s.tied_embeddings})],
         sample=_sample,
         symbols={"V": Symbol("vocabulary size", lambda s: s.vocab_size)},
     ),

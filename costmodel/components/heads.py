@@ -83,7 +83,7 @@ def label(spec: Spec) -> str:
         return "LM head"
     if spec.head is Head.classification:
         return f"classification ({spec.n_labels} labels)"
-    return spec.head.value
+    return str(spec.head.value)
 
 
 def _swaps(spec: Spec, window: int) -> list[Alternative]:

@@ -103,7 +103,9 @@ def _sample(choose: Choose, data: dict[str, Any]) -> None:
         data["position"] = "rope"
         return
     encoder = data.get("architecture") == "encoder"  # DeBERTa's positions: encoder-only
-    position = data["position"] = choose([p.value for p in Position if encoder or p is not Position.disentangled])
+    # an encoder draws DeBERTa's positions as often as all the others together
+    position = data["position"] = choose([p.value for p in Position if p is not Position.disentangled]
+                                         + [Position.disentangled.value] * (6 if encoder else 0))
     if position == "learned" and choose([True, False]):
         data["position_offset"] = 2  # OPT
     if position == "rope" and data["head_dim"] % 4 == 0:

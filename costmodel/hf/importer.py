@@ -189,8 +189,9 @@ def _check_head(c: Config, family: Family, warnings: list[str]) -> None:
                         "encoder that this tool models")
     tasks = [a for a in archs if not a.endswith("Model")]
     if tasks:
+        head = "pooler" if family.model_type in POOLED else "none"
         warnings.append(f"warning: {c.origin}: architectures: {tasks[0][:100]} counted as "
-                        f"{family.architecture} holds it (head: {'pooler' if family.model_type in POOLED else 'none'});"
+                        f"{family.architecture} holds it (head: {head});"
                         " --set head=mlm or head=classification counts a task head")
 
 
@@ -214,7 +215,8 @@ def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
                               "here")
         c.read.add(key)
     if c.model_type != "t5" and c.data.get("is_encoder_decoder"):
-        c.problems.append(f"is_encoder_decoder: {c.model_type} is {'encoder' if family.encoder else 'decoder'}-only")
+        only = "encoder" if family.encoder else "decoder"
+        c.problems.append(f"is_encoder_decoder: {c.model_type} is {only}-only")
     c.read.add("is_encoder_decoder")
 
 

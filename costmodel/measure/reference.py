@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from costmodel.measure import encoder
 from costmodel.measure.blocks import (
     ALiBi,
     Attention,
@@ -46,7 +47,6 @@ from costmodel.measure.blocks import (
     drop,
     sinusoidal,
 )
-from costmodel.measure import encoder
 from costmodel.measure.encoder import DisentangledAttention
 from costmodel.measure.latent import LatentAttention
 from costmodel.measure.moe import SparseFeedForward, keep_router_dtypes
@@ -255,6 +255,7 @@ class Transformer(nn.Module):
             return self.head(x)
         if self.spec.head_scale:  # T5 with a tied head (Mesh TensorFlow): x * d^-1/2 first
             x = x * self.spec.d_model ** -0.5
+        assert self.lm_head is not None  # a decoder always has its LM head
         logits: Tensor = self.lm_head(x, self.embedding.tokens.weight)
         if self.spec.logit_scale is not None:  # Cohere
             logits = logits * self.spec.logit_scale
@@ -268,11 +269,11 @@ class Transformer(nn.Module):
         logits, or the masked-LM logits at every position (``measure.encoder``)."""
         head = self.spec.head
         if head in (Head.pooler, Head.classification):
-            x = self.pooler(x)
-            return self.classifier(x) if head is Head.classification else x
+            x = self.get_submodule("pooler")(x)
+            return self.get_submodule("classifier")(x) if head is Head.classification else x
         if head is Head.mlm:
             assert self.lm_head is not None
-            logits: Tensor = self.lm_head(self.mlm(x), self.embedding.tokens.weight)
+            logits: Tensor = self.lm_head(self.get_submodule("mlm")(x), self.embedding.tokens.weight)
             return logits
         return x
 

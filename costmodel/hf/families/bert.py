@@ -72,7 +72,8 @@ def _bert_like(spec: Spec) -> bool:
             and spec.embedding_norm and spec.head is Head.pooler and not spec.activation.gated)
 
 
-_DEFAULTS = dict(hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, type_vocab_size=2,
+_DEFAULTS = dict(hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                 type_vocab_size=2,
                  tie_word_embeddings=True, is_decoder=False, position_embedding_type="absolute")
 _IGNORED = {"layer_norm_eps": "a constant inside the norm", "gradient_checkpointing": "a training switch",
             "classifier_dropout": "the classification head's dropout rate (head: classification)",

@@ -39,7 +39,8 @@ def _deberta(c: Config, out: dict[str, Any]) -> None:
         raise c.error("conv_kernel_size", "the first layer's convolution (DeBERTa-v2 xlarge) is not modelled")
     absolute, relative = c.bool("position_biased_input"), c.bool("relative_attention")
     if absolute and relative:
-        raise c.error("position_biased_input", "absolute positions beside relative attention are not modelled")
+        raise c.error("position_biased_input",
+                      "absolute positions beside relative attention are not modelled")
     terms = _terms(c)
     if not relative:
         out["position"] = Position.learned.value if absolute else Position.none.value
@@ -71,11 +72,12 @@ def _signed(c: Config, key: str) -> int:
 
 def _export(spec: Spec) -> dict[str, Any]:
     relative = spec.position is Position.disentangled
-    out = {"vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers,
+    out: dict[str, Any] = {"vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers,
            "num_attention_heads": spec.n_heads, "intermediate_size": spec.d_ff,
            "hidden_act": spec.activation.value, "max_position_embeddings": spec.max_seq_len,
            "type_vocab_size": spec.token_types, "hidden_dropout_prob": spec.dropout,
-           "attention_probs_dropout_prob": spec.attention_dropout_rate, "tie_word_embeddings": spec.tied_embeddings,
+           "attention_probs_dropout_prob": spec.attention_dropout_rate,
+           "tie_word_embeddings": spec.tied_embeddings,
            "position_biased_input": spec.position is Position.learned, "relative_attention": relative}
     if relative:
         out.update(pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm",
@@ -98,7 +100,8 @@ register(Family(
          max_relative_positions=-1, embedding_size=None, conv_kernel_size=0),
     ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
      "max_position_embeddings"),
-    {"layer_norm_eps": "a constant inside the norm", "pooler_dropout": "ContextPooler's (not in DebertaV2Model)",
+    {"layer_norm_eps": "a constant inside the norm",
+     "pooler_dropout": "ContextPooler's (not in DebertaV2Model)",
      "pooler_hidden_act": "ContextPooler's (not in DebertaV2Model)",
      "pooler_hidden_size": "ContextPooler's (not in DebertaV2Model)", "legacy": "the MLM head's layout",
      "is_decoder": "read: a causal DeBERTa is refused", "conv_act": "with conv_kernel_size (refused)",
