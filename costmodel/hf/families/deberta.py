@@ -72,7 +72,8 @@ def _signed(c: Config, key: str) -> int:
 
 def _export(spec: Spec) -> dict[str, Any]:
     relative = spec.position is Position.disentangled
-    out: dict[str, Any] = {"vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers,
+    out: dict[str, Any] = {
+        "vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": spec.n_layers,
            "num_attention_heads": spec.n_heads, "intermediate_size": spec.d_ff,
            "hidden_act": spec.activation.value, "max_position_embeddings": spec.max_seq_len,
            "type_vocab_size": spec.token_types, "hidden_dropout_prob": spec.dropout,
