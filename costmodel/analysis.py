@@ -98,8 +98,8 @@ class Analysis:
 
     @property
     def params_lm_head(self) -> int:
-        """An untied output projection (0 when tied to the input embedding)."""
-        return self.total("lm_head").params
+        """An untied output projection (0 when tied to the input embedding, or none: an encoder)."""
+        return sum_rows([r for r in self.rows if _under(r.path, "lm_head")], "lm_head").params
 
     def params_active(self, convention: ActiveConvention | None = None) -> int:
         """Parameters one token uses: the total less the E - K routed experts it skips in every
@@ -269,6 +269,7 @@ def analyze(
         raise AnalysisError(f"phase: unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
     if dtype not in DTYPE_BYTES:
         raise AnalysisError(f"dtype: unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    check_phase(spec, phase)
     seq = default_seq(spec, phase) if seq is None else seq
     if spec.is_encoder_decoder:
         enc_seq = seq if enc_seq is None else enc_seq
@@ -315,6 +316,25 @@ def analyze(
                     weight_bytes)
 
 
+def phases_of(spec: Spec) -> tuple[str, ...]:
+    """The phases a spec runs: an encoder-only model has no decode (nothing is generated)."""
+    return tuple(p for p in PHASES if not (spec.is_encoder and p == "decode"))
+
+
+def check_phase(spec: Spec, phase: str) -> None:
+    """Decode asked of an encoder-only model: one line naming what it has instead."""
+    if phase not in phases_of(spec):
+        raise AnalysisError(f"phase: {spec.name[:60]} is encoder-only: it generates nothing, so it has no "
+                            "decode phase and no KV cache; use prefill (a forward pass) or train")
+
+
+def require_decode(spec: Spec, what: str) -> None:
+    """`what` (serving, a deployment) generates tokens: refused for an encoder-only model, in one line."""
+    if spec.is_encoder:
+        raise AnalysisError(f"spec: {spec.name[:60]} is encoder-only: {what} needs a decode phase (token "
+                            "generation, a KV cache); `costmodel analyze -p prefill` counts its forward pass")
+
+
 def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
     widths.check()
     if not widths.differs(dtype):
@@ -355,7 +375,7 @@ def _at_weight_width(costs: dict[_Name, Cost], widths: Widths, p: int,
 
 def count_params(spec: Spec) -> int:
     """Total parameters (the same in every phase and shape)."""
-    return analyze(spec, "decode", seq=1).total().params
+    return analyze(spec, "prefill", seq=1).total().params
 
 
 def _row(key: Key, phase: Phase, cost: Cost) -> Row:
@@ -383,6 +403,7 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "un
     import sympy
 
     ph = PHASES[phase]
+    check_phase(spec, phase)
     _check_widths(spec, ph, widths, dtype)
     p = DTYPE_BYTES[dtype]
     p_kv = sym.p * sympy.Rational(DTYPE_BYTES[widths.kv], p) if widths.kv not in (None, dtype) else None

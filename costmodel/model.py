@@ -7,7 +7,8 @@ the key's path, nanoGPT-style:
 sum of its children, so a path prefix selects a sub-tree. A stack with several kinds of layer
 (a local/global pattern) has one group per kind: ``layers[local]/...``, ``layers[global]/...``.
 An encoder-decoder has ``encoder/...`` and ``decoder/...`` stacks, with ``cross_attention``
-in each decoder layer.
+in each decoder layer. An encoder-only model (BERT) has one bidirectional ``layers`` stack and
+ends in its head (``pooler/...``, ``mlm/...``, ``classifier``; ``components.heads``), no LM head.
 
 Layer costs are per layer times the layer-count symbol (``L``, ``L_local``, ``L_dec`` ...).
 """
@@ -21,7 +22,16 @@ from functools import partial, reduce
 from typing import Any, TypeVar, cast
 
 from costmodel import symbols as sym
-from costmodel.components import ATTENTION_KINDS, FFN_KINDS, embedding, position, size_symbols, stability
+from costmodel.components import (
+    ATTENTION_KINDS,
+    FFN_KINDS,
+    disentangled,
+    embedding,
+    heads,
+    position,
+    size_symbols,
+    stability,
+)
 from costmodel.components import attention as attn
 from costmodel.components.block import RESIDUAL_FLOPS, residual
 from costmodel.components.key import TOKEN_TABLE, Key, Role, layer_role
@@ -131,11 +141,18 @@ def tree(spec: Spec, dims: Dims) -> dict[Key, Cost]:
     if spec.position in (Position.learned, Position.sinusoidal):
         out[Key("positions", Role.embedding, block="embedding")] = _sum(
             position.input_positions(spec, dims, B * n, n) for n, _ in stacks)
+    if spec.token_types:
+        out[Key("token_types", Role.embedding, block="embedding")] = embedding.token_types(dims, B * S)
+    if spec.embedding_norm:
+        out[Key("norm", Role.norm, block="embedding")] = norm(spec, dims, B * S, dims.d)
     if spec.embedding_dropout_rate > 0:
         out[Key("dropout", Role.dropout, block="embedding")] = _sum(
             dropout(dims, B * n * dims.d) for n, _ in stacks)
     for _, stack in stacks:
         out.update(_stack(spec, dims, stack))
+    if spec.is_encoder:  # no LM head: the head the spec names (BERT's pooler, a task head, none)
+        out.update(heads.head(spec, dims))
+        return out
     if spec.head_scale:
         out[Key("head_scale", Role.head)] = embedding.head_scale(dims, B * S)
     out[Key("lm_head", Role.head)] = embedding.lm_head(spec, dims, B * S)
@@ -160,6 +177,9 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[Key, Cost]:
     by_kind = {k: _sub_blocks(spec, dims, stack, k) for k in dict.fromkeys(kinds.values())}
     layers = {kind: by_kind[kinds[kind]] for kind, _ in groups}
     built: dict[object, Any] = {}
+    if spec.position is Position.disentangled:  # DeBERTa's relative table, once per stack
+        for leaf, cost in disentangled.table(spec, dims, dims.B * q_len):
+            out[Key(leaf, Role.norm if leaf.endswith("norm") else Role.position, stack)] = cost
     if spec.position in (Position.t5_relative, Position.alibi):
         spans = [subs[0].shape.span for subs in layers.values() if subs[0].score_bias]
         if spans:  # one bias per stack, as wide as the widest layer that uses it
@@ -189,6 +209,8 @@ def _sub_blocks(spec: Spec, dims: Dims, stack: str, layer_kind: LayerKind) -> li
     local = layer_kind is LayerKind.local
     if stack == "encoder":
         shape = attn.bidirectional(dims)
+    elif spec.is_encoder:
+        shape = attn.encoder_self(dims, window=local)
     elif layer_kind is LayerKind.chunked:
         shape = attn.chunked(dims)
     else:

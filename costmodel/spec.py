@@ -44,6 +44,17 @@ from costmodel.loading import LoadError, load_yaml, yaml_error
 class Architecture(str, Enum):
     decoder = "decoder"
     encoder_decoder = "encoder-decoder"
+    encoder = "encoder"  # encoder-only (BERT): bidirectional attention, no KV cache, no decode
+
+
+class Head(str, Enum):
+    """What an encoder-only model ends in (``components.heads``): transformers' ``AutoModel``
+    holds ``none`` (ModernBERT, DeBERTa) or BERT's ``pooler``; the task heads are options."""
+
+    none = "none"  # the last hidden state
+    pooler = "pooler"  # BertPooler: dense + tanh over [CLS]
+    mlm = "mlm"  # BertForMaskedLM: transform (dense, GELU, norm) + the tied decoder over every token
+    classification = "classification"  # the pooler, then a classifier over n_labels
 
 
 class Norm(str, Enum):
@@ -82,12 +93,13 @@ class Position(str, Enum):
     rope = "rope"
     t5_relative = "t5_relative"
     alibi = "alibi"
+    disentangled = "disentangled"  # DeBERTa's relative positions, through each layer's q and k
     none = "none"
 
     @property
     def per_layer(self) -> bool:
         """Schemes applied inside every attention layer rather than added to the input."""
-        return self in (Position.rope, Position.t5_relative, Position.alibi)
+        return self in (Position.rope, Position.t5_relative, Position.alibi, Position.disentangled)
 
 
 class QKNorm(str, Enum):
@@ -381,7 +393,7 @@ class Spec(BaseModel):
 
     architecture: Architecture = Architecture.decoder
     d_model: PositiveInt
-    n_layers: PositiveInt | None = None  # decoder-only
+    n_layers: PositiveInt | None = None  # decoder-only and encoder-only
     n_encoder_layers: PositiveInt | None = None  # encoder-decoder
     n_decoder_layers: PositiveInt | None = None
     n_heads: PositiveInt
@@ -400,6 +412,12 @@ class Spec(BaseModel):
     rotary_fraction: Annotated[FiniteFloat, Field(gt=0, le=1)] = 1.0  # RoPE on this share of d_h
     relative_buckets: PositiveInt = 32  # T5 relative attention buckets
     position_offset: Annotated[StrictInt, Field(ge=0)] = 0  # learned table rows past max_seq_len (OPT: 2)
+    # DeBERTa (He et al. 2021): relative distances in position_buckets log buckets (0: none,
+    # distances clipped at max_relative_positions, default max_seq_len); a 2k x d table, k either.
+    position_buckets: NonNegativeInt = 0
+    max_relative_positions: PositiveInt | None = None
+    token_types: NonNegativeInt = 0  # BERT's segment (token type) embeddings: rows of their table
+    embedding_norm: StrictBool = False  # a norm over the summed embeddings (BERT, RoBERTa, DeBERTa)
     tied_embeddings: StrictBool = False
     embedding_scale: StrictBool = False  # token embeddings multiplied by sqrt(d_model)
     head_scale: StrictBool = False  # last hidden state * d_model^-1/2 before the LM head (T5, tied)
@@ -423,6 +441,8 @@ class Spec(BaseModel):
     layer_pattern: tuple[LayerKind, ...]  # repeated over the layers; default all local or global
     global_nope: StrictBool = False  # global layers carry no positions (NoPE)
     attention_sinks: StrictBool = False  # one learned softmax logit per head per layer (gpt-oss)
+    head: Head = Head.none  # encoder-only: what follows the last layer (components.heads)
+    n_labels: PositiveInt = 2  # head: classification: the classifier's outputs (num_labels)
 
     @model_validator(mode="before")
     @classmethod
@@ -556,6 +576,16 @@ class Spec(BaseModel):
         return self.architecture is Architecture.encoder_decoder
 
     @property
+    def is_encoder(self) -> bool:
+        """Encoder-only (BERT): one bidirectional stack, no KV cache, no decode phase."""
+        return self.architecture is Architecture.encoder
+
+    @property
+    def relative_span(self) -> int:
+        """DeBERTa's k: the relative table has 2k rows, each layer projects them all."""
+        return self.position_buckets or self.max_relative_positions or self.max_seq_len
+
+    @property
     def decoder_layers(self) -> int:
         return self.n_decoder_layers if self.is_encoder_decoder else self.n_layers  # type: ignore[return-value]
 
@@ -622,13 +652,41 @@ def _architecture(spec: Spec) -> None:
             if getattr(spec, field) is None:
                 raise ValueError(f"{field}: required for an encoder-decoder")
         if spec.window is not None:
-            raise ValueError("window: sliding windows are supported for decoder-only models")
+            raise ValueError("window: sliding windows are supported for decoder-only and encoder-only models")
+        for field in ("token_types", "embedding_norm"):
+            if getattr(spec, field):
+                raise ValueError(f"{field}: not modelled for an encoder-decoder (one table, two stacks)")
     else:
         if spec.n_layers is None:
             raise ValueError("n_layers: field required")
         for field in ("n_encoder_layers", "n_decoder_layers"):
             if getattr(spec, field) is not None:
                 raise ValueError(f"{field}: only for architecture: encoder-decoder")
+
+
+def _encoder_only(spec: Spec) -> None:
+    """What an encoder-only model is (its head) and what only it has (a head, DeBERTa's positions)."""
+    if not spec.is_encoder:
+        for field in ("head", "n_labels"):
+            if field in spec.model_fields_set:
+                raise ValueError(f"{field}: only for architecture: encoder (a decoder ends in its LM head)")
+        if spec.position is Position.disentangled:
+            raise ValueError("position: disentangled attention is supported for encoder-only models")
+        return
+    if "n_labels" in spec.model_fields_set and spec.head is not Head.classification:
+        raise ValueError("n_labels: only for head: classification")
+    if spec.position is Position.disentangled and spec.n_kv_heads != spec.n_heads:
+        raise ValueError("n_kv_heads: disentangled attention projects its table through k for every "
+                         "head (multi-head attention, k = h)")
+    refused = {"attention_chunk": "chunked attention", "attention_sinks": "attention sinks",
+               "final_softcap": "a logit soft-cap", "z_loss": "the z-loss", "head_scale": "a head scale",
+               "logit_scale": "a logit scale"}
+    for field, what in refused.items():
+        if getattr(spec, field) not in (None, False, 0, 0.0):
+            raise ValueError(f"{field}: {what} is not modelled in an encoder-only model")
+    if spec.mla is not None or spec.moe is not None:
+        raise ValueError(f"{'attention' if spec.mla else 'ffn'}: an encoder-only model has multi-head "
+                         "attention and a dense FFN here")
 
 
 def _attention_heads(spec: Spec) -> None:
@@ -653,6 +711,10 @@ def _positions(spec: Spec) -> None:
         raise ValueError("relative_buckets: only for position: t5_relative")
     if spec.position is not Position.learned and spec.position_offset:
         raise ValueError("position_offset: only for position: learned")
+    if spec.position is not Position.disentangled:
+        for field in ("position_buckets", "max_relative_positions"):
+            if field in spec.model_fields_set:
+                raise ValueError(f"{field}: only for position: disentangled")
 
 
 def _norm(spec: Spec) -> None:
@@ -678,7 +740,7 @@ def _layer_kinds(spec: Spec) -> None:
         raise ValueError("attention_chunk: required, since layer_pattern has chunked layers")
     if spec.attention_chunk is not None and LayerKind.chunked not in kinds:
         raise ValueError("layer_pattern: an attention_chunk is given but no layer is chunked")
-    if spec.attention_chunk is not None and spec.architecture is Architecture.encoder_decoder:
+    if spec.attention_chunk is not None and spec.architecture is not Architecture.decoder:
         raise ValueError("attention_chunk: chunked attention is supported for decoder-only models")
 
 
@@ -717,7 +779,8 @@ def _mixture_of_experts(spec: Spec) -> None:
 
 #: ``Spec._consistent``'s checks, in the order they run (the first failure is the error).
 CHECKS: tuple[Callable[[Spec], None], ...] = (
-    _architecture, _attention_heads, _positions, _norm, _block_layout, _layer_kinds, _latent_attention,
+    _architecture, _encoder_only, _attention_heads, _positions, _norm, _block_layout, _layer_kinds,
+    _latent_attention,
     _layer_pattern, _mixture_of_experts,
 )
 

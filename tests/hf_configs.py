@@ -411,3 +411,32 @@ RELEASED_MOE = {
         output_router_logits=False, router_aux_loss_coef=0.05, tie_word_embeddings=False,
         torch_dtype="bfloat16", transformers_version="4.39.2", use_cache=True),
 }
+
+# Encoder-only types (issue 25): counted as their AutoModel classes hold them. Config 0: the class
+# defaults; then small configs exercising each cost field.
+_ENC = dict(SMALL, max_position_embeddings=64)
+CLASS_SIZES.update({
+    "bert": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072, max_position_embeddings=512),
+    "roberta": dict(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                    intermediate_size=3072, max_position_embeddings=512),
+    "modernbert": dict(vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=22,
+                       num_attention_heads=12, max_position_embeddings=8192),
+    "deberta-v2": dict(vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_attention_heads=24,
+                       intermediate_size=6144, max_position_embeddings=512),
+})
+CONFIGS.update({
+    "bert": [CLASS_SIZES["bert"], {**_ENC, "type_vocab_size": 3, "hidden_dropout_prob": 0.0},
+             {**_ENC, "type_vocab_size": 0, "architectures": ["BertForMaskedLM"]}],
+    "roberta": [CLASS_SIZES["roberta"], {**_ENC, "type_vocab_size": 1, "max_position_embeddings": 66}],
+    "modernbert": [CLASS_SIZES["modernbert"],
+                   {**_ENC, "num_hidden_layers": 5, "global_attn_every_n_layers": 2, "local_attention": 16,
+                    "norm_bias": True, "attention_bias": True, "mlp_bias": True, "pad_token_id": 0}],
+    "deberta-v2": [CLASS_SIZES["deberta-v2"],
+                   {**_ENC, "relative_attention": True, "position_biased_input": False, "position_buckets": 8,
+                    "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": "p2c|c2p"},
+                   {**_ENC, "relative_attention": True, "position_biased_input": False,
+                    "max_relative_positions": 12,
+                    "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": ["c2p", "p2c"],
+                    "type_vocab_size": 2}],
+})

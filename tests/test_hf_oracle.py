@@ -31,12 +31,18 @@ transformers = pytest.importorskip(
 transformers.logging.set_verbosity_error()
 
 
-def build(config: dict):
-    """The transformers model with an LM head for `config`, on the meta device (no memory)."""
+ENCODERS = {"bert", "roberta", "modernbert", "deberta-v2"}
+
+
+def build(config: dict, head_class=None):
+    """The transformers model with an LM head for `config` (an encoder-only type: its AutoModel,
+    or `head_class`), on the meta device (no memory)."""
     kwargs = {k: v for k, v in copy.deepcopy(config).items() if k not in ("model_type", "architectures",
                                                                           "_name_or_path")}
     cfg = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
     auto = transformers.AutoModelForSeq2SeqLM if cfg.is_encoder_decoder else transformers.AutoModelForCausalLM
+    if config["model_type"] in ENCODERS:  # counted as AutoModel holds them (BERT's pooler included)
+        auto = head_class or transformers.AutoModel
     with torch.device("meta"):
         return cfg, auto.from_config(cfg)
 
@@ -109,7 +115,8 @@ def test_imported_count_equals_transformers(model_type, i, fields):
     if kinds is not None:
         assert spec.layer_kinds() == kinds
         if LayerKind.local in kinds:
-            assert spec.window == cfg.sliding_window
+            # ModernBERT's sliding_window is half its window: keys within it either side
+            assert (spec.window // 2 if spec.is_encoder else spec.window) == cfg.sliding_window
         if LayerKind.chunked in kinds:
             assert spec.attention_chunk == cfg.attention_chunk_size
 
@@ -221,3 +228,27 @@ def test_multimodal_text_decoder_count_equals_transformers(model_type, fields):
         model = transformers.AutoModelForImageTextToText.from_config(cfg)
     text = {id(p): p.numel() for m in (model.model.language_model, model.lm_head) for p in m.parameters()}
     assert count_params(hf.spec_from_hf(config)) == sum(text.values())
+
+
+# --- encoder-only task heads (issue 25) ---------------------------------------------------------
+
+_HEADS = [("bert", "mlm"), ("bert", "classification"), ("roberta", "mlm"), ("roberta", "classification"),
+          ("deberta-v2", "mlm"), ("deberta-v2", "classification"), ("modernbert", "mlm")]
+
+
+@pytest.mark.parametrize("model_type,head", _HEADS, ids=[f"{m}-{h}" for m, h in _HEADS])
+def test_encoder_task_heads_count_as_transformers(model_type, head):
+    """head: mlm is the ForMaskedLM class (no pooler; transform, norm, tied decoder with its bias),
+    head: classification the ForSequenceClassification class (3 labels), parameter for parameter.
+    ModernBERT's classification head adds a norm the spec does not model (docs/encoders.md)."""
+    from costmodel.studies.variants import variant
+
+    # ModernBERT's head dense carries classifier_bias, which the spec reads as the FFN's (mlp_bias):
+    # its class defaults, where both are false.
+    config = {"model_type": model_type, **CONFIGS[model_type][0 if model_type == "modernbert" else 1]}
+    spec = variant(hf.spec_from_hf(config), {"head": head, **({"n_labels": 3} if head == "classification"
+                                                             else {})})
+    auto = transformers
+    cls = auto.AutoModelForMaskedLM if head == "mlm" else auto.AutoModelForSequenceClassification
+    _, model = build({**config, "num_labels": 3}, cls)
+    assert count_params(spec) == sum(p.numel() for p in model.parameters())

@@ -11,10 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from costmodel import catalog, model
-from costmodel.analysis import analyze, sum_rows
+from costmodel.analysis import analyze, phases_of, sum_rows
 from costmodel.components.key import ATTENTION_CORE, TOKEN_TABLE, Key, Role
 from costmodel.parallel import step
-from costmodel.phases import PHASES
 from costmodel.runtime import timing
 from costmodel.runtime.memory import Run, activations
 from costmodel.runtime.serving import HEAD
@@ -75,7 +74,7 @@ def check_keys(spec: Spec, **shape: Any) -> None:
     """Every row of every phase: its key renders its path, and each key-based rule selects what
     the path-based rule did."""
     groups = model.layer_groups(spec)
-    for phase in PHASES:
+    for phase in phases_of(spec):  # an encoder-only spec: no decode
         a = analyze(spec, phase, **shape)
         keys = [r.key for r in a.rows]
         assert len(set(keys)) == len(keys) == len({k.path for k in keys})
@@ -93,13 +92,15 @@ def check_keys(spec: Spec, **shape: Any) -> None:
             assert k.attention_core == (leaf in ATTENTION_CORE and _in_attention(path)), path
             assert k.in_attention == _in_attention(path)
             assert k.routed_expert == ("/ffn/experts/" in path)
-            assert (k.role is Role.head) == (path in HEAD)
+            # an encoder-only model's heads (components.heads) are no LM head: no path rule before keys
+            encoder_head = spec.is_encoder and path.startswith(("pooler/", "mlm/", "classifier"))
+            assert (k.role is Role.head) == (path in HEAD or encoder_head)
             assert (k.role is Role.router) == (leaf in ("router", "routing", "aux_loss"))
-            unfusible = leaf in ("tokens", "positions", "kv_cache", "cross_entropy", "z_loss")
+            unfusible = leaf in ("tokens", "positions", "token_types", "kv_cache", "cross_entropy", "z_loss")
             assert (k.role in timing.UNFUSIBLE) == unfusible
             assert (k == TOKEN_TABLE) == (path == "embedding/tokens")
             assert timing.layer_count(groups, k) == _layer_count(groups, path)
-            if not spec.is_encoder_decoder:
+            if not spec.is_encoder_decoder and not spec.is_encoder:  # the encoder's step: not checked
                 assert step._stage(k) == _stage(path)
                 assert step.category(k) == _category(path), path
                 if k.layer:

@@ -65,7 +65,7 @@ def test_counts_equal_formulas(path: Path, which: int) -> None:
     """Parameters, matmul FLOPs and KV-cache bytes: measured == formula, exactly."""
     spec, model = _model(path)
     shape = shapes(spec)[which]
-    for phase in PHASES:
+    for phase in (p for p in PHASES if not (spec.is_encoder and p == "decode")):  # an encoder: no decode
         m = measure(spec, phase, **shape, count_bytes=False, model=model)
         wrong = [f"{c.quantity}: formula {c.formula:,} measured {c.measured:,}"
                  for c in m.comparisons if not c.agrees]

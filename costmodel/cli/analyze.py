@@ -15,6 +15,7 @@ from costmodel.analysis import (
     count_params,
     default_seq,
     formula,
+    phases_of,
 )
 from costmodel.cli.app import (
     BatchOpt,
@@ -105,8 +106,8 @@ def analyze_cmd(
         precision = Widths(weights_dtype, kv_dtype, group_size)
         # other widths are inference options: without --phase, the inference phases
         inference_only = precision.differs(dtype.value)
-        phases = [phase.value] if phase else [p.value for p in PhaseName
-                                             if not (inference_only and PHASES[p.value].training)]
+        phases = [phase.value] if phase else [p.value for p in PhaseName if p.value in phases_of(s)
+                                             and not (inference_only and PHASES[p.value].training)]
         analyses = [analyze(s, p, batch=batch, seq=seq, dtype=dtype.value, enc_seq=enc_seq, hardware=hw,
                             mla=mla_of(p), routing=routing.value,
                             weights_dtype=weights_dtype, kv_dtype=kv_dtype, group_size=group_size,

@@ -17,8 +17,10 @@ from costmodel.components import (
     attention,
     bias,
     block,
+    disentangled,
     embedding,
     ffn,
+    heads,
     loss,
     mla,
     moe,
@@ -37,6 +39,7 @@ ELEMENTS: tuple[Element, ...] = (
     *shape.ELEMENTS,
     *attention.ELEMENTS[:1],  # heads
     *position.ELEMENTS,
+    *disentangled.ELEMENTS,
     *attention.ELEMENTS[1:2],  # sliding window
     attention.CHUNKED,
     *norm.ELEMENTS,
@@ -44,6 +47,7 @@ ELEMENTS: tuple[Element, ...] = (
     *ffn.ELEMENTS,
     *block.ELEMENTS,
     *embedding.ELEMENTS,
+    *heads.ELEMENTS,
     *attention.ELEMENTS[2:],  # QK-norm
     attention.SINKS,
     *stability.ELEMENTS,

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodel.components import mla, position
+from costmodel.components import disentangled, mla, position
 from costmodel.components.element import Alternative, Choose, Element, Symbol, toggle
 from costmodel.components.norm import norm
 from costmodel.components.scores import Shape as Shape
 from costmodel.components.scores import heads_kind, mha_label, probabilities
 from costmodel.cost import Cost, Dims, Num, floor_div, gemm, half, linear, smax, smin, triangle
-from costmodel.spec import LayerKind, QKNorm, Spec
+from costmodel.spec import LayerKind, Position, QKNorm, Spec
 
 
 def causal(dims: Dims, window: bool) -> Shape:
@@ -72,6 +72,18 @@ def bidirectional(dims: Dims) -> Shape:
     runs, and a decode step (S_e = 0) must read no encoder keys."""
     return Shape(dims.S_e, dims.S_e, dims.S_e, dims.S_e * dims.S_e, cached=None, written=0,
                  masked=False)
+
+
+def encoder_self(dims: Dims, window: bool) -> Shape:
+    """Encoder-only self-attention (BERT): the S tokens of the pass over themselves, nothing
+    cached. A local layer (ModernBERT, Warner et al. 2024) lets a query see the keys within
+    w/2 positions on either side (transformers: |i - j| <= local_attention // 2), so over S
+    queries, with m = min(w/2, S - 1), S + 2(mS - T(m)) pairs; the dense scores still span S."""
+    S = dims.S
+    if not window:
+        return Shape(S, S, S, S * S, cached=None, written=0, masked=False)
+    m = smin(floor_div(dims.w, 2), S - 1)
+    return Shape(S, S, S, S + 2 * (m * S - triangle(m)), cached=None, written=0, masked=True)
 
 
 def cross(dims: Dims) -> Shape:
@@ -141,6 +153,8 @@ def attention(
         gemms=(gemm(B * k, rows, d_h, shape.span),),
         saved=q_heads + kv_heads,  # Q and K
     )))
+    if spec.position is Position.disentangled:  # DeBERTa: c2p and p2c beside the scores
+        out.extend(disentangled.leaves(spec, dims, shape))
     out.extend(probabilities(spec, dims, shape, score_bias))
     dropped = spec.attention_dropout_rate > 0  # AV then keeps the dropped-out probabilities
     out.append(("av", Cost(
@@ -199,7 +213,8 @@ def _heads_swaps(spec: Spec, window: int) -> list[Alternative]:
 def _sample_heads(choose: Choose, data: dict[str, Any]) -> None:
     kv = choose([1, 2])
     data.update(n_heads=kv * choose([1, 2, 3]))
-    if "n_layers" in data and choose(range(4)) == 0:  # a decoder-only spec: latent attention
+    if "n_layers" in data and data.get("architecture") != "encoder" and choose(range(4)) == 0:
+        # a decoder-only spec: latent attention
         mla.sample(choose, data)
         return
     data.update(n_kv_heads=kv, head_dim=choose([2, 4, 8]))
@@ -244,7 +259,7 @@ def _window_swaps(spec: Spec, window: int) -> list[Alternative]:
 
 
 def _sample_window(choose: Choose, data: dict[str, Any]) -> None:
-    layers = data.get("n_layers")  # decoder-only: encoder-decoders have no sliding windows
+    layers = data.get("n_layers")  # decoder- and encoder-only: encoder-decoders have no sliding windows
     if layers is None or not choose([True, False]):
         return
     data["window"] = choose(range(1, 7))
@@ -351,7 +366,7 @@ def _sample_chunks(choose: Choose, data: dict[str, Any]) -> None:
     """Turn some layers of a drawn local/global pattern chunked (the window sample draws the
     pattern): chunks alone, or mixed with windows."""
     kinds = data.get("layer_pattern")
-    if kinds is None or not choose([True, False]):
+    if kinds is None or data.get("architecture") == "encoder" or not choose([True, False]):
         return
     data["attention_chunk"] = choose(range(1, 7))
     kinds = data["layer_pattern"] = [choose([kind, "chunked"]) for kind in kinds]
@@ -374,5 +389,6 @@ SINKS = Element(
     describe=lambda s: "attention sinks" if s.attention_sinks else None,
     choices=(("attention sinks", lambda s: "yes" if s.attention_sinks else "no"),),
     swaps=toggle("attention_sinks"),
-    sample=lambda choose, data: data.update(attention_sinks=choose([False, True])),
+    sample=lambda choose, data: data.update(
+        attention_sinks=choose([False, True]) if data.get("architecture") != "encoder" else False),
 )

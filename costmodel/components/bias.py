@@ -23,15 +23,23 @@ def label(spec: Spec) -> str:
     return linear + (", norm" if spec.norm_bias else "")
 
 
+def _parts(spec: Spec) -> tuple[str, ...]:
+    """The linear parts a spec has: an encoder-only model has an LM head only with head: mlm."""
+    if spec.is_encoder and spec.head.value != "mlm":
+        return LINEAR_PARTS[:-1]
+    return LINEAR_PARTS
+
+
 def _swaps(spec: Spec, window: int) -> list[Alternative]:
     out: list[Alternative] = []
-    present = [p for p in LINEAR_PARTS if getattr(spec.bias, p)]
+    parts = _parts(spec)
+    present = [p for p in parts if getattr(spec.bias, p)]
     if present:
         out.append((f"linear biases on {'+'.join(present)} -> none",
-                    {f"bias.{p}": False for p in LINEAR_PARTS}))
-    if len(present) < len(LINEAR_PARTS):
+                    {f"bias.{p}": False for p in parts}))
+    if len(present) < len(parts):
         out.append((f"linear biases on {'+'.join(present) or 'none'} -> all",
-                    {f"bias.{p}": True for p in LINEAR_PARTS}))
+                    {f"bias.{p}": True for p in parts}))
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from costmodel.components import stability
 from costmodel.components.element import Alternative, Choose, Element, Symbol, toggle
-from costmodel.cost import Cost, Dims, Num, elementwise, linear
+from costmodel.cost import Cost, Dims, Num, elementwise, linear, runs
 from costmodel.spec import Spec
 from costmodel.symbols import ID_BYTES
 
@@ -34,6 +34,23 @@ def tokens(spec: Spec, dims: Dims, n_tokens: Num, owns_table: bool = True) -> Co
         weights_read=dims.p * rows,
         act_in=ID_BYTES * n_tokens,
         saved=ID_BYTES * n_tokens,  # the ids, for the table's gradient
+    )
+
+
+def token_types(dims: Dims, n_tokens: Num) -> Cost:
+    """BERT's segment embeddings (Devlin et al. 2019, 3.2): a row of a small table (n_types x d)
+    gathered for every token and added to the sum; unfused, the gather reads the ids and writes
+    the rows, the add reads two tensors and writes one."""
+    rows = n_tokens * dims.d
+    table = dims.n_types * dims.d
+    return Cost(
+        params=table,
+        factored=dims.n_types + dims.d,
+        other=rows,
+        bytes_unfused=dims.p * 5 * rows + ID_BYTES * n_tokens,
+        weights_read=dims.p * table * runs(n_tokens),
+        act_in=ID_BYTES * n_tokens,
+        saved=ID_BYTES * n_tokens,  # the type ids, for the table's gradient
     )
 
 
@@ -87,8 +104,29 @@ def _logit_scale_swaps(spec: Spec, window: int) -> list[Alternative]:
 
 
 def _sample_logit_scale(choose: Choose, data: dict[str, Any]) -> None:
-    if choose([True, False]):
+    if choose([True, False]) and data.get("architecture") != "encoder":
         data["logit_scale"] = 0.25
+
+
+def _sample_extras(choose: Choose, data: dict[str, Any]) -> None:
+    if data.get("architecture") == "encoder-decoder":  # one table for two stacks: not modelled
+        return
+    data.update(token_types=choose([0, 0, 1, 2]), embedding_norm=choose([True, False]))
+
+
+def _extras_swaps(spec: Spec, window: int) -> list[Alternative]:
+    if spec.is_encoder_decoder:
+        return []
+    norm = "norm -> none" if spec.embedding_norm else "none -> norm"
+    types = [("token types 2 -> none" if spec.token_types else "none -> 2 token types (BERT)",
+              {"token_types": None if spec.token_types else 2})]
+    return [(f"embedding {norm}", {"embedding_norm": not spec.embedding_norm}), *types]
+
+
+def _extras(spec: Spec) -> str | None:
+    parts = ([f"{spec.token_types} token types"] if spec.token_types else []) + (
+        ["embedding norm"] if spec.embedding_norm else [])
+    return " · ".join(parts) or None
 
 
 ELEMENTS = (
@@ -96,17 +134,27 @@ ELEMENTS = (
         "embeddings", ("vocab_size", "tied_embeddings", "embedding_scale"),
         describe=lambda s: f"V={s.vocab_size} · {label(s)}",
         choices=(("embeddings", label),),
-        swaps=lambda s, w: [("tied -> untied" if s.tied_embeddings else "untied -> tied",
-                             {"tied_embeddings": not s.tied_embeddings})],
+        swaps=lambda s, w: [] if s.is_encoder and s.head.value != "mlm" else [
+            ("tied -> untied" if s.tied_embeddings else "untied -> tied",
+             {"tied_embeddings": not s.tied_embeddings})],
         sample=_sample,
         symbols={"V": Symbol("vocabulary size", lambda s: s.vocab_size)},
+    ),
+    Element(
+        "segments and embedding norm", ("token_types", "embedding_norm"),
+        describe=_extras,
+        choices=(("token types", lambda s: s.token_types), ("embedding norm", lambda s: s.embedding_norm)),
+        swaps=_extras_swaps, sample=_sample_extras,
+        symbols={"n_types": Symbol("token types (BERT's segments, type_vocab_size)",
+                                   lambda s: s.token_types or None)},
     ),
     Element(
         "head scale", ("head_scale",),
         describe=lambda s: "head scale d^-1/2" if s.head_scale else None,
         choices=(("head scale", lambda s: "d^-1/2" if s.head_scale else "none"),),
         swaps=toggle("head_scale", on="d^-1/2", off="none"),
-        sample=lambda choose, data: data.update(head_scale=choose([True, False])),
+        sample=lambda choose, data: data.update(
+            head_scale=choose([True, False]) and data.get("architecture") != "encoder"),
     ),
     Element(
         "logit scale", ("logit_scale",),

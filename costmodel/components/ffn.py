@@ -111,7 +111,7 @@ def _moe_swaps(spec: Spec) -> list[Alternative]:
 
 def _sample(choose: Choose, data: dict[str, Any]) -> None:
     activation = choose([a.value for a in Activation])
-    if data.get("architecture") == "encoder-decoder" or not choose([True, True, True, False]):
+    if data.get("architecture") in ("encoder-decoder", "encoder") or not choose([True, True, True, False]):
         data.update(d_ff=choose(range(2, 21)), activation=activation)
         return
     # one in four decoders: a mixture of experts, some layers perhaps dense

@@ -64,6 +64,7 @@ _LAYER_ROLES: dict[str, Role] = {
     **dict.fromkeys(("norm", "post_norm", "qk_norm", "q_norm", "kv_norm"), Role.norm),
     **dict.fromkeys(("router", "routing", "aux_loss"), Role.router),
     "rope": Role.position,
+    **dict.fromkeys(("rel_q", "rel_k", "c2p", "p2c"), Role.position),  # DeBERTa's disentangled terms
     "sinks": Role.sink,
     "kv_cache": Role.kv_cache,
     "act": Role.activation,

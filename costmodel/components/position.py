@@ -10,6 +10,7 @@ layer (RoPE, T5 relative bias, ALiBi); ``none`` is NoPE.
   an h x S x C bias once per stack and added to the scores of every layer.
 - ALiBi: Press et al. 2022, "Train Short, Test Long": a fixed slope per head times the
   query-key distance (1 FLOP per element), added to the scores. No parameters.
+- Disentangled (DeBERTa, He et al. 2021; encoder-only): ``components.disentangled``.
 """
 
 from __future__ import annotations
@@ -81,13 +82,15 @@ def label(spec: Spec) -> str:
 def _swaps(spec: Spec, window: int) -> list[Alternative]:
     out: list[Alternative] = []
     for pos in Position:
-        if pos is spec.position:
+        if pos is spec.position or (pos is Position.disentangled and not spec.is_encoder):
             continue
         changes: dict[str, Any] = {"position": pos.value}
         if spec.position is Position.rope:
             changes["rotary_fraction"] = None
         if spec.position is Position.t5_relative:
             changes["relative_buckets"] = None
+        if spec.position is Position.disentangled:
+            changes.update(position_buckets=None, max_relative_positions=None)
         if spec.global_nope and not pos.per_layer:
             changes["global_nope"] = None
         out.append((f"{spec.position.value} -> {pos.value}", changes))
@@ -99,7 +102,10 @@ def _sample(choose: Choose, data: dict[str, Any]) -> None:
     if isinstance(att, dict) and att.get("kind") == "mla":  # latent attention: decoupled RoPE
         data["position"] = "rope"
         return
-    position = data["position"] = choose([p.value for p in Position])
+    encoder = data.get("architecture") == "encoder"  # DeBERTa's positions: encoder-only
+    # an encoder draws DeBERTa's positions as often as all the others together
+    position = data["position"] = choose([p.value for p in Position if p is not Position.disentangled]
+                                         + [Position.disentangled.value] * (6 if encoder else 0))
     if position == "learned" and choose([True, False]):
         data["position_offset"] = 2  # OPT
     if position == "rope" and data["head_dim"] % 4 == 0:

@@ -29,12 +29,15 @@ def _describe_architecture(spec: Spec) -> str:
 
 
 def _sample_architecture(choose: Choose, data: dict[str, Any]) -> None:
-    if choose([True, False, False, False]):  # one in four an encoder-decoder
+    kind = choose(["encoder-decoder", "encoder", "decoder", "decoder", "decoder", "decoder"])
+    if kind == "encoder-decoder":
         data["architecture"] = "encoder-decoder"
         data["n_encoder_layers"] = choose([1, 2])
         data["n_decoder_layers"] = choose([1, 2])
-    else:
-        data["n_layers"] = choose([1, 2, 3, 4])
+        return
+    if kind == "encoder":  # BERT and its kin
+        data["architecture"] = "encoder"
+    data["n_layers"] = choose([1, 2, 3, 4])
 
 
 ELEMENTS = (

@@ -67,7 +67,7 @@ def _describe_softcaps(spec: Spec) -> str | None:
 
 def _sample_softcaps(choose: Choose, data: dict[str, Any]) -> None:
     for cap in ("attn_softcap", "final_softcap"):
-        if choose([True, False]):
+        if choose([True, False]) and not (cap == "final_softcap" and data.get("architecture") == "encoder"):
             data[cap] = 20.0
 
 
@@ -85,6 +85,7 @@ ELEMENTS = (
     Element(
         "z-loss", ("z_loss",), describe=lambda s: f"z-loss {s.z_loss:g}" if s.z_loss else None,
         choices=(("z-loss", lambda s: s.z_loss),), swaps=_z_loss_swaps,
-        sample=lambda choose, data: data.update(z_loss=choose([0.0, 1e-4])),
+        sample=lambda choose, data: data.update(
+            z_loss=choose([0.0, 1e-4]) if data.get("architecture") != "encoder" else 0.0),
     ),
 )

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from costmodel.analysis import require_decode
 from costmodel.deploy import DEFAULT_BATCHES, DEFAULT_TOKENS
 from costmodel.deploy.engine import (
     PERCENTILES,
@@ -281,6 +282,7 @@ def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: 
     """Every aggregated deployment of `gpus` GPUs of `cluster` serving `workload`, in its steady
     state, ranked under `targets` (module docstring); `redundant` expert slots beside the routed
     experts on the EP ranks (``deploy.experts``)."""
+    require_decode(spec, "a deployment")
     import time
 
     start = time.perf_counter()

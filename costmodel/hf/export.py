@@ -36,7 +36,7 @@ def export_hf(spec: Spec) -> Export:
     ours, params = cost_fields(spec), count_params(spec)
     candidates: list[tuple[Export, bool]] = []
     for family in FAMILIES.values():
-        if family.export is None or not family.matches(spec):
+        if family.export is None or family.encoder != spec.is_encoder or not family.matches(spec):
             continue
         config = {"_name_or_path": spec.name, "model_type": family.model_type,
                   "architectures": [family.architecture], **family.export(spec)}

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def _decoder_only(spec: Spec) -> bool:
-    return not spec.is_encoder_decoder
+    return not spec.is_encoder_decoder and not spec.is_encoder
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Family:
     """How one model_type maps to a Spec, and back."""
 
     model_type: str
-    architecture: str  # the transformers class with an LM head
+    architecture: str  # the transformers class with an LM head (an encoder's: its AutoModel class)
     read: Callable[[Config, dict[str, Any]], None]  # config -> spec fields, into the dict
     defaults: Mapping[str, Any] = field(default_factory=dict)  # the configuration class's defaults
     required: tuple[str, ...] = ()  # fields with no default here (the sizes)
@@ -45,6 +45,9 @@ class Family:
     # quantization_config quant_methods of released checkpoints that transformers dequantises into
     # the same modules (gpt-oss: mxfp4), each with the line warned; any other one is refused.
     quantized: Mapping[str, str] = field(default_factory=dict)
+    # An encoder-only type (BERT): counted as its AutoModel class holds it, whatever task class
+    # the config's architectures name (the head is the spec's ``head``).
+    encoder: bool = False
 
 
 # model_type -> Family, in registration order (export prefers the earlier of two exact matches).

@@ -48,6 +48,10 @@ ALIASES: dict[str, tuple[str, str]] = {
 }
 
 
+#: Encoder-only types whose AutoModel holds BERT's pooler (BertModel, RobertaModel).
+POOLED = ("bert", "roberta")
+
+
 def supported() -> tuple[str, ...]:
     return tuple(FAMILIES)
 
@@ -112,7 +116,8 @@ def spec_fields_from_hf(data: Any, origin: str = "<config>", name: str | None = 
                         f"supported: {', '.join(FAMILIES)}")
     c = Config(data, origin, model_type, family.defaults)
     out: dict[str, Any] = {"name": name or _name(data, origin), "family": model_type, "source": source}
-    checks: tuple[Callable[[], object], ...] = (lambda: _check_head(c, family), lambda: family.read(c, out),
+    checks: tuple[Callable[[], object], ...] = (lambda: _check_head(c, family, warnings),
+                                                lambda: family.read(c, out),
                                                 lambda: _check_common(c, family, warnings))
     for check in checks:
         try:
@@ -170,10 +175,31 @@ def _check_architectures(archs: Any, origin: str, expected: str) -> None:
                         f"head {expected}, which is not modelled")
 
 
-def _check_head(c: Config, family: Family) -> None:
+#: The classes of an encoder-only type whose body is its AutoModel's (what is counted).
+ENCODER_CLASSES = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                   "ForQuestionAnswering", "ForMultipleChoice", "ForPreTraining")
+
+
+def _check_head(c: Config, family: Family, warnings: list[str]) -> None:
     c.read.add("architectures")
-    if c.data.get("architectures") is not None:
-        _check_architectures(c.data["architectures"], c.origin, family.architecture)
+    archs = c.data.get("architectures")
+    if archs is None:
+        return
+    if not family.encoder:
+        _check_architectures(archs, c.origin, family.architecture)
+        return
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise SpecError(f"{c.origin}: architectures: should be a list of class names (got {show(archs)})")
+    other = [a for a in archs if not a.endswith(ENCODER_CLASSES)]
+    if other:
+        raise SpecError(f"{c.origin}: architectures: {other[0][:100]} is not a class of {c.model_type}'s "
+                        "encoder that this tool models")
+    tasks = [a for a in archs if not a.endswith("Model")]
+    if tasks:
+        head = "pooler" if family.model_type in POOLED else "none"
+        warnings.append(f"warning: {c.origin}: architectures: {tasks[0][:100]} counted as "
+                        f"{family.architecture} holds it (head: {head});"
+                        " --set head=mlm or head=classification counts a task head")
 
 
 def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
@@ -196,7 +222,8 @@ def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
                               "here")
         c.read.add(key)
     if c.model_type != "t5" and c.data.get("is_encoder_decoder"):
-        c.problems.append(f"is_encoder_decoder: {c.model_type} is decoder-only")
+        only = "encoder" if family.encoder else "decoder"
+        c.problems.append(f"is_encoder_decoder: {c.model_type} is {only}-only")
     c.read.add("is_encoder_decoder")
 
 

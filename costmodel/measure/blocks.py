@@ -151,6 +151,7 @@ class Step:
     cache      the KV cache to write and read (None in training and in the encoder)
     memory     encoder output for cross-attention (None in decode: its K/V are cached)
     bias       the stack's (h, S, C) position bias (T5 relative, ALiBi), if any
+    relative   the stack's normalised 2k x d relative-position table (DeBERTa), if any
     shared     what the first layer to need it computes for all: RoPE angles, masks
     """
 
@@ -159,6 +160,7 @@ class Step:
     cache: KVCache | None = None
     memory: Tensor | None = None
     bias: Tensor | None = None
+    relative: Tensor | None = None
     shared: dict[object, Any] = field(default_factory=dict)
 
     @property
@@ -307,10 +309,15 @@ class Attention(SubBlock):
         # K/V head are stacked as g*S rows of one matmul against that head.
         span = k.shape[2]
         scores = q.reshape(B, self.kv_heads, -1, self.head_dim) @ k.transpose(-2, -1)
-        probs = self.probabilities(scores.view(B, self.heads, S, span) * self.scale, step, key_positions)
+        scores = self.extra_scores(scores.view(B, self.heads, S, span) * self.scale, q, k, step)
+        probs = self.probabilities(scores, step, key_positions)
         out = probs.view(B, self.kv_heads, -1, span) @ v
         result: Tensor = self.out(out.view(B, self.heads, S, self.head_dim).transpose(1, 2).reshape(B, S, -1))
         return result
+
+    def extra_scores(self, scores: Tensor, q: Tensor, k: Tensor, step: Step) -> Tensor:
+        """Terms added to the scaled scores (DeBERTa's c2p and p2c: ``measure.encoder``)."""
+        return scores
 
     def probabilities(self, scores: Tensor, step: Step, key_positions: Tensor | None) -> Tensor:
         """Scaled scores -> probabilities: position bias, soft-cap, mask, softmax (with sinks)."""
@@ -324,7 +331,7 @@ class Attention(SubBlock):
             scores = scores + bias
         if self.softcap is not None:
             scores = self.softcap * torch.tanh(scores / self.softcap)
-        if self.causal and not self.cross:
+        if (self.causal or self.window is not None) and not self.cross:
             assert key_positions is not None  # keys' positions: None for cross-attention only
             key = ("mask", self.window, self.chunk)
             mask = step.once(key, lambda: self.mask(step.positions, key_positions))
@@ -338,8 +345,12 @@ class Attention(SubBlock):
         return t.view(B, T, heads, self.head_dim).transpose(1, 2)
 
     def mask(self, queries: Tensor, keys: Tensor) -> Tensor:
-        """True where a query may not see a key: the future, and keys w or more behind."""
+        """True where a query may not see a key: the future, and keys w or more behind; in an
+        encoder's local layer (ModernBERT), keys more than w/2 away either side."""
         behind = queries[:, None] - keys[None, :]
+        if not self.causal:
+            assert self.window is not None  # an encoder masks only its local layers
+            return behind.abs() > self.window // 2
         hidden = behind < 0
         if self.window is not None:
             hidden = hidden | (behind >= self.window)

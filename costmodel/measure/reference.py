@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from costmodel.measure import encoder
 from costmodel.measure.blocks import (
     ALiBi,
     Attention,
@@ -46,9 +47,10 @@ from costmodel.measure.blocks import (
     drop,
     sinusoidal,
 )
+from costmodel.measure.encoder import DisentangledAttention
 from costmodel.measure.latent import LatentAttention
 from costmodel.measure.moe import SparseFeedForward, keep_router_dtypes
-from costmodel.spec import Block, LayerKind, NormPosition, Position, Spec
+from costmodel.spec import Block, Head, LayerKind, NormPosition, Position, Spec
 
 # --- layers and stacks ------------------------------------------------------------------------
 
@@ -73,6 +75,8 @@ class Layer(nn.Module):
         kind_of: type[Attention] = Attention
         if spec.mla is not None:
             kind_of = LatentAttention
+        elif spec.position is Position.disentangled:
+            kind_of = DisentangledAttention
         self.attention = kind_of(
             spec, own, window=spec.window if kind is LayerKind.local else None,
             chunk=spec.attention_chunk if kind is LayerKind.chunked else None, causal=causal,
@@ -116,6 +120,9 @@ class Stack(nn.Module):
             self.position_bias = RelativeBias(spec, bidirectional=not causal)
         elif biased and spec.position is Position.alibi:
             self.position_bias = ALiBi(spec)
+        if spec.position is Position.disentangled:  # DeBERTa: the table each layer projects
+            self.relative_positions = nn.Embedding(2 * spec.relative_span, spec.d_model)
+            self.relative_norm = Norm(spec, spec.d_model)
         self.final_norm = Norm(spec, spec.d_model) if spec.final_norm else None
         self.final_dropout = spec.final_dropout  # T5
         self.recompute = False  # full recompute: each layer keeps its input only
@@ -124,6 +131,8 @@ class Stack(nn.Module):
         if self.position_bias is not None:
             keys = torch.arange(step.context, device=x.device)
             step = replace(step, bias=self.position_bias(step.positions, keys).to(x.dtype))
+        if hasattr(self, "relative_positions"):
+            step = replace(step, relative=self.relative_norm(self.relative_positions.weight))
         for layer in self.layers:
             if self.recompute and self.training and torch.is_grad_enabled():
                 x = checkpointed(layer, x, step)
@@ -161,6 +170,9 @@ class Embedding(nn.Module):
             self.positions = nn.ModuleList(tables)
         self.sinusoidal = spec.position is Position.sinusoidal
         self.scale = math.sqrt(spec.d_model) if spec.embedding_scale else None
+        # BERT: segment embeddings and a norm over the sum
+        self.token_types = nn.Embedding(spec.token_types, spec.d_model) if spec.token_types else None
+        self.norm = Norm(spec, spec.d_model) if spec.embedding_norm else None
         self.dropout = spec.embedding_dropout_rate
 
     def forward(self, ids: Tensor, positions: Tensor, stack: int) -> Tensor:
@@ -171,6 +183,10 @@ class Embedding(nn.Module):
             x = x + self.positions[stack](positions)
         elif self.sinusoidal:
             x = x + sinusoidal(positions, x.shape[-1]).to(x.dtype)
+        if self.token_types is not None:  # every token of segment 0, as transformers' default ids
+            x = x + self.token_types(torch.zeros_like(ids))
+        if self.norm is not None:
+            x = self.norm(x)
         return drop(x, self.dropout, self.training)
 
 
@@ -207,10 +223,14 @@ class Transformer(nn.Module):
             decoder_kinds = [LayerKind.global_] * spec.n_decoder_layers
         else:
             decoder_kinds = spec.layer_kinds()
-        self.decoder = Stack(spec, decoder_kinds, causal=True, cross=enc_dec,
+        # An encoder-only model's one stack is bidirectional and caches nothing (module names:
+        # the decoder's, which the component paths drop).
+        self.decoder = Stack(spec, decoder_kinds, causal=not spec.is_encoder, cross=enc_dec,
                              sparse=list(spec.sparse_layers()))
-        self.lm_head = LMHead(spec)
-        self.cached = [m for m in self.decoder.modules() if isinstance(m, Attention)]
+        for name, head in encoder.heads(spec).items():
+            self.add_module(name, head)
+        self.lm_head = LMHead(spec) if not spec.is_encoder or spec.head is Head.mlm else None
+        self.cached = [m for m in self.decoder.modules() if isinstance(m, Attention) and not spec.is_encoder]
         self.stacks = [s for s in (self.encoder, self.decoder) if s is not None]
         for slot, module in enumerate(self.cached):
             module.slot = slot
@@ -231,8 +251,11 @@ class Transformer(nn.Module):
         positions = torch.arange(start, start + S, device=tokens.device)
         x = self.embedding(tokens, positions, stack=-1)
         x = self.decoder(x, Step(positions, context=start + S, cache=cache, memory=memory))
+        if self.spec.is_encoder:
+            return self.head(x)
         if self.spec.head_scale:  # T5 with a tied head (Mesh TensorFlow): x * d^-1/2 first
             x = x * self.spec.d_model ** -0.5
+        assert self.lm_head is not None  # a decoder always has its LM head
         logits: Tensor = self.lm_head(x, self.embedding.tokens.weight)
         if self.spec.logit_scale is not None:  # Cohere
             logits = logits * self.spec.logit_scale
@@ -240,6 +263,19 @@ class Transformer(nn.Module):
             cap = self.spec.final_softcap
             logits = cap * torch.tanh(logits / cap)
         return logits
+
+    def head(self, x: Tensor) -> Tensor:
+        """An encoder-only model's output: the last hidden state, the pooled [CLS], the class
+        logits, or the masked-LM logits at every position (``measure.encoder``)."""
+        head = self.spec.head
+        if head in (Head.pooler, Head.classification):
+            x = self.get_submodule("pooler")(x)
+            return self.get_submodule("classifier")(x) if head is Head.classification else x
+        if head is Head.mlm:
+            assert self.lm_head is not None
+            logits: Tensor = self.lm_head(self.get_submodule("mlm")(x), self.embedding.tokens.weight)
+            return logits
+        return x
 
     def recompute(self, full: bool) -> Transformer:
         """Recompute every layer in backward (full activation recomputation) or none."""
@@ -249,6 +285,8 @@ class Transformer(nn.Module):
 
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
         """Cross-entropy, plus the z-loss coef * log(Z)^2 (PaLM, Chowdhery et al. 2022, 5)."""
+        if self.spec.is_encoder:
+            return encoder.objective(self.spec, logits, targets)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         if self.spec.z_loss > 0:
             loss = loss + self.spec.z_loss * torch.logsumexp(logits, dim=-1).pow(2).mean()

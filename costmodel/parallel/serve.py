@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.analysis import analyze
+from costmodel.analysis import analyze, require_decode
 from costmodel.components.key import Role
 from costmodel.devices.kernels import ErrorBand, Reads
 from costmodel.parallel import device
@@ -143,6 +143,7 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
     (`mla`: how latent attention runs, ``analyze``'s convention; weights and cache at `widths`,
     ``costmodel.precision``; `kernels`: what the compute assumes). Without `mla` or `kernels`,
     what the cluster's GPUs run (``runtime.kernels``: absorbed latent attention, flash)."""
+    require_decode(spec, "serving on TP/EP")
     if batch < 1 or context < 1:
         raise LayoutError(f"--batch and --seq: must be at least 1 (got {batch}, {context})")
     if ep < 1:  # the layout below puts EP in DP's place, whose message would name --dp

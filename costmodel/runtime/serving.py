@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 from costmodel import units
-from costmodel.analysis import Analysis, AnalysisError, analyze
+from costmodel.analysis import Analysis, AnalysisError, analyze, require_decode
 from costmodel.components.key import Role
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import ErrorBand, Reads
@@ -150,6 +150,7 @@ def serve(spec: Spec, hw: Hardware, prompt: int, output: int, batches: tuple[int
     `mla`, what `hw` runs (``runtime.kernels``: flash attention and absorbed latent attention on
     a GPU, eager and naive on a calibrated profile); `kernels_default` says the caller's came
     from there too."""
+    require_decode(spec, "serving")
     if kernels_default is None:
         kernels_default = kernels is None
     if kernels is None:

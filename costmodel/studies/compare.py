@@ -178,21 +178,27 @@ def common_seq(specs: Sequence[Spec], seq: int | None) -> dict[str, int]:
             for p in ("train", "prefill", "decode")}
 
 
-def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str, widths: Widths = Widths()) -> dict[str,
-                                                                                                      float]:
+def costs(spec: Spec, batch: int, seq: dict[str, int], dtype: str, widths: Widths = Widths()
+          ) -> dict[str, float | None]:
     """The compared quantities of one spec at one shape (AnalysisError if it cannot run it);
-    prefill and decode hold weights and cache at `widths` (training runs at `dtype`)."""
+    prefill and decode hold weights and cache at `widths` (training runs at `dtype`). An
+    encoder-only spec has no decode: its decode quantities are None."""
     train = analyze(spec, "train", batch, seq["train"], dtype)
     prefill = analyze(spec, "prefill", batch, seq["prefill"], dtype, **widths.options())
-    decode = analyze(spec, "decode", batch, seq["decode"], dtype, **widths.options())
-    t, dec = train.total(), decode.total()
-    return {
+    t = train.total()
+    out: dict[str, float | None] = {
         "params": t.params,
         "train_flops_per_token": t.flops / (batch * train.shape["S"]),
         "prefill_intensity": prefill.arithmetic_intensity,
-        "decode_bytes_per_token": dec.bytes_fused / batch,
-        "kv_cache_per_token": dec.kv_cache / (batch * decode.shape["C"]),
+        "decode_bytes_per_token": None,
+        "kv_cache_per_token": None,
     }
+    if not spec.is_encoder:
+        decode = analyze(spec, "decode", batch, seq["decode"], dtype, **widths.options())
+        dec = decode.total()
+        out.update(decode_bytes_per_token=dec.bytes_fused / batch,
+                   kv_cache_per_token=dec.kv_cache / (batch * decode.shape["C"]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -249,7 +255,7 @@ def compare(
     ordered = tuple(by_year(specs))
     shape = common_seq(ordered, seq)
     notes = []
-    per_model: list[dict[str, float] | None] = []
+    per_model: list[dict[str, float | None] | None] = []
     for s in ordered:
         try:
             per_model.append(costs(s, batch, shape, dtype, widths))

@@ -252,13 +252,12 @@ def metrics(
 ) -> dict[str, float]:
     """The four quantities a swap is ranked by, at one shape (decode's at `widths`)."""
     train = analyze(spec, "train", batch, seq["train"], dtype, enc_seq)
-    decode = analyze(spec, "decode", batch, seq["decode"], dtype, enc_seq, **widths.options())
-    return {
-        "params": train.total().params,
-        "train_flops": train.total().flops,
-        "decode_bytes": decode.total().bytes_fused / batch,
-        "kv_cache": decode.total().kv_cache,
-    }
+    out = {"params": float(train.total().params), "train_flops": float(train.total().flops),
+           "decode_bytes": 0.0, "kv_cache": 0.0}  # an encoder-only model decodes nothing
+    if not spec.is_encoder:
+        decode = analyze(spec, "decode", batch, seq["decode"], dtype, enc_seq, **widths.options())
+        out.update(decode_bytes=decode.total().bytes_fused / batch, kv_cache=float(decode.total().kv_cache))
+    return out
 
 
 @dataclass(frozen=True)
