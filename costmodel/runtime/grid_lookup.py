@@ -6,6 +6,7 @@ and a shape table's log envelope, built once per table.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -49,15 +50,92 @@ def above(table: FlopsTable | MemoryTable) -> list[float] | None:
     return None if table.time_rises else table.above
 
 
-def axis_weights(grid: list[int], x: Any) -> np.ndarray:
-    """Each grid point's weight at x in ``MatmulTable.__call__``'s interpolation along one axis
-    (one point: weight 1 wherever x is)."""
-    w = np.zeros(len(grid))
-    i, t = _position(grid, x) if len(grid) > 1 else (0, 0.0)
-    w[i] = 1 - t
-    if t:
-        w[i + 1] = t
-    return w
+def at_numbers(log_table: np.ndarray, grids: tuple[list[int], ...], xs: tuple[Any, ...]) -> np.ndarray:
+    """The log table read at its number axes (None in `xs`: an array axis, kept): on each, the
+    two grid points around x, weighted as ``MatmulTable.__call__`` weighs them (log space), or
+    the one point where x sits on it or past an end (an axis of one point: that point)."""
+    index: list[Any] = []
+    pairs: list[tuple[int, float]] = []  # (axis in the sliced table, weight of the upper point)
+    kept = 0
+    for grid, x in zip(grids, xs, strict=True):
+        if x is None:
+            index.append(slice(None))
+            kept += 1
+            continue
+        i, t = _position(grid, x) if len(grid) > 1 else (0, 0.0)
+        if t in (0.0, 1.0):  # on a grid point (or held at an end): that point, no multiply
+            index.append(i + int(t))
+            continue
+        index.append(slice(i, i + 2))
+        pairs.append((kept, t))
+        kept += 1
+    out: np.ndarray = log_table[tuple(index)]
+    for axis, t in reversed(pairs):  # from the last axis, so the earlier ones keep their place
+        lower, upper = np.take(out, 0, axis=axis), np.take(out, 1, axis=axis)
+        out = lower * (1 - t) + upper * t
+    return out
+
+
+def positions(lx: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, t) of each point on a log grid: between grid[i] and grid[i + 1], a fraction t of the
+    way (clamped to the ends as ``np.interp`` holds them: t = 0 below, t = 1 at the top)."""
+    f = np.interp(lx, grid, np.arange(len(grid), dtype=float))
+    i = np.minimum(f.astype(np.intp), len(grid) - 2)
+    return i, f - i
+
+
+def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Multilinear interpolation of `values` (one axis per entry of `free`: the axis's grid and
+    the coordinates, arrays that broadcast together) at every point, both in log space.
+
+    Separable: the axes whose coordinates have one shape are read together (their corners),
+    smallest shape first, so a (seq, 1) axis is reduced over 100 seqs before a (seq, batch) or
+    (1, batch) one makes the result full size: a few passes over the points, not a few per
+    corner (the attention core's products: stacked M over (seq, batch), N and K over seq)."""
+    ndim = max(lx.ndim for _, lx in free)
+    where = []  # per axis: (index below, weight of the point above), each of its points' shape
+    for grid, lx in free:
+        i, t = positions(lx, grid)
+        shape = (1,) * (ndim - lx.ndim) + lx.shape
+        where.append((i.reshape(shape), t.reshape(shape)))
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for axis, (i, _) in enumerate(where):
+        groups.setdefault(i.shape, []).append(axis)
+    # `out`: C-ordered, the points' axes (`points`, ndim of them) then the grid axes not read yet
+    out = np.ascontiguousarray(values).reshape((1,) * ndim + values.shape)
+    points, left = (1,) * ndim, list(range(len(free)))
+    for shape in sorted(groups, key=math.prod):
+        axes = groups[shape]
+        sizes = out.shape
+        strides = [math.prod(sizes[d + 1:]) for d in range(len(sizes))]
+        rest = [k for k in range(len(left)) if left[k] not in axes]
+        # flat index of each point's (lower) corner: its points' offset and the axes' lower indices
+        base: Any = sum((np.arange(n).reshape((n,) + (1,) * (ndim - d - 1)) * strides[d]
+                         for d, n in enumerate(points) if n > 1), start=0)
+        for axis in axes:
+            base = base + where[axis][0] * strides[ndim + left.index(axis)]
+        if rest:  # the grid axes still to read, after the points' axes
+            tail = sum((np.arange(sizes[ndim + k]).reshape((-1,) + (1,) * (len(rest) - r - 1))
+                        * strides[ndim + k] for r, k in enumerate(rest)), start=np.zeros((), np.intp))
+            base = base.reshape(base.shape + (1,) * len(rest)) + tail
+        flat = out.ravel()
+        total: Any = 0.0
+        for bits in range(2 ** len(axes)):
+            w: Any = 1.0
+            offset = 0
+            for a, axis in enumerate(axes):
+                t = where[axis][1]
+                up = bits >> a & 1
+                w = w * (t if up else 1 - t)
+                offset += up * strides[ndim + left.index(axis)]
+            if rest:
+                w = w.reshape(w.shape + (1,) * len(rest))
+            total = total + w * flat.take(base + offset if offset else base)
+        out = total
+        points = tuple(np.broadcast_shapes(points, shape))
+        left = [left[k] for k in rest]
+    result: np.ndarray = out
+    return result
 
 
 #: table id -> (the table, log of its envelope): a measured table has 35,816 points, and a sweep

@@ -73,7 +73,15 @@ from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES, Phase
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
 from costmodel.runtime.fused_moe import experts_share, moe_read
-from costmodel.runtime.grid_lookup import above, axis_weights, log_envelope, step, table_arrays
+from costmodel.runtime.grid_lookup import (
+    above,
+    at_numbers,
+    interpolate,
+    log_envelope,
+    positions,
+    step,
+    table_arrays,
+)
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
@@ -343,27 +351,35 @@ class GridRates:
         self._memo[key] = (arrays, value)  # holds the arrays: their ids stay theirs
         return value
 
-    def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...]) -> Any:
+    def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...],
+                    shared: bool = False) -> Any:
         """exp(np.interp(lx, xp, fp)), interpolated only where lx is below xp's last point (`name`
         names xp): above it the value is exp(fp[-1]), a number, at most of a sweep's points (T =
-        B x S on calibrate's grids, M up to 1024 and K up to 4096). The points below are found
-        once per array and grid: a layer's linears share T."""
+        B x S on calibrate's grids, M up to 1024 and K up to 4096; on a measured GPU table, M up
+        to 32,768, about three quarters). The points below are found once per array and grid: a
+        layer's linears share T. `shared` (a product's T, read at several (N, K)): their
+        positions on the grid too, so each curve is two ``take``s, not a search."""
         def find() -> np.ndarray | None:  # None: interpolate everywhere
             if lx.max() < xp[-1]:  # a reduction: no boolean array
                 return None
             below = lx < xp[-1]
-            # gathering and scattering a quarter of the points costs about what np.interp and
-            # np.exp over all of them cost (10,000 points, bench/README.md)
-            return None if np.count_nonzero(below) > lx.size // 4 else np.flatnonzero(below)
+            # gathering and scattering half the points costs less than np.interp and np.exp
+            # over the other half (10,000 points, bench/README.md)
+            return None if np.count_nonzero(below) > lx.size // 2 else np.flatnonzero(below)
 
         below = self._lookup("below", name, [lx], find)
+        if below is not None and not below.size:
+            return math.exp(fp[-1])
+        if shared:
+            i, t = self._lookup("position", name, [lx], lambda: positions(
+                lx if below is None else lx.take(below), xp))
+            values = np.exp(fp.take(i) + t * np.diff(fp).take(i))
+        else:
+            values = np.exp(np.interp(lx if below is None else lx.take(below), xp, fp))
         if below is None:
-            return np.exp(np.interp(lx, xp, fp))
-        top = math.exp(fp[-1])
-        if not below.size:
-            return top
-        out = np.full(lx.shape, top)
-        out.put(below, np.exp(np.interp(lx.take(below), xp, fp)))
+            return values
+        out = np.full(lx.shape, math.exp(fp[-1]))
+        out.put(below, values)
         return out
 
     def _log(self, x: np.ndarray) -> np.ndarray:
@@ -393,42 +409,20 @@ class GridRates:
         return self._lookup("mnk", numbers, arrays, lambda: self._matmul_seconds(M, N, K))
 
     def _matmul_seconds(self, M: Any, N: Any, K: Any) -> Any:
-        """1 / (peak x e(M, N, K)) of a MatmulTable: exp of the log table (-log(peak x e))
-        contracted with the interpolation weights of its number axes (and axes of one grid
-        point), in one einsum, then interpolated over the array axes."""
-        free = []  # (letter, log grid, log x) of the array axes
-        weights, letters = [], []
-        for letter, x, grid, log_grid in zip("mnk", (M, N, K), self._grids, self._axes, strict=True):
-            if _array(x) and len(grid) > 1:
-                free.append((letter, log_grid, self._log(x)))
-            else:
-                weights.append(axis_weights(grid, x))
-                letters.append(letter)
-        reduced = (np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table,
-                             *weights) if weights else self._log_table)
+        """1 / (peak x e(M, N, K)) of a MatmulTable: exp of the log table (-log(peak x e)) read
+        at its number axes (and axes of one grid point: ``at_numbers``), then interpolated over
+        the array axes (``interpolate``)."""
+        xs = tuple(None if _array(x) and len(g) > 1 else x
+                   for x, g in zip((M, N, K), self._grids, strict=True))
+        reduced = at_numbers(self._log_table, self._grids, xs)
+        free = [(letter, grid, self._log(x)) for letter, x, grid, n in
+                zip("mnk", (M, N, K), self._axes, xs, strict=True) if n is None]
         if not free:
             return np.exp(reduced)
         if len(free) == 1:
             letter, grid, lx = free[0]
-            return self._exp_interp(lx, grid, reduced, (letter,))
-        # corners: (i, t) per axis, from the fractional index np.interp gives
-        corners = []
-        for _, grid, lx in free:
-            f = np.interp(lx, grid, np.arange(len(grid), dtype=float))
-            i = np.minimum(f.astype(np.intp), len(grid) - 2)
-            corners.append((i, f - i))
-        flat, strides = reduced.ravel(), np.cumprod([1, *reduced.shape[:0:-1]])[::-1]
-        base = sum(i * s for (i, _), s in zip(corners, strides, strict=True))
-        total: Any = 0.0
-        for bits in range(2 ** len(free)):
-            w: Any = 1.0
-            offset = 0
-            for a, ((_, t), s) in enumerate(zip(corners, strides, strict=True)):
-                up = bits >> a & 1
-                w = w * (t if up else 1 - t)
-                offset += up * int(s)
-            total = total + w * flat.take(base + offset)
-        return np.exp(total)
+            return self._exp_interp(lx, grid, reduced, (letter,), shared=True)
+        return np.exp(interpolate(reduced, [(grid, lx) for _, grid, lx in free]))
 
     def _size_efficiency(self, grid: list[float], efficiency: list[float], interpolation: str,
                          x: Any, memo: bool = True, above: list[float] | None = None) -> Any:
