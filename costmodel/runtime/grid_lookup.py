@@ -32,8 +32,8 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
         i = np.zeros(x.shape, dtype=np.intp)
         for g in points:
             i += x >= g
-        return steps.take(i)
-    return steps.take(np.searchsorted(np.asarray(points, dtype=float), x, side="right"))
+        return steps[i]
+    return steps[np.searchsorted(np.asarray(points, dtype=float), x, side="right")]
 
 
 @functools.cache
@@ -130,7 +130,7 @@ def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -
                 offset += up * strides[ndim + left.index(axis)]
             if rest:
                 w = w.reshape(w.shape + (1,) * len(rest))
-            total = total + w * flat.take(base + offset if offset else base)
+            total = total + w * flat[base + offset if offset else base]
         out = total
         points = tuple(np.broadcast_shapes(points, shape))
         left = [left[k] for k in rest]

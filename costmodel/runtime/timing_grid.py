@@ -154,6 +154,7 @@ class GridRates:
         self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
                                 None) if fresh else None
         self._memo: dict[tuple[Any, ...], tuple[list[np.ndarray], Any]] = {}
+        self._envelopes: dict[int, tuple[np.ndarray, ...]] = {}
         self._by_value: dict[tuple[Any, ...], list[tuple[list[np.ndarray], Any]]] = {}
 
     # --- Rates --------------------------------------------------------------------------------
@@ -219,10 +220,40 @@ class GridRates:
             grid, log_s = self._memory_log
             return self._lookup("memory", (ops,), [moved], lambda: moved * self._exp_interp(
                 self._log(moved), grid + math.log(ops), log_s, ("memory", ops)))
-        per_op = moved / ops
-        rate = self._lookup("memory", (), [per_op], lambda: self.bandwidth * self._size_efficiency(
-            table.bytes, table.efficiency, table.interpolation, per_op, above=above(table)))
-        return moved / rate
+        if len(table.bytes) == 1:  # one size: its value everywhere, as ``_lookup`` holds it
+            return moved / (self.bandwidth * table.efficiency[0])
+        return self._lookup("memory", (ops,), [moved], lambda: self._memory_envelope(moved, ops))
+
+    def _memory_envelope(self, moved: np.ndarray, ops: int) -> np.ndarray:
+        """moved / (bandwidth x e) at e = max(the table at x, x x above[i]) (x = moved / ops, i the
+        grid points <= x: ``efficiency._lookup``'s envelope), as the least of two times: moved /
+        (bandwidth x the table at x), and ops / (bandwidth x above[i]), a bigger grid point's
+        (no pass for x; i found on the grid times ops)."""
+        table = self.eff.memory
+        points, per_byte, bigger, log_grid, log_s = self._envelope_arrays(ops)
+        i = np.searchsorted(points, moved, side="right")
+        if table.interpolation == "step":
+            t = moved * per_byte[i]
+        else:
+            t = moved * np.exp(np.interp(self._log(moved), log_grid, log_s))
+        out: np.ndarray = np.minimum(t, bigger[i], out=t)
+        return out
+
+    def _envelope_arrays(self, ops: int) -> tuple[np.ndarray, ...]:
+        """The memory table for `ops` ops (``_memory_envelope``): its grid x ops, seconds per byte
+        of each step (the first below the grid), ops / (bandwidth x above[i]) (inf where no
+        bigger point is faster), the log grid x ops and log seconds per byte."""
+        hit = self._envelopes.get(ops)
+        if hit is None:
+            table, bw = self.eff.memory, self.bandwidth
+            e = table.efficiency
+            hit = self._envelopes[ops] = (
+                np.asarray(table.bytes, dtype=float) * ops,
+                np.asarray([1 / (bw * v) for v in (e[0], *e)]),
+                np.asarray([ops / (bw * r) if r else math.inf for r in table.above]),
+                np.log(np.asarray(table.bytes, dtype=float)) + math.log(ops),
+                -(np.log(np.asarray(e, dtype=float)) + math.log(bw)))
+        return hit
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
         # The bytes at the memory table's least efficiency bound the memory time from above:
@@ -358,7 +389,7 @@ class GridRates:
         B x S on calibrate's grids, M up to 1024 and K up to 4096; on a measured GPU table, M up
         to 32,768, about three quarters). The points below are found once per array and grid: a
         layer's linears share T. `shared` (a product's T, read at several (N, K)): their
-        positions on the grid too, so each curve is two ``take``s, not a search."""
+        positions on the grid too, so each curve is two gathers, not a search."""
         def find() -> np.ndarray | None:  # None: interpolate everywhere
             if lx.max() < xp[-1]:  # a reduction: no boolean array
                 return None
@@ -372,18 +403,21 @@ class GridRates:
             return math.exp(fp[-1])
         if shared:
             i, t = self._lookup("position", name, [lx], lambda: positions(
-                lx if below is None else lx.take(below), xp))
-            values = np.exp(fp.take(i) + t * np.diff(fp).take(i))
+                lx if below is None else lx.ravel()[below], xp))
+            values = np.exp(fp[i] + t * np.diff(fp)[i])
         else:
-            values = np.exp(np.interp(lx if below is None else lx.take(below), xp, fp))
+            values = np.exp(np.interp(lx if below is None else lx.ravel()[below], xp, fp))
         if below is None:
             return values
         out = np.full(lx.shape, math.exp(fp[-1]))
-        out.put(below, values)
+        out.ravel()[below] = values
         return out
 
     def _log(self, x: np.ndarray) -> np.ndarray:
-        logs: np.ndarray = self._lookup("log", (), [x], lambda: np.log(np.maximum(x, 1e-300)))
+        # a zero size (a product that does not run) read as the grid's first point, finite;
+        # a reduction tells whether there is one (no pass for the maximum)
+        logs: np.ndarray = self._lookup("log", (), [x],
+                                        lambda: np.log(x if x.min() > 0 else np.maximum(x, 1e-300)))
         return logs
 
     def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> Any:
@@ -445,11 +479,11 @@ class GridRates:
         points, steps, rates = table_arrays(tuple(grid), tuple(efficiency), tuple(above))
         i = np.searchsorted(points, x, side="right")
         if interpolation == "step":
-            e = steps.take(i)
+            e = steps[i]
         else:
             lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
             e = np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
-        bigger = x * rates.take(i)
+        bigger = x * rates[i]
         return np.maximum(e, bigger, out=bigger)
 
 
