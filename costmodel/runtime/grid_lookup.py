@@ -80,8 +80,10 @@ def positions(lx: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """(i, t) of each point on a log grid: between grid[i] and grid[i + 1], a fraction t of the
     way (clamped to the ends as ``np.interp`` holds them: t = 0 below, t = 1 at the top)."""
     f = np.interp(lx, grid, np.arange(len(grid), dtype=float))
-    i = np.minimum(f.astype(np.intp), len(grid) - 2)
-    return i, f - i
+    i = f.astype(np.intp)
+    np.minimum(i, len(grid) - 2, out=i)
+    f -= i
+    return i, f
 
 
 def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -89,9 +91,10 @@ def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -
     the coordinates, arrays that broadcast together) at every point, both in log space.
 
     Separable: the axes whose coordinates have one shape are read together (their corners),
-    smallest shape first, so a (seq, 1) axis is reduced over 100 seqs before a (seq, batch) or
-    (1, batch) one makes the result full size: a few passes over the points, not a few per
-    corner (the attention core's products: stacked M over (seq, batch), N and K over seq)."""
+    the group that leaves the least to read first, so a (seq, 1) axis is reduced over 100
+    seqs before a (seq, batch) or (1, batch) one makes the result full size: a few passes over
+    the points, not a few per corner (the attention core's products: stacked M over (seq,
+    batch) or (1, batch), N and K over seq)."""
     ndim = max(lx.ndim for _, lx in free)
     where = []  # per axis: (index below, weight of the point above), each of its points' shape
     for grid, lx in free:
@@ -104,8 +107,12 @@ def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -
     # `out`: C-ordered, the points' axes (`points`, ndim of them) then the grid axes not read yet
     out = np.ascontiguousarray(values).reshape((1,) * ndim + values.shape)
     points, left = (1,) * ndim, list(range(len(free)))
-    for shape in sorted(groups, key=math.prod):
-        axes = groups[shape]
+    while groups:
+        # the group that leaves the least to read next: a (seq, 1) pair of axes over a table's
+        # (M, N, K) before a (1, batch) M, so the points grow once the grid is narrow
+        shape = min(groups, key=lambda s: math.prod(np.broadcast_shapes(points, s)) * math.prod(
+            out.shape[ndim + k] for k in range(len(left)) if left[k] not in groups[s]))
+        axes = groups.pop(shape)
         sizes = out.shape
         strides = [math.prod(sizes[d + 1:]) for d in range(len(sizes))]
         rest = [k for k in range(len(left)) if left[k] not in axes]
@@ -113,29 +120,35 @@ def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -
         base: Any = sum((np.arange(n).reshape((n,) + (1,) * (ndim - d - 1)) * strides[d]
                          for d, n in enumerate(points) if n > 1), start=0)
         for axis in axes:
-            base = base + where[axis][0] * strides[ndim + left.index(axis)]
+            stride = strides[ndim + left.index(axis)]
+            base = base + (where[axis][0] * stride if stride > 1 else where[axis][0])
+        trail = (1,) * len(rest)
         if rest:  # the grid axes still to read, after the points' axes
             tail = sum((np.arange(sizes[ndim + k]).reshape((-1,) + (1,) * (len(rest) - r - 1))
                         * strides[ndim + k] for r, k in enumerate(rest)), start=np.zeros((), np.intp))
             base = base.reshape(base.shape + (1,) * len(rest)) + tail
-        flat = out.ravel()
-        total: Any = 0.0
-        for bits in range(2 ** len(axes)):
-            w: Any = 1.0
-            offset = 0
-            for a, axis in enumerate(axes):
-                t = where[axis][1]
-                up = bits >> a & 1
-                w = w * (t if up else 1 - t)
-                offset += up * strides[ndim + left.index(axis)]
-            if rest:
-                w = w.reshape(w.shape + (1,) * len(rest))
-            total = total + w * flat[base + offset if offset else base]
-        out = total
+        steps = [(strides[ndim + left.index(axis)], where[axis][1].reshape(where[axis][1].shape + trail))
+                 for axis in axes]
+        out = _read(out.ravel(), base, steps, 0, 0)
         points = tuple(np.broadcast_shapes(points, shape))
         left = [left[k] for k in rest]
     result: np.ndarray = out
     return result
+
+
+def _read(flat: np.ndarray, base: np.ndarray, steps: list[tuple[int, np.ndarray]], offset: int,
+          a: int) -> np.ndarray:
+    """``interpolate``'s group of axes from the a-th on (steps: each axis's stride and weights),
+    one after another: lo + t (hi - lo), in place (two gathers and three passes an axis)."""
+    if a == len(steps):
+        gathered: np.ndarray = flat[base + offset if offset else base]
+        return gathered
+    stride, t = steps[a]
+    lo, hi = _read(flat, base, steps, offset, a + 1), _read(flat, base, steps, offset + stride, a + 1)
+    hi -= lo
+    hi *= t
+    hi += lo
+    return hi
 
 
 #: table id -> (the table, log of its envelope): a measured table has 35,816 points, and a sweep
