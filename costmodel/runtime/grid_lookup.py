@@ -1,6 +1,7 @@
 """The numpy lookups of the table kinds ``runtime.timing_grid`` reads over arrays: a step table's
-values by comparisons, a size table's arrays and envelope, one axis's interpolation weights,
-and a shape table's log envelope, built once per table.
+values by comparisons, a size table's arrays and envelope, a shape table read at its number axes
+(``at_numbers``) and interpolated over its array axes (``positions``, ``interpolate``: separable
+over (seq, 1) and (1, batch) axes), and a shape table's log envelope, built once per table.
 """
 
 from __future__ import annotations

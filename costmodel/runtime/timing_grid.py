@@ -11,9 +11,12 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
 - a product with one array among M, N, K (every linear: M = T forward and in dA, K = T in dB)
   reads the matmul table reduced to a curve over that axis, one ``np.interp`` in log space (the
   lookup is multilinear in log M, log N, log K, so fixing two axes first gives the same
-  values); two or three array axes read the reduced table's corners; above the curve's last
-  grid point (calibrate's M up to 1024, K up to 4096: most of a sweep's T) the value is a
-  number, so the interpolation and its exp run only at the points below (``_exp_interp``);
+  values; the number axes are read at their two grid points, ``grid_lookup.at_numbers``); two
+  or three array axes are interpolated separably, the axes of one shape together and the
+  (seq, 1) ones first (``grid_lookup.interpolate``); above the curve's last grid point
+  (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768: most of a
+  sweep's T) the value is a number, so the interpolation and its exp run only at the points
+  below, found once per array with their positions on the grid (``_exp_interp``);
 - each distinct lookup runs once per call (``GridRates._lookup``, keyed by the arrays'
   identity, then their values): a layer's linears share one T array, a weight's forward and
   backward products the same shapes in another order, two norms the same bytes; a
