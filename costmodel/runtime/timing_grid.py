@@ -42,9 +42,9 @@ groups share once (``model._layer``), and the merge above then sees the same obj
 A program that sweeps at scale should first ask glibc to keep freed heap
 (``costmodel.measure.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
 of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at
-10,000 points). ``predict_grid`` does not do
-it itself: a library does not change its host process's allocator behind its back (nor under a
-calibration or a measurement running in the same process); bench/time_sweep_speed.py does.
+10,000 points). ``predict_grid`` does not do it itself: a library does not change its host
+process's allocator behind its back (nor under a calibration or a measurement running in the
+same process); bench/time_sweep_speed.py does.
 
 The times equal ``predict``'s point by point to 1e-12 (the float operations differ in order
 only: tests/test_timing_grid.py compares the two over every bundled spec, phase and kernel
@@ -228,10 +228,9 @@ class GridRates:
         return self._lookup("memory", (ops,), [moved], lambda: self._memory_envelope(moved, ops))
 
     def _memory_envelope(self, moved: np.ndarray, ops: int) -> np.ndarray:
-        """moved / (bandwidth x e) at e = max(the table at x, x x above[i]) (x = moved / ops, i the
-        grid points <= x: ``efficiency._lookup``'s envelope), as the least of two times: moved /
-        (bandwidth x the table at x), and ops / (bandwidth x above[i]), a bigger grid point's
-        (no pass for x; i found on the grid times ops)."""
+        """moved / (bandwidth x max(e(x), x above[i])) (x = moved / ops, i the grid points <= x:
+        ``efficiency._lookup``'s envelope) as the least of moved / (bandwidth e(x)) and a bigger
+        point's ops / (bandwidth above[i]); i found on the grid times ops (no pass for x)."""
         table = self.eff.memory
         points, per_byte, bigger, log_grid, log_s = self._envelope_arrays(ops)
         i = np.searchsorted(points, moved, side="right")
@@ -244,8 +243,8 @@ class GridRates:
 
     def _envelope_arrays(self, ops: int) -> tuple[np.ndarray, ...]:
         """The memory table for `ops` ops (``_memory_envelope``): its grid x ops, seconds per byte
-        of each step (the first below the grid), ops / (bandwidth x above[i]) (inf where no
-        bigger point is faster), the log grid x ops and log seconds per byte."""
+        of each step (the first below the grid), ops / (bandwidth x above[i]) (inf: none
+        faster), the log grid x ops, log seconds per byte."""
         hit = self._envelopes.get(ops)
         if hit is None:
             table, bw = self.eff.memory, self.bandwidth
@@ -419,9 +418,7 @@ class GridRates:
         out.ravel()[below] = values
         return out
 
-    def _log(self, x: np.ndarray) -> np.ndarray:
-        # a zero size (a product that does not run) read as the grid's first point, finite;
-        # a reduction tells whether there is one (no pass for the maximum)
+    def _log(self, x: np.ndarray) -> np.ndarray:  # a zero size (not run): the grid's first point
         logs: np.ndarray = self._lookup("log", (), [x],
                                         lambda: np.log(x if x.min() > 0 else np.maximum(x, 1e-300)))
         return logs
