@@ -1,6 +1,7 @@
 """How fast the calibrated time model evaluates a sweep: 10,000 (seq, batch) points of a spec.
 
     python bench/time_sweep_speed.py [SPEC ...] [--all] [--hardware PROFILE ...] [--repeat N]
+                                     [--cpu] [--tree PATH]
 
 ``timing_grid.predict_grid`` over 100 seq x 100 batch values (seq geometric from 512 to 8192,
 or to the spec's positions; batch 1 .. 100), per phase, best of N runs (default 7) of the whole
@@ -11,6 +12,10 @@ point), and two calibrated-style ones (``tests.helpers.calibrated_profile``: a m
 grid, made-up values, non-monotone or `realistic`). Target: >= 1e6 points/s. The load average
 is printed before and after: on a shared machine it sets the figure as much as the code does.
 ``--check`` also times ``timing.predict`` point by point on a sample, for comparison.
+``--cpu`` times the process's CPU (``time.process_time``) instead of the wall clock: on a
+machine shared with other jobs, less of their queueing is counted (their cache traffic still
+is). ``--tree PATH`` times the costmodel package of another checkout (an older revision, for a
+before/after ratio measured by the same script minutes apart).
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers, from any folder
+# tests.helpers, from any folder; the package of --tree PATH where given (read before argparse:
+# the imports below load it)
+_TREE = sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv[:-1] else None
+sys.path.insert(0, _TREE or str(Path(__file__).resolve().parent.parent))
 
 from costmodel import catalog  # noqa: E402
 from costmodel.analysis import analyze  # noqa: E402
@@ -57,11 +65,15 @@ def main() -> None:
                         default=["h100-sxm", "a100-80gb", "calibrated", "calibrated-realistic"])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--check", action="store_true", help="also time predict point by point")
+    parser.add_argument("--cpu", action="store_true", help="time the process's CPU, not the wall clock")
+    parser.add_argument("--tree", help="time the costmodel package of this checkout instead")
     args = parser.parse_args()
+    clock = time.process_time if args.cpu else time.perf_counter
     kept = keep_freed_heap()  # what a program sweeping at scale does (timing_grid's docstring)
     names = catalog.bundled_names() if args.all else (args.specs or DEFAULT_SPECS)
     hws = {h: profile(h) for h in args.hardware}
-    print(f"load average before: {load()}; best of {args.repeat}; M points/s per phase")
+    print(f"load average before: {load()}; best of {args.repeat} ({'CPU' if args.cpu else 'wall'} time); "
+          f"M points/s per phase; {args.tree or 'this tree'}")
     print(f"{'spec':18s} {'points':>6s}  " + "  ".join(f"{h[:20]:>20s}" for h in hws))
     print(f"{'':18s} {'':6s}  " + "  ".join(f"{'  '.join(p[:5] for p in PHASES):>20s}" for _ in hws))
     worst = float("inf")
@@ -81,9 +93,9 @@ def main() -> None:
             for phase in PHASES:
                 best = float("inf")
                 for _ in range(args.repeat):
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     predict_grid(spec, phase, batch, seq, hw, "bf16")
-                    best = min(best, time.perf_counter() - t0)
+                    best = min(best, clock() - t0)
                 rates.append(points / best / 1e6)
                 worst = min(worst, rates[-1])
             cells.append("  ".join(f"{r:5.2f}" for r in rates))

@@ -17,7 +17,7 @@ All costs are for one forward pass of the phase's shape; ``phases`` turns them i
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
     import sympy
@@ -30,13 +30,28 @@ def is_array(x: object) -> bool:
     return hasattr(x, "__array_ufunc__")
 
 
+def _bounded(a: Any, b: Any, least: bool) -> Any:
+    """min (`least`) or max of a and b over arrays; where one is a number on one side of every
+    point of the other, that one as it stands: a reduction, not a new array and the passes over
+    it that follow (``runs``' min(B x S, 1) is 1 across a sweep; a window past every length)."""
+    import numpy
+
+    array, number = (a, b) if is_array(a) and not is_array(b) else (b, a)
+    if not is_array(array) or is_array(number) or getattr(array, "ndim", 0) == 0 or not array.size:
+        return numpy.minimum(a, b) if least else numpy.maximum(a, b)
+    lo, hi = array.min(), array.max()
+    if (hi <= number) if least else (lo >= number):
+        return array
+    if (lo >= number) if least else (hi <= number):
+        return number
+    return numpy.minimum(a, b) if least else numpy.maximum(a, b)
+
+
 def smin(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
     if is_array(a) or is_array(b):
-        import numpy
-
-        return numpy.minimum(a, b)
+        return _bounded(a, b, least=True)
     import sympy  # already loaded: an argument is symbolic
 
     return sympy.Min(a, b)
@@ -46,9 +61,7 @@ def smax(a: Num, b: Num) -> Num:
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
     if is_array(a) or is_array(b):
-        import numpy
-
-        return numpy.maximum(a, b)
+        return _bounded(a, b, least=False)
     import sympy
 
     return sympy.Max(a, b)

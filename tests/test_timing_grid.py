@@ -79,6 +79,35 @@ def test_the_grid_is_predict_in_each_mla_convention_and_routing(name, options, p
         assert_grid_is_predict(spec, phase, batch, seq, profiles()[hw], kernels, **options)
 
 
+def bench_grid(spec):
+    """bench/time_sweep_speed.py's sweep, every fourth seq and batch: 25 seqs geometric from 512
+    to 8192 (evenly spaced where positions are few) x batch 1 .. 97; most stacked products lie
+    past the tables' grids, some below, as in the benchmark."""
+    top = min(8192, spec.max_seq_len - 1)
+    lo = min(512, top // 16)
+    seq = np.unique(np.rint(np.geomspace(lo, top, 100)).astype(np.int64))
+    if seq.size < 100:
+        seq = np.unique(np.rint(np.linspace(lo, top, 100)).astype(np.int64))
+    return np.arange(1, 101, 4)[np.newaxis, :], seq[::4, np.newaxis]
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "gemma-3-27b", "mixtral-8x7b", "deepseek-v3", "t5-11b"])
+def test_the_grid_is_predict_on_the_benchmarks_sweep(name) -> None:
+    """The benchmark's specs and shapes (many points per array, so the lookups take their
+    gathered and separable paths), every phase and profile: predict_grid over the whole grid,
+    predict at five of its points (the corners and one inside)."""
+    spec = catalog.load(name)
+    batch, seq = bench_grid(spec)
+    points = [(0, 0), (0, -1), (-1, 0), (-1, -1), (7, 19)]
+    for turn, (hw, phase) in enumerate(itertools.product(profiles(), ("decode", "prefill", "train"))):
+        kernels = KERNELS[turn % 2]  # with and without flash attention (the measured tables)
+        grid = predict_grid(spec, phase, batch, seq, profiles()[hw], "bf16", kernels)
+        for i, j in points:
+            a = analyze(spec, phase, batch=int(batch[0, j]), seq=int(seq[i, 0]))
+            want = predict(a, profiles()[hw], kernels).time_s
+            assert grid[i, j] == pytest.approx(want, rel=1e-12), (name, phase, hw, kernels, i, j)
+
+
 @pytest.mark.parametrize("name", ["gemma-3-27b", "mistral-7b", "llama-4-scout"])
 def test_the_grid_is_predict_across_windows_and_chunks(name) -> None:
     """Lengths below, at and past the window (gemma-3: 1024 local; mistral: 4096) or chunk

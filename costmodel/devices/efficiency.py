@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Annotated, Any, Literal
 
 from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
@@ -139,19 +140,18 @@ class MatmulTable(BaseModel):
         M, N, K = self.M, self.N, self.K
         t = [[[M[i] * N[j] * K[k] / e for k, e in enumerate(row)] for j, row in enumerate(plane)]
              for i, plane in enumerate(self.efficiency)]
-        # From the top corner down: the least over the points at or above (i, j, k) is its own
-        # or the least over the points above one of its three upper neighbours, already found.
+        # From the top corner down: the least over the points at or above (i, j, k) is the least
+        # of its row's from k up (a running minimum) and of the points above its two upper
+        # neighbours (i, j + 1, k) and (i + 1, j, k), already found (a min is exact: any order
+        # gives the same floats; accumulate and map run the loops in C).
         for i in reversed(range(len(M))):
             for j in reversed(range(len(N))):
-                for k in reversed(range(len(K))):
-                    least = t[i][j][k]
-                    if k + 1 < len(K):
-                        least = min(least, t[i][j][k + 1])
-                    if j + 1 < len(N):
-                        least = min(least, t[i][j + 1][k])
-                    if i + 1 < len(M):
-                        least = min(least, t[i + 1][j][k])
-                    t[i][j][k] = least
+                row = list(accumulate(reversed(t[i][j]), min))[::-1]
+                if j + 1 < len(N):
+                    row = list(map(min, row, t[i][j + 1]))
+                if i + 1 < len(M):
+                    row = list(map(min, row, t[i + 1][j]))
+                t[i][j] = row
         return [[[min(1.0, M[i] * N[j] * K[k] / t[i][j][k]) for k in range(len(K))] for j in range(len(N))]
                 for i in range(len(M))]
 

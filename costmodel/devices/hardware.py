@@ -102,11 +102,12 @@ def with_kernels(hw: Hardware) -> Hardware:
         if dtype not in hw.peak_flops:
             continue
         M, N, K = (list(map(int, a)) for a in grid.axes)
-        peak, t, nk = hw.peak(dtype), grid.times, len(N) * len(K)
+        peak, t = hw.peak(dtype), grid.times
         # Above 1 a measurement would beat the datasheet's peak: held at the peak, so no time
         # falls below FLOPs / peak (tests/test_kernels.py: no bundled table reaches 0.99).
-        eff = [[[min(1.0, 2 * m * n * k / (peak * t[i * nk + j * len(K) + l])) for l, k in enumerate(K)]
-                for j, n in enumerate(N)] for i, m in enumerate(M)]
+        rows = iter([t[r : r + len(K)] for r in range(0, len(t), len(K))])  # row-major: (i, j) in order
+        eff = [[[min(1.0, 2 * m * n * k / (peak * x)) for k, x in zip(K, next(rows), strict=True)] for n in N]
+               for m in M]
         # model_construct: the folder was validated when read, and 35,816 points validate slowly.
         matmul[dtype] = MatmulTable.model_construct(M=M, N=N, K=K, efficiency=eff)
         floors.append(min(t))

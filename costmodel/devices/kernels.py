@@ -532,7 +532,14 @@ class KernelTables:
     def source(self, key: str) -> str:
         """A table's origin in a few words: framework and version, kernel, device (the file and the
         package are in ``sources``)."""
-        s = self.sources.get(key)
+        # only the file the key names is read (``analyze --hardware`` names its GEMM table's
+        # source: the attention and NCCL files are not read for it)
+        if key.startswith("gemm/"):
+            s = self._gemm[1].get(key)
+        elif key.startswith("attention/"):
+            s = self._attention[1].get(key)
+        else:
+            s = self._collectives[1].get(key)
         if s is None:
             return f"{self.name} {key}: not measured"
         return f"{s.get('framework')} {s.get('version')} {s.get('kernel')} on {s.get('device', self.name)}"

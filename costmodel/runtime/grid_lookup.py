@@ -1,11 +1,13 @@
 """The numpy lookups of the table kinds ``runtime.timing_grid`` reads over arrays: a step table's
-values by comparisons, a size table's arrays and envelope, one axis's interpolation weights,
-and a shape table's log envelope, built once per table.
+values by comparisons, a size table's arrays and envelope, a shape table read at its number axes
+(``at_numbers``) and interpolated over its array axes (``positions``, ``interpolate``: separable
+over (seq, 1) and (1, batch) axes), and a shape table's log envelope, built once per table.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -31,8 +33,8 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
         i = np.zeros(x.shape, dtype=np.intp)
         for g in points:
             i += x >= g
-        return steps.take(i)
-    return steps.take(np.searchsorted(np.asarray(points, dtype=float), x, side="right"))
+        return steps[i]
+    return steps[np.searchsorted(np.asarray(points, dtype=float), x, side="right")]
 
 
 @functools.cache
@@ -49,15 +51,105 @@ def above(table: FlopsTable | MemoryTable) -> list[float] | None:
     return None if table.time_rises else table.above
 
 
-def axis_weights(grid: list[int], x: Any) -> np.ndarray:
-    """Each grid point's weight at x in ``MatmulTable.__call__``'s interpolation along one axis
-    (one point: weight 1 wherever x is)."""
-    w = np.zeros(len(grid))
-    i, t = _position(grid, x) if len(grid) > 1 else (0, 0.0)
-    w[i] = 1 - t
-    if t:
-        w[i + 1] = t
-    return w
+def at_numbers(log_table: np.ndarray, grids: tuple[list[int], ...], xs: tuple[Any, ...]) -> np.ndarray:
+    """The log table read at its number axes (None in `xs`: an array axis, kept): on each, the
+    two grid points around x, weighted as ``MatmulTable.__call__`` weighs them (log space), or
+    the one point where x sits on it or past an end (an axis of one point: that point)."""
+    index: list[Any] = []
+    pairs: list[tuple[int, float]] = []  # (axis in the sliced table, weight of the upper point)
+    kept = 0
+    for grid, x in zip(grids, xs, strict=True):
+        if x is None:
+            index.append(slice(None))
+            kept += 1
+            continue
+        i, t = _position(grid, x) if len(grid) > 1 else (0, 0.0)
+        if t in (0.0, 1.0):  # on a grid point (or held at an end): that point, no multiply
+            index.append(i + int(t))
+            continue
+        index.append(slice(i, i + 2))
+        pairs.append((kept, t))
+        kept += 1
+    out: np.ndarray = log_table[tuple(index)]
+    for axis, t in reversed(pairs):  # from the last axis, so the earlier ones keep their place
+        lower, upper = np.take(out, 0, axis=axis), np.take(out, 1, axis=axis)
+        out = lower * (1 - t) + upper * t
+    return out
+
+
+def positions(lx: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, t) of each point on a log grid: between grid[i] and grid[i + 1], a fraction t of the
+    way (clamped to the ends as ``np.interp`` holds them: t = 0 below, t = 1 at the top)."""
+    f = np.interp(lx, grid, np.arange(len(grid), dtype=float))
+    i = f.astype(np.intp)
+    np.minimum(i, len(grid) - 2, out=i)
+    f -= i
+    return i, f
+
+
+def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Multilinear interpolation of `values` (one axis per entry of `free`: the axis's grid and
+    the coordinates, arrays that broadcast together) at every point, both in log space.
+
+    Separable: the axes whose coordinates have one shape are read together (their corners),
+    the group that leaves the least to read first, so a (seq, 1) axis is reduced over 100
+    seqs before a (seq, batch) or (1, batch) one makes the result full size: a few passes over
+    the points, not a few per corner (the attention core's products: stacked M over (seq,
+    batch) or (1, batch), N and K over seq)."""
+    ndim = max(lx.ndim for _, lx in free)
+    where = []  # per axis: (index below, weight of the point above), each of its points' shape
+    for grid, lx in free:
+        i, t = positions(lx, grid)
+        shape = (1,) * (ndim - lx.ndim) + lx.shape
+        where.append((i.reshape(shape), t.reshape(shape)))
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for axis, (i, _) in enumerate(where):
+        groups.setdefault(i.shape, []).append(axis)
+    # `out`: C-ordered, the points' axes (`points`, ndim of them) then the grid axes not read yet
+    out = np.ascontiguousarray(values).reshape((1,) * ndim + values.shape)
+    points, left = (1,) * ndim, list(range(len(free)))
+    while groups:
+        # the group that leaves the least to read next: a (seq, 1) pair of axes over a table's
+        # (M, N, K) before a (1, batch) M, so the points grow once the grid is narrow
+        shape = min(groups, key=lambda s: math.prod(np.broadcast_shapes(points, s)) * math.prod(
+            out.shape[ndim + k] for k in range(len(left)) if left[k] not in groups[s]))
+        axes = groups.pop(shape)
+        sizes = out.shape
+        strides = [math.prod(sizes[d + 1:]) for d in range(len(sizes))]
+        rest = [k for k in range(len(left)) if left[k] not in axes]
+        # flat index of each point's (lower) corner: its points' offset and the axes' lower indices
+        base: Any = sum((np.arange(n).reshape((n,) + (1,) * (ndim - d - 1)) * strides[d]
+                         for d, n in enumerate(points) if n > 1), start=0)
+        for axis in axes:
+            stride = strides[ndim + left.index(axis)]
+            base = base + (where[axis][0] * stride if stride > 1 else where[axis][0])
+        trail = (1,) * len(rest)
+        if rest:  # the grid axes still to read, after the points' axes
+            tail = sum((np.arange(sizes[ndim + k]).reshape((-1,) + (1,) * (len(rest) - r - 1))
+                        * strides[ndim + k] for r, k in enumerate(rest)), start=np.zeros((), np.intp))
+            base = base.reshape(base.shape + (1,) * len(rest)) + tail
+        steps = [(strides[ndim + left.index(axis)], where[axis][1].reshape(where[axis][1].shape + trail))
+                 for axis in axes]
+        out = _read(out.ravel(), base, steps, 0, 0)
+        points = tuple(np.broadcast_shapes(points, shape))
+        left = [left[k] for k in rest]
+    result: np.ndarray = out
+    return result
+
+
+def _read(flat: np.ndarray, base: np.ndarray, steps: list[tuple[int, np.ndarray]], offset: int,
+          a: int) -> np.ndarray:
+    """``interpolate``'s group of axes from the a-th on (steps: each axis's stride and weights),
+    one after another: lo + t (hi - lo), in place (two gathers and three passes an axis)."""
+    if a == len(steps):
+        gathered: np.ndarray = flat[base + offset if offset else base]
+        return gathered
+    stride, t = steps[a]
+    lo, hi = _read(flat, base, steps, offset, a + 1), _read(flat, base, steps, offset + stride, a + 1)
+    hi -= lo
+    hi *= t
+    hi += lo
+    return hi
 
 
 #: table id -> (the table, log of its envelope): a measured table has 35,816 points, and a sweep

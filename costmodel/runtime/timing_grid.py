@@ -11,9 +11,12 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
 - a product with one array among M, N, K (every linear: M = T forward and in dA, K = T in dB)
   reads the matmul table reduced to a curve over that axis, one ``np.interp`` in log space (the
   lookup is multilinear in log M, log N, log K, so fixing two axes first gives the same
-  values); two or three array axes read the reduced table's corners; above the curve's last
-  grid point (calibrate's M up to 1024, K up to 4096: most of a sweep's T) the value is a
-  number, so the interpolation and its exp run only at the points below (``_exp_interp``);
+  values; the number axes are read at their two grid points, ``grid_lookup.at_numbers``); two
+  or three array axes are interpolated separably, the axes of one shape together and the
+  (seq, 1) ones first (``grid_lookup.interpolate``); above the curve's last grid point
+  (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768: most of a
+  sweep's T) the value is a number, so the interpolation and its exp run only at the points
+  below, found once per array with their positions on the grid (``_exp_interp``);
 - each distinct lookup runs once per call (``GridRates._lookup``, keyed by the arrays'
   identity, then their values): a layer's linears share one T array, a weight's forward and
   backward products the same shapes in another order, two norms the same bytes; a
@@ -39,9 +42,9 @@ groups share once (``model._layer``), and the merge above then sees the same obj
 A program that sweeps at scale should first ask glibc to keep freed heap
 (``costmodel.measure.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
 of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at
-10,000 points). ``predict_grid`` does not do
-it itself: a library does not change its host process's allocator behind its back (nor under a
-calibration or a measurement running in the same process); bench/time_sweep_speed.py does.
+10,000 points). ``predict_grid`` does not do it itself: a library does not change its host
+process's allocator behind its back (nor under a calibration or a measurement running in the
+same process); bench/time_sweep_speed.py does.
 
 The times equal ``predict``'s point by point to 1e-12 (the float operations differ in order
 only: tests/test_timing_grid.py compares the two over every bundled spec, phase and kernel
@@ -73,7 +76,15 @@ from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES, Phase
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
 from costmodel.runtime.fused_moe import experts_share, moe_read
-from costmodel.runtime.grid_lookup import above, axis_weights, log_envelope, step, table_arrays
+from costmodel.runtime.grid_lookup import (
+    above,
+    at_numbers,
+    interpolate,
+    log_envelope,
+    positions,
+    step,
+    table_arrays,
+)
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
@@ -146,6 +157,7 @@ class GridRates:
         self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
                                 None) if fresh else None
         self._memo: dict[tuple[Any, ...], tuple[list[np.ndarray], Any]] = {}
+        self._envelopes: dict[int, tuple[np.ndarray, ...]] = {}
         self._by_value: dict[tuple[Any, ...], list[tuple[list[np.ndarray], Any]]] = {}
 
     # --- Rates --------------------------------------------------------------------------------
@@ -211,10 +223,39 @@ class GridRates:
             grid, log_s = self._memory_log
             return self._lookup("memory", (ops,), [moved], lambda: moved * self._exp_interp(
                 self._log(moved), grid + math.log(ops), log_s, ("memory", ops)))
-        per_op = moved / ops
-        rate = self._lookup("memory", (), [per_op], lambda: self.bandwidth * self._size_efficiency(
-            table.bytes, table.efficiency, table.interpolation, per_op, above=above(table)))
-        return moved / rate
+        if len(table.bytes) == 1:  # one size: its value everywhere, as ``_lookup`` holds it
+            return moved / (self.bandwidth * table.efficiency[0])
+        return self._lookup("memory", (ops,), [moved], lambda: self._memory_envelope(moved, ops))
+
+    def _memory_envelope(self, moved: np.ndarray, ops: int) -> np.ndarray:
+        """moved / (bandwidth x max(e(x), x above[i])) (x = moved / ops, i the grid points <= x:
+        ``efficiency._lookup``'s envelope) as the least of moved / (bandwidth e(x)) and a bigger
+        point's ops / (bandwidth above[i]); i found on the grid times ops (no pass for x)."""
+        table = self.eff.memory
+        points, per_byte, bigger, log_grid, log_s = self._envelope_arrays(ops)
+        i = np.searchsorted(points, moved, side="right")
+        if table.interpolation == "step":
+            t = moved * per_byte[i]
+        else:
+            t = moved * np.exp(np.interp(self._log(moved), log_grid, log_s))
+        out: np.ndarray = np.minimum(t, bigger[i], out=t)
+        return out
+
+    def _envelope_arrays(self, ops: int) -> tuple[np.ndarray, ...]:
+        """The memory table for `ops` ops (``_memory_envelope``): its grid x ops, seconds per byte
+        of each step (the first below the grid), ops / (bandwidth x above[i]) (inf: none
+        faster), the log grid x ops, log seconds per byte."""
+        hit = self._envelopes.get(ops)
+        if hit is None:
+            table, bw = self.eff.memory, self.bandwidth
+            e = table.efficiency
+            hit = self._envelopes[ops] = (
+                np.asarray(table.bytes, dtype=float) * ops,
+                np.asarray([1 / (bw * v) for v in (e[0], *e)]),
+                np.asarray([ops / (bw * r) if r else math.inf for r in table.above]),
+                np.log(np.asarray(table.bytes, dtype=float)) + math.log(ops),
+                -(np.log(np.asarray(e, dtype=float)) + math.log(bw)))
+        return hit
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
         # The bytes at the memory table's least efficiency bound the memory time from above:
@@ -319,6 +360,9 @@ class GridRates:
                     return float(hi)
                 if x.max() <= lo:
                     return float(lo)
+            if len(arrays) == 2 and x.size > 4 * (M.size + per.size) and M.min() > 0 and per.min() > 0:
+                # an outer product (seq x batch): its log is the sum of theirs, 200 logs, not 10,000
+                self._memo[("log", (), (id(x),))] = ([x], self._log(M) + self._log(per))
             return x
 
         return self._lookup("stack", numbers, arrays, stack)
@@ -343,31 +387,40 @@ class GridRates:
         self._memo[key] = (arrays, value)  # holds the arrays: their ids stay theirs
         return value
 
-    def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...]) -> Any:
+    def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...],
+                    shared: bool = False) -> Any:
         """exp(np.interp(lx, xp, fp)), interpolated only where lx is below xp's last point (`name`
         names xp): above it the value is exp(fp[-1]), a number, at most of a sweep's points (T =
-        B x S on calibrate's grids, M up to 1024 and K up to 4096). The points below are found
-        once per array and grid: a layer's linears share T."""
+        B x S on calibrate's grids, M up to 1024 and K up to 4096; on a measured GPU table, M up
+        to 32,768, about three quarters). The points below are found once per array and grid: a
+        layer's linears share T. `shared` (a product's T, read at several (N, K)): their
+        positions on the grid too, so each curve is two gathers, not a search."""
         def find() -> np.ndarray | None:  # None: interpolate everywhere
             if lx.max() < xp[-1]:  # a reduction: no boolean array
                 return None
             below = lx < xp[-1]
-            # gathering and scattering a quarter of the points costs about what np.interp and
-            # np.exp over all of them cost (10,000 points, bench/README.md)
-            return None if np.count_nonzero(below) > lx.size // 4 else np.flatnonzero(below)
+            # gathering and scattering half the points costs less than np.interp and np.exp
+            # over the other half (10,000 points, bench/README.md)
+            return None if np.count_nonzero(below) > lx.size // 2 else np.flatnonzero(below)
 
         below = self._lookup("below", name, [lx], find)
+        if below is not None and not below.size:
+            return math.exp(fp[-1])
+        if shared:
+            i, t = self._lookup("position", name, [lx], lambda: positions(
+                lx if below is None else lx.ravel()[below], xp))
+            values = np.exp(fp[i] + t * np.diff(fp)[i])
+        else:
+            values = np.exp(np.interp(lx if below is None else lx.ravel()[below], xp, fp))
         if below is None:
-            return np.exp(np.interp(lx, xp, fp))
-        top = math.exp(fp[-1])
-        if not below.size:
-            return top
-        out = np.full(lx.shape, top)
-        out.put(below, np.exp(np.interp(lx.take(below), xp, fp)))
+            return values
+        out = np.full(lx.shape, math.exp(fp[-1]))
+        out.ravel()[below] = values
         return out
 
-    def _log(self, x: np.ndarray) -> np.ndarray:
-        logs: np.ndarray = self._lookup("log", (), [x], lambda: np.log(np.maximum(x, 1e-300)))
+    def _log(self, x: np.ndarray) -> np.ndarray:  # a zero size (not run): the grid's first point
+        logs: np.ndarray = self._lookup("log", (), [x],
+                                        lambda: np.log(x if x.min() > 0 else np.maximum(x, 1e-300)))
         return logs
 
     def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> Any:
@@ -393,42 +446,20 @@ class GridRates:
         return self._lookup("mnk", numbers, arrays, lambda: self._matmul_seconds(M, N, K))
 
     def _matmul_seconds(self, M: Any, N: Any, K: Any) -> Any:
-        """1 / (peak x e(M, N, K)) of a MatmulTable: exp of the log table (-log(peak x e))
-        contracted with the interpolation weights of its number axes (and axes of one grid
-        point), in one einsum, then interpolated over the array axes."""
-        free = []  # (letter, log grid, log x) of the array axes
-        weights, letters = [], []
-        for letter, x, grid, log_grid in zip("mnk", (M, N, K), self._grids, self._axes, strict=True):
-            if _array(x) and len(grid) > 1:
-                free.append((letter, log_grid, self._log(x)))
-            else:
-                weights.append(axis_weights(grid, x))
-                letters.append(letter)
-        reduced = (np.einsum(f"mnk,{','.join(letters)}->{''.join(a for a, _, _ in free)}", self._log_table,
-                             *weights) if weights else self._log_table)
+        """1 / (peak x e(M, N, K)) of a MatmulTable: exp of the log table (-log(peak x e)) read
+        at its number axes (and axes of one grid point: ``at_numbers``), then interpolated over
+        the array axes (``interpolate``)."""
+        xs = tuple(None if _array(x) and len(g) > 1 else x
+                   for x, g in zip((M, N, K), self._grids, strict=True))
+        reduced = at_numbers(self._log_table, self._grids, xs)
+        free = [(letter, grid, self._log(x)) for letter, x, grid, n in
+                zip("mnk", (M, N, K), self._axes, xs, strict=True) if n is None]
         if not free:
             return np.exp(reduced)
         if len(free) == 1:
             letter, grid, lx = free[0]
-            return self._exp_interp(lx, grid, reduced, (letter,))
-        # corners: (i, t) per axis, from the fractional index np.interp gives
-        corners = []
-        for _, grid, lx in free:
-            f = np.interp(lx, grid, np.arange(len(grid), dtype=float))
-            i = np.minimum(f.astype(np.intp), len(grid) - 2)
-            corners.append((i, f - i))
-        flat, strides = reduced.ravel(), np.cumprod([1, *reduced.shape[:0:-1]])[::-1]
-        base = sum(i * s for (i, _), s in zip(corners, strides, strict=True))
-        total: Any = 0.0
-        for bits in range(2 ** len(free)):
-            w: Any = 1.0
-            offset = 0
-            for a, ((_, t), s) in enumerate(zip(corners, strides, strict=True)):
-                up = bits >> a & 1
-                w = w * (t if up else 1 - t)
-                offset += up * int(s)
-            total = total + w * flat.take(base + offset)
-        return np.exp(total)
+            return self._exp_interp(lx, grid, reduced, (letter,), shared=True)
+        return np.exp(interpolate(reduced, [(grid, lx) for _, grid, lx in free]))
 
     def _size_efficiency(self, grid: list[float], efficiency: list[float], interpolation: str,
                          x: Any, memo: bool = True, above: list[float] | None = None) -> Any:
@@ -451,11 +482,11 @@ class GridRates:
         points, steps, rates = table_arrays(tuple(grid), tuple(efficiency), tuple(above))
         i = np.searchsorted(points, x, side="right")
         if interpolation == "step":
-            e = steps.take(i)
+            e = steps[i]
         else:
             lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
             e = np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
-        bigger = x * rates.take(i)
+        bigger = x * rates[i]
         return np.maximum(e, bigger, out=bigger)
 
 
