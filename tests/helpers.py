@@ -102,3 +102,15 @@ def is_layer(path: str) -> bool:
     """A leaf of a layer of a stack, read off its path (``layers/...``, ``layers[local]/...``,
     ``decoder/layers/...``): the package asks its ``Key.layer``."""
     return any(part == "layers" or part.startswith("layers[") for part in path.split("/")[:-1])
+
+
+def phases_of(spec: Any) -> tuple[str, ...]:
+    """The phases `spec` runs: an encoder-only model generates nothing, so it has no decode."""
+    return ("prefill", "train") if spec.is_encoder else ("prefill", "decode", "train")
+
+
+def generating_names() -> list[str]:
+    """The bundled specs that decode (every one but the encoder-only models)."""
+    from costmodel import catalog
+
+    return [n for n in catalog.bundled_names() if not catalog.load(n).is_encoder]

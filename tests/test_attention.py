@@ -67,7 +67,7 @@ def test_window_on_an_encoder_decoder_is_one_line():
     assert result.output == ("error: t5-11b with window=4096, layer_pattern=[local], global_nope=null: "
                              "window: "
                              "sliding windows are supported for "
-                             "decoder-only models\n")
+                             "decoder-only and encoder-only models\n")
 
 
 def test_window_variants_of_a_local_global_spec():

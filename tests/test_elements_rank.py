@@ -35,7 +35,7 @@ def test_every_element_of_design_md_is_swapped():
     assert elements == {"norm", "norm position", "activation", "attention heads", "sliding window",
                         "embeddings", "block layout", "biases", "positions", "QK-norm",
                         "logit soft-capping", "z-loss", "dropout", "head scale", "logit scale",
-                        "chunked attention", "attention sinks"}
+                        "chunked attention", "attention sinks", "segments and embedding norm"}
 
 
 def test_attention_heads_matter_most_for_llama_2_7b():

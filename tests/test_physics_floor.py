@@ -28,7 +28,7 @@ from costmodel.devices.hardware import Hardware, load_hardware
 from costmodel.phases import PHASES
 from costmodel.runtime.serving import serve
 from costmodel.runtime.timing import Kernels, predict
-from tests.helpers import calibrated_profile
+from tests.helpers import calibrated_profile, generating_names, phases_of
 
 GPUS = sorted(p.stem for p in hardware.bundled_dir().glob("*.yaml"))
 #: No option, each flag alone, and all together.
@@ -100,7 +100,7 @@ def floor_of(row, r, a, hw: Hardware, kernels: Kernels) -> float:
 @pytest.mark.parametrize("name", catalog.bundled_names())
 def test_no_component_beats_physics_on_any_spec_phase_kernel_or_profile(name) -> None:
     spec = catalog.load(name)
-    for phase in PHASES:
+    for phase in phases_of(spec):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             a = analyze(spec, phase, batch=2, seq=min(24, spec.max_seq_len - 1))
@@ -349,7 +349,7 @@ def test_no_inference_run_gets_faster_on_any_spec(gpu) -> None:
     envelope); every GPU profile is held over 300 contexts x 15 batches through ``predict_grid``
     above."""
     hw = load_hardware(gpu)
-    for name in catalog.bundled_names():
+    for name in generating_names():  # serving needs a decode phase
         spec = catalog.load(name)
         prompt = min(2048, spec.max_seq_len - 256)
         with warnings.catch_warnings():

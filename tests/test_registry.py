@@ -99,7 +99,9 @@ def test_every_element_field_is_drawn_by_the_strategy():
     shorthand does, for the unions)."""
     seen: set[str] = set()
 
-    @settings(max_examples=300, deadline=None, database=None)
+    # derandomized: the same 300 draws every run (a random run missed rotary_fraction once in CI,
+    # since encoders and latent attention took share from RoPE's draws)
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
     @given(st.data())
     def collect(data: st.DataObject) -> None:
         seen.update(random_spec_data(data.draw))

@@ -14,6 +14,7 @@ import pytest
 
 from costmodel import analyze
 from costmodel.catalog import bundled_paths, load_spec
+from tests.helpers import phases_of
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 PATHS = bundled_paths()
@@ -21,7 +22,7 @@ PATHS = bundled_paths()
 
 def current(path: Path) -> dict:
     spec = load_spec(path)
-    return {phase: analyze(spec, phase, batch=1).to_dict() for phase in ("train", "prefill", "decode")}
+    return {phase: analyze(spec, phase, batch=1).to_dict() for phase in sorted(phases_of(spec), reverse=True)}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])

@@ -13,6 +13,7 @@ from costmodel.devices.efficiency import Efficiency, FirstTouchTable, MatmulTabl
 from costmodel.devices.hardware import Hardware, load_hardware
 from costmodel.runtime.timing import Kernels, predict
 from costmodel.spec import parse_spec
+from tests.helpers import phases_of
 
 TINY = """
 name: tiny
@@ -225,7 +226,7 @@ def test_a_profile_without_tables_falls_back_to_the_roofline_and_says_so() -> No
 def test_the_recorded_matmul_shapes_add_up_to_the_matmul_flops(name) -> None:
     """Each component's gemms (count x M x K x N) give exactly its matmul FLOPs, every phase."""
     spec = catalog.load(name)
-    for phase in ("prefill", "decode", "train"):
+    for phase in phases_of(spec):
         a = analyze(spec, phase, batch=3, seq=37)
         costs = model.components(spec, model.numeric_dims(spec, a.shape, 2))
         for path, cost in costs.items():

@@ -17,7 +17,7 @@ from costmodel import catalog
 from costmodel.analysis import AnalysisError, analyze
 from costmodel.devices.hardware import load_hardware
 from costmodel.runtime.timing import Kernels, predict
-from tests.helpers import CALIBRATE_GRID, calibrated_profile
+from tests.helpers import CALIBRATE_GRID, calibrated_profile, phases_of
 
 np = pytest.importorskip("numpy")
 from costmodel.runtime.timing_grid import predict_grid  # noqa: E402  (numpy first)
@@ -55,8 +55,8 @@ def shape_for(spec):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", catalog.bundled_names())
-@pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
+@pytest.mark.parametrize(("name", "phase"), [(n, ph) for n in catalog.bundled_names()
+                                             for ph in phases_of(catalog.load(n))])
 def test_the_grid_is_predict_on_every_spec(name, phase) -> None:
     """Each profile with a kernel option, every option in turn over the specs and phases."""
     spec = catalog.load(name)

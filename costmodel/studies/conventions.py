@@ -211,7 +211,7 @@ def paper_counts(spec: Spec, seq: int, names: tuple[str, ...] = PAPER_CONVENTION
     """Each named paper's count for `spec` at a training sequence of `seq` tokens."""
     # A mixture of experts: the papers' N is the parameters a token uses (the K of E experts),
     # as 6N is applied to sparse models, and their d_ff the active width (_ff).
-    exact_params = analyze(spec, "decode", seq=1).params_active(ActiveConvention.with_embedding)
+    exact_params = analyze(spec, "prefill", seq=1).params_active(ActiveConvention.with_embedding)
     out: list[PaperCount] = []
     for name in names:
         if spec.is_encoder_decoder:
