@@ -30,7 +30,9 @@ from costmodel.runtime.serving import serve
 from costmodel.runtime.timing import Kernels, predict
 from tests.helpers import calibrated_profile, generating_names, phases_of
 
-GPUS = sorted(p.stem for p in hardware.bundled_dir().glob("*.yaml"))
+ALL_GPUS = sorted(p.stem for p in hardware.bundled_dir().glob("*.yaml"))
+#: Those held here in bf16; the V100 has none (its fp16 is held in tests/test_op_classes.py).
+GPUS = [g for g in ALL_GPUS if g != "v100-sxm2"]
 #: No option, each flag alone, and all together.
 KERNELS = (Kernels(), Kernels(flash_attention=True), Kernels(fused=True), Kernels(fused_softmax=True),
            Kernels(fused_bias_dropout_add=True),
@@ -39,7 +41,8 @@ REL = 1e-12  # float rounding
 
 
 def test_every_bundled_gpu_profile_is_held() -> None:
-    assert GPUS == ["a100-80gb", "b200", "gb200", "h100-sxm", "h200", "l4", "mi300x", "mi325x", "rtx-4090"]
+    assert ALL_GPUS == ["a100-80gb", "b200", "gb200", "h100-sxm", "h200", "l4", "mi300x", "mi325x",
+                        "rtx-4090", "v100-sxm2"]
 
 
 def folded(key, kernels: Kernels) -> bool:

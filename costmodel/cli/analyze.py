@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -46,7 +46,13 @@ from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.report import tables as report
 from costmodel.runtime.on_device import analyze
 from costmodel.studies import conventions
-from costmodel.studies.conventions import ConventionName
+from costmodel.studies.conventions import ConventionName, ConventionRow
+
+if TYPE_CHECKING:
+    from costmodel.devices.hardware import Hardware
+    from costmodel.runtime.on_device import DeviceAnalysis
+    from costmodel.spec import Spec
+    from costmodel.studies.op_classes import ClassShares
 
 RoutingOpt = Annotated[Routing, typer.Option("--routing",
                                              help="Mixture of experts: the experts a sparse layer reads over "
@@ -79,6 +85,10 @@ def analyze_cmd(
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
     kernel_names: KernelsOpt = None,
+    by_class: Annotated[bool, typer.Option(
+        "--by-class", help="Also each phase's FLOPs, bytes and (with --hardware) predicted time by operator "
+        "class, each with its share: tensor contractions, statistical normalisations (softmax, norms), "
+        "element-wise (Ivanov et al. 2021; docs/op-classes.md).")] = False,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
     the roofline time of each phase and whether it is compute- or memory-bound. A spec with latent
@@ -120,6 +130,11 @@ def analyze_cmd(
         papers = conventions.selected([c.value for c in convention or []])
         train_seq = seq if seq is not None else default_seq(s, "train")
         paper_rows = conventions.compare_conventions(s, train_seq, papers) if papers else []
+        classes = []
+        if by_class:
+            from costmodel.studies.op_classes import phase_classes
+
+            classes = [phase_classes(a) for a in analyses]
         if hw:  # a shape that cannot fit gets one line on stderr
             from costmodel.runtime.memory import fit_warning
 
@@ -128,9 +143,19 @@ def analyze_cmd(
                                       mla_of(a.phase), precision)
                 if warning:
                     typer.echo(warning, err=True)
+    _emit(fmt, s, analyses, hw, phase is not None, paper_rows, train_seq, latent, classes)
+
+
+def _emit(fmt: Format, s: Spec, analyses: list[DeviceAnalysis], hw: Hardware | None, one_phase: bool,
+          paper_rows: list[ConventionRow], train_seq: int, latent: list[Any],
+          classes: list[ClassShares]) -> None:
+    """analyze's tables, JSON and CSV."""
+
     def data() -> dict[str, object]:
-        out: dict[str, object] = {"spec": s.name, "phases": {
-            a.phase: a.to_dict() for a in analyses}}  # each with its roofline when hw is given
+        phases = {a.phase: a.to_dict() for a in analyses}  # each with its roofline when hw is given
+        for c in classes:
+            phases[c.phase]["op_classes"] = c.to_dict()
+        out: dict[str, object] = {"spec": s.name, "phases": phases}
         if s.ignored_fields:  # a config's unknown fields, skipped (costmodel.hf)
             out["ignored_fields"] = list(s.ignored_fields)
         if paper_rows:
@@ -140,8 +165,12 @@ def analyze_cmd(
         return out
 
     tables = [report.params_table(analyses[0]), report.phases_table(analyses, hw)]
-    if phase:
+    if one_phase:
         tables.append(report.components_table(analyses[0]))
+    if classes:
+        from costmodel.report.op_classes import op_classes_table
+
+        tables.append(op_classes_table(classes))
     if paper_rows:
         # with compare and variants: kept out of plain analyze's start-up
         from costmodel.report import compare as compare_report

@@ -229,8 +229,8 @@ DtypeOpt = Annotated[Dtype, typer.Option("--dtype", help="Element type of weight
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", metavar="FORMAT",
                                            help="Output format: table, json, markdown, csv.")]
 HARDWARE_HELP = ("A device profile: a bundled name (a100-80gb, h100-sxm, h200, b200, gb200, l4, rtx-4090, "
-                 "mi300x, mi325x), `local` once `costmodel calibrate` has measured this machine, or a YAML "
-                 "file. See `costmodel hardware`.")
+                 "mi300x, mi325x, v100-sxm2), `local` once `costmodel calibrate` has measured this machine, "
+                 "or a YAML file. See `costmodel hardware`.")
 HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=HARDWARE_HELP)]
 WeightsDtypeOpt = Annotated[Optional[str], typer.Option(
     "--weights-dtype", help="Inference weights: fp32, bf16, fp16, fp8, int8, int4 (int8/int4: weight-only "
