@@ -324,7 +324,8 @@ def test_hardware_names_resolve(name: str) -> None:
 def test_hardware_name_suggests() -> None:
     # Issue 23: a prefix is not a name (it resolved silently, "h1" to h100-sxm); the closest are named.
     assert "did you mean a100-80gb" in fails("analyze", "llama-2-7b", "--hardware", "a100")
-    assert "did you mean h100-sxm?" in fails("analyze", "llama-2-7b", "--hardware", "h100-sxn")
+    # the closest first: h100-sxm one letter away, v100-sxm2 (issue 25's V100) two
+    assert "did you mean h100-sxm or v100-sxm2?" in fails("analyze", "llama-2-7b", "--hardware", "h100-sxn")
     assert "did you mean h100-sxm or h200" in fails("analyze", "llama-2-7b", "--hardware", "h")
 
 
