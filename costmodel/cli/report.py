@@ -7,7 +7,17 @@ from typing import Annotated
 import typer
 
 from costmodel import catalog
-from costmodel.cli.app import BatchOpt, Dtype, DtypeOpt, EncSeqOpt, HardwareOpt, SeqOpt, SpecArg, _user_errors, app
+from costmodel.cli.app import (
+    BatchOpt,
+    Dtype,
+    DtypeOpt,
+    EncSeqOpt,
+    HardwareOpt,
+    SeqOpt,
+    SpecArg,
+    _user_errors,
+    app,
+)
 from costmodel.devices.hardware import load_hardware
 
 

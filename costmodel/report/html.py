@@ -47,7 +47,7 @@ class Section:
     fmt: tuple[str, ...] = ()  # per column: "count", "flops", "bytes", "intensity", "s", "rate", "share"
 
 
-FORMATS = {
+FORMATS: dict[str, svg.Fmt] = {
     "count": lambda v: f"{int(v):,}", "flops": units.flops, "bytes": units.nbytes,
     "intensity": units.intensity, "s": units.seconds, "rate": lambda v: units.flops(v) + "/s",
     "share": lambda v: f"{100 * v:.2f}%",
@@ -151,8 +151,8 @@ def classes_section(a: DeviceAnalysis) -> Section:
     from costmodel.studies.op_classes import phase_classes
 
     c = phase_classes(a)
-    rows: list[tuple[Cell, ...]] = [(r.op_class.value, r.flops, r.flop_share, r.time_s or 0.0, r.time_share or 0.0)
-                                    for r in c.rows]
+    rows: list[tuple[Cell, ...]] = [
+        (r.op_class.value, r.flops, r.flop_share, r.time_s or 0.0, r.time_share or 0.0) for r in c.rows]
     chart = svg.paired_bars(f"FLOP share vs time share by operator class: {a.spec.name}, {a.phase} on "
                             f"{c.hardware}", [str(r[0]) for r in rows], ("FLOP share", "time share"),
                             [(float(r[2]), float(r[4])) for r in rows])
@@ -169,8 +169,9 @@ def roofline_section(a: DeviceAnalysis, hw: Hardware) -> Section:
     from costmodel.runtime.timing import predict
 
     pred = predict(a, hw, a.assumed_kernels)
-    rows: list[tuple[Cell, ...]] = [(r.path, r.flops, r.bytes, r.flops / r.bytes, r.time_s, r.flops / r.time_s)
-                                    for r in pred.rows if r.flops > 0 and r.bytes > 0 and r.time_s > 0]
+    rows: list[tuple[Cell, ...]] = [
+        (r.path, r.flops, r.bytes, r.flops / r.bytes, r.time_s, r.flops / r.time_s)
+        for r in pred.rows if r.flops > 0 and r.bytes > 0 and r.time_s > 0]
     peak, bw = hw.peak(a.dtype), hw.memory_bandwidth
     chart = svg.loglog(f"Per-component roofline: {a.spec.name}, {a.phase} on {hw.name} ({a.dtype})",
                        [(str(r[0]), float(r[3]), float(r[5])) for r in rows], "FLOP/B", "FLOP/s",
@@ -194,7 +195,8 @@ def memories(spec: Spec, analyses: Sequence[DeviceAnalysis], hw: Hardware | None
     for a in analyses:
         flash = kernels.KERNELS[kernels.resolve(None, hw, "train")].flash_attention
         mla = kernels.default_mla(hw)
-        run = Run(flash=flash, mla=mla) if PHASES[a.phase].training else Run(flash=flash, dtype=a.dtype, mla=mla)
+        training = PHASES[a.phase].training
+        run = Run(flash=flash, mla=mla) if training else Run(flash=flash, dtype=a.dtype, mla=mla)
         out.append(memory(spec, a.phase, a.batch, a.seq, a.enc_seq, run))
     return out
 

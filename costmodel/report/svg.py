@@ -30,7 +30,8 @@ def _open(width: float, height: float, title: str) -> list[str]:
     t = escape(title)
     return [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width:.0f}" height="{height:.0f}" '
             f'viewBox="0 0 {width:.0f} {height:.0f}" {FONT}>', f"<title>{t}</title>",
-            f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="13" font-weight="bold">{t}</text>']
+            f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="13" '
+            f'font-weight="bold">{t}</text>']
 
 
 def nice_ticks(top: float, most: int) -> list[float]:
@@ -121,7 +122,8 @@ def paired_bars(title: str, labels: Sequence[str], series: Sequence[str],
                "phase (%)</text>")
     for i, label in enumerate(labels):
         y = top_pad + i * group
-        out.append(f'<text x="{left - 6:.1f}" y="{y + group / 2 + 4:.1f}" text-anchor="end">{escape(label)}</text>')
+        out.append(f'<text x="{left - 6:.1f}" y="{y + group / 2 + 4:.1f}" text-anchor="end">'
+                   f"{escape(label)}</text>")
         for j, name in enumerate(series):
             v = values[i][j]
             w = max(v, 0) * plot_w
@@ -140,7 +142,8 @@ def paired_bars(title: str, labels: Sequence[str], series: Sequence[str],
 def _legend(names: Sequence[str], x0: float, y: float) -> list[str]:
     out, x = [], x0
     for j, name in enumerate(names):
-        out.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{PALETTE[j % len(PALETTE)]}"/>')
+        out.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" '
+                   f'fill="{PALETTE[j % len(PALETTE)]}"/>')
         out.append(f'<text x="{x + 14:.1f}" y="{y:.1f}">{escape(name)}</text>')
         x += 14 + _text_w(name) + 16
     return out
@@ -163,7 +166,8 @@ def stacked_bars(title: str, labels: Sequence[str], parts: Sequence[str], values
         x = left + t * scale
         out.append(f'<line x1="{x:.1f}" y1="{top_pad}" x2="{x:.1f}" y2="{y_axis}" stroke="#ddd"/>')
         out.append(f'<text x="{x:.1f}" y="{y_axis + 14}" text-anchor="middle">{escape(fmt(t))}</text>')
-    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{y_axis + 32}" text-anchor="middle">{escape(axis)}</text>')
+    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{y_axis + 32}" text-anchor="middle">'
+               f"{escape(axis)}</text>")
     for i, label in enumerate(labels):
         y = top_pad + i * row
         out.append(f'<text x="{left - 6:.1f}" y="{y + 19}" text-anchor="end">{escape(label)}</text>')
@@ -230,7 +234,8 @@ def loglog(title: str, points: Sequence[tuple[str, float, float]], x_unit: str, 
         if all(g >= max(_text_w(_decade(t, x_unit)) for t in xt) + 6 for g in gaps):
             break
     for t in xt:
-        out.append(f'<line x1="{px(t):.1f}" y1="{top_pad}" x2="{px(t):.1f}" y2="{top_pad + ph}" stroke="#eee"/>')
+        out.append(f'<line x1="{px(t):.1f}" y1="{top_pad}" x2="{px(t):.1f}" y2="{top_pad + ph}" '
+                   'stroke="#eee"/>')
         out.append(f'<text x="{px(t):.1f}" y="{top_pad + ph + 14}" text-anchor="middle">'
                    f"{escape(_decade(t, x_unit))}</text>")
     for most in range(12, 1, -1):  # y labels: 14 px apart at least
@@ -239,8 +244,10 @@ def loglog(title: str, points: Sequence[tuple[str, float, float]], x_unit: str, 
             break
     for t in yt:
         out.append(f'<line x1="{left}" y1="{py(t):.1f}" x2="{left + pw}" y2="{py(t):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" text-anchor="end">{escape(_decade(t, y_unit))}</text>')
-    out.append(f'<text x="{left + pw / 2:.1f}" y="{height - 12}" text-anchor="middle">{escape(x_axis)}</text>')
+        out.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" text-anchor="end">'
+                   f"{escape(_decade(t, y_unit))}</text>")
+    out.append(f'<text x="{left + pw / 2:.1f}" y="{height - 12}" text-anchor="middle">'
+               f"{escape(x_axis)}</text>")
     out.append(f'<text transform="translate(14 {top_pad + ph / 2:.1f}) rotate(-90)" text-anchor="middle">'
                f"{escape(y_axis)}</text>")
     if roof is not None:
@@ -254,6 +261,7 @@ def loglog(title: str, points: Sequence[tuple[str, float, float]], x_unit: str, 
     for label, x, y in points:
         out.append(f'<circle class="point" data-label="{escape(label)}" data-x="{x!r}" data-y="{y!r}" '
                    f'cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{PALETTE[0]}" fill-opacity="0.8">'
-                   f"<title>{escape(label)}: {x:.3g} {escape(x_unit)}, {y:.3g} {escape(y_unit)}</title></circle>")
+                   f"<title>{escape(label)}: {x:.3g} {escape(x_unit)}, {y:.3g} {escape(y_unit)}</title>"
+                   "</circle>")
     out.append("</svg>")
     return "\n".join(out)
