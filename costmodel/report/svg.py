@@ -202,12 +202,13 @@ def _decade(x: float, unit: str) -> str:
     return f"1e{e} {unit}"
 
 
-def loglog(title: str, points: Sequence[tuple[str, float, float]], x_unit: str, y_unit: str,
-           x_axis: str, y_axis: str, roof: tuple[float, float] | None = None, width: int = 760,
-           height: int = 460) -> str:
-    """Points (label, x, y) on log-log axes (x, y > 0); `roof`: (peak, bandwidth), the roofline
-    min(peak, bandwidth * x) drawn across the plot, and its ridge marked."""
-    left, right, top_pad, bottom = 78, 20, 30, 56
+def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: str, y_unit: str,
+           x_axis: str, y_axis: str, roof: tuple[float, float] | None = None, groups: Sequence[str] = (),
+           width: int = 760, height: int = 480) -> str:
+    """Points (label, x, y, group) on log-log axes (x, y > 0), coloured by group (`groups` names
+    them in a legend); `roof`: (peak, bandwidth), the roofline min(peak, bandwidth * x) drawn
+    across the plot, and its ridge marked."""
+    left, right, top_pad, bottom = 78, 20, 30, 74
     pw, ph = width - left - right, height - top_pad - bottom
     xs = [p[1] for p in points] or [1.0]
     ys = [p[2] for p in points] or [1.0]
@@ -246,7 +247,7 @@ def loglog(title: str, points: Sequence[tuple[str, float, float]], x_unit: str, 
         out.append(f'<line x1="{left}" y1="{py(t):.1f}" x2="{left + pw}" y2="{py(t):.1f}" stroke="#eee"/>')
         out.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" text-anchor="end">'
                    f"{escape(_decade(t, y_unit))}</text>")
-    out.append(f'<text x="{left + pw / 2:.1f}" y="{height - 12}" text-anchor="middle">'
+    out.append(f'<text x="{left + pw / 2:.1f}" y="{top_pad + ph + 32}" text-anchor="middle">'
                f"{escape(x_axis)}</text>")
     out.append(f'<text transform="translate(14 {top_pad + ph / 2:.1f}) rotate(-90)" text-anchor="middle">'
                f"{escape(y_axis)}</text>")
@@ -258,10 +259,12 @@ def loglog(title: str, points: Sequence[tuple[str, float, float]], x_unit: str, 
                    f'{px(x_hi):.1f},{py(peak):.1f}"/>')
         out.append(f'<text x="{px(ridge) + 4:.1f}" y="{py(peak) - 5:.1f}" fill="#D55E00">roof: ridge at '
                    f"{ridge:.3g} FLOP/B</text>")
-    for label, x, y in points:
+    for label, x, y, g in points:
         out.append(f'<circle class="point" data-label="{escape(label)}" data-x="{x!r}" data-y="{y!r}" '
-                   f'cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{PALETTE[0]}" fill-opacity="0.8">'
+                   f'data-group="{g}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" '
+                   f'fill="{PALETTE[g % len(PALETTE)]}" fill-opacity="0.8">'
                    f"<title>{escape(label)}: {x:.3g} {escape(x_unit)}, {y:.3g} {escape(y_unit)}</title>"
                    "</circle>")
+    out += _legend(groups, left, height - 10)
     out.append("</svg>")
     return "\n".join(out)
