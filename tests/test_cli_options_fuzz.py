@@ -56,6 +56,7 @@ BASE: dict[str, list[str]] = {
     "plan": ["gpt2-small", "--cluster", "dgx-h100", "--gpus", "8", "-G", "8"],
     "serve": ["llama-3-8b", "--cluster", "dgx-h100"], "clusters": [],
     "deploy": ["llama-3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--batch", "16,64"],
+    "report": ["gpt2-small", "-o", "{dir}/r.html"],
 }
 #: import-hf reads a config file: one written into the run's folder (``{dir}``).
 CONFIG = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
@@ -68,7 +69,8 @@ TEXT = ["", "x" * 300, "1,8,64", "0,1", "a,b", "gpt2-small", "llama-3-8b", "h100
         "local", "layers/attention", "seq=512:2048", "batch=1,8", "n_layers=4", "d_model=null", "train",
         "decode", "bf16", "fp8", "int4", "none", "full", "selective", "-", "{dir}/missing/x.png"]
 #: Values of options that name a file the command writes: into the run's folder, or nowhere.
-OUT_PATHS = ["{dir}/out.png", "{dir}/out.svg", "{dir}/out.yaml", "{dir}/out", "{dir}/missing/out.png", ""]
+OUT_PATHS = ["{dir}/out.png", "{dir}/out.svg", "{dir}/out.yaml", "{dir}/out.html", "{dir}/out",
+             "{dir}/missing/out.png", ""]
 FILE_OPTIONS = {"--plot", "--output", "-o"}
 
 
@@ -133,6 +135,8 @@ def settle(folder: Path, spec_files: bool) -> list[str]:
             bad.append(f"{f.name}: not a whole PNG")
         elif f.suffix == ".svg" and not data.rstrip().endswith(b"</svg>"):
             bad.append(f"{f.name}: not a whole SVG")
+        elif f.suffix == ".html" and not data.rstrip().endswith(b"</html>"):
+            bad.append(f"{f.name}: not a whole HTML page")
         elif f.suffix == ".yaml":
             try:
                 yaml.safe_load(data)

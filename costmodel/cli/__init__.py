@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "costmodel.cli.memory": ("memory", "fit"),
     "costmodel.cli.train": ("train", "plan", "serve", "clusters"),
     "costmodel.cli.deploy": ("deploy",),
+    "costmodel.cli.report": ("report",),
 }
 
 

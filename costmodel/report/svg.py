@@ -1,0 +1,270 @@
+"""SVG primitives for ``costmodel report``'s page, written as text (no plotting library, no
+JavaScript): horizontal bars, paired bars, stacked bars and a log-log scatter with a roof.
+
+Every chart is an ``<svg>`` with a ``<title>`` and a visible title saying what it shows and where,
+axes with ticks and units, and one element per datum carrying its value (``data-value``; bars
+``class="bar"``, stacked segments ``class="seg"``, points ``class="point"``), so a test (or a
+reader's tool) can count and read them. Tick labels are spaced by their estimated width: they
+never overlap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from html import escape
+
+Fmt = Callable[[float], str]
+
+#: Colour-blind-safe (Okabe and Ito 2008), in order of use.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+CHAR_W = 6.6  # px per character at the 11 px font used for labels (an upper estimate)
+FONT = 'font-family="sans-serif" font-size="11"'
+
+
+def _text_w(text: str) -> float:
+    return len(text) * CHAR_W
+
+
+def _open(width: float, height: float, title: str) -> list[str]:
+    t = escape(title)
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width:.0f}" height="{height:.0f}" '
+            f'viewBox="0 0 {width:.0f} {height:.0f}" {FONT}>', f"<title>{t}</title>",
+            f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="13" '
+            f'font-weight="bold">{t}</text>']
+
+
+def nice_ticks(top: float, most: int) -> list[float]:
+    """Ticks 0, s, 2s, ... covering [0, top], s a 1-2-5 step, at most `most` of them."""
+    if top <= 0:
+        return [0.0]
+    for k in range(-30, 30):
+        for m in (1, 2, 5):
+            step = m * 10.0 ** k
+            n = math.ceil(top / step - 1e-9)
+            if n + 1 <= max(most, 2):
+                return [i * step for i in range(n + 1)]
+    return [0.0, top]
+
+
+def log_ticks(lo: float, hi: float, most: int) -> list[float]:
+    """Powers of ten spanning [lo, hi], every k-th decade so that at most `most` are drawn."""
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    if b == a:
+        b += 1
+    k = max(1, math.ceil((b - a + 1) / max(most, 2)))
+    return [10.0 ** e for e in range(a, b + 1, k)]
+
+
+def _fits(labels: Sequence[str], span: float) -> bool:
+    """Labels evenly spread over `span` px, each centred on its tick, do not touch."""
+    if len(labels) < 2:
+        return True
+    gap = span / (len(labels) - 1)
+    return all((_text_w(x) + _text_w(y)) / 2 + 6 <= gap for x, y in zip(labels, labels[1:], strict=False))
+
+
+def _linear_axis(top: float, span: float, fmt: Fmt) -> list[float]:
+    for most in range(8, 1, -1):
+        ticks = nice_ticks(top, most)
+        if _fits([fmt(t) for t in ticks], span):
+            return ticks
+    return [0.0, nice_ticks(top, 2)[-1]]
+
+
+def hbars(title: str, labels: Sequence[str], values: Sequence[float], fmt: Fmt, axis: str,
+          width: int = 760) -> str:
+    """One horizontal bar per label, on a linear axis from 0 labelled `axis` (its unit)."""
+    left = min(max(_text_w(x) for x in labels) + 12, width * 0.45) if labels else 60
+    row, top_pad = 22, 30
+    plot_w = width - left - 90
+    height = top_pad + row * len(labels) + 48
+    ticks = _linear_axis(max(values, default=0) or 1, plot_w, fmt)
+    scale = plot_w / (ticks[-1] or 1)
+    out = _open(width, height, title)
+    y_axis = top_pad + row * len(labels)
+    for t in ticks:
+        x = left + t * scale
+        out.append(f'<line x1="{x:.1f}" y1="{top_pad}" x2="{x:.1f}" y2="{y_axis}" stroke="#ddd"/>')
+        out.append(f'<text x="{x:.1f}" y="{y_axis + 14}" text-anchor="middle">{escape(fmt(t))}</text>')
+    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{y_axis + 32}" text-anchor="middle">'
+               f'{escape(axis)}</text>')
+    for i, (label, v) in enumerate(zip(labels, values, strict=True)):
+        y = top_pad + i * row
+        w = max(v, 0) * scale
+        out.append(f'<text x="{left - 6:.1f}" y="{y + 15}" text-anchor="end">{escape(label)}</text>')
+        out.append(f'<rect class="bar" data-label="{escape(label)}" data-value="{v!r}" x="{left:.1f}" '
+                   f'y="{y + 4}" width="{w:.2f}" height="{row - 8}" fill="{PALETTE[0]}">'
+                   f"<title>{escape(label)}: {escape(fmt(v))}</title></rect>")
+        out.append(f'<text x="{left + w + 4:.1f}" y="{y + 15}">{escape(fmt(v))}</text>')
+    out.append(f'<line x1="{left:.1f}" y1="{top_pad}" x2="{left:.1f}" y2="{y_axis}" stroke="#333"/>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def paired_bars(title: str, labels: Sequence[str], series: Sequence[str],
+                values: Sequence[Sequence[float]], width: int = 760) -> str:
+    """Shares (0 to 1) per label, one bar per series side by side: FLOP share against time share."""
+    left = min(max(_text_w(x) for x in labels) + 12, width * 0.45) if labels else 60
+    group = 14 * len(series) + 14
+    top_pad = 30
+    plot_w = width - left - 70
+    height = top_pad + group * len(labels) + 48 + 18
+    fmt: Fmt = lambda x: f"{100 * x:.0f}%"  # noqa: E731
+    ticks = _linear_axis(1.0, plot_w, fmt)
+    y_axis = top_pad + group * len(labels)
+    out = _open(width, height, title)
+    for t in ticks:
+        x = left + t * plot_w
+        out.append(f'<line x1="{x:.1f}" y1="{top_pad}" x2="{x:.1f}" y2="{y_axis}" stroke="#ddd"/>')
+        out.append(f'<text x="{x:.1f}" y="{y_axis + 14}" text-anchor="middle">{fmt(t)}</text>')
+    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{y_axis + 32}" text-anchor="middle">share of the '
+               "phase (%)</text>")
+    for i, label in enumerate(labels):
+        y = top_pad + i * group
+        out.append(f'<text x="{left - 6:.1f}" y="{y + group / 2 + 4:.1f}" text-anchor="end">'
+                   f"{escape(label)}</text>")
+        for j, name in enumerate(series):
+            v = values[i][j]
+            w = max(v, 0) * plot_w
+            by = y + 7 + 14 * j
+            out.append(f'<rect class="bar" data-label="{escape(label)}" data-series="{escape(name)}" '
+                       f'data-value="{v!r}" x="{left:.1f}" y="{by}" width="{w:.2f}" height="12" '
+                       f'fill="{PALETTE[j % len(PALETTE)]}"><title>{escape(label)}, {escape(name)}: '
+                       f"{100 * v:.2f}%</title></rect>")
+            out.append(f'<text x="{left + w + 4:.1f}" y="{by + 10}">{100 * v:.2f}%</text>')
+    out.append(f'<line x1="{left:.1f}" y1="{top_pad}" x2="{left:.1f}" y2="{y_axis}" stroke="#333"/>')
+    out += _legend(series, left, height - 12)
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _legend(names: Sequence[str], x0: float, y: float) -> list[str]:
+    out, x = [], x0
+    for j, name in enumerate(names):
+        out.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" '
+                   f'fill="{PALETTE[j % len(PALETTE)]}"/>')
+        out.append(f'<text x="{x + 14:.1f}" y="{y:.1f}">{escape(name)}</text>')
+        x += 14 + _text_w(name) + 16
+    return out
+
+
+def stacked_bars(title: str, labels: Sequence[str], parts: Sequence[str], values: Sequence[Sequence[float]],
+                 fmt: Fmt, axis: str, limit: tuple[str, float] | None = None, width: int = 760) -> str:
+    """One horizontal bar per label, stacked from `parts` (zero parts drawn as nothing, still
+    listed in the table); `limit`: a named vertical line (a device's memory)."""
+    left = min(max(_text_w(x) for x in labels) + 12, width * 0.45) if labels else 60
+    row, top_pad = 30, 30
+    plot_w = width - left - 90
+    height = top_pad + row * len(labels) + 48 + 18
+    top = max([sum(v) for v in values] + ([limit[1]] if limit else []), default=1) or 1
+    ticks = _linear_axis(top, plot_w, fmt)
+    scale = plot_w / (ticks[-1] or 1)
+    y_axis = top_pad + row * len(labels)
+    out = _open(width, height, title)
+    for t in ticks:
+        x = left + t * scale
+        out.append(f'<line x1="{x:.1f}" y1="{top_pad}" x2="{x:.1f}" y2="{y_axis}" stroke="#ddd"/>')
+        out.append(f'<text x="{x:.1f}" y="{y_axis + 14}" text-anchor="middle">{escape(fmt(t))}</text>')
+    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{y_axis + 32}" text-anchor="middle">'
+               f"{escape(axis)}</text>")
+    for i, label in enumerate(labels):
+        y = top_pad + i * row
+        out.append(f'<text x="{left - 6:.1f}" y="{y + 19}" text-anchor="end">{escape(label)}</text>')
+        x = left
+        for j, name in enumerate(parts):
+            v = values[i][j]
+            w = max(v, 0) * scale
+            out.append(f'<rect class="seg" data-label="{escape(label)}" data-series="{escape(name)}" '
+                       f'data-value="{v!r}" x="{x:.2f}" y="{y + 5}" width="{w:.2f}" height="{row - 10}" '
+                       f'fill="{PALETTE[j % len(PALETTE)]}"><title>{escape(label)}, {escape(name)}: '
+                       f"{escape(fmt(v))}</title></rect>")
+            x += w
+        out.append(f'<text x="{x + 4:.1f}" y="{y + 19}">{escape(fmt(sum(values[i])))}</text>')
+    if limit is not None:
+        x = left + limit[1] * scale
+        out.append(f'<line x1="{x:.1f}" y1="{top_pad - 4}" x2="{x:.1f}" y2="{y_axis}" stroke="#D55E00" '
+                   'stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{x - 4:.1f}" y="{top_pad - 6}" text-anchor="end" fill="#D55E00">'
+                   f"{escape(limit[0])}</text>")
+    out.append(f'<line x1="{left:.1f}" y1="{top_pad}" x2="{left:.1f}" y2="{y_axis}" stroke="#333"/>')
+    out += _legend(parts, left, height - 8)
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _decade(x: float, unit: str) -> str:
+    e = round(math.log10(x))
+    prefixes = {-3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+    base = 3 * math.floor(e / 3)
+    if base in prefixes:
+        return f"{10 ** (e - base)} {prefixes[base]}{unit}".replace("  ", " ")
+    return f"1e{e} {unit}"
+
+
+def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: str, y_unit: str,
+           x_axis: str, y_axis: str, roof: tuple[float, float] | None = None, groups: Sequence[str] = (),
+           width: int = 760, height: int = 480) -> str:
+    """Points (label, x, y, group) on log-log axes (x, y > 0), coloured by group (`groups` names
+    them in a legend); `roof`: (peak, bandwidth), the roofline min(peak, bandwidth * x) drawn
+    across the plot, and its ridge marked."""
+    left, right, top_pad, bottom = 78, 20, 30, 74
+    pw, ph = width - left - right, height - top_pad - bottom
+    xs = [p[1] for p in points] or [1.0]
+    ys = [p[2] for p in points] or [1.0]
+    x_lo, x_hi = min(xs) / 2, max(xs) * 2
+    y_lo, y_hi = min(ys) / 2, max(ys) * 2
+    if roof is not None:
+        peak, bw = roof
+        x_lo, x_hi = min(x_lo, peak / bw / 4), max(x_hi, peak / bw * 4)
+        y_hi = max(y_hi, peak * 2)
+        y_lo = min(y_lo, bw * x_lo)
+    lx0, lx1, ly0, ly1 = (math.log10(v) for v in (x_lo, x_hi, y_lo, y_hi))
+
+    def px(x: float) -> float:
+        return left + (math.log10(x) - lx0) / (lx1 - lx0) * pw
+
+    def py(y: float) -> float:
+        return top_pad + ph - (math.log10(y) - ly0) / (ly1 - ly0) * ph
+
+    out = _open(width, height, title)
+    out.append(f'<rect x="{left}" y="{top_pad}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>')
+    for most in range(12, 1, -1):  # x tick labels spaced by their width
+        xt = [t for t in log_ticks(x_lo, x_hi, most) if x_lo <= t <= x_hi]
+        gaps = [px(b) - px(a) for a, b in zip(xt, xt[1:], strict=False)]
+        if all(g >= max(_text_w(_decade(t, x_unit)) for t in xt) + 6 for g in gaps):
+            break
+    for t in xt:
+        out.append(f'<line x1="{px(t):.1f}" y1="{top_pad}" x2="{px(t):.1f}" y2="{top_pad + ph}" '
+                   'stroke="#eee"/>')
+        out.append(f'<text x="{px(t):.1f}" y="{top_pad + ph + 14}" text-anchor="middle">'
+                   f"{escape(_decade(t, x_unit))}</text>")
+    for most in range(12, 1, -1):  # y labels: 14 px apart at least
+        yt = [t for t in log_ticks(y_lo, y_hi, most) if y_lo <= t <= y_hi]
+        if all(py(a) - py(b) >= 16 for a, b in zip(yt, yt[1:], strict=False)):
+            break
+    for t in yt:
+        out.append(f'<line x1="{left}" y1="{py(t):.1f}" x2="{left + pw}" y2="{py(t):.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" text-anchor="end">'
+                   f"{escape(_decade(t, y_unit))}</text>")
+    out.append(f'<text x="{left + pw / 2:.1f}" y="{top_pad + ph + 32}" text-anchor="middle">'
+               f"{escape(x_axis)}</text>")
+    out.append(f'<text transform="translate(14 {top_pad + ph / 2:.1f}) rotate(-90)" text-anchor="middle">'
+               f"{escape(y_axis)}</text>")
+    if roof is not None:
+        peak, bw = roof
+        ridge = peak / bw
+        out.append(f'<polyline class="roof" fill="none" stroke="#D55E00" stroke-width="2" points="'
+                   f'{px(x_lo):.1f},{py(bw * x_lo):.1f} {px(ridge):.1f},{py(peak):.1f} '
+                   f'{px(x_hi):.1f},{py(peak):.1f}"/>')
+        out.append(f'<text x="{px(ridge) + 4:.1f}" y="{py(peak) - 5:.1f}" fill="#D55E00">roof: ridge at '
+                   f"{ridge:.3g} FLOP/B</text>")
+    for label, x, y, g in points:
+        out.append(f'<circle class="point" data-label="{escape(label)}" data-x="{x!r}" data-y="{y!r}" '
+                   f'data-group="{g}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" '
+                   f'fill="{PALETTE[g % len(PALETTE)]}" fill-opacity="0.8">'
+                   f"<title>{escape(label)}: {x:.3g} {escape(x_unit)}, {y:.3g} {escape(y_unit)}</title>"
+                   "</circle>")
+    out += _legend(groups, left, height - 10)
+    out.append("</svg>")
+    return "\n".join(out)
