@@ -154,7 +154,7 @@ def stacked_bars(title: str, labels: Sequence[str], parts: Sequence[str], values
     """One horizontal bar per label, stacked from `parts` (zero parts drawn as nothing, still
     listed in the table); `limit`: a named vertical line (a device's memory)."""
     left = min(max(_text_w(x) for x in labels) + 12, width * 0.45) if labels else 60
-    row, top_pad = 30, 30
+    row, top_pad = 30, 30 if limit is None else 44  # room for the line's name below the title
     plot_w = width - left - 90
     height = top_pad + row * len(labels) + 48 + 18
     top = max([sum(v) for v in values] + ([limit[1]] if limit else []), default=1) or 1
@@ -208,7 +208,7 @@ def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: 
     """Points (label, x, y, group) on log-log axes (x, y > 0), coloured by group (`groups` names
     them in a legend); `roof`: (peak, bandwidth), the roofline min(peak, bandwidth * x) drawn
     across the plot, and its ridge marked."""
-    left, right, top_pad, bottom = 78, 20, 30, 74
+    left, right, top_pad, bottom = 96, 20, 30, 74  # the y tick labels clear of the rotated axis name
     pw, ph = width - left - right, height - top_pad - bottom
     xs = [p[1] for p in points] or [1.0]
     ys = [p[2] for p in points] or [1.0]
@@ -257,8 +257,9 @@ def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: 
         out.append(f'<polyline class="roof" fill="none" stroke="#D55E00" stroke-width="2" points="'
                    f'{px(x_lo):.1f},{py(bw * x_lo):.1f} {px(ridge):.1f},{py(peak):.1f} '
                    f'{px(x_hi):.1f},{py(peak):.1f}"/>')
-        out.append(f'<text x="{px(ridge) + 4:.1f}" y="{py(peak) - 5:.1f}" fill="#D55E00">roof: ridge at '
-                   f"{ridge:.3g} FLOP/B</text>")
+        # left of the ridge, above the sloped roof: never past the plot's right edge
+        out.append(f'<text x="{px(ridge) - 4:.1f}" y="{py(peak) - 5:.1f}" text-anchor="end" fill="#D55E00">'
+                   f"roof: ridge at {ridge:.3g} FLOP/B</text>")
     for label, x, y, g in points:
         out.append(f'<circle class="point" data-label="{escape(label)}" data-x="{x!r}" data-y="{y!r}" '
                    f'data-group="{g}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" '

@@ -1,0 +1,61 @@
+"""The report as a person sees it: rendered by headless Chromium (Debian's `chromium`, installed
+by .ci/run), no console message, every section drawn (a screenshot per section with ink on it),
+and the DOM Chromium builds holding every chart's data. The screenshots are kept where
+``COSTMODEL_ARTIFACTS`` points (CI: ci-artifacts/report/), else in the test's folder.
+
+Without Chromium on PATH the test says so and skips (CI installs it, so it runs there)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from costmodel import catalog
+from costmodel.devices.hardware import load_hardware
+from costmodel.report import html as report_html
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (.ci/run installs it)")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    return subprocess.run([CHROMIUM, *FLAGS, *args], capture_output=True, text=True, timeout=60, check=True)
+
+
+def ink(png: Path) -> float:
+    """The share of a screenshot's pixels that are not white."""
+    from matplotlib.image import imread
+
+    pixels = imread(png)[..., :3]
+    return float((pixels.min(axis=-1) < 0.95).mean())
+
+
+def test_every_section_renders_in_chromium(tmp_path: Path) -> None:
+    spec, hw = catalog.load("llama-3-8b"), load_hardware("h100-sxm")
+    parts = report_html.sections(spec, hw)
+    out = Path(os.environ.get("COSTMODEL_ARTIFACTS") or tmp_path) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    whole = out / "llama-3-8b.html"
+    whole.write_text(report_html.page(spec, parts))
+
+    logged = chromium("--enable-logging=stderr", "--v=0", "--dump-dom", whole.as_uri())
+    assert "CONSOLE" not in logged.stderr  # the page runs no script and logs nothing
+    dom = logged.stdout
+    for s in parts:
+        assert f'id="{s.id}"' in dom, s.id
+    # every chart's marks made it into the rendered DOM: bars, segments and points with their data
+    marks = sum(dom.count(f'class="{c}"') for c in ("bar", "seg", "point"))
+    assert marks >= sum(len(s.rows) for s in parts if s.chart)
+
+    for s in parts:  # one screenshot a section, each with something drawn on it
+        one = out / f"{s.id}.html"
+        one.write_text(report_html.page(spec, [s]))
+        png = out / f"{s.id}.png"
+        chromium("--window-size=1000,900", f"--screenshot={png}", one.as_uri())
+        assert ink(png) > 0.01, (s.id, ink(png))
