@@ -37,7 +37,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -382,6 +382,24 @@ def _stats_cells(s: Stats) -> list[str]:
     return [str(s.points), str(s.inside), _pct(s.median), _pct(s.p90), f"{s.worst:.2f}x"]
 
 
+def _against_table(rows_of: Callable[[str], Iterable[Any]]) -> str:
+    """The holdout table: each GPU's rows against another framework, with the same-shape column."""
+    return _table(
+        ["GPU", "op class", "measured by", "points", "inside", "median", "p90", "worst", "same shape",
+         "target met"],
+        [[r.gpu, r.op, r.against, *_stats_cells(r.stats),
+          f"{_pct(r.same.median)} / {r.same.worst:.2f}x ({r.same.points})" if r.same else "-",
+          _met(r.stats, r.op)]
+         for gpu in GPUS for r in rows_of(gpu)])
+
+
+def _left_out_table(rows_of: Callable[[str], Iterable[Any]]) -> str:
+    """The left-out table: each GPU's rows predicted from the table rebuilt without them."""
+    return _table(["GPU", "op class", "left out", "points", "inside", "median", "p90", "worst", "target met"],
+                  [[r.gpu, r.op, r.against, *_stats_cells(r.stats), _met(r.stats, r.op)]
+                   for gpu in GPUS for r in rows_of(gpu)])
+
+
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
@@ -410,44 +428,16 @@ def markdown() -> str:
         "Median, p90: |predicted / measured - 1|; worst: the larger of the ratio and its inverse. "
         "*Same shape*: median and worst between the two frameworks' own measurements where the "
         "table measured the very shape (points), no lookup involved. Target met: median / worst.\n",
-        _table(
-            ["GPU", "op class", "measured by", "points", "inside", "median", "p90", "worst", "same shape",
-             "target met"],
-            [
-                [r.gpu, r.op, r.against, *_stats_cells(r.stats),
-                 f"{_pct(r.same.median)} / {r.same.worst:.2f}x ({r.same.points})" if r.same else "-",
-                 _met(r.stats, r.op)]
-                for gpu in GPUS
-                for r in against_framework(gpu)
-            ],
-        ),
+        _against_table(against_framework),
         "\n### Left out of the table (the framework's own data)\n",
-        _table(
-            ["GPU", "op class", "left out", "points", "inside", "median", "p90", "worst", "target met"],
-            [[r.gpu, r.op, r.against, *_stats_cells(r.stats), _met(r.stats, r.op)]
-             for gpu in GPUS for r in left_out(gpu)],
-        ),
+        _left_out_table(left_out),
         "\n### MoE layers and latent attention\n",
         "`moe.json`: a MoE layer's routed experts as one measured kernel (vLLM's `fused_experts`); "
         "`mla.json`: latent attention's core (SGLang's; TRT-LLM's on A100). Against another "
         "framework (holdout.json), as above:\n",
-        _table(
-            ["GPU", "op class", "measured by", "points", "inside", "median", "p90", "worst", "same shape",
-             "target met"],
-            [
-                [r.gpu, r.op, r.against, *_stats_cells(r.stats),
-                 f"{_pct(r.same.median)} / {r.same.worst:.2f}x ({r.same.points})" if r.same else "-",
-                 _met(r.stats, r.op)]
-                for gpu in GPUS
-                for r in against_framework(gpu, SPARSE_OPS)
-            ],
-        ),
+        _against_table(lambda gpu: against_framework(gpu, SPARSE_OPS)),
         "\nLeft out of the table:\n",
-        _table(
-            ["GPU", "op class", "left out", "points", "inside", "median", "p90", "worst", "target met"],
-            [[r.gpu, r.op, r.against, *_stats_cells(r.stats), _met(r.stats, r.op)]
-             for gpu in GPUS for r in left_out_sparse(gpu)],
-        ),
+        _left_out_table(left_out_sparse),
         "\n### The GEMMs the model asks for\n",
         "Linear products of one step (`Cost.gemms`, the attention core left out), bf16; calls "
         "counted with their multiplicity (layers, heads of a batched product). h200's and b200's "

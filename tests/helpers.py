@@ -104,13 +104,10 @@ def is_layer(path: str) -> bool:
     return any(part == "layers" or part.startswith("layers[") for part in path.split("/")[:-1])
 
 
-def phases_of(spec: Any) -> tuple[str, ...]:
-    """The phases `spec` runs: an encoder-only model generates nothing, so it has no decode."""
-    return ("prefill", "train") if spec.is_encoder else ("prefill", "decode", "train")
-
 
 def generating_names() -> list[str]:
     """The bundled specs that decode (every one but the encoder-only models)."""
     from costmodel import catalog
+    from costmodel.analysis import phases_of
 
-    return [n for n in catalog.bundled_names() if not catalog.load(n).is_encoder]
+    return [n for n in catalog.bundled_names() if "decode" in phases_of(catalog.load(n))]

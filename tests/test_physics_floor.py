@@ -20,7 +20,7 @@ import warnings
 import pytest
 
 from costmodel import catalog
-from costmodel.analysis import analyze
+from costmodel.analysis import analyze, phases_of
 from costmodel.components.key import Role
 from costmodel.devices import hardware
 from costmodel.devices.efficiency import FlopsTable, MatmulTable, MemoryTable
@@ -28,7 +28,7 @@ from costmodel.devices.hardware import Hardware, load_hardware
 from costmodel.phases import PHASES
 from costmodel.runtime.serving import serve
 from costmodel.runtime.timing import Kernels, predict
-from tests.helpers import calibrated_profile, generating_names, phases_of
+from tests.helpers import calibrated_profile, generating_names
 
 ALL_GPUS = sorted(p.stem for p in hardware.bundled_dir().glob("*.yaml"))
 #: Those held here in bf16; the V100 has none (its fp16 is held in tests/test_op_classes.py).

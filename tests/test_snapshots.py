@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from costmodel import analyze
+from costmodel.analysis import phases_of
 from costmodel.catalog import bundled_paths, load_spec
-from tests.helpers import phases_of
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 PATHS = bundled_paths()
@@ -22,7 +22,7 @@ PATHS = bundled_paths()
 
 def current(path: Path) -> dict:
     spec = load_spec(path)
-    return {phase: analyze(spec, phase, batch=1).to_dict() for phase in sorted(phases_of(spec), reverse=True)}
+    return {phase: analyze(spec, phase, batch=1).to_dict() for phase in phases_of(spec)}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])

@@ -8,12 +8,11 @@ import math
 import pytest
 
 from costmodel import catalog, model
-from costmodel.analysis import analyze
+from costmodel.analysis import analyze, phases_of
 from costmodel.devices.efficiency import Efficiency, FirstTouchTable, MatmulTable, MemoryTable
 from costmodel.devices.hardware import Hardware, load_hardware
 from costmodel.runtime.timing import Kernels, predict
 from costmodel.spec import parse_spec
-from tests.helpers import phases_of
 
 TINY = """
 name: tiny

@@ -14,10 +14,10 @@ import warnings
 import pytest
 
 from costmodel import catalog
-from costmodel.analysis import AnalysisError, analyze
+from costmodel.analysis import AnalysisError, analyze, phases_of
 from costmodel.devices.hardware import load_hardware
 from costmodel.runtime.timing import Kernels, predict
-from tests.helpers import CALIBRATE_GRID, calibrated_profile, phases_of
+from tests.helpers import CALIBRATE_GRID, calibrated_profile
 
 np = pytest.importorskip("numpy")
 from costmodel.runtime.timing_grid import predict_grid  # noqa: E402  (numpy first)

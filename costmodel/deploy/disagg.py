@@ -65,6 +65,7 @@ from costmodel.deploy.search import (
     pareto,
     rank,
     search,
+    served,
 )
 from costmodel.deploy.step import StepTimes
 from costmodel.deploy.workload import Workload, fixed
@@ -160,11 +161,7 @@ class Disaggregated:
             "gpus": self.gpus, "running_per_decode_engine": self.running, "stable": self.stable,
             "meets_targets": self.meets, "bound": self.bound, "requests_per_s": _num(self.requests_per_s),
             "kv_transfer_s": _num(self.transfer_s), "kv_link": self.link,
-            "ttft_s": {f"p{q}": _num(v) for q, v in self.ttft.items()} | {"mean": _num(self.ttft_mean)},
-            "tpot_s": {f"p{q}": _num(v) for q, v in self.tpot.items()} | {"mean": _num(self.tpot_mean)},
-            "output_tokens_per_s_per_gpu": _num(self.tokens_per_s_per_gpu),
-            "output_tokens_per_s_per_user": _num(self.tokens_per_s_per_user),
-            "cost_per_million_output_tokens": self.cost_per_million,
+            **served(self),
         }
 
 

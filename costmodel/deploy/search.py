@@ -88,6 +88,18 @@ def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+def served(d: Any) -> dict[str, Any]:
+    """What a deployment serves, in JSON (aggregated or disaggregated alike): its latencies at each
+    percentile and mean, tokens/s per GPU and per user, the cost (None where overloaded)."""
+    return {
+        "ttft_s": {f"p{q}": _num(v) for q, v in d.ttft.items()} | {"mean": _num(d.ttft_mean)},
+        "tpot_s": {f"p{q}": _num(v) for q, v in d.tpot.items()} | {"mean": _num(d.tpot_mean)},
+        "output_tokens_per_s_per_gpu": _num(d.tokens_per_s_per_gpu),
+        "output_tokens_per_s_per_user": _num(d.tokens_per_s_per_user),
+        "cost_per_million_output_tokens": d.cost_per_million,
+    }
+
+
 class Ranked(Protocol):
     """What the ranking, the front and the tables read of a deployment: aggregated
     (``Deployment``) or disaggregated (``deploy.disagg.Disaggregated``)."""
@@ -166,11 +178,7 @@ class Deployment:
             "max_batch": self.max_batch, "max_num_tokens": self.max_tokens,
             "concurrency_per_engine": self.concurrency, "running_per_engine": self.running,
             "stable": self.stable, "meets_targets": self.meets,
-            "ttft_s": {f"p{q}": _num(v) for q, v in self.ttft.items()} | {"mean": _num(self.ttft_mean)},
-            "tpot_s": {f"p{q}": _num(v) for q, v in self.tpot.items()} | {"mean": _num(self.tpot_mean)},
-            "output_tokens_per_s_per_gpu": _num(self.tokens_per_s_per_gpu),
-            "output_tokens_per_s_per_user": _num(self.tokens_per_s_per_user),
-            "cost_per_million_output_tokens": self.cost_per_million,
+            **served(self),
             "memory_per_gpu": self.memory.to_dict(),
             **({"experts": self.placement.to_dict()} if self.placement is not None else {}),
         }

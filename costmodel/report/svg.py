@@ -72,23 +72,35 @@ def _linear_axis(top: float, span: float, fmt: Fmt) -> list[float]:
     return [0.0, nice_ticks(top, 2)[-1]]
 
 
+def _label_margin(labels: Sequence[str], width: int) -> float:
+    """The left margin that holds the longest row label (at most 45% of the chart)."""
+    return min(max(_text_w(x) for x in labels) + 12, width * 0.45) if labels else 60
+
+
+def _x_axis(ticks: Sequence[float], left: float, scale: float, top: float, bottom: float, fmt: Fmt,
+            name: str, width: float) -> list[str]:
+    """A linear x axis under horizontal bars: a grid line and label per tick, the axis's name."""
+    out = []
+    for t in ticks:
+        x = left + t * scale
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}" stroke="#ddd"/>')
+        out.append(f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{escape(fmt(t))}</text>')
+    out.append(f'<text x="{left + width / 2:.1f}" y="{bottom + 32}" text-anchor="middle">'
+               f"{escape(name)}</text>")
+    return out
+
+
 def hbars(title: str, labels: Sequence[str], values: Sequence[float], fmt: Fmt, axis: str,
           width: int = 760) -> str:
     """One horizontal bar per label, on a linear axis from 0 labelled `axis` (its unit)."""
-    left = min(max(_text_w(x) for x in labels) + 12, width * 0.45) if labels else 60
+    left = _label_margin(labels, width)
     row, top_pad = 22, 30
     plot_w = width - left - 90
     height = top_pad + row * len(labels) + 48
     ticks = _linear_axis(max(values, default=0) or 1, plot_w, fmt)
     scale = plot_w / (ticks[-1] or 1)
-    out = _open(width, height, title)
     y_axis = top_pad + row * len(labels)
-    for t in ticks:
-        x = left + t * scale
-        out.append(f'<line x1="{x:.1f}" y1="{top_pad}" x2="{x:.1f}" y2="{y_axis}" stroke="#ddd"/>')
-        out.append(f'<text x="{x:.1f}" y="{y_axis + 14}" text-anchor="middle">{escape(fmt(t))}</text>')
-    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{y_axis + 32}" text-anchor="middle">'
-               f'{escape(axis)}</text>')
+    out = _open(width, height, title) + _x_axis(ticks, left, scale, top_pad, y_axis, fmt, axis, plot_w)
     for i, (label, v) in enumerate(zip(labels, values, strict=True)):
         y = top_pad + i * row
         w = max(v, 0) * scale
@@ -105,7 +117,7 @@ def hbars(title: str, labels: Sequence[str], values: Sequence[float], fmt: Fmt, 
 def paired_bars(title: str, labels: Sequence[str], series: Sequence[str],
                 values: Sequence[Sequence[float]], width: int = 760) -> str:
     """Shares (0 to 1) per label, one bar per series side by side: FLOP share against time share."""
-    left = min(max(_text_w(x) for x in labels) + 12, width * 0.45) if labels else 60
+    left = _label_margin(labels, width)
     group = 14 * len(series) + 14
     top_pad = 30
     plot_w = width - left - 70
@@ -113,13 +125,8 @@ def paired_bars(title: str, labels: Sequence[str], series: Sequence[str],
     fmt: Fmt = lambda x: f"{100 * x:.0f}%"  # noqa: E731
     ticks = _linear_axis(1.0, plot_w, fmt)
     y_axis = top_pad + group * len(labels)
-    out = _open(width, height, title)
-    for t in ticks:
-        x = left + t * plot_w
-        out.append(f'<line x1="{x:.1f}" y1="{top_pad}" x2="{x:.1f}" y2="{y_axis}" stroke="#ddd"/>')
-        out.append(f'<text x="{x:.1f}" y="{y_axis + 14}" text-anchor="middle">{fmt(t)}</text>')
-    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{y_axis + 32}" text-anchor="middle">share of the '
-               "phase (%)</text>")
+    out = _open(width, height, title) + _x_axis(ticks, left, plot_w, top_pad, y_axis, fmt,
+                                                "share of the phase (%)", plot_w)
     for i, label in enumerate(labels):
         y = top_pad + i * group
         out.append(f'<text x="{left - 6:.1f}" y="{y + group / 2 + 4:.1f}" text-anchor="end">'
@@ -153,7 +160,7 @@ def stacked_bars(title: str, labels: Sequence[str], parts: Sequence[str], values
                  fmt: Fmt, axis: str, limit: tuple[str, float] | None = None, width: int = 760) -> str:
     """One horizontal bar per label, stacked from `parts` (zero parts drawn as nothing, still
     listed in the table); `limit`: a named vertical line (a device's memory)."""
-    left = min(max(_text_w(x) for x in labels) + 12, width * 0.45) if labels else 60
+    left = _label_margin(labels, width)
     row, top_pad = 30, 30 if limit is None else 44  # room for the line's name below the title
     plot_w = width - left - 90
     height = top_pad + row * len(labels) + 48 + 18
@@ -161,13 +168,7 @@ def stacked_bars(title: str, labels: Sequence[str], parts: Sequence[str], values
     ticks = _linear_axis(top, plot_w, fmt)
     scale = plot_w / (ticks[-1] or 1)
     y_axis = top_pad + row * len(labels)
-    out = _open(width, height, title)
-    for t in ticks:
-        x = left + t * scale
-        out.append(f'<line x1="{x:.1f}" y1="{top_pad}" x2="{x:.1f}" y2="{y_axis}" stroke="#ddd"/>')
-        out.append(f'<text x="{x:.1f}" y="{y_axis + 14}" text-anchor="middle">{escape(fmt(t))}</text>')
-    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{y_axis + 32}" text-anchor="middle">'
-               f"{escape(axis)}</text>")
+    out = _open(width, height, title) + _x_axis(ticks, left, scale, top_pad, y_axis, fmt, axis, plot_w)
     for i, label in enumerate(labels):
         y = top_pad + i * row
         out.append(f'<text x="{left - 6:.1f}" y="{y + 19}" text-anchor="end">{escape(label)}</text>')
