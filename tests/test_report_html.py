@@ -197,7 +197,7 @@ def test_a_failed_write_leaves_no_file(tmp_path: Path, monkeypatch: pytest.Monke
     def refuse(*_: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(report_html.os, "replace", refuse)
+    monkeypatch.setattr(os, "replace", refuse)
     result = runner.invoke(app, ["report", SPEC, "--seq", "16", "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 2 and "No space left" in result.stderr
     assert list(tmp_path.iterdir()) == []

@@ -10,8 +10,6 @@ the page and what is left: docs/report.md.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
@@ -19,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from costmodel import units
-from costmodel.analysis import AnalysisError, phases_of
+from costmodel.analysis import phases_of
 from costmodel.phases import PHASES
-from costmodel.report import svg
+from costmodel.report import files, svg
 from costmodel.report.tables import describe, grouped
 
 if TYPE_CHECKING:
@@ -57,46 +55,12 @@ FORMATS: dict[str, svg.Fmt] = {
 def check_output(path: str | Path) -> Path:
     """The file `-o` writes: an .html name in a folder that exists and can be written, or bad
     input in one line; checked before anything is computed."""
-    text = str(path)
-    if not text.strip():
-        raise AnalysisError("--output: give a file name ending in .html")
-    shown = text if len(text) <= 120 else text[:117] + "..."
-    p = Path(text)
-    try:
-        if p.is_dir() or text.endswith(("/", "\\")):
-            raise AnalysisError(f"--output: {shown} is a folder; give a file in it ending in .html")
-        if p.suffix.lower() not in (".html", ".htm"):
-            raise AnalysisError(f"--output: {shown}: unknown format {p.suffix or '(none)'!r}; the report is "
-                                "HTML: give a name ending in .html")
-        folder = p.parent
-        if not folder.is_dir():
-            raise AnalysisError(f"--output: {shown}: no folder {str(folder)[:120]}")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise AnalysisError(f"--output: {shown}: folder {str(folder)[:120]} is not writable")
-    except OSError as e:  # a name too long for the file system
-        raise AnalysisError(f"--output: {shown}: {e.strerror or e}") from None
-    return p
+    return files.checked_path(path, "--output", (".html", ".htm"), add_suffix=False)
 
 
 def write(text: str, path: str | Path) -> Path:
-    """Write `text` to `path` whole or not at all: a temporary file in the same folder, renamed
-    over `path` (a rename within one file system is atomic)."""
-    p = check_output(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        mask = os.umask(0)  # mkstemp's file is private (0600): give it the mode any new file gets
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, p)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise AnalysisError(f"--output: cannot write {p}: {e.strerror or e}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    """Write the page to `path` whole or not at all (``files.write_atomic``)."""
+    return files.write_atomic(text, check_output(path), "--output")
 
 
 # --- the sections ------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""SVG primitives for ``costmodel report``'s page, written as text (no plotting library, no
-JavaScript): horizontal bars, paired bars, stacked bars and a log-log scatter with a roof.
+"""SVG primitives for ``costmodel report``'s page and every ``--plot`` file, written as text (no
+plotting library, no JavaScript): horizontal bars, paired bars, stacked bars, and x-y charts
+(`xy`: lines or points on log or linear axes, with a roof, named limits, a legend).
 
 Every chart is an ``<svg>`` with a ``<title>`` and a visible title saying what it shows and where,
 axes with ticks and units, and one element per datum carrying its value (``data-value``; bars
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from html import escape
 
 Fmt = Callable[[float], str]
@@ -195,63 +197,115 @@ def stacked_bars(title: str, labels: Sequence[str], parts: Sequence[str], values
 
 
 def _decade(x: float, unit: str) -> str:
-    e = round(math.log10(x))
-    prefixes = {-3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+    """A log-axis tick (a decade, or 2 and 5 times one) with an SI prefix: 20 ms, 1 PFLOP/s."""
+    e = math.floor(math.log10(x) + 1e-9)
+    prefixes = {-9: "n", -6: "\u00b5", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
     base = 3 * math.floor(e / 3)
+    if base < 0 and unit != "s":  # 0.1 FLOP/B, not 100 mFLOP/B; but 20 ms
+        return f"{x:.3g} {unit}".strip()
     if base in prefixes:
-        return f"{10 ** (e - base)} {prefixes[base]}{unit}".replace("  ", " ")
-    return f"1e{e} {unit}"
+        return f"{x / 10.0 ** base:.3g} {prefixes[base]}{unit}".strip()
+    return f"{x:.0e} {unit}".strip()
 
 
-def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: str, y_unit: str,
-           x_axis: str, y_axis: str, roof: tuple[float, float] | None = None, groups: Sequence[str] = (),
-           width: int = 760, height: int = 480) -> str:
-    """Points (label, x, y, group) on log-log axes (x, y > 0), coloured by group (`groups` names
-    them in a legend); `roof`: (peak, bandwidth), the roofline min(peak, bandwidth * x) drawn
-    across the plot, and its ridge marked."""
+@dataclass(frozen=True)
+class Axis:
+    """One axis of an `xy` chart: its name with the unit (what the reader sees under or beside it),
+    log or linear, and how a tick is written (`unit` appended to decades on a log axis)."""
+
+    name: str
+    unit: str = ""
+    log: bool = True
+    fmt: Fmt | None = None  # a linear axis's tick text (default: 3 significant digits)
+
+    def text(self, v: float) -> str:
+        if self.fmt is not None:
+            return self.fmt(v)
+        return _decade(v, self.unit) if self.log else f"{v:.3g}"
+
+
+@dataclass(frozen=True)
+class Series:
+    """Points of one kind, in one colour (its index in the chart's list), named in the legend;
+    `line` joins them in order; `labels` name each point (its tooltip and ``data-label``)."""
+
+    name: str
+    points: Sequence[tuple[float, float]]
+    line: bool = False
+    labels: Sequence[str] = ()
+    dashed: bool = False
+
+
+def _range(values: Sequence[float], log: bool) -> tuple[float, float]:
+    lo, hi = min(values), max(values)
+    if log:
+        return (lo / 2, hi * 2) if lo < hi else (lo / 4, hi * 4)
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.1 or 1.0
+    return (0.0 if lo >= 0 and lo - pad < 0 else lo - pad), hi + pad
+
+
+def _ticks(axis: Axis, lo: float, hi: float, span: float, along: bool) -> list[float]:
+    """Tick values in [lo, hi]: decades on a log axis, a 1-2-5 step on a linear one, as many as
+    fit: along x, labels spaced by their width; along y, 16 px apart."""
+    fine = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+            for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi] if axis.log else []
+    for most in range(12, 1, -1):
+        ticks = ([t for t in log_ticks(lo, hi, most) if lo <= t <= hi] if axis.log
+                 else [t for t in nice_ticks(hi, most) if t >= lo])
+        if axis.log and len(ticks) < 3 and len(fine) <= most:  # under three decades: 1-2-5 ticks
+            ticks = fine
+        if len(ticks) < 2:
+            continue
+        gap = span / (len(ticks) - 1) if not axis.log else span * min(
+            (math.log10(b) - math.log10(a)) for a, b in zip(ticks, ticks[1:], strict=False)
+        ) / (math.log10(hi) - math.log10(lo))
+        need = (max(_text_w(axis.text(t)) for t in ticks) + 6) if along else 16
+        if gap >= need:
+            return ticks
+    return ticks
+
+
+def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float, float] | None = None,
+       x_limits: Sequence[tuple[str, float]] = (), y_limits: Sequence[tuple[str, float]] = (),
+       width: int = 760, height: int = 480) -> str:
+    """Series of (x, y) points (> 0 on a log axis) as markers (``class="point"``, one per point,
+    ``data-x``/``data-y`` exact) and, for a `line` series, a polyline through them; `roof`:
+    (peak, bandwidth), the roofline min(peak, bandwidth * x) with its ridge marked; `x_limits`,
+    `y_limits`: named dashed lines (a device's memory, a latency target)."""
     left, right, top_pad, bottom = 96, 20, 30, 74  # the y tick labels clear of the rotated axis name
     pw, ph = width - left - right, height - top_pad - bottom
-    xs = [p[1] for p in points] or [1.0]
-    ys = [p[2] for p in points] or [1.0]
-    x_lo, x_hi = min(xs) / 2, max(xs) * 2
-    y_lo, y_hi = min(ys) / 2, max(ys) * 2
+    xs = [p[0] for s in series for p in s.points] + [v for _, v in x_limits]
+    ys = [p[1] for s in series for p in s.points] + [v for _, v in y_limits]
+    x_lo, x_hi = _range(xs or [1.0], x.log)
+    y_lo, y_hi = _range(ys or [1.0], y.log)
     if roof is not None:
         peak, bw = roof
         x_lo, x_hi = min(x_lo, peak / bw / 4), max(x_hi, peak / bw * 4)
         y_hi = max(y_hi, peak * 2)
         y_lo = min(y_lo, bw * x_lo)
-    lx0, lx1, ly0, ly1 = (math.log10(v) for v in (x_lo, x_hi, y_lo, y_hi))
+    f = math.log10
 
-    def px(x: float) -> float:
-        return left + (math.log10(x) - lx0) / (lx1 - lx0) * pw
+    def px(v: float) -> float:
+        return left + ((f(v) - f(x_lo)) / (f(x_hi) - f(x_lo)) if x.log else (v - x_lo) / (x_hi - x_lo)) * pw
 
-    def py(y: float) -> float:
-        return top_pad + ph - (math.log10(y) - ly0) / (ly1 - ly0) * ph
+    def py(v: float) -> float:
+        frac = (f(v) - f(y_lo)) / (f(y_hi) - f(y_lo)) if y.log else (v - y_lo) / (y_hi - y_lo)
+        return top_pad + ph - frac * ph
 
     out = _open(width, height, title)
     out.append(f'<rect x="{left}" y="{top_pad}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>')
-    for most in range(12, 1, -1):  # x tick labels spaced by their width
-        xt = [t for t in log_ticks(x_lo, x_hi, most) if x_lo <= t <= x_hi]
-        gaps = [px(b) - px(a) for a, b in zip(xt, xt[1:], strict=False)]
-        if all(g >= max(_text_w(_decade(t, x_unit)) for t in xt) + 6 for g in gaps):
-            break
-    for t in xt:
+    for t in _ticks(x, x_lo, x_hi, pw, along=True):
         out.append(f'<line x1="{px(t):.1f}" y1="{top_pad}" x2="{px(t):.1f}" y2="{top_pad + ph}" '
                    'stroke="#eee"/>')
         out.append(f'<text x="{px(t):.1f}" y="{top_pad + ph + 14}" text-anchor="middle">'
-                   f"{escape(_decade(t, x_unit))}</text>")
-    for most in range(12, 1, -1):  # y labels: 14 px apart at least
-        yt = [t for t in log_ticks(y_lo, y_hi, most) if y_lo <= t <= y_hi]
-        if all(py(a) - py(b) >= 16 for a, b in zip(yt, yt[1:], strict=False)):
-            break
-    for t in yt:
+                   f"{escape(x.text(t))}</text>")
+    for t in _ticks(y, y_lo, y_hi, ph, along=False):
         out.append(f'<line x1="{left}" y1="{py(t):.1f}" x2="{left + pw}" y2="{py(t):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" text-anchor="end">'
-                   f"{escape(_decade(t, y_unit))}</text>")
+        out.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" text-anchor="end">{escape(y.text(t))}</text>')
     out.append(f'<text x="{left + pw / 2:.1f}" y="{top_pad + ph + 32}" text-anchor="middle">'
-               f"{escape(x_axis)}</text>")
+               f"{escape(x.name)}</text>")
     out.append(f'<text transform="translate(14 {top_pad + ph / 2:.1f}) rotate(-90)" text-anchor="middle">'
-               f"{escape(y_axis)}</text>")
+               f"{escape(y.name)}</text>")
     if roof is not None:
         peak, bw = roof
         ridge = peak / bw
@@ -261,12 +315,44 @@ def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: 
         # left of the ridge, above the sloped roof: never past the plot's right edge
         out.append(f'<text x="{px(ridge) - 4:.1f}" y="{py(peak) - 5:.1f}" text-anchor="end" fill="#D55E00">'
                    f"roof: ridge at {ridge:.3g} FLOP/B</text>")
-    for label, x, y, g in points:
-        out.append(f'<circle class="point" data-label="{escape(label)}" data-x="{x!r}" data-y="{y!r}" '
-                   f'data-group="{g}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" '
-                   f'fill="{PALETTE[g % len(PALETTE)]}" fill-opacity="0.8">'
-                   f"<title>{escape(label)}: {x:.3g} {escape(x_unit)}, {y:.3g} {escape(y_unit)}</title>"
-                   "</circle>")
-    out += _legend(groups, left, height - 10)
+    for name, v in x_limits:
+        out.append(f'<line class="limit" x1="{px(v):.1f}" y1="{top_pad}" x2="{px(v):.1f}" '
+                   f'y2="{top_pad + ph}" '
+                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{px(v) - 4:.1f}" y="{top_pad + 12}" text-anchor="end" fill="#D55E00">'
+                   f"{escape(name)}</text>")
+    for name, v in y_limits:
+        out.append(f'<line class="limit" x1="{left}" y1="{py(v):.1f}" x2="{left + pw}" y2="{py(v):.1f}" '
+                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{left + pw - 4}" y="{py(v) - 4:.1f}" text-anchor="end" fill="#D55E00">'
+                   f"{escape(name)}</text>")
+    for g, s in enumerate(series):
+        colour = PALETTE[g % len(PALETTE)]
+        if s.line and len(s.points) > 1:
+            dash = ' stroke-dasharray="6 3"' if s.dashed else ""
+            coords = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in s.points)
+            out.append(f'<polyline class="line" data-series="{escape(s.name)}" fill="none" stroke="{colour}" '
+                       f'stroke-width="2"{dash} points="{coords}"/>')
+        for i, (a, b) in enumerate(s.points):
+            label = s.labels[i] if i < len(s.labels) else s.name
+            out.append(f'<circle class="point" data-label="{escape(label)}" data-series="{escape(s.name)}" '
+                       f'data-x="{a!r}" data-y="{b!r}" data-group="{g}" cx="{px(a):.1f}" cy="{py(b):.1f}" '
+                       f'r="{3 if s.line else 4}" fill="{colour}" fill-opacity="0.8">'
+                       f"<title>{escape(label)}: {escape(x.text(a))}, {escape(y.text(b))}</title></circle>")
+    out += _legend([s.name for s in series if s.name], left, height - 10)
     out.append("</svg>")
     return "\n".join(out)
+
+
+def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: str, y_unit: str,
+           x_axis: str, y_axis: str, roof: tuple[float, float] | None = None, groups: Sequence[str] = (),
+           width: int = 760, height: int = 480) -> str:
+    """Points (label, x, y, group) on log-log axes (x, y > 0), coloured by group (`groups` names
+    them in a legend); `roof`: (peak, bandwidth), the roofline min(peak, bandwidth * x) drawn
+    across the plot, and its ridge marked."""
+    n = max([g for *_, g in points] + [len(groups) - 1, 0]) + 1
+    names = list(groups) + [""] * (n - len(groups))
+    series = [Series(names[g], [(p[1], p[2]) for p in points if p[3] == g],
+                     labels=[p[0] for p in points if p[3] == g]) for g in range(n)]
+    return xy(title, series, Axis(x_axis, x_unit), Axis(y_axis, y_unit), roof=roof, width=width,
+              height=height)
