@@ -11,7 +11,6 @@ the page and what is left: docs/report.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +19,7 @@ from costmodel import units
 from costmodel.analysis import phases_of
 from costmodel.phases import PHASES
 from costmodel.report import files, svg
+from costmodel.report.section import FORMATS, Cell, Section
 from costmodel.report.tables import describe, grouped
 
 if TYPE_CHECKING:
@@ -27,30 +27,6 @@ if TYPE_CHECKING:
     from costmodel.runtime.memory import Memory
     from costmodel.runtime.on_device import DeviceAnalysis
     from costmodel.spec import Spec
-
-Cell = str | int | float
-
-
-@dataclass(frozen=True)
-class Section:
-    """One part of the page: a chart and the same data as a table. Numeric cells keep their exact
-    value (``data-value`` in the page); the text shown is ``units``' formatting."""
-
-    id: str
-    title: str
-    chart: str  # an <svg>, or "" for a section that is a table only (the card)
-    columns: tuple[str, ...]
-    rows: list[tuple[Cell, ...]]
-    notes: tuple[str, ...] = field(default=())
-    fmt: tuple[str, ...] = ()  # per column: "count", "flops", "bytes", "intensity", "s", "rate", "share"
-
-
-FORMATS: dict[str, svg.Fmt] = {
-    "count": lambda v: f"{int(v):,}", "flops": units.flops, "bytes": units.nbytes,
-    "intensity": units.intensity, "s": units.seconds, "rate": lambda v: units.flops(v) + "/s",
-    "share": lambda v: f"{100 * v:.2f}%",
-}
-
 
 def check_output(path: str | Path) -> Path:
     """The file `-o` writes: an .html name in a folder that exists and can be written, or bad
