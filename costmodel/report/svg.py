@@ -374,7 +374,8 @@ def waterfall(title: str, labels: Sequence[str], values: Sequence[float], groups
     (``class="bar"``, ``data-start`` and ``data-value`` exact), coloured by group (`group_names`,
     in the legend), then one bar from 0 to their sum named `total` (``class="total"``). `hidden`:
     per bar, time that ran beside the bars above it and adds nothing, drawn as a dashed outline
-    ending where its bar starts (``class="hidden"``, named `hidden_name` in the legend)."""
+    ending where its bar starts (``class="hidden"``, named `hidden_name` in the legend). The total
+    bar has no value beside it (it spans the axis): put it in `total`."""
     names = [*labels, total]
     left = _label_margin(names, width)
     row, top_pad = 22, 30
@@ -419,7 +420,6 @@ def waterfall(title: str, labels: Sequence[str], values: Sequence[float], groups
     out.append(f'<rect class="total" data-label="{escape(total)}" data-value="{at!r}" x="{left:.1f}" '
                f'y="{y + 4}" width="{at * scale:.2f}" height="{row - 8}" fill="#555">'
                f"<title>{escape(total)}: {escape(fmt(at))}</title></rect>")
-    out.append(value_text(left, left + at * scale, y, fmt(at)))
     out.append(f'<line x1="{left:.1f}" y1="{top_pad}" x2="{left:.1f}" y2="{y_axis}" stroke="#333"/>')
     used = sorted(set(groups))  # the legend from the left edge: the label margin may be wide
     out += _legend_of([(group_names[g], PALETTE[g % len(PALETTE)]) for g in used], 10, height - 8)
