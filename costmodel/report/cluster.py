@@ -132,7 +132,10 @@ def shown_layouts(result: Plan, most: int = MOST_POINTS) -> tuple[tuple[Step, ..
     n_fit = min(len(result.ranked), most - n_unfit)
     n_unfit = min(len(result.unfit), most - n_fit)
     ranked = result.ranked
-    keep = set(map(id, front(ranked)))
+    edge = front(ranked)
+    if len(edge) > n_fit:  # a front longer than the room: every k-th of it, the best always
+        edge = tuple(edge[round(i * (len(edge) - 1) / max(n_fit - 1, 1))] for i in range(n_fit))
+    keep = set(map(id, edge)) | set(map(id, ranked[:1]))
     fastest = max(0, n_fit // 2 - len(keep))
     keep |= set(map(id, ranked[:fastest]))
     rest = [s for s in ranked[fastest:] if id(s) not in keep]
