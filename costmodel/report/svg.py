@@ -251,7 +251,7 @@ def _ticks(axis: Axis, lo: float, hi: float, span: float, along: bool) -> list[f
             for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi] if axis.log else []
     for most in range(12, 1, -1):
         ticks = ([t for t in log_ticks(lo, hi, most) if lo <= t <= hi] if axis.log
-                 else [t for t in nice_ticks(hi, most) if t >= lo])
+                 else [t for t in nice_ticks(hi, most) if lo <= t <= hi])  # none past the frame
         if axis.log and len(ticks) < 3 and len(fine) <= most:  # under three decades: 1-2-5 ticks
             ticks = fine
         if len(ticks) < 2:
@@ -267,11 +267,12 @@ def _ticks(axis: Axis, lo: float, hi: float, span: float, along: bool) -> list[f
 
 def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float, float] | None = None,
        x_limits: Sequence[tuple[str, float]] = (), y_limits: Sequence[tuple[str, float]] = (),
-       width: int = 760, height: int = 480) -> str:
+       width: int = 760, height: int = 480, callouts: Sequence[tuple[str, float, float]] = ()) -> str:
     """Series of (x, y) points (> 0 on a log axis) as markers (``class="point"``, one per point,
     ``data-x``/``data-y`` exact) and, for a `line` series, a polyline through them; `roof`:
     (peak, bandwidth), the roofline min(peak, bandwidth * x) with its ridge marked; `x_limits`,
-    `y_limits`: named dashed lines (a device's memory, a latency target)."""
+    `y_limits`: named dashed lines (a device's memory, a latency target); `callouts`: (text, x, y),
+    a ring around a point and its name beside it, on the side with more room (the best layout)."""
     left, right, top_pad, bottom = 96, 20, 30, 74  # the y tick labels clear of the rotated axis name
     pw, ph = width - left - right, height - top_pad - bottom
     xs = [p[0] for s in series for p in s.points] + [v for _, v in x_limits]
@@ -339,6 +340,14 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
                        f'data-x="{a!r}" data-y="{b!r}" data-group="{g}" cx="{px(a):.1f}" cy="{py(b):.1f}" '
                        f'r="{3 if s.line else 4}" fill="{colour}" fill-opacity="0.8">'
                        f"<title>{escape(label)}: {escape(x.text(a))}, {escape(y.text(b))}</title></circle>")
+    for text, a, b in callouts:
+        cx, cy = px(a), py(b)
+        right_side = cx - left < pw / 2
+        tx = cx + 10 if right_side else cx - 10
+        out.append(f'<circle class="callout" cx="{cx:.1f}" cy="{cy:.1f}" r="8" fill="none" stroke="#000" '
+                   'stroke-width="1.5"/>')
+        out.append(f'<text x="{tx:.1f}" y="{cy + 18:.1f}" text-anchor="{"start" if right_side else "end"}" '
+                   f'font-weight="bold">{escape(text)}</text>')
     out += _legend([s.name for s in series if s.name], left, height - 10)
     out.append("</svg>")
     return "\n".join(out)
@@ -356,3 +365,78 @@ def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: 
                      labels=[p[0] for p in points if p[3] == g]) for g in range(n)]
     return xy(title, series, Axis(x_axis, x_unit), Axis(y_axis, y_unit), roof=roof, width=width,
               height=height)
+
+
+def waterfall(title: str, labels: Sequence[str], values: Sequence[float], groups: Sequence[int],
+              group_names: Sequence[str], fmt: Fmt, axis: str, total: str = "total",
+              hidden: Sequence[float] = (), hidden_name: str = "overlapped", width: int = 760) -> str:
+    """Floating horizontal bars in order, each starting where the one above it ended
+    (``class="bar"``, ``data-start`` and ``data-value`` exact), coloured by group (`group_names`,
+    in the legend), then one bar from 0 to their sum named `total` (``class="total"``). `hidden`:
+    per bar, time that ran beside the bars above it and adds nothing, drawn as a dashed outline
+    ending where its bar starts (``class="hidden"``, named `hidden_name` in the legend). The total
+    bar has no value beside it (it spans the axis): put it in `total`."""
+    names = [*labels, total]
+    left = _label_margin(names, width)
+    row, top_pad = 22, 30
+    plot_w = width - left - 16
+    height = top_pad + row * len(names) + 48 + 18
+    starts, at = [], 0.0
+    for v in values:
+        starts.append(at)
+        at += v
+    ticks = _linear_axis(at or 1.0, plot_w - 70, fmt)
+    scale = plot_w / (ticks[-1] or 1)
+    y_axis = top_pad + row * len(names)
+    out = _open(width, height, title) + _x_axis(ticks, left, scale, top_pad, y_axis, fmt, axis, plot_w)
+
+    def value_text(x0: float, x1: float, y: float, text: str) -> str:
+        """Beside the bar's end, or before its start where the end is too near the right edge."""
+        if x1 + 4 + _text_w(text) <= width - 2:
+            return f'<text x="{x1 + 4:.1f}" y="{y + 15}">{escape(text)}</text>'
+        return f'<text x="{x0 - 4:.1f}" y="{y + 15}" text-anchor="end">{escape(text)}</text>'
+
+    for i, (label, v, g) in enumerate(zip(labels, values, groups, strict=True)):
+        y = top_pad + i * row
+        x0, w = left + starts[i] * scale, max(v, 0) * scale
+        out.append(f'<text x="{left - 6:.1f}" y="{y + 15}" text-anchor="end">{escape(label)}</text>')
+        h = hidden[i] if i < len(hidden) else 0.0
+        if h > 0:
+            hx = max(left, x0 - h * scale)
+            out.append(f'<rect class="hidden" data-label="{escape(label)}" data-value="{h!r}" x="{hx:.2f}" '
+                       f'y="{y + 5}" width="{x0 - hx:.2f}" height="{row - 10}" fill="#999" '
+                       f'fill-opacity="0.15" stroke="#666" stroke-dasharray="3 2"><title>{escape(label)}: '
+                       f"{escape(fmt(h))} {escape(hidden_name)}</title></rect>")
+        colour = PALETTE[g % len(PALETTE)]
+        out.append(f'<rect class="bar" data-label="{escape(label)}" data-start="{starts[i]!r}" '
+                   f'data-value="{v!r}" data-group="{escape(group_names[g])}" x="{x0:.2f}" y="{y + 4}" '
+                   f'width="{w:.2f}" height="{row - 8}" fill="{colour}"><title>{escape(label)}: '
+                   f"{escape(fmt(v))}</title></rect>")
+        share = f" ({100 * v / at:.1f}%)" if at > 0 else ""
+        out.append(value_text(max(left, x0 - h * scale) if h > 0 else x0, x0 + w, y, fmt(v) + share))
+    y = top_pad + len(labels) * row
+    out.append(f'<text x="{left - 6:.1f}" y="{y + 15}" text-anchor="end" font-weight="bold">'
+               f"{escape(total)}</text>")
+    out.append(f'<rect class="total" data-label="{escape(total)}" data-value="{at!r}" x="{left:.1f}" '
+               f'y="{y + 4}" width="{at * scale:.2f}" height="{row - 8}" fill="#555">'
+               f"<title>{escape(total)}: {escape(fmt(at))}</title></rect>")
+    out.append(f'<line x1="{left:.1f}" y1="{top_pad}" x2="{left:.1f}" y2="{y_axis}" stroke="#333"/>')
+    used = sorted(set(groups))  # the legend from the left edge: the label margin may be wide
+    out += _legend_of([(group_names[g], PALETTE[g % len(PALETTE)]) for g in used], 10, height - 8)
+    if any(h > 0 for h in hidden):
+        x = 10 + sum(14 + _text_w(group_names[g]) + 16 for g in used)
+        out.append(f'<rect x="{x:.1f}" y="{height - 17:.1f}" width="10" height="10" fill="#999" '
+                   'fill-opacity="0.15" stroke="#666" stroke-dasharray="3 2"/>')
+        out.append(f'<text x="{x + 14:.1f}" y="{height - 8:.1f}">{escape(hidden_name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _legend_of(entries: Sequence[tuple[str, str]], x0: float, y: float) -> list[str]:
+    """A legend of (name, colour) entries, for groups not numbered from 0 in order."""
+    out, x = [], x0
+    for name, colour in entries:
+        out.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{colour}"/>')
+        out.append(f'<text x="{x + 14:.1f}" y="{y:.1f}">{escape(name)}</text>')
+        x += 14 + _text_w(name) + 16
+    return out
