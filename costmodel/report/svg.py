@@ -227,13 +227,16 @@ class Axis:
 @dataclass(frozen=True)
 class Series:
     """Points of one kind, in one colour (its index in the chart's list), named in the legend;
-    `line` joins them in order; `labels` name each point (its tooltip and ``data-label``)."""
+    `line` joins them in order; `labels` name each point (its tooltip and ``data-label``), and
+    with `annotate` are written beside it (a few points whose x is not their name: a batch size
+    on a latency-throughput curve)."""
 
     name: str
     points: Sequence[tuple[float, float]]
     line: bool = False
     labels: Sequence[str] = ()
     dashed: bool = False
+    annotate: bool = False
 
 
 def _range(values: Sequence[float], log: bool) -> tuple[float, float]:
@@ -339,6 +342,13 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
                        f'data-x="{a!r}" data-y="{b!r}" data-group="{g}" cx="{px(a):.1f}" cy="{py(b):.1f}" '
                        f'r="{3 if s.line else 4}" fill="{colour}" fill-opacity="0.8">'
                        f"<title>{escape(label)}: {escape(x.text(a))}, {escape(y.text(b))}</title></circle>")
+            if s.annotate:  # right of the point (left where the text would leave the plot), below
+                # it where the line rises to the next point, above it otherwise: clear of the line
+                flip = px(a) + 5 + _text_w(label) > left + pw
+                below = i + 1 < len(s.points) and py(s.points[i + 1][1]) < py(b)
+                tx, ty = px(a) + (-5 if flip else 5), py(b) + (14 if below else -5)
+                out.append(f'<text x="{tx:.1f}" y="{ty:.1f}" '
+                           f'text-anchor="{"end" if flip else "start"}" fill="#333">{escape(label)}</text>')
     out += _legend([s.name for s in series if s.name], left, height - 10)
     out.append("</svg>")
     return "\n".join(out)
