@@ -93,7 +93,7 @@ def serving_section(sv: Serving) -> Section:
          + ("calibrated by the device's tables" if sv.calibrated else sv.note or "the roofline")
          + " (docs/time.md).",
          "fits: weights and the KV cache at the last step within the device's memory (activations not "
-         "counted)."),
+         "counted)." + (f" {sv.unrunnable()}." if sv.unrunnable() else "")),
         fmt=("count", "s", *(("s",) if with_tpot else ()), "s", "decimal", ""))
 
 
