@@ -1,4 +1,5 @@
-"""`costmodel report`: parse, call the library (``costmodel.report.html``), write the page."""
+"""`costmodel report`: parse, call the library (``costmodel.report.html``), write the page or print
+its tables."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from costmodel.cli.app import (
     Dtype,
     DtypeOpt,
     EncSeqOpt,
+    Format,
+    FormatOpt,
     HardwareOpt,
     SeqOpt,
     SpecArg,
     _user_errors,
     app,
+    emit,
 )
 from costmodel.devices.hardware import load_hardware
 from costmodel.errors import AnalysisError
@@ -32,13 +36,15 @@ LAYOUT = " Default: the plan's best layout (--tp or --pp given: TP x PP x DP, DP
 @app.command("report")
 def report_cmd(
     spec: SpecArg,
-    output: Annotated[str, typer.Option("--output", "-o", help="The page to write (.html): one "
-                                        "self-contained file, no network, no JavaScript.")],
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="The page to write (.html): one self-contained file, no network, no "
+        "JavaScript. Default: print the page's tables in --format.")] = None,
     hardware: HardwareOpt = None,
     batch: BatchOpt = 1,
     seq: SeqOpt = None,
     enc_seq: EncSeqOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
+    fmt: FormatOpt = Format.table,
     cluster: Annotated[Optional[str], typer.Option("--cluster", help=CLUSTER_HELP + CLUSTER
                                                    + " Its GPU is the device (not with --hardware).")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", "-n", help=GPUS_HELP + " With --cluster.")] = None,
@@ -50,13 +56,18 @@ def report_cmd(
                                              "--tp or --pp.")] = 1,
 ) -> None:
     """One HTML page of a spec: its card, parameters by component, FLOPs, bytes and intensity per
-    phase, memory per GPU; with --hardware, FLOP share vs time share by operator class and a
-    per-component roofline per phase; with --cluster, a training step's waterfall and the plan's
-    layouts. Every chart (inline SVG) also as a table (docs/report.md)."""
+    phase, memory per GPU, KV cache and decode intensity of MHA / GQA / MQA (MLA) against context;
+    with --hardware, FLOP share vs time share by operator class, a per-component roofline per
+    phase, and TTFT and TPOT against batch; with --cluster, a training step's waterfall and the
+    plan's layouts. Every chart (inline SVG) also as a table (docs/report.md). With -o the page is
+    written (and --format json, markdown or csv also prints its tables); without it, the tables
+    are printed."""
     from costmodel.report import html
+    from costmodel.report.section import sections_csv
 
     with _user_errors():
-        html.check_output(output)  # before the work: a bad name is bad input, not an error after it
+        if output is not None:  # before the work: a bad name is bad input, not an error after it
+            html.check_output(output)
         options = (("--gpus", gpus), ("--global-batch", global_batch), ("--tp", tp), ("--pp", pp))
         given = [n for n, v in options if v is not None]
         if cluster is None and given:
@@ -76,8 +87,14 @@ def report_cmd(
         if hw is not None:
             hw.peak(dtype.value)  # a dtype the device lacks is an error before any work
         parts = html.sections(s, hw, batch, seq, dtype.value, enc_seq) + (found.sections() if found else [])
-        written = html.write(html.page(s, parts), output)
-    typer.echo(f"wrote {written}")
+        written = html.write(html.page(s, parts), output) if output is not None else None
+    if written is None or fmt is not Format.table:
+        emit(fmt, lambda: [p.to_table() for p in parts],
+             lambda: {"spec": s.name, "hardware": hw.name if hw else None,
+                      "sections": [p.to_dict() for p in parts]},
+             s, csv=lambda: sections_csv(parts))
+    if written is not None:  # beside printed tables or JSON, on stderr
+        typer.echo(f"wrote {written}", err=fmt is not Format.table)
     if found is not None and (found.step is None or not found.step.fits):  # the page shows why; exit 1
         typer.echo(f"error: {found.why()}", err=True)
         raise typer.Exit(1)

@@ -285,12 +285,19 @@ def serve_cmd(
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
     kernel_names: KernelsOpt = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Draw TPOT, its compute and its "
+                                                "communication against batch into this file (.svg, .png, "
+                                                ".pdf).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Decode at scale: per-token communication, time per output token (TPOT) and memory per GPU
     of TP (and EP) ranks. With --ep, the GPUs are EP attention replicas of TP ranks each, the
     batch split over the replicas and the routed experts over the EP ranks."""
+    from costmodel.report import files
+
     with _user_errors():
+        if plot is not None:  # before the work: a bad file name is bad input, not an error after it
+            files.plot_path(plot)
         s = catalog.load(spec)
         cl = load_cluster(cluster)
         batches = parse_batches(batch, "--batch")
@@ -299,9 +306,15 @@ def serve_cmd(
             context = min(DEFAULT_SEQ, s.max_seq_len - 1)
         results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value if mla else None, widths,
                           _kernels(kernel_names)) for b in batches]
+        if plot is not None:
+            from costmodel.report.serving_figures import decode_chart
+
+            written = files.save_plot(decode_chart(results), plot)
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, **Reads.union(results).to_dict(),
                   "results": [d.to_dict() for d in results]}, s)
+    if plot is not None and fmt is Format.table:
+        typer.echo(f"plot: {written}")
     if not any(d.fits for d in results):  # printed in full; exit 1: no batch asked for can run
         where = f"TP{tp}" + (f" EP{ep}" if ep and ep > 1 else "")
         typer.echo(f"error: {s.name} does not fit on {where} {cl.hardware.name}s at any batch asked for "

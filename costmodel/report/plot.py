@@ -20,14 +20,12 @@ import numpy as np
 from costmodel import units
 from costmodel.analysis import AnalysisError
 from costmodel.report.attention import fixed_text
-from costmodel.runtime.serving import Serving
 from costmodel.studies.sweep import Sweep
 
 if TYPE_CHECKING:  # matplotlib is the optional `plot` extra: imported when a chart is drawn
     from matplotlib.axes import Axes
     from matplotlib.ticker import FuncFormatter
 
-    from costmodel.deploy.search import Search
     from costmodel.studies.sweep import Series
 
 PHASE_MARKERS = {"prefill": "o", "decode": "^", "train": "s"}
@@ -91,48 +89,6 @@ def plot(sw: Sweep, path: str | Path) -> Path:
         _lines(ax, sw, colours)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     ax.grid(True, which="major", alpha=0.3)
-    fig.tight_layout()
-    _save(plt, fig, path)
-    return path
-
-
-def plot_serving(sv: Serving, path: str) -> str:
-    """Latency against throughput, one point per batch size (matplotlib, the `plot` extra);
-    returns the file written (a path without a suffix gets .png, as matplotlib writes it)."""
-    path = str(plot_path(path))
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    xs = [p.tokens_per_s for p in sv.points]
-    ys = [p.latency_s for p in sv.points]
-    ax.plot(xs, ys, "o-")
-    for p in sv.points:
-        ax.annotate(f"B={p.batch}", (p.tokens_per_s, p.latency_s), textcoords="offset points", xytext=(4, 4))
-    ax.set_xscale("log")
-    ax.set_xlabel("tokens/s per device")
-    ax.set_ylabel("end-to-end latency (s)")
-    ax.set_title(f"{sv.spec.name} on {sv.hardware.name}: prompt {sv.prompt}, output {sv.output}")
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    _save(plt, fig, path)
-    return path
-
-
-def plot_deploy(r: Search, path: str) -> str:
-    """Tokens/s per GPU against tokens/s per user: every fitting deployment, the Pareto front
-    joined, those meeting the targets filled (matplotlib, the `plot` extra)."""
-    path = str(plot_path(path))
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ok = [d for d in r.deployments if d.stable]
-    ax.scatter([d.tokens_per_s_per_user for d in ok], [d.tokens_per_s_per_gpu for d in ok], s=12,
-               facecolors=["C0" if d.meets else "none" for d in ok], edgecolors="C0", label="deployments")
-    ax.plot([d.tokens_per_s_per_user for d in r.front], [d.tokens_per_s_per_gpu for d in r.front], "C1-",
-            label="Pareto front")
-    ax.set_xlabel("output tokens/s per user")
-    ax.set_ylabel("output tokens/s per GPU")
-    ax.set_title(f"{r.spec.name} on {r.gpus} {r.cluster.hardware.name}")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
     fig.tight_layout()
     _save(plt, fig, path)
     return path

@@ -227,13 +227,16 @@ class Axis:
 @dataclass(frozen=True)
 class Series:
     """Points of one kind, in one colour (its index in the chart's list), named in the legend;
-    `line` joins them in order; `labels` name each point (its tooltip and ``data-label``)."""
+    `line` joins them in order; `labels` name each point (its tooltip and ``data-label``), and
+    with `annotate` are written beside it (a few points whose x is not their name: a batch size
+    on a latency-throughput curve)."""
 
     name: str
     points: Sequence[tuple[float, float]]
     line: bool = False
     labels: Sequence[str] = ()
     dashed: bool = False
+    annotate: bool = False
 
 
 def _range(values: Sequence[float], log: bool) -> tuple[float, float]:
@@ -256,9 +259,8 @@ def _ticks(axis: Axis, lo: float, hi: float, span: float, along: bool) -> list[f
             ticks = fine
         if len(ticks) < 2:
             continue
-        gap = span / (len(ticks) - 1) if not axis.log else span * min(
-            (math.log10(b) - math.log10(a)) for a, b in zip(ticks, ticks[1:], strict=False)
-        ) / (math.log10(hi) - math.log10(lo))
+        f = math.log10 if axis.log else (lambda v: v)  # the closest two ticks, in pixels
+        gap = span * min(f(b) - f(a) for a, b in zip(ticks, ticks[1:], strict=False)) / (f(hi) - f(lo))
         need = (max(_text_w(axis.text(t)) for t in ticks) + 6) if along else 16
         if gap >= need:
             return ticks
@@ -340,6 +342,13 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
                        f'data-x="{a!r}" data-y="{b!r}" data-group="{g}" cx="{px(a):.1f}" cy="{py(b):.1f}" '
                        f'r="{3 if s.line else 4}" fill="{colour}" fill-opacity="0.8">'
                        f"<title>{escape(label)}: {escape(x.text(a))}, {escape(y.text(b))}</title></circle>")
+            if s.annotate:  # right of the point (left where the text would leave the plot), below
+                # it where the line rises to the next point, above it otherwise: clear of the line
+                flip = px(a) + 5 + _text_w(label) > left + pw
+                below = i + 1 < len(s.points) and py(s.points[i + 1][1]) < py(b)
+                tx, ty = px(a) + (-5 if flip else 5), py(b) + (14 if below else -5)
+                out.append(f'<text x="{tx:.1f}" y="{ty:.1f}" '
+                           f'text-anchor="{"end" if flip else "start"}" fill="#333">{escape(label)}</text>')
     for text, a, b in callouts:
         cx, cy = px(a), py(b)
         right_side = cx - left < pw / 2
