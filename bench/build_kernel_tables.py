@@ -410,9 +410,12 @@ def _moe_version(
     return out, {**source, "kernel": kernel, "distribution": dist, "ep": 1, "tp": 1}
 
 
+MoERows = dict[tuple[int, ...], dict[float, float]]  # (hidden, inter, experts, top_k) -> tokens -> s
+
+
 def merged_moe_rows(
     wheel: Wheel, system: str, framework: str, dtype: str
-) -> tuple[dict[tuple[int, ...], dict[float, float]], dict[str, Any], dict[tuple[int, ...], dict[str, Any]]] | None:
+) -> tuple[MoERows, dict[str, Any], dict[tuple[int, ...], dict[str, Any]]] | None:
     """``moe_rows`` of the newest collection, and the configurations only an older collection of
     the same framework measured (same kernel, same routing), each with its own source: TRT-LLM
     1.3.0rc20 lacks DeepSeek-V3's 7,168 x 2,048 x 256 experts at bf16 and fp8, which 1.3.0rc10
@@ -601,7 +604,8 @@ def build_framework(
     framework's (A100's MLA is TRT-LLM's) or the framework measured none."""
     moe = moe_tables(wheel, system, framework)
     if moe:
-        _write(folder / f"moe.{framework}.json", {**header, "op": "moe", "framework": framework, "tables": moe})
+        data = {**header, "op": "moe", "framework": framework, "tables": moe}
+        _write(folder / f"moe.{framework}.json", data)
     if mla_default != framework:
         mla, taken = mla_tables(wheel, system, (framework,))
         if mla and taken == framework:

@@ -53,7 +53,8 @@ FOLDER = Path(__file__).resolve().parent / "data" / "serving"
 NO_KV_QUANT = ("qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b")  # FP8 / MXFP4 checkpoints, no KV scales
 RUN_FRACTION = 0.90  # trtllm-bench throughput --kv_cache_free_gpu_mem_fraction's default
 BUILD_FRACTION = 0.95  # calc_engine_setting's default, which v0.17's engine build kept
-TRTLLM = ENGINES["trtllm"]  # `deploy --engine trtllm`: pages of 32, the free-memory rule, XQA's fp8 cache
+TRTLLM = ENGINES["trtllm"]  # `deploy --engine trtllm`: pages of 32, the free-memory rule, XQA's fp8 cache,
+# TensorRT-LLM's own MoE and MLA tables
 ONLINE_ENGINE = (2048, 8192)  # trtllm-build's default max batch and max num tokens (v0.14's online runs)
 
 
@@ -135,7 +136,7 @@ def setup(cell: dict[str, Any]) -> Setup:
     widths = Widths(None, None if kv == dtype else kv)
     hw = cl.hardware
     shard = Shard(spec, tp, ep, dtype, widths, KERNELS[default_kernels(hw, "serve")], default_mla(hw),
-                  TRTLLM.cache_read)
+                  TRTLLM.cache_read, TRTLLM.kernel_framework)
     rate = cell.get("request_rate")
     online = "request_rate" in cell
     if online:
