@@ -15,7 +15,10 @@ says how). This script reads the wheel (never the aiconfigurator runtime) and wr
   node, by GPU count and message bytes (the ``half`` collection: message_size counts 2-byte
   elements);
 - ``holdout.json``: the same op classes measured by another framework, kept apart for the
-  cross-validation of bench/kernel_validation.py (never read by the model).
+  cross-validation of bench/kernel_validation.py (never read by the model);
+- ``moe.<framework>.json``, ``mla.<framework>.json`` (``ENGINE_FRAMEWORKS``: ``trtllm``): a
+  serving framework's own MoE layer and MLA core, which ``deploy --engine trtllm`` reads in place
+  of the defaults (``build_framework``).
 
 Which framework builds a table, and why: vLLM's, for every op class it measured. Its GEMMs are
 ``torch.nn.functional.linear`` (cuBLAS through PyTorch, what eager PyTorch and Megatron-LM run)

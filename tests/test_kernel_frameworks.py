@@ -39,7 +39,7 @@ def raw_moe(gpu: str, file: str, dtype: str, config: tuple[int, int, int, int]) 
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_every_folders_trtllm_tables_load_validate_and_name_their_source(gpu) -> None:
-    k = read_kernels(kernels_root() / gpu, "trtllm")
+    k = load_kernels(gpu, "trtllm")  # the MoE and MLA files validated as read (the rest: test_kernels)
     assert k.frameworks == ("trtllm",)
     own = {op: s for op, s in k.sources.items() if op.endswith("@trtllm")}
     assert "moe/bf16@trtllm" in own
