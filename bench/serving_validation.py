@@ -10,6 +10,8 @@ cells) and measured_serving.json (TensorRT-LLM v0.14 online serving, MLPerf v4.1
 - the spec (its context raised to ISL + OSL where the served model's is longer), the GPU's
   bundled cluster, TP; attention data parallel (the page's DEPn) as n attention replicas of one
   GPU with the experts over n GPUs (EP n); MoE without it as TP over the experts too;
+- TensorRT-LLM's own MoE and MLA tables (``deploy --engine trtllm``'s ``kernel_framework``:
+  specs/kernels/<gpu>/moe.trtllm.json, mla.trtllm.json), the GEMM and attention tables' defaults;
 - weights at fp8 run the fp8 GEMM tables (``dtype fp8``), fp16 the bf16 ones; the KV cache as the
   cell says, ``auto`` as the checkpoint holds it: fp8 for NVIDIA's ModelOpt ``*-FP8`` checkpoints
   (Llama 3.x, Llama 4, Mistral: their ``kv_cache_quant_algo`` is FP8), the activation dtype
@@ -70,7 +72,8 @@ def subset(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The fixed subset tests/test_serving_check.py holds, by a rule that reads no result: the
     dense specs' usable cells of ISL/OSL 1000/1000 and 2048/128 at the latest
     release that published their (spec, GPU). MoE specs are left to the full table: their
-    routed experts read vLLM's fused_experts tables (docs/serving.md, where the model is weakest)."""
+    checkpoints' block-scaled fp8 and MXFP4 experts have no width here (docs/serving.md, where the
+    model is weakest)."""
     usable = [c for c in cells if not c.get("validation_skip") and c.get("spec") in DENSE]
     latest: dict[tuple[str, str], int] = {}
     for c in usable:
