@@ -15,7 +15,10 @@ says how). This script reads the wheel (never the aiconfigurator runtime) and wr
   node, by GPU count and message bytes (the ``half`` collection: message_size counts 2-byte
   elements);
 - ``holdout.json``: the same op classes measured by another framework, kept apart for the
-  cross-validation of bench/kernel_validation.py (never read by the model).
+  cross-validation of bench/kernel_validation.py (never read by the model);
+- ``moe.<framework>.json``, ``mla.<framework>.json`` (``ENGINE_FRAMEWORKS``: ``trtllm``): a
+  serving framework's own MoE layer and MLA core, which ``deploy --engine trtllm`` reads in place
+  of the defaults (``build_framework``).
 
 Which framework builds a table, and why: vLLM's, for every op class it measured. Its GEMMs are
 ``torch.nn.functional.linear`` (cuBLAS through PyTorch, what eager PyTorch and Megatron-LM run)
@@ -356,6 +359,11 @@ MLA_DIMS = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128
 #: the time model asks for, so SGLang's core (its FlashAttention-3 MLA backend) is taken, and
 #: TRT-LLM's where SGLang measured none (A100).
 MLA_FRAMEWORKS = ("sglang", "trtllm")
+#: Serving frameworks whose own MoE and MLA kernels get tables of their own beside the defaults
+#: (``moe.<framework>.json``, ``mla.<framework>.json``): TensorRT-LLM's fused MoE op
+#: (``moe_torch_flow_cutlass`` on Hopper and Blackwell; ``moe_torch_flow`` on A100) and its MLA
+#: core, which ``deploy --engine trtllm`` runs (bench/serving_validation.py checks it).
+ENGINE_FRAMEWORKS = ("trtllm",)
 
 
 def moe_rows(
@@ -366,47 +374,94 @@ def moe_rows(
     that measured the most of them, at the routing `distribution` (else the first of
     ``DISTRIBUTIONS`` it has)."""
     for version in wheel.versions(system, "moe", framework, "moe_perf.parquet"):
-        rows, source = wheel.read(system, "moe", framework, version, "moe_perf.parquet")
-        kept = [
-            r
-            for r in rows
-            if r["moe_dtype"] == dtype
-            and r["moe_tp_size"] == 1
-            and r["moe_ep_size"] == 1
-            and not any(s in r["kernel_source"] for s in MOE_SKIP)
-        ]
-        have = {r["distribution"] for r in kept}
-        dist = distribution if distribution in have else next((d for d in DISTRIBUTIONS if d in have), None)
-        if dist is None:
-            continue
-        counts: dict[str, int] = defaultdict(int)
-        for r in kept:
-            if r["distribution"] == dist:
-                counts[r["kernel_source"]] += 1
-        kernel = max(counts, key=lambda k: counts[k])
-        pts: dict[tuple[int, ...], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for r in kept:
-            if r["distribution"] == dist and r["kernel_source"] == kernel:
-                cfg = (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"])
-                pts[cfg][r["num_tokens"]].append(r["latency"] * 1e-3)
-        out = {cfg: {t: _median(v) for t, v in by.items()} for cfg, by in pts.items() if len(by) >= 2}
-        if out:
-            return out, {**source, "kernel": kernel, "distribution": dist, "ep": 1, "tp": 1}
+        got = _moe_version(wheel, system, framework, version, dtype, distribution)
+        if got:
+            return got
     return None
 
 
-def moe_tables(wheel: Wheel, system: str) -> list[dict[str, Any]]:
-    """vLLM's fused MoE (``fused_experts``: the gate/up grouped GEMM, the activation, the down
-    grouped GEMM and the weighted sum over top_k; routing excluded) per dtype, one tokens axis
-    per (hidden, inter, experts, top_k) measured."""
+def _moe_version(
+    wheel: Wheel, system: str, framework: str, version: str, dtype: str, distribution: str | None
+) -> tuple[dict[tuple[int, ...], dict[float, float]], dict[str, Any]] | None:
+    """``moe_rows`` of one collection; None where it has no gated EP = TP = 1 rows of `dtype`."""
+    rows, source = wheel.read(system, "moe", framework, version, "moe_perf.parquet")
+    kept = [
+        r
+        for r in rows
+        if r["moe_dtype"] == dtype
+        and r["moe_tp_size"] == 1
+        and r["moe_ep_size"] == 1
+        and not any(s in r["kernel_source"] for s in MOE_SKIP)
+    ]
+    have = {r["distribution"] for r in kept}
+    dist = distribution if distribution in have else next((d for d in DISTRIBUTIONS if d in have), None)
+    if dist is None:
+        return None
+    counts: dict[str, int] = defaultdict(int)
+    for r in kept:
+        if r["distribution"] == dist:
+            counts[r["kernel_source"]] += 1
+    kernel = max(counts, key=lambda k: counts[k])
+    pts: dict[tuple[int, ...], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in kept:
+        if r["distribution"] == dist and r["kernel_source"] == kernel:
+            cfg = (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"])
+            pts[cfg][r["num_tokens"]].append(r["latency"] * 1e-3)
+    out = {cfg: {t: _median(v) for t, v in by.items()} for cfg, by in pts.items() if len(by) >= 2}
+    if not out:
+        return None
+    return out, {**source, "kernel": kernel, "distribution": dist, "ep": 1, "tp": 1}
+
+
+MoERows = dict[tuple[int, ...], dict[float, float]]  # (hidden, inter, experts, top_k) -> tokens -> s
+
+
+def merged_moe_rows(
+    wheel: Wheel, system: str, framework: str, dtype: str
+) -> tuple[MoERows, dict[str, Any], dict[tuple[int, ...], dict[str, Any]]] | None:
+    """``moe_rows`` of the newest collection, and the configurations only an older collection of
+    the same framework measured (same kernel, same routing), each with its own source: TRT-LLM
+    1.3.0rc20 lacks DeepSeek-V3's 7,168 x 2,048 x 256 experts at bf16 and fp8, which 1.3.0rc10
+    measured (on the configurations both measured, rc10 / rc20 per configuration: medians
+    0.998-1.05 on H100 and H200)."""
+    newest = moe_rows(wheel, system, framework, dtype)
+    if newest is None:
+        return None
+    by_cfg, source = newest
+    merged, older = dict(by_cfg), {}
+    for version in wheel.versions(system, "moe", framework, "moe_perf.parquet"):
+        got = _moe_version(wheel, system, framework, version, dtype, source["distribution"])
+        if not got or got[1]["kernel"] != source["kernel"] or version == source["version"]:
+            continue
+        for cfg, pts in got[0].items():
+            if cfg not in merged:
+                merged[cfg] = pts
+                older[cfg] = {"path": got[1]["path"], "version": version}
+    return merged, source, older
+
+
+def moe_tables(wheel: Wheel, system: str, framework: str = "vllm") -> list[dict[str, Any]]:
+    """A framework's MoE layer per dtype (vLLM's ``fused_experts``: the gate/up grouped GEMM, the
+    activation, the down grouped GEMM and the weighted sum over top_k; TRT-LLM's fused MoE op
+    likewise; routing excluded), one tokens axis per (hidden, inter, experts, top_k) measured.
+    vLLM's from its newest collection alone (``moe.json``); another framework's (``moe.<framework>
+    .json``) with the configurations older collections add (``merged_moe_rows``), each naming its
+    own collection."""
     out = []
     for dtype in ("bfloat16", "fp8"):
-        got = moe_rows(wheel, system, "vllm", dtype)
+        if framework == "vllm":
+            got = moe_rows(wheel, system, framework, dtype)
+            older: dict[tuple[int, ...], dict[str, Any]] = {}
+        else:
+            merged = merged_moe_rows(wheel, system, framework, dtype)
+            got = None if merged is None else merged[:2]
+            older = {} if merged is None else merged[2]
         if not got:
             continue
         by_cfg, source = got
         configs = []
-        for (hidden, inter, experts, topk), pts in sorted(by_cfg.items()):
+        for cfg, pts in sorted(by_cfg.items()):
+            hidden, inter, experts, topk = cfg
             tokens = sorted(pts)
             configs.append(
                 {
@@ -414,6 +469,7 @@ def moe_tables(wheel: Wheel, system: str) -> list[dict[str, Any]]:
                     "inter": inter,
                     "experts": experts,
                     "topk": topk,
+                    **({"source": older[cfg]} if cfg in older else {}),
                     "axes": {"tokens": tokens},
                     "time_s": [_round(pts[t]) for t in tokens],
                     "filled": [],
@@ -446,12 +502,14 @@ def mla_rows(
     return None
 
 
-def mla_tables(wheel: Wheel, system: str) -> tuple[dict[str, Any], str | None]:
-    """The MLA core per phase from the first of ``MLA_FRAMEWORKS`` that measured it, one
+def mla_tables(
+    wheel: Wheel, system: str, frameworks: tuple[str, ...] = MLA_FRAMEWORKS
+) -> tuple[dict[str, Any], str | None]:
+    """The MLA core per phase from the first of `frameworks` that measured it, one
     (heads, batch, seq) table per KV cache dtype; and the framework taken."""
     out: dict[str, Any] = {}
     taken = None
-    for framework in MLA_FRAMEWORKS:
+    for framework in frameworks:
         for phase in ("prefill", "decode"):
             got = mla_rows(wheel, system, framework, phase)
             if not got or phase in out or taken not in (None, framework):
@@ -536,6 +594,25 @@ def build(wheel: Wheel, profile: str, system: str) -> None:
         _write(folder / "mla.json", {**header, "op": "mla", **mla})
     sets = {**holdout(wheel, system, "vllm"), **moe_mla_holdout(wheel, system, mla_framework, moe)}
     _write(folder / "holdout.json", {**header, "op": "holdout", "primary": "vllm", "sets": sets})
+    for framework in ENGINE_FRAMEWORKS:
+        build_framework(wheel, folder, header, system, framework, mla_framework)
+
+
+def build_framework(
+    wheel: Wheel, folder: Path, header: dict[str, Any], system: str, framework: str, mla_default: str | None
+) -> None:
+    """A serving framework's own MoE and MLA tables (``moe.<framework>.json``,
+    ``mla.<framework>.json``), which ``deploy --engine <framework>`` reads in place of the
+    folder's defaults (``costmodel.devices.kernels``); none where the default already is that
+    framework's (A100's MLA is TRT-LLM's) or the framework measured none."""
+    moe = moe_tables(wheel, system, framework)
+    if moe:
+        data = {**header, "op": "moe", "framework": framework, "tables": moe}
+        _write(folder / f"moe.{framework}.json", data)
+    if mla_default != framework:
+        mla, taken = mla_tables(wheel, system, (framework,))
+        if mla and taken == framework:
+            _write(folder / f"mla.{framework}.json", {**header, "op": "mla", "framework": framework, **mla})
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

@@ -75,10 +75,16 @@ CAP = 1500
 MODELS = (("llama-3-8b", "naive"), ("llama-3-70b", "naive"), ("deepseek-v3", "absorbed"))
 STEPS = (("prefill", 1, 2048), ("prefill", 1, 8192), ("decode", 1, 2048), ("decode", 64, 2048))
 SHAPE_GPUS = ("a100-80gb", "h100-sxm")  # h200's and b200's GEMM axes are h100-sxm's
+#: The serving frameworks with MoE and MLA tables of their own (moe.<framework>.json; deploy
+#: --engine trtllm reads them), cross-validated against the defaults' framework and the holdout's
+#: others.
+FRAMEWORKS = ("trtllm",)
+THIN = 400  # points a framework's set is thinned to, as holdout.json's
 
 
 def target(op: str) -> float:
-    """The issue's median target for an op class: attention (MLA's too) 15%, the rest 10%."""
+    """The issue's median target for an op class: attention (MLA's too) 15%, the rest 10%; a
+    framework's own table (``moe/fp8@trtllm``) as its op class."""
     return 0.15 if op.startswith(("attention", "mla")) else 0.10
 
 
@@ -315,6 +321,92 @@ def left_out_sparse(gpu: str) -> tuple[Row, ...]:
     return tuple(rows)
 
 
+# --- a framework's own MoE and MLA tables (moe.<framework>.json) -------------------------------
+
+
+def framework_ops(gpu: str, framework: str) -> tuple[str, ...]:
+    """The op classes (``moe/fp8``, ``mla/decode``) `framework`'s own files give `gpu`."""
+    k = load_kernels(gpu, framework)
+    return tuple([f"moe/{d}" for d, t in k.moe_tables.items() if t[0].framework == framework]
+                 + [f"mla/{p}" for p, t in k.mla_tables.items() if t[0].framework == framework])
+
+
+def _default_points(gpu: str, op: str) -> tuple[list[list[Any]], dict[str, Any]]:
+    """The folder default's own measurements of `op` (vLLM's MoE, SGLang's MLA: the grid nodes it
+    measured, not filled ones) as holdout points, thinned to about THIN, and their source."""
+    k = load_kernels(gpu)
+    kind, which = op.split("/")
+    points: list[list[Any]] = []
+    if kind == "moe":
+        for t in k.moe_tables.get(which, ()):
+            points += [[x, t.hidden, t.inter, t.experts, t.topk, y]
+                       for x, y in zip(t.grid.axes[0], t.grid.times, strict=True)]
+    else:
+        for m in k.mla_tables.get(which, ()):
+            points += [[*coords(m.grid, f), m.kv_dtype, m.grid.times[f]]
+                       for f in range(len(m.grid.times)) if f not in m.grid.filled]
+    points.sort(key=lambda p: tuple(str(x) if isinstance(x, str) else x for x in p))
+    return points[:: max(1, len(points) // THIN)], k.sources[op]
+
+
+def _rate(k: KernelTables, op: str, points: Sequence[Sequence[Any]], who: str, gpu: str, name: str) -> Row:
+    kind, which = op.split("/")
+    ratios, inside, same = [], 0, []
+    for point in points:
+        got, here = _predict_sparse(k, kind, which, point)
+        ratios.append(got.time_s / point[-1])
+        inside += got.inside
+        if here is not None:
+            same.append(here / point[-1])
+    return Row(gpu, name, who, Stats.of(ratios, inside), Stats.of(same, len(same)) if same else None)
+
+
+@lru_cache(maxsize=None)
+def framework_against(gpu: str, framework: str = "trtllm") -> tuple[Row, ...]:
+    """`framework`'s own tables (``load_kernels(gpu, framework)``) against the other frameworks'
+    measurements of the same op class: the folder default's (vLLM's MoE, SGLang's MLA; its own
+    grid nodes, thinned) and holdout.json's sets of any third framework."""
+    k = load_kernels(gpu, framework)
+    rows = []
+    for op in framework_ops(gpu, framework):
+        name = f"{op}@{framework}"
+        points, source = _default_points(gpu, op)
+        if source.get("framework") != framework:
+            who = f"{source['framework']} {source['version']} ({source['kernel']})"
+            rows.append(_rate(k, op, points, who, gpu, name))
+        for part in holdout(gpu)["sets"].get(op, []):
+            src = part["source"]
+            if src["framework"] != framework:
+                who = f"{src['framework']} {src['version']} ({src['kernel']})"
+                rows.append(_rate(k, op, part["points"], who, gpu, name))
+    return tuple(rows)
+
+
+@lru_cache(maxsize=None)
+def framework_left_out(gpu: str, framework: str = "trtllm") -> tuple[Row, ...]:
+    """`framework`'s own tables with every other line of an axis left out, and each MoE
+    configuration read off the nearest other (``left_out_sparse``'s rules)."""
+    k = load_kernels(gpu, framework)
+    rows = []
+    for moe in k.moe_tables.values():
+        if moe[0].framework != framework:
+            continue
+        op = moe[0].op
+        rows += [Row(gpu, op, what, s) for what, s in _grid_left_out([t.grid for t in moe], ("tokens",))]
+        rows.append(Row(gpu, op, "each configuration", _moe_configurations_left_out(moe)))
+    for phase, mla in k.mla_tables.items():
+        if mla[0].framework == framework:
+            rows += [Row(gpu, f"mla/{phase}@{framework}", what, s)
+                     for what, s in _grid_left_out([t.grid for t in mla], ("heads", "batch", "seq"))]
+    return tuple(rows)
+
+
+def framework_sources(gpu: str) -> dict[str, dict[str, Any]]:
+    """The sources of the frameworks' own tables (``moe/fp8@trtllm`` -> its file, version, ...)."""
+    return {op: s for f in FRAMEWORKS for op, s in load_kernels(gpu, f).sources.items()
+            if op.endswith(f"@{f}")}
+
+
 # --- 3. the shapes the model asks for ----------------------------------------------------------
 
 
@@ -421,7 +513,7 @@ def markdown() -> str:
             [
                 [gpu, key, f"{s['framework']} {s['version']}", s["kernel"], s["device"], f"`{s['path']}`"]
                 for gpu in GPUS
-                for key, s in load_kernels(gpu).sources.items()
+                for key, s in {**load_kernels(gpu).sources, **framework_sources(gpu)}.items()
             ],
         ),
         "\n### Against another framework (holdout.json)\n",
@@ -438,6 +530,14 @@ def markdown() -> str:
         _against_table(lambda gpu: against_framework(gpu, SPARSE_OPS)),
         "\nLeft out of the table:\n",
         _left_out_table(left_out_sparse),
+        "\n### TensorRT-LLM's own MoE and MLA tables\n",
+        "`moe.trtllm.json` (TRT-LLM's fused MoE op) and `mla.trtllm.json` (its MLA core; A100's "
+        "`mla.json` is TRT-LLM's already), which `deploy --engine trtllm` reads (`moe/fp8@trtllm`). "
+        "Against the default table's framework (its own measured grid nodes, thinned to about 400) "
+        "and holdout.json's third framework, as above:\n",
+        _against_table(framework_against),
+        "\nLeft out of the table:\n",
+        _left_out_table(framework_left_out),
         "\n### The GEMMs the model asks for\n",
         "Linear products of one step (`Cost.gemms`, the attention core left out), bf16; calls "
         "counted with their multiplicity (layers, heads of a batched product). h200's and b200's "
@@ -471,7 +571,11 @@ def bands(gpu: str) -> dict[str, Any]:
         if rows:
             out[op] = [_band(r.stats, f"vs {r.against}") for r in rows]
     # No other framework measured them: the worst left-out figure (a lower bound on the truth's).
+    for f in FRAMEWORKS:
+        for r in framework_against(gpu, f):
+            out.setdefault(r.op, []).append(_band(r.stats, f"vs {r.against}"))
     left = [r for r in left_out(gpu) + left_out_sparse(gpu) if r.op not in out]
+    left += [r for f in FRAMEWORKS for r in framework_left_out(gpu, f) if r.op not in out]
     for op in dict.fromkeys(r.op for r in left):
         r = max((r for r in left if r.op == op), key=lambda r: r.stats.median)
         out[op] = [_band(r.stats, f"interpolation ({r.against} left out)")]

@@ -10,6 +10,8 @@ cells) and measured_serving.json (TensorRT-LLM v0.14 online serving, MLPerf v4.1
 - the spec (its context raised to ISL + OSL where the served model's is longer), the GPU's
   bundled cluster, TP; attention data parallel (the page's DEPn) as n attention replicas of one
   GPU with the experts over n GPUs (EP n); MoE without it as TP over the experts too;
+- TensorRT-LLM's own MoE and MLA tables (``deploy --engine trtllm``'s ``kernel_framework``:
+  specs/kernels/<gpu>/moe.trtllm.json, mla.trtllm.json), the GEMM and attention tables' defaults;
 - weights at fp8 run the fp8 GEMM tables (``dtype fp8``), fp16 the bf16 ones; the KV cache as the
   cell says, ``auto`` as the checkpoint holds it: fp8 for NVIDIA's ModelOpt ``*-FP8`` checkpoints
   (Llama 3.x, Llama 4, Mistral: their ``kv_cache_quant_algo`` is FP8), the activation dtype
@@ -53,7 +55,8 @@ FOLDER = Path(__file__).resolve().parent / "data" / "serving"
 NO_KV_QUANT = ("qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b")  # FP8 / MXFP4 checkpoints, no KV scales
 RUN_FRACTION = 0.90  # trtllm-bench throughput --kv_cache_free_gpu_mem_fraction's default
 BUILD_FRACTION = 0.95  # calc_engine_setting's default, which v0.17's engine build kept
-TRTLLM = ENGINES["trtllm"]  # `deploy --engine trtllm`: pages of 32, the free-memory rule, XQA's fp8 cache
+TRTLLM = ENGINES["trtllm"]  # `deploy --engine trtllm`: pages of 32, the free-memory rule, XQA's fp8 cache,
+# TensorRT-LLM's own MoE and MLA tables
 ONLINE_ENGINE = (2048, 8192)  # trtllm-build's default max batch and max num tokens (v0.14's online runs)
 
 
@@ -69,7 +72,8 @@ def subset(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The fixed subset tests/test_serving_check.py holds, by a rule that reads no result: the
     dense specs' usable cells of ISL/OSL 1000/1000 and 2048/128 at the latest
     release that published their (spec, GPU). MoE specs are left to the full table: their
-    routed experts read vLLM's fused_experts tables (docs/serving.md, where the model is weakest)."""
+    checkpoints' block-scaled fp8 and MXFP4 experts have no width here (docs/serving.md, where the
+    model is weakest)."""
     usable = [c for c in cells if not c.get("validation_skip") and c.get("spec") in DENSE]
     latest: dict[tuple[str, str], int] = {}
     for c in usable:
@@ -135,7 +139,7 @@ def setup(cell: dict[str, Any]) -> Setup:
     widths = Widths(None, None if kv == dtype else kv)
     hw = cl.hardware
     shard = Shard(spec, tp, ep, dtype, widths, KERNELS[default_kernels(hw, "serve")], default_mla(hw),
-                  TRTLLM.cache_read)
+                  TRTLLM.cache_read, TRTLLM.kernel_framework)
     rate = cell.get("request_rate")
     online = "request_rate" in cell
     if online:

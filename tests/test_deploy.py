@@ -184,3 +184,4 @@ def test_the_serving_engine_preset_and_its_overrides() -> None:
         assert cache - mem["page_bytes"] < mem["kv_cache"] <= cache
     assert (vllm["engine"]["engine"], trt["engine"]["engine"]) == ("vllm", "trtllm")
     assert trt["engine"]["chunked_prefill"] is False and trt["engine"]["fp8_cache_read"] == "bf16-rate"
+    assert (vllm["engine"]["kernel_framework"], trt["engine"]["kernel_framework"]) == (None, "trtllm")

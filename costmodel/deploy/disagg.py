@@ -295,7 +295,8 @@ def search_disaggregated(spec: Spec, cluster: Cluster, gpus: int, workload: Work
     if steps <= 0:  # one output token: the prefill pool alone would serve it
         return [], 0, True
     found = [engine_layout(ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, engine.cache_read,
-                                       redundant=redundant), cluster, workload, engine, tokens, batches)
+                                       engine.kernel_framework, redundant=redundant),
+                           cluster, workload, engine, tokens, batches)
              for size in engine_sizes(cluster, gpus) for tp, ep in layouts(spec, cluster, size, redundant)[0]
              if tp * ep == size]
     hw = cluster.hardware

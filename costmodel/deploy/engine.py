@@ -95,6 +95,9 @@ class Engine:
     # kernel's (vLLM's FA3); "bf16-rate", at the bandwidth the bf16 kernel reaches (TensorRT-LLM's XQA
     # reads fp8 natively: docs/serving.md, "Checked against measurements")
     cache_read: str = "table"
+    # whose measured MoE and MLA kernels the steps read (``deploy.step.Shard.kernel_framework``):
+    # None, the tables' defaults (vLLM's fused MoE, SGLang's MLA); "trtllm", TensorRT-LLM's own
+    kernel_framework: str | None = None
     name: str = "vllm"
 
     def check(self) -> None:
@@ -115,7 +118,8 @@ class Engine:
         return {"block_size": self.block, "gpu_memory_utilization": self.memory_fraction,
                 "max_batch": self.max_batch, "max_num_tokens": self.max_tokens,
                 "prefix_sharing": self.prefix_sharing, "kv_fraction_of_free": self.kv_of_free,
-                "chunked_prefill": self.chunked, "fp8_cache_read": self.cache_read, "engine": self.name}
+                "chunked_prefill": self.chunked, "fp8_cache_read": self.cache_read,
+                "kernel_framework": self.kernel_framework, "engine": self.name}
 
 
 #: ``--engine``: the serving framework's defaults where they change the model. An explicit
@@ -125,10 +129,13 @@ class Engine:
 #: - ``trtllm``: TensorRT-LLM's PyTorch flow (``tokens_per_block`` 32; ``free_gpu_memory_fraction``
 #:   0.9 of the memory the weights and activations leave free; ``enable_chunked_prefill`` off by
 #:   default, tensorrt_llm/llmapi/llm_args.py), its decode kernel (XQA) reading an fp8 cache
-#:   natively: at the bf16 kernel's bandwidth. The engine `bench/serving_validation.py` checks.
+#:   natively: at the bf16 kernel's bandwidth; its own fused MoE and MLA kernels, as aiconfigurator
+#:   measured them (specs/kernels/<gpu>/moe.trtllm.json, mla.trtllm.json; docs/gpu-time.md). The
+#:   engine `bench/serving_validation.py` checks.
 ENGINES: dict[str, Engine] = {
     "vllm": Engine(),
-    "trtllm": Engine(block=32, kv_of_free=True, chunked=False, cache_read="bf16-rate", name="trtllm"),
+    "trtllm": Engine(block=32, kv_of_free=True, chunked=False, cache_read="bf16-rate",
+                     kernel_framework="trtllm", name="trtllm"),
 }
 
 

@@ -229,7 +229,8 @@ class Search:
         context, prompt = decode_context(self.workload), self.workload.prompt.mean
         return Reads.union(
             step_reads(ExpertShard(self.spec, tp, ep, self.dtype, self.widths, self.kernels, self.mla,
-                                   self.engine.cache_read, redundant=self.redundant),
+                                   self.engine.cache_read, self.engine.kernel_framework,
+                                   redundant=self.redundant),
                        self.cluster, tokens, decoders, context, prompt)
             for (tp, ep), (tokens, decoders) in most.items())
 
@@ -320,7 +321,8 @@ def search(spec: Spec, cluster: Cluster, gpus: int, workload: Workload, engine: 
     evaluated = 0
     calibrated = True
     for tp, ep in found:
-        shard = ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, engine.cache_read, redundant=redundant)
+        shard = ExpertShard(spec, tp, ep, dtype, widths, kernels, mla, engine.cache_read,
+                            engine.kernel_framework, redundant=redundant)
         got, n, cal = _layout(shard, cluster, gpus, workload, engine, batches, tokens, targets, price)
         rows += got
         evaluated += n

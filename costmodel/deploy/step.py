@@ -45,6 +45,7 @@ import numpy as np
 
 from costmodel.analysis import Analysis, analyze
 from costmodel.components.key import Key, Role
+from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import Reads
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import collective
@@ -92,6 +93,9 @@ class Shard:
     # bandwidth the bf16 table's kernel reaches (half its time; docs/serving.md, "Checked against
     # measurements": the tables' fp8-cache decode kernel, vLLM's FA3, gains 16% from half the bytes)
     cache_read: str = "table"
+    # the serving framework whose own MoE and MLA tables the step reads (specs/kernels/<gpu>/
+    # moe.<framework>.json, ``devices.kernels``); None: the folder's defaults (vLLM's MoE, SGLang's MLA)
+    kernel_framework: str | None = None
 
     @property
     def kv_width(self) -> str:
@@ -105,6 +109,10 @@ class Shard:
             s = s.model_copy(update={"ffn": s.ffn.model_copy(update={"n_experts": moe[0] // self.ep})})
         return s
 
+    def device(self, cluster: Cluster) -> Hardware:
+        """The cluster's GPU as this shard's engine reads its measured tables (``kernel_framework``)."""
+        return cluster.hardware.with_framework(self.kernel_framework)
+
     def analyze(self, phase: str, batch: int, seq: int) -> Analysis:
         return analyze(self.local, phase, batch=batch, seq=seq, dtype=self.dtype, mla=self.mla,
                        **self.widths.options())
@@ -115,7 +123,7 @@ def _times(shard: Shard, cluster: Cluster, phase: str, batch: np.ndarray, seq: n
     """Seconds of the selected components of `phase` at every (batch, seq): the array model where
     the profile has tables for the dtype and the widths are the dtype's (``predict_grid``), else
     ``predict`` point by point (its rows: calibrated, or each component's roofline)."""
-    hw = cluster.hardware
+    hw = shard.device(cluster)
     local = shard.local
     if hw.tables_for(shard.dtype) and not shard.widths.differs(shard.dtype):
         return predict_grid(local, phase, batch, seq, hw, shard.dtype, shard.kernels, mla=shard.mla,
@@ -192,7 +200,8 @@ def step_times(shard: Shard, cluster: Cluster, top: int, context: float, prompts
     seq = max(1, int(round(context)) - 1)  # decode at C cached attends to C + 1
     core_decode = _times(shard, cluster, "decode", tokens, np.full(1, float(seq)), _core)
     if shard.cache_read == "bf16-rate" and shard.kv_width == "fp8" and shard.spec.mla is None:
-        wide = Shard(shard.spec, shard.tp, shard.ep, "bf16", Widths(), shard.kernels, shard.mla)
+        wide = Shard(shard.spec, shard.tp, shard.ep, "bf16", Widths(), shard.kernels, shard.mla,
+                     kernel_framework=shard.kernel_framework)
         half = 0.5 * _times(wide, cluster, "decode", tokens, np.full(1, float(seq)), _core)
         core_decode = np.minimum(core_decode, half)
     prompts = np.unique(np.maximum(1.0, np.round(prompts)))
@@ -240,7 +249,7 @@ def step_reads(shard: Shard, cluster: Cluster, tokens: int, decoders: int, conte
     core of `decoders` sequences at `context`, one prompt's core, and the step's TP and EP
     collectives at `tokens`. The one-shape model (``predict``), once per layout shown, as train's
     ``Step.reads``: the search's arrays record no reads."""
-    hw = cluster.hardware
+    hw = shard.device(cluster)
     # the step's tokens as prompts (a prefill of one sequence of them could pass the spec's context)
     length = max(1, round(prompt))
     shapes = (("prefill", -(-tokens // length), length), ("decode", decoders, round(context) - 1),

@@ -43,10 +43,21 @@ class Hardware(BaseModel):
     date: str | None = None
     efficiency: Efficiency | None = None  # per-operator tables for costmodel.runtime.timing
     kernels: str | None = None  # measured per-shape kernel tables: the folder specs/kernels/<kernels>/
+    # The serving framework whose own MoE and MLA tables the folder's defaults give way to
+    # (specs/kernels/<kernels>/moe.<framework>.json; ``devices.kernels``): set by a serving engine
+    # (``deploy --engine trtllm``, ``with_framework``), not by a profile's file; never dumped.
+    kernel_framework: str | None = Field(default=None, exclude=True)
 
     def kernel_tables(self) -> KernelTables | None:
-        """The measured GEMM, fused-attention and NCCL tables of this GPU (``devices.kernels``)."""
-        return None if self.kernels is None else load_kernels(self.kernels)
+        """The measured GEMM, fused-attention, NCCL, MoE and MLA tables of this GPU
+        (``devices.kernels``), the MoE and MLA ones `kernel_framework`'s where it has them."""
+        return None if self.kernels is None else load_kernels(self.kernels, self.kernel_framework)
+
+    def with_framework(self, framework: str | None) -> Hardware:
+        """This profile reading `framework`'s own MoE and MLA tables (None: the folder's defaults)."""
+        if framework == self.kernel_framework:
+            return self
+        return self.model_copy(update={"kernel_framework": framework})
 
     def tables_for(self, dtype: str) -> bool:
         """Whether the time model has this profile's efficiency tables for `dtype`."""

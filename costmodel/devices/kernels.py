@@ -33,6 +33,14 @@ A MoE configuration (hidden, inter, experts, top_k) that was not measured reads 
 measured one at the tokens that route as many rows to each expert (tokens x top_k / experts),
 its time scaled by all the experts' work (experts x hidden x inter): extrapolated.
 
+Tables by framework: a folder's ``moe.json`` and ``mla.json`` are its defaults (vLLM's MoE,
+SGLang's MLA: docs/gpu-time.md); ``moe.<framework>.json`` and ``mla.<framework>.json`` beside them
+hold one serving framework's own kernels (``trtllm``: TensorRT-LLM's). ``load_kernels(name,
+framework)`` reads the framework's table of a dtype (MoE) or phase (MLA) where it has one and the
+default's elsewhere; the op classes it read from the framework's files are named with it
+(``moe/fp8@trtllm``, ``mla/decode@trtllm``), so their error bands and the kernel notes say which
+was read. A new framework is files, not code.
+
 Pure Python (the lookup runs inside ``analyze --hardware``, which never imports numpy); a
 folder is read and validated once per process. A bad file is one line naming the file, the
 table and the field.
@@ -275,6 +283,12 @@ class MoETable:
     experts: int
     topk: int
     grid: Grid  # (tokens,)
+    framework: str | None = None  # None: the folder's default table (moe.json)
+
+    @property
+    def op(self) -> str:
+        """The op class read: ``moe/bf16``, ``moe/fp8@trtllm`` (``framework_op``)."""
+        return framework_op(f"moe/{self.dtype}", self.framework)
 
     def distance(self, hidden: int, inter: int, experts: int, topk: int) -> float:
         """How far a configuration is from this one: an expert's work (hidden x inter) and the
@@ -316,6 +330,12 @@ class MLATable:
 
     kv_dtype: str
     grid: Grid
+    framework: str | None = None  # None: the folder's default table (mla.json)
+
+
+def framework_op(op: str, framework: str | None) -> str:
+    """An op class as read from a framework's own file (``moe/fp8@trtllm``); the default's bare."""
+    return op if framework is None else f"{op}@{framework}"
 
 
 #: The latent sizes an MLA table is measured at (its source names them): kv_lora_rank,
@@ -333,8 +353,8 @@ class KernelTables:
     """One GPU's measured tables (a folder like specs/kernels/<name>/), and where each came from.
     Each file is read and validated the first time a lookup needs it."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.name = folder, folder.name
+    def __init__(self, folder: Path, framework: str | None = None) -> None:
+        self.folder, self.name, self.framework = folder, folder.name, framework
         self._nearest: dict[tuple[str, int, int, int, str], AttentionTable] = {}  # a sweep asks again
         present = [f for f in FILES if (folder / f).is_file()]
         if not present:
@@ -354,11 +374,26 @@ class KernelTables:
 
     @cached_property
     def _moe(self) -> tuple[dict[str, tuple[MoETable, ...]], dict[str, dict[str, Any]]]:
-        return _read_moe(self.folder / "moe.json")
+        tables, sources = _read_moe(self.folder / "moe.json")
+        if self.framework is not None:  # its dtypes in place of the default's, the others kept
+            own, own_sources = _read_moe(self.folder / f"moe.{self.framework}.json", self.framework)
+            tables, sources = {**tables, **own}, {**sources, **own_sources}
+        return tables, sources
 
     @cached_property
     def _mla(self) -> tuple[dict[str, tuple[MLATable, ...]], dict[str, dict[str, Any]]]:
-        return _read_mla(self.folder / "mla.json")
+        tables, sources = _read_mla(self.folder / "mla.json")
+        if self.framework is not None:  # its phases in place of the default's
+            own, own_sources = _read_mla(self.folder / f"mla.{self.framework}.json", self.framework)
+            tables, sources = {**tables, **own}, {**sources, **own_sources}
+        return tables, sources
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks with tables of their own in the folder (``moe.<framework>.json``,
+        ``mla.<framework>.json``)."""
+        names = {p.name.split(".")[1] for op in ("moe", "mla") for p in self.folder.glob(f"{op}.*.json")}
+        return tuple(sorted(names))
 
     @property
     def moe_tables(self) -> dict[str, tuple[MoETable, ...]]:
@@ -505,7 +540,8 @@ class KernelTables:
 
     def mla_dims(self, phase: Phase) -> tuple[int, ...] | None:
         """The latent sizes the phase's MLA tables were measured at (``MLA_FIELDS``)."""
-        source = self.sources.get(f"mla/{phase}")
+        tables = self.mla_tables.get(phase)
+        source = self.sources.get(framework_op(f"mla/{phase}", tables[0].framework)) if tables else None
         return None if source is None else tuple(source[f] for f in MLA_FIELDS)
 
     def mla(
@@ -617,9 +653,10 @@ def _read(file: Path) -> dict[str, Any]:
 FILES = ("gemm.json", "attention.json", "collectives.json", "moe.json", "mla.json")
 
 
-def read_kernels(folder: Path) -> KernelTables:
-    """A folder's tables, every file validated now (``SpecError`` naming the file, table and field)."""
-    return KernelTables(folder).validate()
+def read_kernels(folder: Path, framework: str | None = None) -> KernelTables:
+    """A folder's tables (with `framework`'s own where it has them), every file validated now
+    (``SpecError`` naming the file, table and field)."""
+    return KernelTables(folder, framework).validate()
 
 
 def _read_gemm(file: Path) -> tuple[dict[str, Grid], dict[str, dict[str, Any]]]:
@@ -682,7 +719,9 @@ def _read_collectives(file: Path) -> tuple[dict[str, Grid], dict[str, dict[str, 
     return collectives, sources
 
 
-def _read_moe(file: Path) -> tuple[dict[str, tuple[MoETable, ...]], dict[str, dict[str, Any]]]:
+def _read_moe(
+    file: Path, framework: str | None = None
+) -> tuple[dict[str, tuple[MoETable, ...]], dict[str, dict[str, Any]]]:
     moe: dict[str, tuple[MoETable, ...]] = {}
     sources: dict[str, dict[str, Any]] = {}
     if not file.is_file():
@@ -691,7 +730,7 @@ def _read_moe(file: Path) -> tuple[dict[str, tuple[MoETable, ...]], dict[str, di
         dtype = t.get("dtype")
         if not isinstance(dtype, str):
             raise _bad(file, f"tables[{i}]", "dtype", "missing")
-        sources[f"moe/{dtype}"] = t.get("source", {})
+        sources[framework_op(f"moe/{dtype}", framework)] = t.get("source", {})
         tables = []
         for j, c in enumerate(_list(file, t, "configs")):
             where = f"tables[{i}] ({dtype}).configs[{j}]"
@@ -701,12 +740,14 @@ def _read_moe(file: Path) -> tuple[dict[str, tuple[MoETable, ...]], dict[str, di
             if c["topk"] > c["experts"]:
                 raise _bad(file, where, "topk", f"{c['topk']} experts a token, but only {c['experts']}")
             grid = _grid(file, where, c, ("tokens",), (1,))
-            tables.append(MoETable(dtype, c["hidden"], c["inter"], c["experts"], c["topk"], grid))
+            tables.append(MoETable(dtype, c["hidden"], c["inter"], c["experts"], c["topk"], grid, framework))
         moe[dtype] = tuple(tables)
     return moe, sources
 
 
-def _read_mla(file: Path) -> tuple[dict[str, tuple[MLATable, ...]], dict[str, dict[str, Any]]]:
+def _read_mla(
+    file: Path, framework: str | None = None
+) -> tuple[dict[str, tuple[MLATable, ...]], dict[str, dict[str, Any]]]:
     mla: dict[str, tuple[MLATable, ...]] = {}
     sources: dict[str, dict[str, Any]] = {}
     if not file.is_file():
@@ -722,14 +763,15 @@ def _read_mla(file: Path) -> tuple[dict[str, tuple[MLATable, ...]], dict[str, di
         for field in MLA_FIELDS:
             if not isinstance(source.get(field), int) or source[field] <= 0:
                 raise _bad(file, phase, f"source.{field}", "must be a positive integer")
-        sources[f"mla/{phase}"] = source
+        sources[framework_op(f"mla/{phase}", framework)] = source
         tables = []
         for i, t in enumerate(_list(file, block, "tables")):
             where = f"{phase}.tables[{i}]"
             if not isinstance(t.get("kv_dtype"), str):
                 raise _bad(file, where, "kv_dtype", "missing")
             growth = (1, 1, 2 if phase == "prefill" else 1)  # heads, batch; a causal prefill's S^2/2 pairs
-            tables.append(MLATable(t["kv_dtype"], _grid(file, where, t, ("heads", "batch", "seq"), growth)))
+            grid = _grid(file, where, t, ("heads", "batch", "seq"), growth)
+            tables.append(MLATable(t["kv_dtype"], grid, framework))
         mla[phase] = tuple(tables)
     return mla, sources
 
@@ -741,14 +783,19 @@ def _list(file: Path, data: Any, field: str) -> list[dict[str, Any]]:
     return items
 
 
-@lru_cache(maxsize=16)
-def load_kernels(name: str) -> KernelTables:
+def load_kernels(name: str, framework: str | None = None) -> KernelTables:
     """The bundled tables of `name` (a folder of specs/kernels/), each file read once per process
-    when first needed."""
+    when first needed; with `framework`, its own MoE and MLA tables where the folder has them
+    (``moe.<framework>.json``), the defaults elsewhere."""
+    return _load_kernels(name, framework)  # one cache key however the framework is passed
+
+
+@lru_cache(maxsize=16)
+def _load_kernels(name: str, framework: str | None) -> KernelTables:
     folder = kernels_root() / name
     if not name or "/" in name or "\\" in name or name.startswith(".") or not folder.is_dir():
         names = (
             sorted(p.name for p in kernels_root().iterdir() if p.is_dir()) if kernels_root().is_dir() else []
         )
         raise SpecError(f"kernels: no measured tables named {name!r} (have {', '.join(names) or 'none'})")
-    return KernelTables(folder)
+    return KernelTables(folder, framework)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from costmodel.analysis import Analysis
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import Grid, KernelTables
+from costmodel.devices.kernels import Grid, KernelTables, framework_op
 from costmodel.spec import Spec
 
 if TYPE_CHECKING:  # numpy is the sweeps' (``grid_times``), never analyze's
@@ -113,7 +113,7 @@ def mla_core(kernel: AttentionKernel, spec: Spec, scores: tuple[Any, Any, Any, A
     absorbed = K in (m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank)
     batch, S = (count / layers, M / h) if absorbed else (count / (layers * h), M)
     exact = table.kv_dtype == kernel.kv_dtype
-    op = f"mla/{kernel.phase}"
+    op = framework_op(f"mla/{kernel.phase}", table.framework)
     if kernel.phase == "decode":
         return CoreRead(table.grid, (h, batch, N), exact, layers, op)
     return CoreRead(table.grid, (h, batch, S), exact, layers * ratio * (2 * S) / (S + 1), op)

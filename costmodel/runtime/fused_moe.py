@@ -36,7 +36,7 @@ class MoERead:
     per_time: float
     topk: int
     exact: bool
-    op: str  # "moe/bf16"
+    op: str  # "moe/bf16"; "moe/fp8@trtllm" off a framework's own table
 
 
 def moe_read(kernel: AttentionKernel | None, spec: Spec, key: Key, dtype: str) -> MoERead | None:
@@ -52,7 +52,7 @@ def moe_read(kernel: AttentionKernel | None, spec: Spec, key: Key, dtype: str) -
     if table is None:
         return None
     per_token, per_time = moe_scaling(table, d, f, E, K)
-    return MoERead(table.grid, per_token, per_time, K, table.exact(d, f, E, K), f"moe/{table.dtype}")
+    return MoERead(table.grid, per_token, per_time, K, table.exact(d, f, E, K), table.op)
 
 
 def experts_share(read: MoERead, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...],
