@@ -52,9 +52,18 @@ class Head(str, Enum):
     holds ``none`` (ModernBERT, DeBERTa) or BERT's ``pooler``; the task heads are options."""
 
     none = "none"  # the last hidden state
-    pooler = "pooler"  # BertPooler: dense + tanh over [CLS]
+    pooler = "pooler"  # BertPooler: dense + tanh over [CLS] (``pooler_activation``, ``pooler_norm``)
     mlm = "mlm"  # BertForMaskedLM: transform (dense, GELU, norm) + the tied decoder over every token
     classification = "classification"  # the pooler, then a classifier over n_labels
+
+
+class PoolerActivation(str, Enum):
+    """What the pooler's dense layer is followed by: BertPooler's and RobertaClassificationHead's
+    tanh; DeBERTa-v2's ContextPooler runs ``pooler_hidden_act`` and ModernBertPredictionHead
+    ``classifier_activation``, both GELU by default (exact, erf)."""
+
+    tanh = "tanh"
+    gelu = "gelu"
 
 
 class Norm(str, Enum):
@@ -443,6 +452,10 @@ class Spec(BaseModel):
     attention_sinks: StrictBool = False  # one learned softmax logit per head per layer (gpt-oss)
     head: Head = Head.none  # encoder-only: what follows the last layer (components.heads)
     n_labels: PositiveInt = 2  # head: classification: the classifier's outputs (num_labels)
+    # The pooler over [CLS] (head: pooler and classification; imported whatever head is counted):
+    # its activation, and a norm after it (ModernBertPredictionHead: dense, act, LayerNorm).
+    pooler_activation: PoolerActivation = PoolerActivation.tanh
+    pooler_norm: StrictBool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -667,7 +680,7 @@ def _architecture(spec: Spec) -> None:
 def _encoder_only(spec: Spec) -> None:
     """What an encoder-only model is (its head) and what only it has (a head, DeBERTa's positions)."""
     if not spec.is_encoder:
-        for field in ("head", "n_labels"):
+        for field in ("head", "n_labels", "pooler_activation", "pooler_norm"):
             if field in spec.model_fields_set:
                 raise ValueError(f"{field}: only for architecture: encoder (a decoder ends in its LM head)")
         if spec.position is Position.disentangled:

@@ -12,7 +12,7 @@ import yaml
 pytest.importorskip("torch", reason="measuring needs the [measure] extra (torch)")
 
 import torch  # noqa: E402
-from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from costmodel import catalog  # noqa: E402
@@ -36,15 +36,8 @@ def _kept(name: str):
     return keep_layers(spec, max(2, len(spec.layer_pattern)))
 
 
-#: Encoder-only specs (issue 25): the saved-for-backward formulas are not yet checked against the
-#: reference's encoder parts (embedding norm and token types, heads, DeBERTa's relative terms).
-ENCODERS = {"bert-base-uncased", "bert-large-uncased", "roberta-large", "modernbert-base", "deberta-v3-base"}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    reason="encoder activation memory not yet reconciled with the reference (issue 25)", strict=True))
-    if n in ENCODERS else n for n in BUNDLED])
+@pytest.mark.parametrize("name", BUNDLED)
 def test_bundled_saved_for_backward_exact(name: str) -> None:
     """Every bundled spec, cut to the layers of one pattern: none and full recompute, exact."""
     spec = _kept(name)
@@ -66,8 +59,6 @@ def test_fp32_recipe_saved_exact() -> None:
 @given(data=specs(), batch=st.integers(1, 3), seq=st.integers(1, 10))
 def test_random_specs_saved_exact(data: dict, batch: int, seq: int) -> None:
     """Random specs mixing every element: the saved bytes equal the formula, both modes."""
-    # Encoder-only specs: not yet reconciled (ENCODERS above; issue 25).
-    assume(data.get("architecture") != "encoder")
     spec = spec_from_dict(data, "hypothesis")
     for recompute in ("none", "full"):
         measured = training_saved(spec, batch, seq, recompute == "full").total

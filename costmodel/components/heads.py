@@ -22,6 +22,7 @@ Devlin et al. 2019, "BERT", section 3 and appendix A, as transformers builds the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from costmodel.components.element import Alternative, Choose, Element, Symbol
@@ -31,17 +32,34 @@ from costmodel.components.loss import cross_entropy
 from costmodel.components.norm import norm
 from costmodel.components.stability import LOGSUMEXP_FLOPS
 from costmodel.cost import Cost, Dims, elementwise, linear
-from costmodel.spec import Head, Spec
+from costmodel.spec import Head, PoolerActivation, Spec
 from costmodel.symbols import ID_BYTES
 
 TANH_FLOPS = 1  # tanh counts one FLOP per element, as in the FFN's GeLU (components.ffn)
 
 
-def pooler(dims: Dims) -> list[tuple[Key, Cost]]:
-    """BertPooler: the B [CLS] states through dense (d x d, bias) and tanh."""
+def pooler(spec: Spec, dims: Dims) -> list[tuple[Key, Cost]]:
+    """The B [CLS] states through dense (d x d; its bias the FFN's), the activation
+    (``pooler_activation``) and, with ``pooler_norm``, a norm (ModernBertPredictionHead).
+
+    Kept for backward, as PyTorch keeps it: the dense layer's input ``x[:, 0]`` is a view of
+    the last hidden state, so its whole storage (B*S*d) stays alive, not B*d; tanh keeps its
+    output, GELU its input, a norm its input and statistics."""
     rows = dims.B
-    return [(Key("dense", Role.head, block="pooler"), linear(rows, dims.d, dims.d, True, dims.p)),
-            (Key("act", Role.head, block="pooler"), elementwise(rows * dims.d, TANH_FLOPS, dims.p, saves=1))]
+    dense = linear(rows, dims.d, dims.d, spec.bias.ffn, dims.p, saves_input=False)
+    act = (TANH_FLOPS if spec.pooler_activation is PoolerActivation.tanh else GELU_FLOPS)
+    out = [(Key("dense", Role.head, block="pooler"), replace(dense, saved=dims.p * dims.B * dims.S * dims.d)),
+           (Key("act", Role.head, block="pooler"), elementwise(rows * dims.d, act, dims.p, saves=1))]
+    if spec.pooler_norm:
+        out.append((Key("norm", Role.head, block="pooler"), norm(spec, dims, rows, dims.d)))
+    return out
+
+
+def pooled_kept(spec: Spec) -> bool:
+    """Whether the pooler's output is already kept for backward when the classifier reads it:
+    tanh keeps its output; GELU keeps its input and a norm its input, so then the classifier
+    keeps one more B x d tensor."""
+    return spec.pooler_activation is PoolerActivation.tanh and not spec.pooler_norm
 
 
 def labels_loss(dims: Dims) -> Cost:
@@ -60,10 +78,10 @@ def head(spec: Spec, dims: Dims) -> list[tuple[Key, Cost]]:
     if spec.head is Head.none:
         return []
     if spec.head is Head.pooler:
-        return pooler(dims)
+        return pooler(spec, dims)
     if spec.head is Head.classification:
-        classifier = linear(dims.B, dims.d, dims.n_labels, True, dims.p)
-        return [*pooler(dims), (Key("classifier", Role.head), classifier),
+        classifier = linear(dims.B, dims.d, dims.n_labels, True, dims.p, saves_input=not pooled_kept(spec))
+        return [*pooler(spec, dims), (Key("classifier", Role.head), classifier),
                 (Key("cross_entropy", Role.loss, block="loss"), labels_loss(dims))]
     tokens = dims.B * dims.S
     return [
