@@ -142,6 +142,9 @@ class Bias(BaseModel):
     ffn: StrictBool = False
     norm: StrictBool | None = None  # None: LayerNorm has a bias, RMSNorm has none
     lm_head: StrictBool = False
+    # An encoder head's dense layers (the pooler's, the masked-LM transform's; ModernBERT's
+    # classifier_bias); None: the FFN's (BERT, RoBERTa and DeBERTa bias both).
+    head: StrictBool | None = None
 
 
 class ActiveConvention(str, Enum):
@@ -603,6 +606,17 @@ class Spec(BaseModel):
         return self.n_decoder_layers if self.is_encoder_decoder else self.n_layers  # type: ignore[return-value]
 
     @property
+    def tied_head(self) -> bool:
+        """The token table is also an LM head's weight: ``tied_embeddings`` with an LM head (a
+        decoder's, or an encoder's with head: mlm; an encoder's other heads have none)."""
+        return self.tied_embeddings and (not self.is_encoder or self.head is Head.mlm)
+
+    @property
+    def head_bias(self) -> bool:
+        """Whether an encoder head's dense layers carry a bias (``Bias.head``, or the FFN's)."""
+        return self.bias.ffn if self.bias.head is None else self.bias.head
+
+    @property
     def norm_bias(self) -> bool:
         return self.norm is Norm.layernorm if self.bias.norm is None else self.bias.norm
 
@@ -683,6 +697,8 @@ def _encoder_only(spec: Spec) -> None:
         for field in ("head", "n_labels", "pooler_activation", "pooler_norm"):
             if field in spec.model_fields_set:
                 raise ValueError(f"{field}: only for architecture: encoder (a decoder ends in its LM head)")
+        if spec.bias.head is not None:
+            raise ValueError("bias.head: only for architecture: encoder (an encoder head's dense layers)")
         if spec.position is Position.disentangled:
             raise ValueError("position: disentangled attention is supported for encoder-only models")
         return

@@ -164,3 +164,24 @@ def test_naive_live_peak_gap_is_accounted_for(name: str, phase: str, batch: int,
     attention = live_peak(spec, shape, 2, False, False, "naive")["attention"]
     measured = inference_live_peak(spec, phase, batch, seq)
     assert measured == attention + 2 * batch * h * (S + C) * d_v + _not_modelled(spec, batch, S, C)
+
+
+def test_full_recompute_passes_deberta_table_through_the_checkpoint() -> None:
+    """Full recompute of a tiny DeBERTa on CPU: the backward runs (the table each layer projects
+    is an input of every checkpointed layer, kept once) and its gradients equal a plain step's.
+    Before, the table reached the layers from outside the checkpoint and the second layer's
+    backward ran the stack's graph again ("Trying to backward through the graph a second time")."""
+    from costmodel.measure.reference import build
+
+    spec = spec_from_dict(dict(name="tiny-deberta", architecture="encoder", d_model=8, n_layers=2, n_heads=2,
+                               d_ff=16, vocab_size=10, max_seq_len=6, norm="layernorm", norm_position="post",
+                               activation="gelu", position="disentangled", position_buckets=4,
+                               embedding_norm=True, head="mlm", tied_embeddings=True))
+    grads = []
+    for full in (False, True):
+        model = build(spec, "cpu", torch.float32, seed=1).recompute(full)
+        model.train()
+        ids = torch.tensor([[1, 2, 3, 4, 5]])
+        model.loss(model(ids), ids).backward()
+        grads.append(model.decoder.relative_positions.weight.grad)
+    assert grads[1] is not None and torch.allclose(grads[0], grads[1])

@@ -26,7 +26,7 @@ class Pooler(nn.Module):
 
     def __init__(self, spec: Spec):
         super().__init__()
-        self.dense = nn.Linear(spec.d_model, spec.d_model, bias=spec.bias.ffn)
+        self.dense = nn.Linear(spec.d_model, spec.d_model, bias=spec.head_bias)
         self.tanh = spec.pooler_activation is PoolerActivation.tanh
         self.norm = Norm(spec, spec.d_model) if spec.pooler_norm else None
 
@@ -42,7 +42,7 @@ class MaskedLM(nn.Module):
 
     def __init__(self, spec: Spec):
         super().__init__()
-        self.transform = nn.Linear(spec.d_model, spec.d_model, bias=spec.bias.ffn)
+        self.transform = nn.Linear(spec.d_model, spec.d_model, bias=spec.head_bias)
         self.norm = Norm(spec, spec.d_model)
 
     def forward(self, x: Tensor) -> Tensor:
