@@ -21,10 +21,10 @@ from typing import Any
 
 from costmodel.components.element import Choose, Element, Symbol
 from costmodel.components.loss import dropout
-from costmodel.components.norm import FP32_BYTES, norm
+from costmodel.components.norm import norm_of_kept
 from costmodel.components.scores import Shape
 from costmodel.cost import Cost, Dims, gemm, linear, runs
-from costmodel.spec import Norm, Position, QKNorm, Spec
+from costmodel.spec import Position, QKNorm, Spec
 from costmodel.symbols import ID_BYTES
 
 TERM_FLOPS = 2  # per score element: divide by sqrt(3 d_h), add to the scores
@@ -36,11 +36,9 @@ def table(spec: Spec, dims: Dims, tokens: Any) -> list[tuple[str, Cost]]:
     (and, an RMSNorm, its fp32 upcast of the table, unless the table is fp32 already)."""
     params = dims.n_rel * dims.d
     read = dims.p * params * runs(tokens)
-    normed = norm(spec, dims, dims.n_rel * runs(tokens), dims.d)
-    weight = dims.p * params if spec.norm is Norm.layernorm or dims.p == FP32_BYTES else 0
     return [("relative_positions", Cost(params=params, factored=dims.n_rel + dims.d, weights_read=read,
                                         bytes_unfused=read)),
-            ("relative_norm", replace(normed, saved=normed.saved - weight))]
+            ("relative_norm", norm_of_kept(spec, dims, dims.n_rel * runs(tokens), dims.d))]
 
 
 def kept_once(spec: Spec, q_len: Any, p: int, full: bool) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from costmodel.components.element import Alternative, Choose, Element, Symbol
 from costmodel.components.ffn import GELU_FLOPS
 from costmodel.components.key import Key, Role
 from costmodel.components.loss import cross_entropy
-from costmodel.components.norm import norm
+from costmodel.components.norm import norm, norm_of_kept
 from costmodel.components.stability import LOGSUMEXP_FLOPS
 from costmodel.cost import Cost, Dims, elementwise, linear
 from costmodel.spec import Head, PoolerActivation, Spec
@@ -58,8 +58,10 @@ def pooler(spec: Spec, dims: Dims) -> list[tuple[Key, Cost]]:
     act = (TANH_FLOPS if spec.pooler_activation is PoolerActivation.tanh else GELU_FLOPS)
     out = [(Key("dense", Role.head, block="pooler"), replace(dense, saved=dims.p * dims.B * dims.S * dims.d)),
            (Key("act", Role.head, block="pooler"), elementwise(rows * dims.d, act, dims.p, saves=1))]
-    if spec.pooler_norm:
-        out.append((Key("norm", Role.head, block="pooler"), norm(spec, dims, rows, dims.d)))
+    if spec.pooler_norm:  # its input is tanh's output (kept by tanh) or GELU's (its own)
+        tanh = spec.pooler_activation is PoolerActivation.tanh
+        pooled = (norm_of_kept if tanh else norm)(spec, dims, rows, dims.d)
+        out.append((Key("norm", Role.head, block="pooler"), pooled))
     return out
 
 

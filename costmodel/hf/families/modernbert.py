@@ -30,7 +30,8 @@ def _modernbert(c: Config, out: dict[str, Any]) -> None:
     out["head"] = Head.none.value
     # ModernBertPredictionHead (the masked-LM and classification heads'): dense (classifier_bias),
     # classifier_activation, a norm
-    out["bias"]["head"] = c.bool("classifier_bias")
+    if c.bool("classifier_bias") != mlp:  # else the spec's default: the FFN's
+        out["bias"]["head"] = c.bool("classifier_bias")
     out["pooler_activation"] = read_pooler_activation(c, "classifier_activation").value
     out["pooler_norm"] = True
     window = c.req_int("local_attention")
