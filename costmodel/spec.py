@@ -52,9 +52,18 @@ class Head(str, Enum):
     holds ``none`` (ModernBERT, DeBERTa) or BERT's ``pooler``; the task heads are options."""
 
     none = "none"  # the last hidden state
-    pooler = "pooler"  # BertPooler: dense + tanh over [CLS]
+    pooler = "pooler"  # BertPooler: dense + tanh over [CLS] (``pooler_activation``, ``pooler_norm``)
     mlm = "mlm"  # BertForMaskedLM: transform (dense, GELU, norm) + the tied decoder over every token
     classification = "classification"  # the pooler, then a classifier over n_labels
+
+
+class PoolerActivation(str, Enum):
+    """What the pooler's dense layer is followed by: BertPooler's and RobertaClassificationHead's
+    tanh; DeBERTa-v2's ContextPooler runs ``pooler_hidden_act`` and ModernBertPredictionHead
+    ``classifier_activation``, both GELU by default (exact, erf)."""
+
+    tanh = "tanh"
+    gelu = "gelu"
 
 
 class Norm(str, Enum):
@@ -133,6 +142,9 @@ class Bias(BaseModel):
     ffn: StrictBool = False
     norm: StrictBool | None = None  # None: LayerNorm has a bias, RMSNorm has none
     lm_head: StrictBool = False
+    # An encoder head's dense layers (the pooler's, the masked-LM transform's; ModernBERT's
+    # classifier_bias); None: the FFN's (BERT, RoBERTa and DeBERTa bias both).
+    head: StrictBool | None = None
 
 
 class ActiveConvention(str, Enum):
@@ -443,6 +455,10 @@ class Spec(BaseModel):
     attention_sinks: StrictBool = False  # one learned softmax logit per head per layer (gpt-oss)
     head: Head = Head.none  # encoder-only: what follows the last layer (components.heads)
     n_labels: PositiveInt = 2  # head: classification: the classifier's outputs (num_labels)
+    # The pooler over [CLS] (head: pooler and classification; imported whatever head is counted):
+    # its activation, and a norm after it (ModernBertPredictionHead: dense, act, LayerNorm).
+    pooler_activation: PoolerActivation = PoolerActivation.tanh
+    pooler_norm: StrictBool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -590,6 +606,17 @@ class Spec(BaseModel):
         return self.n_decoder_layers if self.is_encoder_decoder else self.n_layers  # type: ignore[return-value]
 
     @property
+    def tied_head(self) -> bool:
+        """The token table is also an LM head's weight: ``tied_embeddings`` with an LM head (a
+        decoder's, or an encoder's with head: mlm; an encoder's other heads have none)."""
+        return self.tied_embeddings and (not self.is_encoder or self.head is Head.mlm)
+
+    @property
+    def head_bias(self) -> bool:
+        """Whether an encoder head's dense layers carry a bias (``Bias.head``, or the FFN's)."""
+        return self.bias.ffn if self.bias.head is None else self.bias.head
+
+    @property
     def norm_bias(self) -> bool:
         return self.norm is Norm.layernorm if self.bias.norm is None else self.bias.norm
 
@@ -667,9 +694,11 @@ def _architecture(spec: Spec) -> None:
 def _encoder_only(spec: Spec) -> None:
     """What an encoder-only model is (its head) and what only it has (a head, DeBERTa's positions)."""
     if not spec.is_encoder:
-        for field in ("head", "n_labels"):
+        for field in ("head", "n_labels", "pooler_activation", "pooler_norm"):
             if field in spec.model_fields_set:
                 raise ValueError(f"{field}: only for architecture: encoder (a decoder ends in its LM head)")
+        if spec.bias.head is not None:
+            raise ValueError("bias.head: only for architecture: encoder (an encoder head's dense layers)")
         if spec.position is Position.disentangled:
             raise ValueError("position: disentangled attention is supported for encoder-only models")
         return

@@ -106,7 +106,68 @@ def test_bundled_encoders_have_no_decode_and_refuse_it_in_one_line() -> None:
     assert result.exit_code == 0 and '"decode"' not in result.output
 
 
+def test_heads_run_as_their_transformers_modules() -> None:
+    """Each family's pooler as transformers runs it: BertPooler and RobertaClassificationHead
+    dense + tanh; DeBERTa-v2's ContextPooler dense + GELU (pooler_hidden_act); ModernBERT's
+    ModernBertPredictionHead dense (classifier_bias) + GELU + LayerNorm. B=2 [CLS] rows of d=8:
+    tanh 1 FLOP an element (16), GELU 8 (128), the norm's 16 elements beside."""
+    from costmodel import hf
+
+    small = dict(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=16, max_position_embeddings=6)
+    got = {t: hf.spec_from_hf({"model_type": t, **small, **extra}) for t, extra in (
+        ("bert", {}), ("roberta", {}), ("deberta-v2", {}),
+        ("modernbert", {"mlp_bias": True, "classifier_bias": False}))}
+    assert {t: (s.pooler_activation.value, s.pooler_norm, s.head_bias) for t, s in got.items()} == {
+        "bert": ("tanh", False, True), "roberta": ("tanh", False, True), "deberta-v2": ("gelu", False, True),
+        "modernbert": ("gelu", True, False)}
+    tanh = analyze(tiny(head="classification"), "prefill", batch=2, seq=5)
+    gelu = analyze(tiny(head="classification", pooler_activation="gelu", pooler_norm=True), "prefill",
+                   batch=2, seq=5)
+    assert tanh.total("pooler/act").flops_other == 16 and gelu.total("pooler/act").flops_other == 128
+    assert "pooler/norm" not in {r.path for r in tanh.rows} and gelu.total("pooler/norm").params == 16
+    with pytest.raises(SpecError, match=r': pooler_hidden_act: "relu" after the pooler is not supported'):
+        hf.spec_from_hf({"model_type": "deberta-v2", **small, "pooler_hidden_act": "relu"})
+
+
+def test_encoder_pipeline_stages_hold_the_embedding_and_the_head() -> None:
+    """bert-large-uncased on PP 2 and 4: the first stage keeps the embedding's activations (its
+    norm and token types with them), the last the head's; the stages' weights and activations
+    (one micro-batch each) add up to the single-device memory model's, plus, for the masked-LM
+    head only, the tied table's copy on the last stage (30522 x 1024). A pooler has no tied
+    head: before, the last stage held a copy and summed its gradient with the first."""
+    from costmodel.components.key import Role
+    from costmodel.parallel import device
+    from costmodel.parallel.cluster import load_cluster
+    from costmodel.parallel.layout import Layout, Recompute
+    from costmodel.parallel.step import StepModel
+    from costmodel.runtime.kernels import KERNELS
+    from costmodel.runtime.memory import Run, memory
+
+    for head in ("pooler", "mlm"):
+        spec = variant(catalog.load("bert-large-uncased"), {"head": head})
+        whole = memory(spec, "train", batch=1, seq=512, run=Run(mask_bytes=1))
+        acts = {i.key: i.bytes for i in whole.items if i.category == "activations"}
+        split = device.activations(spec, 1, 512, 1, False, Recompute.none)
+        embedding = {k.leaf for k in acts if k is not None and k.block == "embedding"}
+        assert embedding == {"tokens", "positions", "token_types", "norm", "dropout"}
+        assert split.first == sum(n for k, n in acts.items() if k is not None and k.block == "embedding")
+        head_keys = [k for k in acts if k is not None and k.role in (Role.head, Role.loss)]
+        assert split.last == sum(acts[k] for k in head_keys) and head_keys
+        assert split.shared == 0  # an encoder without local layers masks nothing
+        model = StepModel(spec, load_cluster("dgx-h100"), seq=512, kernels=KERNELS["eager"])
+        for pp in (2, 4):
+            stages = [model.stage_memory(Layout(global_batch=1, pp=pp), i) for i in range(pp)]
+            assert sum(s.activations for s in stages) == whole.total("activations")
+            tied = 30522 * 1024 if head == "mlm" else 0
+            assert sum(s.weights for s in stages) == whole.total("weights") + 2 * tied
+        synced = model.step(Layout(global_batch=4, pp=2)).breakdown["embedding_sync"]
+        assert (synced > 0) is (head == "mlm")
+
+
 @pytest.mark.parametrize("changes,field", [
+    ({"architecture": "decoder", "head": None, "pooler_activation": "gelu"}, "pooler_activation"),
+    ({"architecture": "decoder", "head": None, "bias": {"head": True}}, "bias.head"),
     ({"architecture": "decoder", "head": "mlm"}, "head"),
     ({"head": "pooler", "n_labels": 3}, "n_labels"),
     ({"attention_sinks": True}, "attention_sinks"),
@@ -125,7 +186,8 @@ torch = pytest.importorskip("torch", reason="the reference model needs torch")
 
 
 HEADS = [("bert-base-uncased", "classification"), ("roberta-large", "mlm"), ("modernbert-base", "none"),
-         ("deberta-v3-base", "mlm"), ("bert-large-uncased", "pooler")]
+         ("deberta-v3-base", "mlm"), ("bert-large-uncased", "pooler"), ("modernbert-base", "classification"),
+         ("deberta-v3-base", "classification")]
 
 
 @pytest.mark.parametrize("name,head", HEADS, ids=[f"{n}-{h}" for n, h in HEADS])

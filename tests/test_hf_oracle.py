@@ -233,19 +233,20 @@ def test_multimodal_text_decoder_count_equals_transformers(model_type, fields):
 # --- encoder-only task heads (issue 25) ---------------------------------------------------------
 
 _HEADS = [("bert", "mlm"), ("bert", "classification"), ("roberta", "mlm"), ("roberta", "classification"),
-          ("deberta-v2", "mlm"), ("deberta-v2", "classification"), ("modernbert", "mlm")]
+          ("deberta-v2", "mlm"), ("deberta-v2", "classification"), ("modernbert", "mlm"),
+          ("modernbert", "classification")]
 
 
 @pytest.mark.parametrize("model_type,head", _HEADS, ids=[f"{m}-{h}" for m, h in _HEADS])
 def test_encoder_task_heads_count_as_transformers(model_type, head):
     """head: mlm is the ForMaskedLM class (no pooler; transform, norm, tied decoder with its bias),
-    head: classification the ForSequenceClassification class (3 labels), parameter for parameter.
-    ModernBERT's classification head adds a norm the spec does not model (docs/encoders.md)."""
+    head: classification the ForSequenceClassification class (3 labels), parameter for parameter:
+    RoBERTa's RobertaClassificationHead (dense, tanh, out_proj), DeBERTa's ContextPooler and
+    classifier, ModernBERT's ModernBertPredictionHead (dense, GELU, a norm) and classifier.
+    ModernBERT's config here biases its FFN (mlp_bias) but not its head (classifier_bias)."""
     from costmodel.studies.variants import variant
 
-    # ModernBERT's head dense carries classifier_bias, which the spec reads as the FFN's (mlp_bias):
-    # its class defaults, where both are false.
-    config = {"model_type": model_type, **CONFIGS[model_type][0 if model_type == "modernbert" else 1]}
+    config = {"model_type": model_type, **CONFIGS[model_type][1]}
     spec = variant(hf.spec_from_hf(config), {"head": head, **({"n_labels": 3} if head == "classification"
                                                              else {})})
     auto = transformers

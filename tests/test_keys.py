@@ -49,7 +49,10 @@ def _category(path: str) -> str:
     if stage == "first":
         return "embedding"
     if stage == "last":
-        head = leaf in ("lm_head", "cross_entropy", "z_loss") or path.startswith("loss")
+        # the head's own ops (a decoder's scale and caps, an encoder's pooler or task head) and
+        # the loss; the stack's own final norm (and DeBERTa's table) "final norm"
+        head = leaf in ("lm_head", "head_scale", "logit_scale", "logit_softcap", "cross_entropy", "z_loss") \
+            or path.startswith(("loss", "pooler/", "mlm/", "classifier"))
         return "lm_head + loss" if head else "final norm"
     if leaf in ("norm", "post_norm", "residual", "dropout"):
         return "norms, residuals, dropout"
@@ -100,7 +103,7 @@ def check_keys(spec: Spec, **shape: Any) -> None:
             assert (k.role in timing.UNFUSIBLE) == unfusible
             assert (k == TOKEN_TABLE) == (path == "embedding/tokens")
             assert timing.layer_count(groups, k) == _layer_count(groups, path)
-            if not spec.is_encoder_decoder and not spec.is_encoder:  # the encoder's step: not checked
+            if not spec.is_encoder_decoder:  # an encoder-decoder's step: not checked
                 assert step._stage(k) == _stage(path)
                 assert step.category(k) == _category(path), path
                 if k.layer:

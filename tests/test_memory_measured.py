@@ -12,7 +12,7 @@ import yaml
 pytest.importorskip("torch", reason="measuring needs the [measure] extra (torch)")
 
 import torch  # noqa: E402
-from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from costmodel import catalog  # noqa: E402
@@ -36,15 +36,8 @@ def _kept(name: str):
     return keep_layers(spec, max(2, len(spec.layer_pattern)))
 
 
-#: Encoder-only specs (issue 25): the saved-for-backward formulas are not yet checked against the
-#: reference's encoder parts (embedding norm and token types, heads, DeBERTa's relative terms).
-ENCODERS = {"bert-base-uncased", "bert-large-uncased", "roberta-large", "modernbert-base", "deberta-v3-base"}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    reason="encoder activation memory not yet reconciled with the reference (issue 25)", strict=True))
-    if n in ENCODERS else n for n in BUNDLED])
+@pytest.mark.parametrize("name", BUNDLED)
 def test_bundled_saved_for_backward_exact(name: str) -> None:
     """Every bundled spec, cut to the layers of one pattern: none and full recompute, exact."""
     spec = _kept(name)
@@ -66,8 +59,6 @@ def test_fp32_recipe_saved_exact() -> None:
 @given(data=specs(), batch=st.integers(1, 3), seq=st.integers(1, 10))
 def test_random_specs_saved_exact(data: dict, batch: int, seq: int) -> None:
     """Random specs mixing every element: the saved bytes equal the formula, both modes."""
-    # Encoder-only specs: not yet reconciled (ENCODERS above; issue 25).
-    assume(data.get("architecture") != "encoder")
     spec = spec_from_dict(data, "hypothesis")
     for recompute in ("none", "full"):
         measured = training_saved(spec, batch, seq, recompute == "full").total
@@ -173,3 +164,24 @@ def test_naive_live_peak_gap_is_accounted_for(name: str, phase: str, batch: int,
     attention = live_peak(spec, shape, 2, False, False, "naive")["attention"]
     measured = inference_live_peak(spec, phase, batch, seq)
     assert measured == attention + 2 * batch * h * (S + C) * d_v + _not_modelled(spec, batch, S, C)
+
+
+def test_full_recompute_passes_deberta_table_through_the_checkpoint() -> None:
+    """Full recompute of a tiny DeBERTa on CPU: the backward runs (the table each layer projects
+    is an input of every checkpointed layer, kept once) and its gradients equal a plain step's.
+    Before, the table reached the layers from outside the checkpoint and the second layer's
+    backward ran the stack's graph again ("Trying to backward through the graph a second time")."""
+    from costmodel.measure.reference import build
+
+    spec = spec_from_dict(dict(name="tiny-deberta", architecture="encoder", d_model=8, n_layers=2, n_heads=2,
+                               d_ff=16, vocab_size=10, max_seq_len=6, norm="layernorm", norm_position="post",
+                               activation="gelu", position="disentangled", position_buckets=4,
+                               embedding_norm=True, head="mlm", tied_embeddings=True))
+    grads = []
+    for full in (False, True):
+        model = build(spec, "cpu", torch.float32, seed=1).recompute(full)
+        model.train()
+        ids = torch.tensor([[1, 2, 3, 4, 5]])
+        model.loss(model(ids), ids).backward()
+        grads.append(model.decoder.relative_positions.weight.grad)
+    assert grads[1] is not None and torch.allclose(grads[0], grads[1])

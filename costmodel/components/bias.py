@@ -46,6 +46,8 @@ def _swaps(spec: Spec, window: int) -> list[Alternative]:
 def _sample(choose: Choose, data: dict[str, Any]) -> None:
     data["bias"] = {p: choose([True, False]) for p in LINEAR_PARTS}
     data["bias"]["norm"] = choose([True, False]) if data["norm"] == "layernorm" else False
+    if data.get("architecture") == "encoder":  # an encoder head's dense layers (None: the FFN's)
+        data["bias"]["head"] = choose([None, True, False])
 
 
 ELEMENTS = (

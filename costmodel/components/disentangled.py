@@ -20,22 +20,35 @@ from dataclasses import replace
 from typing import Any
 
 from costmodel.components.element import Choose, Element, Symbol
-from costmodel.components.norm import norm
+from costmodel.components.loss import dropout
+from costmodel.components.norm import norm_of_kept
 from costmodel.components.scores import Shape
 from costmodel.cost import Cost, Dims, gemm, linear, runs
-from costmodel.spec import Position, Spec
+from costmodel.spec import Position, QKNorm, Spec
 from costmodel.symbols import ID_BYTES
 
 TERM_FLOPS = 2  # per score element: divide by sqrt(3 d_h), add to the scores
 
 
 def table(spec: Spec, dims: Dims, tokens: Any) -> list[tuple[str, Cost]]:
-    """The stack's own leaves: the 2k x d relative-position table and its norm (once per pass)."""
+    """The stack's own leaves: the 2k x d relative-position table and its norm (once per pass).
+    The norm's input is a weight, not an activation: it keeps only its statistics for backward
+    (and, an RMSNorm, its fp32 upcast of the table, unless the table is fp32 already)."""
     params = dims.n_rel * dims.d
     read = dims.p * params * runs(tokens)
     return [("relative_positions", Cost(params=params, factored=dims.n_rel + dims.d, weights_read=read,
                                         bytes_unfused=read)),
-            ("relative_norm", norm(spec, dims, dims.n_rel * runs(tokens), dims.d))]
+            ("relative_norm", norm_of_kept(spec, dims, dims.n_rel * runs(tokens), dims.d))]
+
+
+def kept_once(spec: Spec, q_len: Any, p: int, full: bool) -> dict[str, Any]:
+    """What a stack keeps for backward once, for all its layers (``runtime.memory``): the
+    normalised table every layer projects (when no layer drops it out first: then each layer
+    keeps its own dropped copy, ``rel_q``; under full recompute it is an input of every
+    checkpointed layer, kept once), and the two q_len x q_len int64 bucket indices that c2p and
+    p2c gather at (computed by the first layer; none under full recompute)."""
+    table = p * 2 * spec.relative_span * spec.d_model if full or spec.dropout == 0 else 0
+    return {"relative_table": table, "relative_indices": 0 if full else 2 * ID_BYTES * q_len * q_len}
 
 
 def _projection(spec: Spec, dims: Dims, saves: bool) -> Cost:
@@ -46,7 +59,7 @@ def _projection(spec: Spec, dims: Dims, saves: bool) -> Cost:
                    bytes_unfused=c.bytes_unfused - c.weights_read + dims.p * dims.d * dims.h * dims.d_h)
 
 
-def _term(dims: Dims, shape: Shape) -> Cost:
+def _term(spec: Spec, dims: Dims, shape: Shape) -> Cost:
     """c2p or p2c: B h q_len x d_h by d_h x 2k, gathered to q_len x span, scaled and added."""
     B, h, d_h, p = dims.B, dims.h, dims.d_h, dims.p
     full = B * h * shape.q_len * dims.n_rel  # the product before the gather
@@ -61,14 +74,37 @@ def _term(dims: Dims, shape: Shape) -> Cost:
         bytes_unfused=p * (B * h * shape.q_len * d_h + B * h * dims.n_rel * d_h + full)
         + (p + ID_BYTES) * scores + p * scores + p * 5 * scores,
         gemms=(gemm(B * h, shape.q_len, d_h, dims.n_rel),),
-        saved=p * h * dims.n_rel * d_h + ID_BYTES * shape.q_len * shape.span,  # the table side, the index
+        saved=_kept(spec, dims, shape),
     )
 
 
+def _kept(spec: Spec, dims: Dims, shape: Shape) -> Any:
+    """What c2p or p2c keeps for backward, as PyTorch's batched matmul and gather keep it: the
+    product the gather reads (B h q_len 2k), and the matmul's operands batched over B x h:
+    the content side is a copy out of its heads' layout only when B, h and q_len all exceed 1
+    and no per-head QK-norm has laid it out head-major already (otherwise a view of the tensor
+    the content scores keep already); the table side is
+    repeated over the batch (a copy, as transformers' ``.repeat``) unless h or B is 1. The
+    bucket indices are the stack's (``kept_once``). Symbolic sizes count the general case."""
+    B, h, d_h, p = dims.B, dims.h, dims.d_h, dims.p
+    copied = _over_one(B, h, shape.q_len) and spec.qk_norm is not QKNorm.head
+    content = B * h * shape.q_len * d_h if copied else 0
+    table = dims.n_rel * h * d_h * (B if _over_one(h) else 1)
+    return p * (content + table + B * h * shape.q_len * dims.n_rel)
+
+
+def _over_one(*sizes: Any) -> bool:
+    return all(not isinstance(n, int) or n > 1 for n in sizes)
+
+
 def leaves(spec: Spec, dims: Dims, shape: Shape) -> list[tuple[str, Cost]]:
-    """The per-layer leaves of disentangled attention, beside the content scores."""
-    return [("rel_q", _projection(spec, dims, saves=True)), ("rel_k", _projection(spec, dims, saves=False)),
-            ("c2p", _term(dims, shape)), ("p2c", _term(dims, shape))]
+    """The per-layer leaves of disentangled attention, beside the content scores. In training
+    each layer first drops out the table at the hidden rate (transformers' ``pos_dropout``,
+    ``DisentangledSelfAttention.forward``); its projections then keep that layer's copy."""
+    dropped = spec.dropout > 0
+    out = [("rel_q", _projection(spec, dims, saves=dropped)), ("rel_k", _projection(spec, dims, saves=False)),
+           ("c2p", _term(spec, dims, shape)), ("p2c", _term(spec, dims, shape))]
+    return ([("rel_dropout", dropout(dims, dims.n_rel * dims.d))] if dropped else []) + out
 
 
 # --- the element ------------------------------------------------------------------------------

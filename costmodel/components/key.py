@@ -70,7 +70,7 @@ _LAYER_ROLES: dict[str, Role] = {
     "act": Role.activation,
     "combine": Role.combine,
     "residual": Role.residual,
-    "dropout": Role.dropout,
+    **dict.fromkeys(("dropout", "rel_dropout"), Role.dropout),
 }
 
 

@@ -13,6 +13,7 @@ the fp32 normalised x (for the gain's gradient) and the fp32 1/rms of every row.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from costmodel.components.element import Alternative, Choose, Element
@@ -50,6 +51,15 @@ def norm(spec: Spec, dims: Dims, tokens: Num, width: Num, params_width: Num | No
         saved=saved,
         factored=params,
     )
+
+
+def norm_of_kept(spec: Spec, dims: Dims, tokens: Num, width: Num) -> Cost:
+    """A norm whose input is kept for backward already (a weight; the output of a tanh, which
+    keeps it): it keeps only what it adds, its statistics (an RMSNorm also its fp32 upcast of
+    the input, a copy unless the input is fp32 already, then the input itself)."""
+    c = norm(spec, dims, tokens, width)
+    kept = dims.p * tokens * width if spec.norm is Norm.layernorm or dims.p == FP32_BYTES else 0
+    return replace(c, saved=c.saved - kept)
 
 
 def _norm_swaps(spec: Spec, window: int) -> list[Alternative]:

@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, cast
 
-from costmodel.spec import Activation, LayerKind, SpecError
+from costmodel.spec import Activation, LayerKind, PoolerActivation, SpecError
 
 # --- what is supported, and what is not ----------------------------------------------------
 
@@ -278,6 +278,17 @@ def read_activation(c: Config, key: str, gated: bool) -> Activation:
     kind = "gated FFN" if gated else "two-matrix FFN"
     raise c.error(key,
                   f"{show(act)} in a {kind} is not supported (the spec has relu, gelu, reglu, geglu, swiglu)")
+
+
+def read_pooler_activation(c: Config, key: str) -> PoolerActivation:
+    """The activation after an encoder's pooler dense (DeBERTa's pooler_hidden_act, ModernBERT's
+    classifier_activation): GELU in any of transformers' spellings, or tanh."""
+    act = c.str(key)
+    if act in GELU:
+        return PoolerActivation.gelu
+    if act == "tanh":
+        return PoolerActivation.tanh
+    raise c.error(key, f"{show(act)} after the pooler is not supported (the spec has tanh, gelu)")
 
 
 def read_rotary_fraction(c: Config, *top_level: str) -> float:

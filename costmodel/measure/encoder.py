@@ -13,21 +13,27 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from costmodel.measure.blocks import Attention, Norm, Step
-from costmodel.spec import Head, Spec
+from costmodel.measure.blocks import Attention, Norm, Step, drop
+from costmodel.spec import Head, PoolerActivation, Spec
 
 # --- heads ------------------------------------------------------------------------------------
 
 
 class Pooler(nn.Module):
-    """BertPooler: the first token's ([CLS]) hidden state through dense and tanh."""
+    """The first token's ([CLS]) hidden state through dense and the activation: BertPooler
+    (tanh), RobertaClassificationHead's dense and tanh, DeBERTa-v2's ContextPooler (GELU);
+    with ``pooler_norm``, ModernBertPredictionHead (dense, GELU, LayerNorm)."""
 
     def __init__(self, spec: Spec):
         super().__init__()
-        self.dense = nn.Linear(spec.d_model, spec.d_model, bias=True)
+        self.dense = nn.Linear(spec.d_model, spec.d_model, bias=spec.head_bias)
+        self.tanh = spec.pooler_activation is PoolerActivation.tanh
+        self.norm = Norm(spec, spec.d_model) if spec.pooler_norm else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.tanh(self.dense(x[:, 0]))
+        y = self.dense(x[:, 0])
+        y = torch.tanh(y) if self.tanh else F.gelu(y)
+        return self.norm(y) if self.norm is not None else y
 
 
 class MaskedLM(nn.Module):
@@ -36,7 +42,7 @@ class MaskedLM(nn.Module):
 
     def __init__(self, spec: Spec):
         super().__init__()
-        self.transform = nn.Linear(spec.d_model, spec.d_model, bias=spec.bias.ffn)
+        self.transform = nn.Linear(spec.d_model, spec.d_model, bias=spec.head_bias)
         self.norm = Norm(spec, spec.d_model)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -95,7 +101,8 @@ def relative_indices(spec: Spec, queries: Tensor, keys: Tensor) -> tuple[Tensor,
 
 class DisentangledAttention(Attention):
     """DeBERTa's DisentangledSelfAttention with share_att_key: the stack's normalised table
-    (``Step.relative``) through this layer's own q and k projections, every layer; the content
+    (``Step.relative``), dropped out in training at the hidden rate (``pos_dropout``), through
+    this layer's own q and k projections, every layer; the content
     scores plus c2p (queries x projected keys) and p2c (keys x projected queries), each
     gathered at the pairs' relative rows, all over sqrt(3 d_h)."""
 
@@ -105,8 +112,9 @@ class DisentangledAttention(Attention):
         self.scale = 1 / math.sqrt(3 * self.head_dim)
 
     def extra_scores(self, scores: Tensor, q: Tensor, k: Tensor, step: Step) -> Tensor:
-        table = step.relative
-        assert table is not None  # the stack computes it
+        assert step.relative is not None  # the stack computes it
+        # transformers' pos_dropout (hidden_dropout_prob) on the table, in every layer
+        table = drop(step.relative, self.spec.dropout, self.training)
         B, h, S, _ = q.shape
         pos_q = self.split(self.q(table[None]), self.heads)  # (1, h, 2k, d_h)
         pos_k = self.split(self.k(table[None]), self.heads)

@@ -144,15 +144,17 @@ class Stack(nn.Module):
 
 def checkpointed(layer: nn.Module, x: Tensor, step: Step) -> Tensor:
     """The layer under activation checkpointing (Chen et al. 2016): its forward keeps nothing;
-    its tensor inputs (x, the encoder output, the position bias) are saved and the layer is run
-    again in backward. Reentrant, so that what it keeps goes through save_for_backward."""
+    its tensor inputs (x, the encoder output, the position bias, DeBERTa's normalised table)
+    are saved and the layer is run again in backward. Reentrant, so that what it keeps goes
+    through save_for_backward; every tensor the layer reads that carries a gradient must be an
+    input, or the backward of each layer would run the stack's graph again (and fail)."""
     from torch.utils.checkpoint import checkpoint
 
-    def run(x: Tensor, memory: Tensor | None, bias: Tensor | None) -> Tensor:
-        out: Tensor = layer(x, replace(step, memory=memory, bias=bias))
+    def run(x: Tensor, memory: Tensor | None, bias: Tensor | None, relative: Tensor | None) -> Tensor:
+        out: Tensor = layer(x, replace(step, memory=memory, bias=bias, relative=relative))
         return out
 
-    out: Tensor = checkpoint(run, x, step.memory, step.bias, use_reentrant=True)
+    out: Tensor = checkpoint(run, x, step.memory, step.bias, step.relative, use_reentrant=True)
     return out
 
 

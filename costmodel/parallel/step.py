@@ -88,7 +88,8 @@ def category(key: Key) -> str:
     if stage == "first":
         return "embedding"
     if stage == "last":
-        return "lm_head + loss" if key.leaf == "lm_head" or key.role is Role.loss else "final norm"
+        # the head (an LM head, its scales and caps; an encoder's pooler or task head) and the loss
+        return "lm_head + loss" if key.role in (Role.head, Role.loss) else "final norm"
     if key.leaf in REPLICATED:
         return "norms, residuals, dropout"
     if key.block == "ffn":
@@ -604,7 +605,7 @@ def data_parallel(lo: Layout, dense: int, routed: int, recipe: device.ParameterB
 def embedding_sync(lo: Layout, spec: Spec, mb: MicroBatch, recipe: device.ParameterBytes,
                    call: CallOn) -> Calls:
     """Tied embeddings on different stages: the first and last stage sum their gradients."""
-    if lo.pp <= 1 or not spec.tied_embeddings:
+    if lo.pp <= 1 or not spec.tied_head:
         return []
     tie = call("all_reduce", "pp", 2, mb.embedding_table * recipe.grad_bytes,
                stride=lo.tp * lo.cp * lo.dp * (lo.pp - 1))
@@ -976,7 +977,7 @@ class StepModel:
         if stage == 0:
             dense += mb.first_params
         if stage == p - 1:
-            dense += mb.last_params + (mb.embedding_table if p > 1 and self.spec.tied_embeddings else 0)
+            dense += mb.last_params + (mb.embedding_table if p > 1 and self.spec.tied_head else 0)
         return dense, routed
 
     def params_per_gpu(self, layout: Layout) -> int:

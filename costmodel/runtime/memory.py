@@ -38,12 +38,13 @@ from typing import Any
 
 from costmodel import model
 from costmodel.analysis import AnalysisError, analyze
+from costmodel.components import disentangled
 from costmodel.components.key import Key, Role
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
 from costmodel.precision import DEFAULT_GROUP, Widths, weight_bytes_of
-from costmodel.spec import Position, Spec
+from costmodel.spec import LayerKind, Position, Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
 FP32 = 4
@@ -317,8 +318,7 @@ def memory(spec: Spec, phase: str = "train", batch: int = 1, seq: int | None = N
     else:
         items, peak, notes = _inference(spec, phase, costs, dict(a.shape), p, run, a.total().kv_cache, conv)
     return Memory(spec.name, phase, batch, a.seq, dict(a.shape), run, parallel, tuple(items), peak,
-                  tuple(notes),
-                  mla)
+                  tuple(notes), mla)
 
 
 def _training(spec: Spec, costs: dict[Key, Cost], shape: dict[str, int], p: int, run: Run,
@@ -379,8 +379,9 @@ def activations(spec: Spec, costs: dict[Key, Cost], shape: dict[str, int], p: in
                backward (Megatron-Core's selective recompute of ``core_attn`` over its fused
                attention kernel), from the Q, K and V its projections keep
     Shared by a stack's layers (kept once, not per layer): the causal mask (S x S bools, one per
-    window kind), RoPE's cos and sin tables (2*S*r*p), and an encoder-decoder's encoder output,
-    which every cross-attention's K and V read (B*S_e*d*p).
+    window kind; an encoder-only model's local layers only), RoPE's cos and sin tables (2*S*r*p),
+    DeBERTa's table and bucket indices (``disentangled.kept_once``), and an encoder-decoder's
+    encoder output, which every cross-attention's K and V read (B*S_e*d*p).
     """
     B, S, S_e, d = shape["B"], shape["S"], shape["S_e"], spec.d_model
     core_dropped = run.recompute == "selective" or run.flash
@@ -409,15 +410,19 @@ def activations(spec: Spec, costs: dict[Key, Cost], shape: dict[str, int], p: in
     stacks = [("encoder", S_e), ("decoder", S)] if spec.is_encoder_decoder else [("layers", S)]
     for stack, q_len in stacks:
         mine = [key for key in costs if key.stack == stack and key.layer]
+        if spec.position is Position.disentangled:  # DeBERTa's table and bucket indices, once a stack
+            for leaf, n in disentangled.kept_once(spec, q_len, p, run.recompute == "full").items():
+                out[Key(leaf, Role.shared, stack, layer=True)] = n
         if run.recompute == "full":
             layers = sum(n for (s, _), n in groups.items() if s == stack)
             out[Key("inputs", Role.checkpoint, stack, layer=True)] = layers * B * q_len * d * p
             if any(key.attention_core and key.leaf == "position_bias" for key in mine):
                 out[Key("position_bias", Role.shared, stack, layer=True)] = spec.n_heads * q_len * q_len * p
             continue
-        if stack != "encoder" and not run.flash:
-            # one mask per attention kind: a dense and a sparse group of one kind share theirs
-            kinds = len(spec.kind_counts())
+        # one mask per attention kind (a dense and a sparse group of one kind share theirs); an
+        # encoder-only model masks only its local layers (ModernBERT's band)
+        kinds = len([k for k in spec.kind_counts() if not spec.is_encoder or k is LayerKind.local])
+        if stack != "encoder" and not run.flash and kinds:
             out[Key("causal_mask", Role.shared, stack, layer=True)] = kinds * q_len * q_len * MASK_BYTES
         if any(key.role is Role.position and key.leaf == "rope" for key in mine):
             out[Key("rope_tables", Role.shared, stack, layer=True)] = 2 * q_len * spec.rotary_dims * p

@@ -565,7 +565,7 @@ def table_gradients(spec: Spec) -> tuple[int, int]:
     """(lookups, adds): the token table's gradient contributions from lookups (one per stack),
     and the out-of-place adds that autograd sums all contributions with (a tied head adds one)."""
     lookups = 2 if spec.is_encoder_decoder else 1
-    return lookups, lookups + int(spec.tied_embeddings) - 1
+    return lookups, lookups + int(spec.tied_head) - 1
 
 
 def weight_gradients(spec: Spec, key: Key, params: Any, layers: int,

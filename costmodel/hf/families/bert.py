@@ -8,7 +8,7 @@ from typing import Any
 
 from costmodel.hf.family import Family, register
 from costmodel.hf.reader import Config, fixed_head_dim, read_activation, read_dropout
-from costmodel.spec import Head, Norm, NormPosition, Position, Spec
+from costmodel.spec import Head, Norm, NormPosition, PoolerActivation, Position, Spec
 
 
 def encoder_sizes(c: Config, out: dict[str, Any]) -> None:
@@ -69,7 +69,8 @@ def export_bert(spec: Spec) -> dict[str, Any]:
 
 def _bert_like(spec: Spec) -> bool:
     return (spec.is_encoder and spec.position is Position.learned and spec.norm_position is NormPosition.post
-            and spec.embedding_norm and spec.head is Head.pooler and not spec.activation.gated)
+            and spec.embedding_norm and spec.head is Head.pooler and not spec.activation.gated
+            and spec.pooler_activation is PoolerActivation.tanh and not spec.pooler_norm and spec.head_bias)
 
 
 _DEFAULTS = dict(hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,

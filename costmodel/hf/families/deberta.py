@@ -9,7 +9,7 @@ from typing import Any
 
 from costmodel.hf.families.bert import post_norm_encoder
 from costmodel.hf.family import Family, register
-from costmodel.hf.reader import Config, show
+from costmodel.hf.reader import Config, read_pooler_activation, show
 from costmodel.spec import Head, NormPosition, Position, Spec
 
 
@@ -28,6 +28,11 @@ def _deberta(c: Config, out: dict[str, Any]) -> None:
     post_norm_encoder(c, out)
     out["max_seq_len"] = c.req_int("max_position_embeddings")
     out["head"] = Head.none.value
+    # ContextPooler (DebertaV2ForSequenceClassification): dense, pooler_hidden_act (GELU)
+    out["pooler_activation"] = read_pooler_activation(c, "pooler_hidden_act").value
+    pooled = c.int("pooler_hidden_size")
+    if pooled is not None and pooled != out["d_model"]:
+        raise c.error("pooler_hidden_size", "a pooler wider or narrower than hidden_size is not modelled")
     width = c.int("embedding_size")
     if width is not None and width != out["d_model"]:
         raise c.error("embedding_size", "an embedding narrower than hidden_size (embed_proj) is not modelled")
@@ -78,7 +83,7 @@ def _export(spec: Spec) -> dict[str, Any]:
            "hidden_act": spec.activation.value, "max_position_embeddings": spec.max_seq_len,
            "type_vocab_size": spec.token_types, "hidden_dropout_prob": spec.dropout,
            "attention_probs_dropout_prob": spec.attention_dropout_rate,
-           "tie_word_embeddings": spec.tied_embeddings,
+           "tie_word_embeddings": spec.tied_embeddings, "pooler_hidden_act": spec.pooler_activation.value,
            "position_biased_input": spec.position is Position.learned, "relative_attention": relative}
     if relative:
         out.update(pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm",
@@ -89,8 +94,8 @@ def _export(spec: Spec) -> dict[str, Any]:
 
 def _matches(spec: Spec) -> bool:
     return (spec.is_encoder and spec.norm_position is NormPosition.post and spec.embedding_norm
-            and spec.head is Head.none and spec.position in (Position.disentangled, Position.learned,
-                                                             Position.none))
+            and spec.head is Head.none and not spec.pooler_norm and spec.head_bias
+            and spec.position in (Position.disentangled, Position.learned, Position.none))
 
 
 register(Family(
@@ -98,13 +103,13 @@ register(Family(
     dict(hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, type_vocab_size=0,
          tie_word_embeddings=True, is_decoder=False, relative_attention=False, position_biased_input=True,
          pos_att_type=None, share_att_key=False, norm_rel_ebd="none", position_buckets=-1,
-         max_relative_positions=-1, embedding_size=None, conv_kernel_size=0),
+         max_relative_positions=-1, embedding_size=None, conv_kernel_size=0, pooler_hidden_act="gelu",
+         pooler_hidden_size=None),
     ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
      "max_position_embeddings"),
     {"layer_norm_eps": "a constant inside the norm",
-     "pooler_dropout": "ContextPooler's (not in DebertaV2Model)",
-     "pooler_hidden_act": "ContextPooler's (not in DebertaV2Model)",
-     "pooler_hidden_size": "ContextPooler's (not in DebertaV2Model)", "legacy": "the MLM head's layout",
+     "pooler_dropout": "ContextPooler's dropout (a head's dropout is not counted)",
+     "legacy": "the MLM head's layout",
      "is_decoder": "read: a causal DeBERTa is refused", "conv_act": "with conv_kernel_size (refused)",
      "conv_groups": "with conv_kernel_size (refused)", "classifier_dropout": "the classification head's"},
     export=_export, matches=_matches, encoder=True))

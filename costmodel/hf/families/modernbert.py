@@ -1,7 +1,8 @@
 """ModernBERT (Warner et al. 2024, "Smarter, Better, Faster, Longer"): pre-LayerNorm without
 biases, GeGLU, RoPE, local attention (a window of local_attention tokens, half on either side)
 on all but every global_attn_every_n_layers-th layer, a final norm; ModernBertModel holds no
-pooler (head: none).
+pooler (head: none); its classification head (ModernBertPredictionHead: dense, GELU, a norm) is
+the spec's pooler with ``pooler_activation: gelu`` and ``pooler_norm``.
 
 Its embedding LayerNorm stands in for the first layer's attention norm, which is an Identity
 there: the spec counts it as that norm (embedding_norm false), the same parameters and work."""
@@ -12,7 +13,7 @@ from typing import Any
 
 from costmodel.hf.families.bert import encoder_sizes
 from costmodel.hf.family import Family, register
-from costmodel.hf.reader import Config, read_activation, read_layer_pattern
+from costmodel.hf.reader import Config, read_activation, read_layer_pattern, read_pooler_activation
 from costmodel.spec import Head, LayerKind, Norm, NormPosition, Position, Spec
 
 
@@ -27,6 +28,12 @@ def _modernbert(c: Config, out: dict[str, Any]) -> None:
     out["position"] = Position.rope.value
     out["tied_embeddings"] = c.bool("tie_word_embeddings")
     out["head"] = Head.none.value
+    # ModernBertPredictionHead (the masked-LM and classification heads'): dense (classifier_bias),
+    # classifier_activation, a norm
+    if c.bool("classifier_bias") != mlp:  # else the spec's default: the FFN's
+        out["bias"]["head"] = c.bool("classifier_bias")
+    out["pooler_activation"] = read_pooler_activation(c, "classifier_activation").value
+    out["pooler_norm"] = True
     window = c.req_int("local_attention")
     types = c.list("layer_types")
     if types is None:
@@ -46,26 +53,27 @@ def _export(spec: Spec) -> dict[str, Any]:
             "max_position_embeddings": spec.max_seq_len, "attention_bias": spec.bias.qkv,
             "mlp_bias": spec.bias.ffn, "norm_bias": spec.norm_bias, "decoder_bias": spec.bias.lm_head,
             "tie_word_embeddings": spec.tied_embeddings, "local_attention": spec.window or 128,
+            "classifier_activation": spec.pooler_activation.value, "classifier_bias": spec.head_bias,
             "layer_types": ["sliding_attention" if k is LayerKind.local else "full_attention" for k in kinds]}
 
 
 def _matches(spec: Spec) -> bool:
     return (spec.is_encoder and spec.position is Position.rope and spec.norm_position is NormPosition.pre
-            and spec.activation.value == "geglu" and not spec.embedding_norm and spec.head is Head.none)
+            and spec.activation.value == "geglu" and not spec.embedding_norm and spec.head is Head.none
+            and spec.pooler_norm)
 
 
 register(Family(
     "modernbert", "ModernBertModel", _modernbert,
     dict(hidden_activation="gelu", norm_bias=False, attention_bias=False, mlp_bias=False, decoder_bias=True,
          tie_word_embeddings=True, local_attention=128, layer_types=None, global_attn_every_n_layers=3,
-         embedding_dropout=0.0, attention_dropout=0.0, mlp_dropout=0.0),
+         embedding_dropout=0.0, attention_dropout=0.0, mlp_dropout=0.0, classifier_activation="gelu",
+         classifier_bias=False),
     ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
      "max_position_embeddings"),
     {"norm_eps": "a constant inside the norm", "initializer_cutoff_factor": "initialisation only",
      "cls_token_id": "token ids", "classifier_pooling": "the classification head's pooling (not counted)",
      "classifier_dropout": "the classification head's dropout (not counted)",
-     "classifier_bias": "the task heads' dense bias; head: mlm counts the FFN's (mlp_bias)",
-     "classifier_activation": "the task heads' activation (not counted)",
      "deterministic_flash_attn": "a kernel setting", "sparse_prediction": "the MLM head's loss on masked "
      "tokens only (head: mlm counts every position)", "sparse_pred_ignore_index": "the same",
      "reference_compile": "torch.compile switch", "repad_logits_with_grad": "an unpadding switch",
