@@ -140,9 +140,9 @@ def sweep_cmd(
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
     plot: Annotated[Optional[str], typer.Option(
-        "--plot", help="Also draw the sweep into this file (.svg; .png, .pdf with the `plot` extra): a "
-        "roofline with a lane per variant and phase for intensity, lines over the first swept axis "
-        "otherwise.")] = None,
+        "--plot", metavar="FILE", help="Also draw the sweep into this file (.svg; .png, .pdf with the "
+        "`plot` extra): a roofline with a lane per variant and phase for intensity, lines over the first "
+        "swept axis otherwise.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """A quantity over many (seq, batch) points for each MHA / GQA / MQA variant and phase,

@@ -102,8 +102,8 @@ def _x_axis(ticks: Sequence[float], left: float, scale: float, top: float, botto
     out.append(TICKS.format("x"))
     out += [f'<text x="{left + t * scale:.1f}" y="{bottom + 14}" text-anchor="middle">{escape(fmt(t))}</text>'
             for t in ticks]
-    out.append("</g>" + NAME.format("x"))
-    out.append(f'<text x="{left + width / 2:.1f}" y="{bottom + 32}" text-anchor="middle">'
+    out.append("</g>")
+    out.append(NAME.format("x") + f'<text x="{left + width / 2:.1f}" y="{bottom + 32}" text-anchor="middle">'
                f"{escape(name)}</text></g>")
     return out
 
@@ -445,11 +445,14 @@ def strips(title: str, series: Sequence[Series], x: Axis, x_range: tuple[float, 
            width: int = 760) -> str:
     """One lane per series, its points along a shared x axis (`x_range`, from `x_span`, so that
     the lanes line up under an `xy` chart of the same points): series that share a stretch of
-    that chart stay apart here. Each lane is named on the left (wrapped onto two lines); its
+    that chart stay apart here. Each lane is named on the left (wrapped at spaces; lanes grow to
+hold the longest name, 13 px a line); its
     leftmost and rightmost points are named above them (their ``labels``) where the two fit.
     Points are ``class="point"`` with ``data-x`` exact and ``data-lane``; `shade_below`: an x
     under which the lanes are shaded (the memory-bound side of a ridge)."""
-    left, top_pad, lane = XY_LEFT, 30 + (14 if x_limits else 0), 36
+    left, top_pad = XY_LEFT, 30 + (14 if x_limits else 0)
+    lines = max((len(_wrap(s.name, int((left - 8) / CHAR_W))) for s in series), default=1)
+    lane = max(36, 13 * lines + 10)
     pw = width - left - XY_RIGHT
     ph = lane * len(series)
     height = top_pad + ph + 46
@@ -479,17 +482,20 @@ def strips(title: str, series: Sequence[Series], x: Axis, x_range: tuple[float, 
         out.append(f'<text x="{px(v) - 4:.1f}" y="{top_pad - 4}" text-anchor="end" fill="#D55E00">'
                    f"{escape(name)}</text>")
     for g, s in enumerate(series):
-        out += _lane(s, g, top_pad + g * lane, px, left, left + pw, x)
+        out += _lane(s, g, top_pad + g * lane, lane, px, (left, left + pw), x)
     out.append("</svg>")
     return "\n".join(out)
 
 
-def _lane(s: Series, g: int, top: float, px: Callable[[float], float], x0: float, x1: float,
-          x: Axis) -> list[str]:
-    colour, mid = _colour(s, g), top + 25
+def _lane(s: Series, g: int, top: float, height: float, px: Callable[[float], float],
+          edges: tuple[float, float], x: Axis) -> list[str]:
+    """One lane of `strips`: its name, its points, its leftmost and rightmost points named."""
+    (x0, x1), colour, mid = edges, _colour(s, g), top + height - 11
     out = []
-    for k, line in enumerate(_wrap(s.name, int((x0 - 8) / CHAR_W))[:2]):
-        out.append(f'<text x="{x0 - 6}" y="{top + 15 + 13 * k}" text-anchor="end">{escape(line)}</text>')
+    names = _wrap(s.name, int((x0 - 8) / CHAR_W))
+    for k, line in enumerate(names):
+        y = top + height / 2 + 4 + 13 * (k - (len(names) - 1) / 2)
+        out.append(f'<text x="{x0 - 6}" y="{y:.1f}" text-anchor="end">{escape(line)}</text>')
     for i, (a, _) in enumerate(s.points):
         label = s.labels[i] if i < len(s.labels) else s.name
         data = (f' class="point" data-label="{escape(label)}" data-series="{escape(s.name)}" data-x="{a!r}" '
@@ -498,12 +504,13 @@ def _lane(s: Series, g: int, top: float, px: Callable[[float], float], x0: float
     if s.points and s.labels:
         first = min(range(len(s.points)), key=lambda i: s.points[i][0])
         last = max(range(len(s.points)), key=lambda i: s.points[i][0])
-        a, b = s.labels[first], s.labels[last]
-        xa = min(px(s.points[first][0]), x1 - _text_w(a))  # starts at its point, ends inside the plot
-        xb = max(px(s.points[last][0]), x0 + _text_w(b))  # ends at its point, starts inside the plot
-        out.append(f'<text x="{xa:.1f}" y="{top + 13}" fill="#444">{escape(a)}</text>')
-        if last != first and xb - _text_w(b) >= xa + _text_w(a) + 8:
-            out.append(f'<text x="{xb:.1f}" y="{top + 13}" text-anchor="end" fill="#444">{escape(b)}</text>')
+        low, high = s.labels[first], s.labels[last]
+        xa = min(px(s.points[first][0]), x1 - _text_w(low))  # starts at its point, ends inside the plot
+        xb = max(px(s.points[last][0]), x0 + _text_w(high))  # ends at its point, starts inside the plot
+        out.append(f'<text x="{xa:.1f}" y="{top + 13}" fill="#444">{escape(low)}</text>')
+        if last != first and xb - _text_w(high) >= xa + _text_w(low) + 8:
+            out.append(f'<text x="{xb:.1f}" y="{top + 13}" text-anchor="end" fill="#444">'
+                       f"{escape(high)}</text>")
     return out
 
 

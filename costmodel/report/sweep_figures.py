@@ -12,7 +12,8 @@
   last); the KV-cache chart marks the device's memory.
 
 A grid too large to draw point by point is thinned evenly (first and last values kept, at most
-`MOST_PER_SERIES` points a series), and the chart says so; the table (the section's rows) holds
+`MOST_PER_SERIES` points a series), values a log axis cannot place (0, infinite) are left out,
+and the chart's subtitle counts the points drawn; the table (the section's rows) holds
 exactly the points drawn, the command's table every point.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel import units
+from costmodel.analysis import AnalysisError
 from costmodel.report import svg
 from costmodel.report.attention import fixed_text
 from costmodel.report.section import Cell, Section
@@ -86,10 +88,20 @@ def _drawn(drawn: int, sw: Sweep) -> str:
     return "" if drawn == sw.points else f"; {drawn:,} of its {sw.points:,} points drawn"
 
 
+def _drawable(v: float) -> bool:
+    """A value a log axis can place: finite and above 0 (a component that moves no fused bytes
+    has an infinite intensity; one that caches nothing, a KV cache of 0)."""
+    return bool(np.isfinite(v) and v > 0)
+
+
 def sweep_section(sw: Sweep) -> Section:
     """The sweep's chart (a roofline with its lanes for intensity, lines otherwise) and the points
-    it draws as a table: variant and phase, seq, batch, the value."""
+    it draws as a table: variant and phase, seq, batch, the value. Values a log axis cannot place
+    are left out (the subtitle counts the points drawn); none left is one line of bad input."""
     chart, rows = _roofline(sw) if sw.quantity == "intensity" else _lines(sw)
+    if not rows:
+        raise AnalysisError(f"--plot: no point of this sweep can go on a log axis (every {sw.quantity} of "
+                            f"{sw.component or 'the whole model'} is 0 or infinite)")
     what = QUANTITY_NAMES.get(sw.quantity, sw.quantity)
     return Section(f"sweep-{sw.quantity}", f"{sw.spec}: {what} of {sw.component or 'the whole model'}", chart,
                    ("variant and phase", "seq", "batch", f"{sw.quantity} ({sw.unit})"), rows,
@@ -103,12 +115,15 @@ def _roofline(sw: Sweep) -> tuple[str, Rows]:
     peak, bw = hw.peak(dtype), hw.memory_bandwidth
     ridge = peak / bw
     colours = _colours(sw)
-    on_roof, lanes, rows = [], [], []
+    on_roof: list[svg.Series] = []
+    lanes: list[svg.Series] = []
+    rows: Rows = []
     for s in sw.series:
         ii, jj = _grid(s)
-        xs = [float(s.values[i, j]) for i in ii for j in jj]
-        labels = [_point_name(sw, s, i, j) for i in ii for j in jj]
-        rows += [(s.label, int(s.seq[i]), int(s.batch[j]), float(s.values[i, j])) for i in ii for j in jj]
+        at = [(i, j) for i in ii for j in jj if _drawable(s.values[i, j])]
+        xs = [float(s.values[i, j]) for i, j in at]
+        labels = [_point_name(sw, s, i, j) for i, j in at]
+        rows += [(s.label, int(s.seq[i]), int(s.batch[j]), float(s.values[i, j])) for i, j in at]
         colour, marker = colours[s.variant], MARKERS.get(s.phase, "disc")
         on_roof.append(svg.Series(s.label, [(x, min(peak, x * bw)) for x in xs], labels=labels, colour=colour,
                                   marker=marker))
@@ -148,7 +163,7 @@ def _lines(sw: Sweep) -> tuple[str, Rows]:
         held = int(getattr(s0, other)[k])
         for s in sw.series:
             values = s.values if x_axis == "seq" else s.values.T  # rows along x
-            along = [i for i in picks(values.shape[0], MOST_PER_SERIES) if values[i, k] > 0]
+            along = [i for i in picks(values.shape[0], MOST_PER_SERIES) if _drawable(values[i, k])]
             xs = getattr(s, x_axis)
             series.append(svg.Series(s.label, [(float(xs[i]), float(values[i, k])) for i in along], line=True,
                                      dashed=s.phase == "decode", colour=colours[s.variant],
