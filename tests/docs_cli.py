@@ -119,10 +119,11 @@ JSON has one shape whether or not `--phase` is given: `analyze` and `measure` pr
 show: with `--hardware` each phase's `total` row carries `compute_s, memory_s, time_s, ridge,
 bound`, with `--convention` one `convention/NAME` row per paper follows. Other commands' CSV are
 their records (`ablate`: the deltas; `elements`: the swaps; `attention`, `sweep`, `hardware`,
-`list`: their rows; `compare`: one line per model; the others: the records of their JSON), each
-cell a number in base units (bytes, seconds, FLOPs; the unit in the column name where it is not
-plain), never a rounded cell with a unit. Each command's `--format json` is its result object's
-`to_dict()`.
+`list`: their rows; `compare`: one line per model; `report`: one line per cell of its page's
+tables, with the section, the row, the column and the unit; the others: the records of their
+JSON), each cell a number in base units (bytes, seconds, FLOPs; the unit in the column name where
+it is not plain), never a rounded cell with a unit. Each command's `--format json` is its result
+object's `to_dict()` (`report`'s: each section's `to_dict()`, its table's exact cells and units).
 
 ## Examples
 

@@ -26,23 +26,37 @@ from costmodel.runtime.timing import predict
 runner = CliRunner()
 SPEC, HW = "gpt2-small", "h100-sxm"
 SWEEP = ("sweep", SPEC, "--over", "seq=128:512", "--over", "batch=1,8", "--hardware", HW)
-#: command -> its arguments before --plot (small shapes: each draws in well under a second)
+CLUSTER = ("--cluster", "dgx-h100", "-n", "2", "-G", "2", "--seq", "256")
+#: command -> its arguments before --plot, and the device its title names (small shapes: each
+#: draws in well under a second). Their numbers are checked here for analyze, memory and sweep;
+#: test_serving_figures and test_report_cluster check the others'.
 CASES = {
-    "analyze": ("analyze", SPEC, "--hardware", HW, "--seq", "256"),
-    "memory": ("memory", SPEC, "--hardware", HW, "--seq", "256"),
-    "sweep": SWEEP,
+    "analyze": (("analyze", SPEC, "--hardware", HW, "--seq", "256"), HW),
+    "memory": (("memory", SPEC, "--hardware", HW, "--seq", "256"), HW),
+    "sweep": (SWEEP, HW),
+    "inference": (("inference", SPEC, "--hardware", "l4", "--seq", "128", "--output-tokens", "16", "--batch",
+                   "1,8"), "l4"),
+    "serve": (("serve", SPEC, "--cluster", "dgx-h100", "--tp", "2", "--batch", "1,8", "--seq", "128"),
+              "h100-sxm"),
+    "deploy": (("deploy", SPEC, "--cluster", "dgx-h100", "--gpus", "2", "--seq", "128", "--output-tokens",
+                "64", "-b", "8,64", "--max-num-tokens", "2048"), "h100-sxm"),
+    "train": (("train", SPEC, *CLUSTER), "h100-sxm"),  # a cluster's charts name its device
+    "plan": (("plan", SPEC, *CLUSTER), "h100-sxm"),
 }
-#: commands whose --plot another branch moves to svg.py (matplotlib until then): add them to
-#: CASES when it lands
-NOT_YET_SVG = {"inference", "deploy"}
-UNITS = {"FLOP/B", "FLOP/s", "bytes", "s", "tokens", "sequences"}
+UNITS = {"FLOP/B", "FLOP/s", "bytes", "s", "tokens", "sequences", "GiB", "tokens/s", "%"}
 
 
 def test_every_plot_command_is_checked() -> None:
     group = typer.main.get_command(app)
     commands = group.commands  # type: ignore[attr-defined]
     drawn = {name for name, c in commands.items() if any("--plot" in p.opts for p in c.params)}
-    assert drawn == set(CASES) | NOT_YET_SVG
+    assert drawn == set(CASES)
+
+
+@pytest.mark.parametrize("command", sorted(set(CASES) - {"analyze", "memory", "sweep"}))
+def test_every_chart_is_readable(tmp_path: Path, command: str) -> None:
+    args, device = CASES[command]
+    readable(draw(tmp_path, *args), SPEC, device)
 
 
 def draw(tmp_path: Path, *args: str, name: str = "chart.svg") -> str:
@@ -85,7 +99,7 @@ def marks(chart: str) -> list[dict[str, str]]:
 
 
 def test_analyze_draws_each_phase_roofline(tmp_path: Path) -> None:
-    chart = draw(tmp_path, *CASES["analyze"], name="chart")  # no suffix: .svg added
+    chart = draw(tmp_path, *CASES["analyze"][0], name="chart")  # no suffix: .svg added
     readable(chart, SPEC, HW)
     spec, hw = catalog.load(SPEC), load_hardware(HW)
     peak, bw = hw.peak("bf16"), hw.memory_bandwidth
@@ -117,7 +131,7 @@ def test_analyze_plot_needs_a_device(tmp_path: Path) -> None:
 
 
 def test_memory_draws_what_one_device_holds(tmp_path: Path) -> None:
-    chart = draw(tmp_path, *CASES["memory"], "--optimizer", "sgd")
+    chart = draw(tmp_path, *CASES["memory"][0], "--optimizer", "sgd")
     readable(chart, SPEC, HW)
     m = memory(catalog.load(SPEC), "train", 1, 256, run=Run(optimizer="sgd", flash=True, mla="absorbed"))
     segs = [int(float(s["data-value"])) for s in marks(chart)]

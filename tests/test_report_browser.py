@@ -17,6 +17,7 @@ import pytest
 from costmodel import catalog
 from costmodel.devices.hardware import load_hardware
 from costmodel.report import html as report_html
+from costmodel.report.cluster import on_cluster
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (.ci/run installs it)")
@@ -38,7 +39,9 @@ def ink(png: Path) -> float:
 
 def test_every_section_renders_in_chromium(tmp_path: Path) -> None:
     spec, hw = catalog.load("llama-3-8b"), load_hardware("h100-sxm")
-    parts = report_html.sections(spec, hw)
+    # The cluster's sections too (dgx-h100's GPU is h100-sxm): the step's waterfall, the layouts.
+    parts = report_html.sections(spec, hw) + on_cluster(spec, "dgx-h100", 8, 8).sections()
+    assert {"cluster-step", "cluster-layouts"} <= {s.id for s in parts}
     out = Path(os.environ.get("COSTMODEL_ARTIFACTS") or tmp_path) / "report"
     out.mkdir(parents=True, exist_ok=True)
     whole = out / "llama-3-8b.html"

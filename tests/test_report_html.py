@@ -101,11 +101,13 @@ PHASES = ("train", "prefill", "decode")
 
 def test_every_section_present(page: dict[str, Sec]) -> None:
     assert list(page) == ["card", "params", "phases", *(f"classes-{p}" for p in PHASES),
-                          *(f"roofline-{p}" for p in PHASES), "memory"]
+                          *(f"roofline-{p}" for p in PHASES), "memory", "attention-kv", "attention-intensity",
+                          "serving"]
 
 
 def test_every_chart_has_its_tables_data(page: dict[str, Sec]) -> None:
-    per_row = {"params": 1, "phases": 1, "memory": 5}  # memory: a segment per category
+    per_row = {"params": 1, "phases": 1, "memory": 5, "serving": 2}  # memory: a segment per category;
+    # serving: TTFT and TPOT at each batch
     for name, s in page.items():
         assert s.rows, name
         if name == "card":

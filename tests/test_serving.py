@@ -90,15 +90,6 @@ def test_readme_inference_json() -> None:
     assert data["batches"][1]["tokens_per_s"] > data["batches"][0]["tokens_per_s"]
 
 
-def test_inference_plot(tmp_path) -> None:
-    pytest.importorskip("matplotlib")
-    out = tmp_path / "curve.png"
-    result = runner.invoke(app, ["inference", "gpt2-small", "--hardware", "l4", "--seq", "128",
-                                 "--output-tokens", "32", "--batch", "1,4,16", "--plot", str(out)])
-    assert result.exit_code == 0, result.output
-    assert out.stat().st_size > 1000
-
-
 @pytest.mark.parametrize("args, message", [
     (["--batch", "1,0,8"], "batch: every batch size must be at least 1"),
     (["--batch", "x"], "batch:"),

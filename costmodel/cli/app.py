@@ -232,6 +232,13 @@ HARDWARE_HELP = ("A device profile: a bundled name (a100-80gb, h100-sxm, h200, b
                  "mi300x, mi325x, v100-sxm2), `local` once `costmodel calibrate` has measured this machine, "
                  "or a YAML file. See `costmodel hardware`.")
 HardwareOpt = Annotated[Optional[str], typer.Option("--hardware", help=HARDWARE_HELP)]
+CLUSTER_HELP = ("A cluster profile: dgx-a100-80gb, dgx-h100, dgx-h200, gb200-nvl72, or a YAML file (see "
+                "`costmodel clusters`).")
+ClusterOpt = Annotated[str, typer.Option("--cluster", help=CLUSTER_HELP)]
+GPUS_HELP = "GPUs in all (N = TP x PP x DP x CP)."
+GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help=GPUS_HELP)]
+GLOBAL_BATCH_HELP = "Sequences per step."
+GlobalBatchOpt = Annotated[int, typer.Option("--global-batch", "-G", help=GLOBAL_BATCH_HELP)]
 WeightsDtypeOpt = Annotated[Optional[str], typer.Option(
     "--weights-dtype", help="Inference weights: fp32, bf16, fp16, fp8, int8, int4 (int8/int4: weight-only "
     "quantisation of the linear layers, an fp16 scale per --group-size weights, the LM head left at "

@@ -30,7 +30,9 @@ from costmodel.deploy import DEFAULT_BATCHES, DEFAULT_TOKENS
 from costmodel.parallel.cluster import load_cluster
 from costmodel.precision import DEFAULT_GROUP, Widths
 from costmodel.report import deploy as report_deploy
+from costmodel.report import files
 from costmodel.report import tables as report
+from costmodel.report.serving_figures import deploy_chart
 from costmodel.runtime import kernels
 from costmodel.runtime.serving import parse_batches
 
@@ -99,7 +101,8 @@ def deploy_cmd(
     kernel_names: KernelsOpt = None,
     mla: MlaDeviceOpt = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Draw tokens/s per GPU against tokens/s per "
-                                                "user into this file (.png, .svg, .pdf).")] = None,
+                                                "user, every deployment and the Pareto front, into this file "
+                                                "(.svg, .png, .pdf).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Serving as deployed: every aggregated deployment (TP, EP, replicas, max batch, token budget)
@@ -113,10 +116,8 @@ def deploy_cmd(
     from costmodel.deploy.workload import Workload, parse_lengths
 
     with _user_errors():
-        if plot is not None:
-            from costmodel.report.plot import plot_deploy, plot_path
-
-            plot_path(plot)
+        if plot is not None:  # before the work: a bad file name is bad input, not an error after it
+            files.plot_path(plot)
         s = catalog.load(spec)
         cl = load_cluster(cluster)
         workload = Workload(parse_lengths(prompt, "--seq"), parse_lengths(output, "--output-tokens"),
@@ -133,11 +134,11 @@ def deploy_cmd(
                  parse_batches(batch, "--batch"), parse_batches(max_tokens, "--max-num-tokens"),
                  Targets(ttft, tpot, percentile), dtype.value, Widths(weights_dtype, kv_dtype, group_size),
                  kernels.KERNELS[chosen], mla.value if mla else None, price, redundant)
-        written = plot_deploy(r, plot) if plot is not None else None
+        written = files.save_plot(deploy_chart(r), plot) if plot is not None else None
     emit(fmt, lambda: report_deploy.deploy_tables(r), r.to_dict, r.spec,
          csv=lambda: report.records_csv([d.to_dict() for d in r.deployments]))
-    if written and fmt is Format.table:
-        typer.echo(f"plot: {written}")
+    if written:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     why = r.unmet()
     if why:  # printed in full; exit 1: nothing runs as asked
         typer.echo(f"error: {why}", err=True)

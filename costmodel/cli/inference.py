@@ -26,7 +26,9 @@ from costmodel.cli.app import (
 )
 from costmodel.devices.hardware import load_hardware
 from costmodel.precision import DEFAULT_GROUP, Widths
+from costmodel.report import files
 from costmodel.report import tables as report
+from costmodel.report.serving_figures import tradeoff_chart
 from costmodel.runtime import kernels
 from costmodel.runtime.serving import Serving, parse_batches, serve
 
@@ -81,16 +83,14 @@ def inference_cmd(
     weights_dtype: WeightsDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Draw latency vs throughput over batch "
-                                                "into this file (.png, .svg, .pdf).")] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Draw latency against throughput, a point "
+                                                "per batch size, into this file (.svg, .png, .pdf).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Serving: time to first token, time per output token, latency and tokens/s per batch size."""
     with _user_errors():
         if plot is not None:  # before the work: a bad file name is bad input, not an error after it
-            from costmodel.report.plot import plot_path, plot_serving
-
-            plot_path(plot)
+            files.plot_path(plot)
         batches = parse_batches(batch)
         hw = load_hardware(hardware)
         s = catalog.load(spec)
@@ -100,11 +100,11 @@ def inference_cmd(
         sv = serve(s, hw, prompt, output, batches, dtype.value, all_logits, kernels.KERNELS[chosen],
                    mla.value if mla else kernels.default_mla(hw), Widths(weights_dtype, kv_dtype, group_size),
                    kernels_default=kernel_names is None)
-        written = plot_serving(sv, plot) if plot is not None else None
+        written = files.save_plot(tradeoff_chart(sv), plot) if plot is not None else None
     emit(fmt, lambda: [serving_table(sv)], sv.to_dict, sv.spec,
          csv=lambda: report.records_csv([{"spec": sv.spec.name, **p.to_dict()} for p in sv.points]))
-    if written and fmt is Format.table:
-        typer.echo(f"plot: {written}")
+    if written:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     why = sv.unrunnable()
     if why:  # printed in full; exit 1: it cannot run
         typer.echo(f"error: {why}", err=True)

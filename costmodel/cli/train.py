@@ -11,8 +11,11 @@ import typer
 from costmodel import catalog, units
 from costmodel.analysis import DEFAULT_SEQ, default_seq
 from costmodel.cli.app import (
+    ClusterOpt,
     Format,
     FormatOpt,
+    GlobalBatchOpt,
+    GpusOpt,
     GroupSizeOpt,
     KernelsName,
     KernelsOpt,
@@ -34,8 +37,10 @@ from costmodel.parallel.plan import plan
 from costmodel.parallel.serve import decode
 from costmodel.parallel.step import StepModel
 from costmodel.precision import DEFAULT_GROUP, Widths
+from costmodel.report import cluster as report_cluster
 from costmodel.report import parallel as report_parallel
 from costmodel.report import tables as report
+from costmodel.report.files import plot_path, save_plot
 from costmodel.runtime.kernels import KERNELS, is_default
 from costmodel.runtime.kernels import to_dict as kernels_dict
 from costmodel.runtime.serving import parse_batches
@@ -72,10 +77,6 @@ class OverlapName(str, Enum):
 
 
 RECIPES = {"megatron": device.MEGATRON, "zero": device.ZERO}
-ClusterOpt = Annotated[str, typer.Option("--cluster",
-                                         help="A cluster profile: dgx-a100-80gb, dgx-h100, dgx-h200, "
-                                         "gb200-nvl72, or a YAML file (see `costmodel clusters`).")]
-GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in all (N = TP x PP x DP x CP).")]
 TrainSeqOpt = Annotated[Optional[int], typer.Option("--seq", "-s", min=1,
                                                     help="Tokens per sequence. Default: 2048, or max_seq_len "
                                                          "if shorter.")]
@@ -129,7 +130,7 @@ def train_cmd(
     spec: SpecArg,
     cluster: ClusterOpt,
     gpus: GpusOpt,
-    global_batch: Annotated[int, typer.Option("--global-batch", "-G", help="Sequences per step.")],
+    global_batch: GlobalBatchOpt,
     micro_batch: Annotated[int, typer.Option("--micro-batch", "-m", help="Sequences per micro-batch.")] = 1,
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel stages.")] = 1,
@@ -161,11 +162,16 @@ def train_cmd(
     engine: EngineOpt = None,
     overlap: OverlapOpt = None,
     kernel_names: KernelsOpt = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Draw the step as a waterfall (compute by "
+                                                "component, each collective, the bubble) into this file "
+                                                "(.svg, .png, .pdf).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """One training step on a parallel layout: where its time goes (compute by component, each
     collective, the pipeline bubble), MFU and HFU, tokens/s, and the memory per GPU."""
     with _user_errors():
+        if plot is not None:  # before the work: a bad file name is bad input, not an error after it
+            plot_path(plot)
         check_number("--tokens", tokens, 1e18)  # a quintillion tokens: 60x the largest training sets
         s = catalog.load(spec)
         cl = load_cluster(cluster)
@@ -185,9 +191,12 @@ def train_cmd(
         model = StepModel(s, cl, _seq(s, seq), dtype.value, _recipe(recipe), _overlap(overlap),
                           _kernels(kernel_names), _engine(engine))
         step = model.step(layout)
+        written = save_plot(report_cluster.waterfall_section(step).chart, plot) if plot is not None else None
     emit(fmt, lambda: [report_parallel.summary_table(step, tokens), report_parallel.breakdown_table(step),
                        report_parallel.collectives_table(step), report_parallel.memory_table(step)],
          lambda: step.to_dict(tokens), s)
+    if written:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     if not step.fits:  # printed in full, so the user sees where the memory goes; exit 1: it cannot run
         typer.echo(f"error: {step.layout.label()} does not fit: {units.decimal_bytes(step.per_gpu.total)} "
                    f"a GPU ({step.per_gpu.stage} stage) on {units.decimal_bytes(cl.hardware.memory_bytes)} "
@@ -200,7 +209,7 @@ def plan_cmd(
     spec: SpecArg,
     cluster: ClusterOpt,
     gpus: GpusOpt,
-    global_batch: Annotated[int, typer.Option("--global-batch", "-G", help="Sequences per step.")],
+    global_batch: GlobalBatchOpt,
     seq: TrainSeqOpt = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Layouts to show.")] = 10,
     max_micro_batch: Annotated[int, typer.Option("--max-micro-batch", min=1,
@@ -213,11 +222,16 @@ def plan_cmd(
     engine: EngineOpt = None,
     overlap: OverlapOpt = None,
     kernel_names: KernelsOpt = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Draw the layouts searched, step time "
+                                                "against memory per GPU, into this file (.svg, .png, "
+                                                ".pdf); those that do not fit are stepped too.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Search every valid layout (TP, PP, DP, EP, micro-batch, interleave, recompute, SP, ZeRO),
     drop those that do not fit, and rank the rest by step time."""
     with _user_errors():
+        if plot is not None:  # before the work: a bad file name is bad input, not an error after it
+            plot_path(plot)
         s = catalog.load(spec)
         cl = load_cluster(cluster)
         if gpus < 1 or global_batch < 1:
@@ -225,8 +239,12 @@ def plan_cmd(
         model = StepModel(s, cl, _seq(s, seq), dtype.value, _recipe(recipe), _overlap(overlap),
                           _kernels(kernel_names), _engine(engine))
         start = time.perf_counter()
-        result = plan(model, gpus, global_batch, cps=tuple(cp or (1,)), max_micro_batch=max_micro_batch)
+        result = plan(model, gpus, global_batch, unfit=plot is not None, cps=tuple(cp or (1,)),
+                      max_micro_batch=max_micro_batch)
         elapsed = time.perf_counter() - start
+        written = None
+        if plot is not None and (result.ranked or result.unfit):
+            written = save_plot(report_cluster.layouts_section(result, top).chart, plot)
     why = (f"no layout of {s.name} fits on {gpus} GPUs of {cl.name} ({result.considered} valid layouts, all "
            f"over {units.decimal_bytes(cl.hardware.memory_bytes)})" if result.considered else
            f"no valid layout of {s.name} on {gpus} GPUs with global batch {global_batch} (the GPUs, heads, "
@@ -241,6 +259,8 @@ def plan_cmd(
             "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
             "seconds": elapsed, **Reads.union(result.ranked[:top]).to_dict(),
             "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)
+    if written:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     if not result.ranked:  # said in every format; exit 1: nothing can run
         typer.echo(f"error: {why}", err=True)
         raise typer.Exit(1)
@@ -265,12 +285,19 @@ def serve_cmd(
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
     kernel_names: KernelsOpt = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Draw TPOT, its compute and its "
+                                                "communication against batch into this file (.svg, .png, "
+                                                ".pdf).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Decode at scale: per-token communication, time per output token (TPOT) and memory per GPU
     of TP (and EP) ranks. With --ep, the GPUs are EP attention replicas of TP ranks each, the
     batch split over the replicas and the routed experts over the EP ranks."""
+    from costmodel.report import files
+
     with _user_errors():
+        if plot is not None:  # before the work: a bad file name is bad input, not an error after it
+            files.plot_path(plot)
         s = catalog.load(spec)
         cl = load_cluster(cluster)
         batches = parse_batches(batch, "--batch")
@@ -279,9 +306,15 @@ def serve_cmd(
             context = min(DEFAULT_SEQ, s.max_seq_len - 1)
         results = [decode(s, cl, tp, b, context, ep, dtype.value, mla.value if mla else None, widths,
                           _kernels(kernel_names)) for b in batches]
+        if plot is not None:
+            from costmodel.report.serving_figures import decode_chart
+
+            written = files.save_plot(decode_chart(results), plot)
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, **Reads.union(results).to_dict(),
                   "results": [d.to_dict() for d in results]}, s)
+    if plot is not None:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     if not any(d.fits for d in results):  # printed in full; exit 1: no batch asked for can run
         where = f"TP{tp}" + (f" EP{ep}" if ep and ep > 1 else "")
         typer.echo(f"error: {s.name} does not fit on {where} {cl.hardware.name}s at any batch asked for "

@@ -42,6 +42,7 @@ class Plan:
     ranked: tuple[Step, ...]  # fitting layouts, fastest first
     considered: int  # valid layouts evaluated
     dropped: int  # valid layouts that do not fit
+    unfit: tuple[Step, ...] = ()  # their steps, least memory first, when asked for (``plan(unfit=True)``)
 
     def best(self) -> Step | None:
         return self.ranked[0] if self.ranked else None
@@ -100,7 +101,10 @@ def layouts(model: StepModel, gpus: int, global_batch: int, cps: tuple[int, ...]
                                         yield Layout(global_batch, b, tp, pp, dp, cp, ep, v, sp, rc, z, edges)
 
 
-def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None, **space: Any) -> Plan:
+def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None, unfit: bool = False,
+         **space: Any) -> Plan:
+    """The fitting layouts, fastest first (the `top`); with `unfit`, the steps of those that do
+    not fit too (a chart of memory against time draws both), which costs a step each."""
     bad = [cp for cp in space.get("cps", ()) if cp < 1]
     if bad:
         raise LayoutError(f"--cp: context-parallel sizes must be at least 1 (got {bad[0]})")
@@ -108,6 +112,7 @@ def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None,
         raise LayoutError(f"--max-micro-batch: must be 1 to {MAX_MICRO_BATCH:,} "
                           f"(got {space['max_micro_batch']})")
     ranked: list[Step] = []
+    over: list[Step] = []
     considered = dropped = 0
     for layout in layouts(model, gpus, global_batch, **space):
         try:
@@ -118,13 +123,15 @@ def plan(model: StepModel, gpus: int, global_batch: int, top: int | None = None,
             continue
         considered += 1
         first, last = model.memory(layout)  # cheaper than the step: most layouts stop here
-        if max(first.total, last.total) > model.hw.memory_bytes:
+        if max(first.total, last.total) > model.hw.memory_bytes and not unfit:
             dropped += 1
             continue
         step = model.step(layout, checked=True, memory=(first, last))
         if not step.fits:  # a middle stage holds the most (unequal stages, edge chunks)
             dropped += 1
+            over.append(step)
             continue
         ranked.append(step)
     ranked.sort(key=lambda s: s.step_time_s)
-    return Plan(tuple(ranked[:top] if top else ranked), considered, dropped)
+    over.sort(key=lambda s: (s.per_gpu.total, s.step_time_s))
+    return Plan(tuple(ranked[:top] if top else ranked), considered, dropped, tuple(over) if unfit else ())

@@ -206,6 +206,9 @@ class Step:
     kernels: Kernels = KERNELS["megatron-2022"]  # what the time and the activations assume
     engine: str | None = None  # the framework's preset (``engine.ENGINES``), None for none
     compute_reads: Reads = Reads()  # what the compute read of the measured kernel tables (MicroBatch)
+    #: the ``breakdown`` key each of ``collectives`` is exposed under, in order ("tp_comm", "pp_comm",
+    #: ...): the pipeline's all-gather runs on the TP group but is the pipeline's, its sends' time
+    parts: tuple[str, ...] = ()
 
     @property
     def reads(self) -> Reads:
@@ -865,7 +868,9 @@ class StepModel:
             "embedding_sync": tie[0][2] if tie else 0.0,
             "optimizer": optimizer_step(lo, dense, routed, self.recipe, self.hw),
         }
-        calls = [*tie, *tp.calls(pace), *cp.calls(pace), *ep.calls(pace), *pipe.calls(), *dp.calls()]
+        by_part = (("embedding_sync", tie), ("tp_comm", tp.calls(pace)), ("cp_comm", cp.calls(pace)),
+                   ("ep_comm", ep.calls(pace)), ("pp_comm", pipe.calls()), ("dp_comm", dp.calls()))
+        calls = [c for _, cs in by_part for c in cs]
 
         mem_first, mem_last = memory or self.memory(lo, mb)
         mem_middle = None
@@ -882,7 +887,8 @@ class StepModel:
         return Step(spec, self.cluster, lo, self.seq, self.dtype, ov, self.recipe, sum(breakdown.values()),
                     breakdown, compute, tuple(calls), mem_first, mem_last, full, full + rec_full,
                     self._notes(stages, pipe.slow, ov), mem_middle, self.kernels,
-                    self.engine.name if self.engine else None, mb.reads)
+                    self.engine.name if self.engine else None, mb.reads,
+                    tuple(part for part, cs in by_part for _ in cs))
 
     def overlap_on(self, layout: Layout) -> Overlap:
         """What overlaps on `layout`: the explicit ``overlap``, else the engine's on it (Megatron-Core

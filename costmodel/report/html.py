@@ -120,6 +120,9 @@ def sections(spec: Spec, hw: Hardware | None = None, batch: int = 1, seq: int | 
         out += [classes_section(a) for a in analyses]
         out += [roofline_section(a, hw) for a in analyses]
     out.append(memory_section(memories(spec, analyses, hw), hw))
+    from costmodel.report import serving_figures  # attention variants; serving with a device
+
+    out += serving_figures.sections(spec, hw, batch, seq, dtype)
     return out
 
 

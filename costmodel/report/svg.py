@@ -1,6 +1,10 @@
 """SVG primitives for ``costmodel report``'s page and every ``--plot`` file, written as text (no
 plotting library, no JavaScript): horizontal bars, paired bars, stacked bars, and x-y charts
-(`xy`: lines or points on log or linear axes, with a roof, named limits, a legend).
+(`xy`: lines or points on log or linear axes, with a roof, named limits, a legend), lanes of
+points under an x-y chart (`strips`), charts one under another (`stack`) and a waterfall.
+
+Long because: one file of primitives sharing their private parts (ticks spaced by their width,
+margins, markers, legends, the title); split, each chart would import another's privates.
 
 Every chart is an ``<svg>`` with a ``<title>`` and a visible title saying what it shows and where,
 axes with ticks and units, and one element per datum carrying its value (``data-value``; bars
@@ -245,14 +249,16 @@ class Axis:
 class Series:
     """Points of one kind, in one colour (its index in the chart's list, or `colour`, a palette
     index shared by series of one variant), named in the legend; `line` joins them in order;
-    `labels` name each point (its tooltip and ``data-label``); `marker`: "disc", "ring" or
-    "square", a second kind beside the colour (a phase)."""
+    `labels` name each point (its tooltip and ``data-label``), and with `annotate` are written
+    beside it (a few points whose x is not their name: a batch size on a latency-throughput
+    curve); `marker`: "disc", "ring" or "square", a second kind beside the colour (a phase)."""
 
     name: str
     points: Sequence[tuple[float, float]]
     line: bool = False
     labels: Sequence[str] = ()
     dashed: bool = False
+    annotate: bool = False
     colour: int | None = None
     marker: str = "disc"
 
@@ -320,7 +326,7 @@ def _ticks(axis: Axis, lo: float, hi: float, span: float, along: bool) -> list[f
             for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi] if axis.log else []
     for most in range(12, 1, -1):
         ticks = ([t for t in log_ticks(lo, hi, most) if lo <= t <= hi] if axis.log
-                 else [t for t in nice_ticks(hi, most) if t >= lo])
+                 else [t for t in nice_ticks(hi, most) if lo <= t <= hi])  # none past the frame
         if axis.log and len(ticks) < 3 and len(fine) <= most:  # under three decades: 1-2-5 ticks
             ticks = fine
         if len(ticks) >= 2 and _fits_along(axis, ticks, lo, hi, span, along):
@@ -329,10 +335,10 @@ def _ticks(axis: Axis, lo: float, hi: float, span: float, along: bool) -> list[f
 
 
 def _fits_along(axis: Axis, ticks: Sequence[float], lo: float, hi: float, span: float, along: bool) -> bool:
-    """Along x, the widest label fits between the closest two ticks; along y, 16 px apart."""
-    gap = span / (len(ticks) - 1) if not axis.log else span * min(
-        (math.log10(b) - math.log10(a)) for a, b in zip(ticks, ticks[1:], strict=False)
-    ) / (math.log10(hi) - math.log10(lo))
+    """Along x, the widest label fits between the closest two ticks (in pixels); along y, 16 px
+    apart."""
+    f = math.log10 if axis.log else (lambda v: v)
+    gap = span * min(f(b) - f(a) for a, b in zip(ticks, ticks[1:], strict=False)) / (f(hi) - f(lo))
     return gap >= ((max(_text_w(axis.text(t)) for t in ticks) + 6) if along else 16)
 
 
@@ -360,12 +366,13 @@ def _tick_labels(axis: str, texts: Sequence[str]) -> list[str]:
 
 def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float, float] | None = None,
        x_limits: Sequence[tuple[str, float]] = (), y_limits: Sequence[tuple[str, float]] = (),
-       width: int = 760, height: int = 480) -> str:
+       width: int = 760, height: int = 480, callouts: Sequence[tuple[str, float, float]] = ()) -> str:
     """Series of (x, y) points (> 0 on a log axis) as markers (``class="point"``, one per point,
     ``data-x``/``data-y`` exact) and, for a `line` series, a polyline through them; `roof`:
     (peak, bandwidth), the roofline min(peak, bandwidth * x) with its ridge marked; `x_limits`,
-    `y_limits`: named dashed lines (a device's memory, a latency target). A legend of many
-    series wraps onto more rows, each making the chart 16 px taller."""
+    `y_limits`: named dashed lines (a device's memory, a latency target); `callouts`: (text, x, y),
+    a ring around a point and its name beside it, on the side with more room (the best layout).
+    A legend of many series wraps onto more rows, each making the chart 16 px taller."""
     left, top_pad, bottom = XY_LEFT, 30, 74
     pw, ph = width - left - XY_RIGHT, height - top_pad - bottom
     places = _series_legend(series, left, width - XY_RIGHT)
@@ -411,17 +418,7 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
         # left of the ridge, above the sloped roof: never past the plot's right edge
         out.append(f'<text x="{px(ridge) - 4:.1f}" y="{py(peak) - 5:.1f}" text-anchor="end" fill="#D55E00">'
                    f"roof: ridge at {ridge:.3g} FLOP/B</text>")
-    for name, v in x_limits:
-        out.append(f'<line class="limit" x1="{px(v):.1f}" y1="{top_pad}" x2="{px(v):.1f}" '
-                   f'y2="{top_pad + ph}" '
-                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
-        out.append(f'<text x="{px(v) - 4:.1f}" y="{top_pad + 12}" text-anchor="end" fill="#D55E00">'
-                   f"{escape(name)}</text>")
-    for name, v in y_limits:
-        out.append(f'<line class="limit" x1="{left}" y1="{py(v):.1f}" x2="{left + pw}" y2="{py(v):.1f}" '
-                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
-        out.append(f'<text x="{left + pw - 4}" y="{py(v) - 4:.1f}" text-anchor="end" fill="#D55E00">'
-                   f"{escape(name)}</text>")
+    out += _limits(x_limits, y_limits, px, py, (left, top_pad, pw, ph))
     for g, s in enumerate(series):
         colour = _colour(s, g)
         if s.line and len(s.points) > 1:
@@ -435,9 +432,44 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
                     f'data-x="{a!r}" data-y="{b!r}" data-group="{g}"')
             out.append(_mark(s, colour, px(a), py(b), 3 if s.line else 4, data,
                              f"{escape(label)}: {escape(x.text(a))}, {escape(y.text(b))}"))
+            if s.annotate:  # right of the point (left where the text would leave the plot), below
+                # it where the line rises to the next point, above it otherwise: clear of the line
+                flip = px(a) + 5 + _text_w(label) > left + pw
+                below = i + 1 < len(s.points) and py(s.points[i + 1][1]) < py(b)
+                tx, ty = px(a) + (-5 if flip else 5), py(b) + (14 if below else -5)
+                out.append(f'<text x="{tx:.1f}" y="{ty:.1f}" '
+                           f'text-anchor="{"end" if flip else "start"}" fill="#333">{escape(label)}</text>')
+    for text, a, b in callouts:
+        cx, cy = px(a), py(b)
+        right_side = cx - left < pw / 2
+        tx = cx + 10 if right_side else cx - 10
+        out.append(f'<circle class="callout" cx="{cx:.1f}" cy="{cy:.1f}" r="8" fill="none" stroke="#000" '
+                   'stroke-width="1.5"/>')
+        out.append(f'<text x="{tx:.1f}" y="{cy + 18:.1f}" text-anchor="{"start" if right_side else "end"}" '
+                   f'font-weight="bold">{escape(text)}</text>')
     out += _draw_legend(series, places, top_pad + ph + 64)
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _limits(x_limits: Sequence[tuple[str, float]], y_limits: Sequence[tuple[str, float]],
+            px: Callable[[float], float], py: Callable[[float], float],
+            frame: tuple[float, float, float, float]) -> list[str]:
+    """An `xy` chart's named dashed lines, each named inside the plot (`frame`: left, top, w, h)."""
+    left, top_pad, pw, ph = frame
+    out = []
+    for name, v in x_limits:
+        out.append(f'<line class="limit" x1="{px(v):.1f}" y1="{top_pad}" x2="{px(v):.1f}" '
+                   f'y2="{top_pad + ph}" '
+                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{px(v) - 4:.1f}" y="{top_pad + 12}" text-anchor="end" fill="#D55E00">'
+                   f"{escape(name)}</text>")
+    for name, v in y_limits:
+        out.append(f'<line class="limit" x1="{left}" y1="{py(v):.1f}" x2="{left + pw}" y2="{py(v):.1f}" '
+                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{left + pw - 4}" y="{py(v) - 4:.1f}" text-anchor="end" fill="#D55E00">'
+                   f"{escape(name)}</text>")
+    return out
 
 
 def strips(title: str, series: Sequence[Series], x: Axis, x_range: tuple[float, float],
@@ -553,3 +585,78 @@ def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: 
                      labels=[p[0] for p in points if p[3] == g]) for g in range(n)]
     return xy(title, series, Axis(x_axis, x_unit), Axis(y_axis, y_unit), roof=roof, width=width,
               height=height)
+
+
+def waterfall(title: str, labels: Sequence[str], values: Sequence[float], groups: Sequence[int],
+              group_names: Sequence[str], fmt: Fmt, axis: str, total: str = "total",
+              hidden: Sequence[float] = (), hidden_name: str = "overlapped", width: int = 760) -> str:
+    """Floating horizontal bars in order, each starting where the one above it ended
+    (``class="bar"``, ``data-start`` and ``data-value`` exact), coloured by group (`group_names`,
+    in the legend), then one bar from 0 to their sum named `total` (``class="total"``). `hidden`:
+    per bar, time that ran beside the bars above it and adds nothing, drawn as a dashed outline
+    ending where its bar starts (``class="hidden"``, named `hidden_name` in the legend). The total
+    bar has no value beside it (it spans the axis): put it in `total`."""
+    names = [*labels, total]
+    left = _label_margin(names, width)
+    row, top_pad = 22, 30
+    plot_w = width - left - 16
+    height = top_pad + row * len(names) + 48 + 18
+    starts, at = [], 0.0
+    for v in values:
+        starts.append(at)
+        at += v
+    ticks = _linear_axis(at or 1.0, plot_w - 70, fmt)
+    scale = plot_w / (ticks[-1] or 1)
+    y_axis = top_pad + row * len(names)
+    out = _open(width, height, title) + _x_axis(ticks, left, scale, top_pad, y_axis, fmt, axis, plot_w)
+
+    def value_text(x0: float, x1: float, y: float, text: str) -> str:
+        """Beside the bar's end, or before its start where the end is too near the right edge."""
+        if x1 + 4 + _text_w(text) <= width - 2:
+            return f'<text x="{x1 + 4:.1f}" y="{y + 15}">{escape(text)}</text>'
+        return f'<text x="{x0 - 4:.1f}" y="{y + 15}" text-anchor="end">{escape(text)}</text>'
+
+    for i, (label, v, g) in enumerate(zip(labels, values, groups, strict=True)):
+        y = top_pad + i * row
+        x0, w = left + starts[i] * scale, max(v, 0) * scale
+        out.append(f'<text x="{left - 6:.1f}" y="{y + 15}" text-anchor="end">{escape(label)}</text>')
+        h = hidden[i] if i < len(hidden) else 0.0
+        if h > 0:
+            hx = max(left, x0 - h * scale)
+            out.append(f'<rect class="hidden" data-label="{escape(label)}" data-value="{h!r}" x="{hx:.2f}" '
+                       f'y="{y + 5}" width="{x0 - hx:.2f}" height="{row - 10}" fill="#999" '
+                       f'fill-opacity="0.15" stroke="#666" stroke-dasharray="3 2"><title>{escape(label)}: '
+                       f"{escape(fmt(h))} {escape(hidden_name)}</title></rect>")
+        colour = PALETTE[g % len(PALETTE)]
+        out.append(f'<rect class="bar" data-label="{escape(label)}" data-start="{starts[i]!r}" '
+                   f'data-value="{v!r}" data-group="{escape(group_names[g])}" x="{x0:.2f}" y="{y + 4}" '
+                   f'width="{w:.2f}" height="{row - 8}" fill="{colour}"><title>{escape(label)}: '
+                   f"{escape(fmt(v))}</title></rect>")
+        share = f" ({100 * v / at:.1f}%)" if at > 0 else ""
+        out.append(value_text(max(left, x0 - h * scale) if h > 0 else x0, x0 + w, y, fmt(v) + share))
+    y = top_pad + len(labels) * row
+    out.append(f'<text x="{left - 6:.1f}" y="{y + 15}" text-anchor="end" font-weight="bold">'
+               f"{escape(total)}</text>")
+    out.append(f'<rect class="total" data-label="{escape(total)}" data-value="{at!r}" x="{left:.1f}" '
+               f'y="{y + 4}" width="{at * scale:.2f}" height="{row - 8}" fill="#555">'
+               f"<title>{escape(total)}: {escape(fmt(at))}</title></rect>")
+    out.append(f'<line x1="{left:.1f}" y1="{top_pad}" x2="{left:.1f}" y2="{y_axis}" stroke="#333"/>')
+    used = sorted(set(groups))  # the legend from the left edge: the label margin may be wide
+    out += _legend_of([(group_names[g], PALETTE[g % len(PALETTE)]) for g in used], 10, height - 8)
+    if any(h > 0 for h in hidden):
+        x = 10 + sum(14 + _text_w(group_names[g]) + 16 for g in used)
+        out.append(f'<rect x="{x:.1f}" y="{height - 17:.1f}" width="10" height="10" fill="#999" '
+                   'fill-opacity="0.15" stroke="#666" stroke-dasharray="3 2"/>')
+        out.append(f'<text x="{x + 14:.1f}" y="{height - 8:.1f}">{escape(hidden_name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _legend_of(entries: Sequence[tuple[str, str]], x0: float, y: float) -> list[str]:
+    """A legend of (name, colour) entries, for groups not numbered from 0 in order."""
+    out, x = [], x0
+    for name, colour in entries:
+        out.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{colour}"/>')
+        out.append(f'<text x="{x + 14:.1f}" y="{y:.1f}">{escape(name)}</text>')
+        x += 14 + _text_w(name) + 16
+    return out

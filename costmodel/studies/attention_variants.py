@@ -13,7 +13,9 @@ on an encoder-decoder) is one ``SpecError`` line, like a bad file. Every number 
 - windows: full attention, every layer local, the spec's local/global pattern: KV cache and
   attention work as the context grows;
 - latent attention (DeepSeek-V2): the naive and absorbed conventions of ``components.mla`` side
-  by side, phase by phase, as the dense and masked counts are.
+  by side, phase by phase, as the dense and masked counts are;
+- the key/value-head variants' decode step as the context grows (``heads_by_context``: KV cache
+  and the attention's intensity, the report's attention charts).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.analysis import Analysis, AnalysisError, Row, analyze
+from costmodel.analysis import Analysis, AnalysisError, Row, analyze, require_decode
 from costmodel.components.attention import heads, pattern
 from costmodel.components.mla import Convention
 from costmodel.components.scores import heads_kind
@@ -253,4 +255,57 @@ def compare_latent(
         for c in Convention:
             a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, mla=c.value)
             rows.append(LatentRow(phase, c.value, dict(a.shape), attention_total(a), a.total()))
+    return rows
+
+
+@dataclass(frozen=True)
+class ContextRow:
+    """One key/value-head (or latent) variant's decode step at context C: the step attends to C
+    tokens, C - 1 of them cached (``costmodel attention``'s decode row at ``--seq C-1``)."""
+
+    variant: str
+    kv_heads: int | None  # None: latent attention
+    own: bool
+    mla: str  # the convention a latent variant runs in
+    context: int
+    kv_cache: int  # whole batch, bytes
+    attention: Row  # every attention sub-block of the step, summed over layers
+    total: Row  # the whole step
+
+    @property
+    def intensity(self) -> float:
+        """The attention sub-blocks' FLOPs over their fused bytes (``attention``'s intensity)."""
+        return self.attention.flops / self.attention.bytes_fused
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "kv_heads": self.kv_heads, "own": self.own, "context": self.context,
+                "kv_cache_bytes": self.kv_cache, "attention": {**self.attention.numbers(),
+                                                               "flops": self.attention.flops},
+                "intensity": self.intensity}
+
+
+def trained_contexts(spec: Spec, least: int = 256) -> list[int]:
+    """Powers of two from `least` to the spec's max_seq_len, and max_seq_len itself: every context
+    the model was trained to take (no RoPE past its length)."""
+    out = [c for c in (least << i for i in range(40)) if c < spec.max_seq_len]
+    return [*out, spec.max_seq_len]
+
+
+def heads_by_context(spec: Spec, batch: int = 1, contexts: Sequence[int] | None = None, dtype: str = "bf16",
+                     widths: Widths = Widths()) -> list[ContextRow]:
+    """The decode step of each key/value-head variant (``kv_head_variants``: MHA, the spec's k,
+    MQA; a latent spec in both conventions beside its multi-head counterpart's) at each context
+    (default ``trained_contexts``): the KV cache and the attention's work as the context grows."""
+    require_decode(spec, "a KV cache")
+    contexts = sorted(set(contexts or trained_contexts(spec)))
+    if DECODE.seq_for(contexts[0]) < 1:
+        raise AnalysisError(f"contexts: must be at least {DECODE.context(1)} (got {contexts[0]})")
+    rows = []
+    for v in kv_head_variants(spec):
+        k = None if v.spec.mla is not None else v.spec.n_kv_heads
+        for c in contexts:
+            a = analyze(v.spec, "decode", batch=batch, seq=DECODE.seq_for(c), dtype=dtype, mla=v.mla,
+                        **widths.options())
+            t = a.total()
+            rows.append(ContextRow(v.label, k, v.own, v.mla, c, t.kv_cache, attention_total(a), t))
     return rows
