@@ -33,7 +33,7 @@ _MODULES = {
     **{name: f"costmodel.studies.{name}" for name in (
         "asymptotics", "attention_variants", "compare", "conventions", "sweep", "variants")},
     "report": "costmodel.report", "compare_report": "costmodel.report.compare",
-    "report_attention": "costmodel.report.attention", "plot": "costmodel.report.plot",
+    "report_attention": "costmodel.report.attention",
 }
 
 

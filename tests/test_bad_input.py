@@ -263,11 +263,10 @@ def test_rope_past_max_seq_len_warns_in_one_line() -> None:
 
 
 def test_plot_without_suffix_names_the_file_written(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     result = runner.invoke(app, ["sweep", "gpt2-small", "--plot", str(tmp_path / "chart")])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "chart.png").is_file()
-    assert f"wrote {tmp_path / 'chart.png'}" in result.stderr
+    assert (tmp_path / "chart.svg").is_file()
+    assert f"wrote {tmp_path / 'chart.svg'}" in result.stderr
 
 
 # --- the documented API and formats ----------------------------------------------------------

@@ -124,15 +124,20 @@ def test_sweep_json_and_csv():
     ["--over", "batch=1:64", "-q", "time", "--hardware", "h200"],
 ])
 def test_readme_sweep_plot_examples(tmp_path, args):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("vl_convert", reason="the plot extra rasterises the SVG into a PNG")
     out = tmp_path / "chart.png"
     result = runner.invoke(app, ["sweep", "llama-3-8b", *args, "--plot", str(out), "-f", "csv"])
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
 
 
-def test_plot_without_matplotlib_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+def test_png_without_the_plot_extra_is_one_line_and_svg_needs_none(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vl_convert", None)  # import vl_convert raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # nor is matplotlib used
     result = runner.invoke(app, ["sweep", "gpt2-small", "--plot", str(tmp_path / "x.png")])
     assert result.exit_code == 2
-    assert result.output == "error: --plot: needs matplotlib; install it with pip install 'costmodel[plot]'\n"
+    assert result.output == ("error: --plot: PNG needs vl-convert-python: install it with pip install "
+                             "'costmodel[plot]', or give a name ending in .svg\n")
+    assert list(tmp_path.iterdir()) == []
+    result = runner.invoke(app, ["sweep", "gpt2-small", "--plot", str(tmp_path / "x.svg")])
+    assert result.exit_code == 0 and (tmp_path / "x.svg").read_text().startswith("<?xml")

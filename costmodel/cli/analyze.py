@@ -89,12 +89,21 @@ def analyze_cmd(
         "--by-class", help="Also each phase's FLOPs, bytes and (with --hardware) predicted time by operator "
         "class, each with its share: tensor contractions, statistical normalisations (softmax, norms), "
         "element-wise (Ivanov et al. 2021; docs/op-classes.md).")] = False,
+    plot: Annotated[Optional[str], typer.Option(
+        "--plot", metavar="FILE", help="Also draw the per-component roofline of the phases shown into this "
+        "file (.svg; .png, .pdf with the `plot` extra); needs --hardware.")] = None,
 ) -> None:
     """Parameters, FLOPs, bytes, KV cache and arithmetic intensity of a spec; with --hardware,
     the roofline time of each phase and whether it is compute- or memory-bound. A spec with latent
     attention also shows its naive and absorbed conventions side by side. --weights-dtype and
     --kv-dtype (inference) hold the weights and the cache at other widths than --dtype."""
     with _user_errors():
+        if plot is not None:  # before the work: a bad file name is bad input, not an error after it
+            from costmodel.report.files import plot_path
+
+            plot_path(plot)
+            if hardware is None:
+                raise AnalysisError("--plot: draws the per-component roofline on a device; give --hardware")
         s = catalog.load(spec)
         hw = load_hardware(hardware) if hardware else None
         if hw:
@@ -143,7 +152,14 @@ def analyze_cmd(
                                       mla_of(a.phase), precision)
                 if warning:
                     typer.echo(warning, err=True)
+        if plot is not None and hw is not None:
+            from costmodel.report.files import save_plot
+            from costmodel.report.spec_figures import phases_roofline
+
+            written = save_plot(phases_roofline(analyses, hw).chart, plot)
     _emit(fmt, s, analyses, hw, phase is not None, paper_rows, train_seq, latent, classes)
+    if plot is not None:
+        typer.echo(f"wrote {written}", err=True)
 
 
 def _emit(fmt: Format, s: Spec, analyses: list[DeviceAnalysis], hw: Hardware | None, one_phase: bool,

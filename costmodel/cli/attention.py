@@ -140,8 +140,9 @@ def sweep_cmd(
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
     plot: Annotated[Optional[str], typer.Option(
-        "--plot", help="Also draw the sweep into this file (.png, .svg, .pdf): a roofline for intensity, "
-        "a line chart otherwise. Needs the `plot` extra (matplotlib).")] = None,
+        "--plot", metavar="FILE", help="Also draw the sweep into this file (.svg; .png, .pdf with the "
+        "`plot` extra): a roofline with a lane per variant and phase for intensity, lines over the first "
+        "swept axis otherwise.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """A quantity over many (seq, batch) points for each MHA / GQA / MQA variant and phase,
@@ -151,7 +152,7 @@ def sweep_cmd(
 
     with _user_errors():
         if plot is not None:  # before the work: a bad file name is bad input, not an error after it
-            from costmodel.report.plot import plot_path
+            from costmodel.report.files import plot_path
 
             plot_path(plot)
         s = catalog.load(spec)
@@ -163,9 +164,10 @@ def sweep_cmd(
                    kv_heads=_ints(kv_heads, "--kv-heads"), component=component,
                    widths=Widths(weights_dtype, kv_dtype, group_size))
         if plot is not None:
-            from costmodel.report.plot import plot as draw
+            from costmodel.report.files import save_plot
+            from costmodel.report.sweep_figures import sweep_section
 
-            written = draw(sw, plot)
+            written = save_plot(sweep_section(sw).chart, plot)
     emit(fmt, lambda: [ra.sweep_table(sw)], sw.to_dict, csv=lambda: ra.sweep_csv(sw))
     if plot is not None:
         typer.echo(f"wrote {written}", err=True)

@@ -137,8 +137,8 @@ def deploy_cmd(
         written = files.save_plot(deploy_chart(r), plot) if plot is not None else None
     emit(fmt, lambda: report_deploy.deploy_tables(r), r.to_dict, r.spec,
          csv=lambda: report.records_csv([d.to_dict() for d in r.deployments]))
-    if written and fmt is Format.table:
-        typer.echo(f"plot: {written}")
+    if written:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     why = r.unmet()
     if why:  # printed in full; exit 1: nothing runs as asked
         typer.echo(f"error: {why}", err=True)

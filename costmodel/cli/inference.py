@@ -103,8 +103,8 @@ def inference_cmd(
         written = files.save_plot(tradeoff_chart(sv), plot) if plot is not None else None
     emit(fmt, lambda: [serving_table(sv)], sv.to_dict, sv.spec,
          csv=lambda: report.records_csv([{"spec": sv.spec.name, **p.to_dict()} for p in sv.points]))
-    if written and fmt is Format.table:
-        typer.echo(f"plot: {written}")
+    if written:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     why = sv.unrunnable()
     if why:  # printed in full; exit 1: it cannot run
         typer.echo(f"error: {why}", err=True)

@@ -133,6 +133,9 @@ def memory_cmd(
     last_logits: LastOpt = False,
     mla: MlaDeviceOpt = None,
     hardware: HardwareOpt = None,
+    plot: Annotated[Optional[str], typer.Option(
+        "--plot", metavar="FILE", help="Also draw what one device holds as a stacked bar into this file "
+        "(.svg; .png, .pdf with the `plot` extra), with --hardware's memory as a line.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """What one device holds in a phase: weights, gradients, optimizer states, activations kept
@@ -140,6 +143,10 @@ def memory_cmd(
     it fits and by how much. Latent attention's live peak follows --mla in prefill and decode
     (training runs the naive form)."""
     with _user_errors():
+        if plot is not None:  # before the work: a bad file name is bad input, not an error after it
+            from costmodel.report.files import plot_path
+
+            plot_path(plot)
         s = catalog.load(spec)
         hw = load_hardware(hardware) if hardware else None
         chosen, conv = _assumed(kernel_names, mla, hw)
@@ -147,6 +154,11 @@ def memory_cmd(
                            kernels.KERNELS[chosen].flash_attention, weights_dtype, kv_dtype, dtype,
                            group_size, mask_bytes, last_logits, conv)
         m = memory(s, phase.value, batch, seq, enc_seq, run, par)
+        if plot is not None:  # drawn before the verdict: a run that does not fit is worth seeing
+            from costmodel.report.files import save_plot
+            from costmodel.report.spec_figures import memory_figure
+
+            typer.echo(f"wrote {save_plot(memory_figure(m, hw).chart, plot)}", err=True)
     from costmodel.report import memory as report_memory
 
     theirs = None

@@ -195,8 +195,8 @@ def train_cmd(
     emit(fmt, lambda: [report_parallel.summary_table(step, tokens), report_parallel.breakdown_table(step),
                        report_parallel.collectives_table(step), report_parallel.memory_table(step)],
          lambda: step.to_dict(tokens), s)
-    if written and fmt is Format.table:
-        typer.echo(f"plot: {written}")
+    if written:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     if not step.fits:  # printed in full, so the user sees where the memory goes; exit 1: it cannot run
         typer.echo(f"error: {step.layout.label()} does not fit: {units.decimal_bytes(step.per_gpu.total)} "
                    f"a GPU ({step.per_gpu.stage} stage) on {units.decimal_bytes(cl.hardware.memory_bytes)} "
@@ -259,8 +259,8 @@ def plan_cmd(
             "considered": result.considered, "dropped": result.dropped, "fitting": len(result.ranked),
             "seconds": elapsed, **Reads.union(result.ranked[:top]).to_dict(),
             "layouts": [st.to_dict() for st in result.ranked[:top]]}, s)
-    if written and fmt is Format.table:
-        typer.echo(f"plot: {written}")
+    if written:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     if not result.ranked:  # said in every format; exit 1: nothing can run
         typer.echo(f"error: {why}", err=True)
         raise typer.Exit(1)
@@ -313,8 +313,8 @@ def serve_cmd(
     emit(fmt, lambda: [report_parallel.decode_table(results)],
          lambda: {"spec": s.name, "cluster": cl.name, **Reads.union(results).to_dict(),
                   "results": [d.to_dict() for d in results]}, s)
-    if plot is not None and fmt is Format.table:
-        typer.echo(f"plot: {written}")
+    if plot is not None:  # beside the table, JSON or CSV: on stderr, as every command says what it wrote
+        typer.echo(f"wrote {written}", err=True)
     if not any(d.fits for d in results):  # printed in full; exit 1: no batch asked for can run
         where = f"TP{tp}" + (f" EP{ep}" if ep and ep > 1 else "")
         typer.echo(f"error: {s.name} does not fit on {where} {cl.hardware.name}s at any batch asked for "

@@ -90,7 +90,7 @@ def waterfall_section(step: Step) -> Section:
     title = f"One training step: {title}" if len(title) < 80 else title  # within the chart's width
     chart = svg.waterfall(title, [p.name for p in parts], [p.seconds for p in parts],
                           [GROUPS.index(p.group) for p in parts], GROUPS, units.seconds,
-                          "seconds per step (critical path of the slowest pipeline stage)",
+                          "time per step (s; the critical path of the slowest pipeline stage)",
                           total=f"step: {units.seconds(step.step_time_s)}",
                           hidden=[p.overlapped for p in parts],
                           hidden_name="overlapped (beside compute, off the path)")

@@ -5,7 +5,8 @@ every chart's data is also in the page as an HTML table (accessibility, copying)
 from the library: ``runtime.on_device.analyze`` (counts, roofline), ``runtime.timing.predict``
 (the calibrated time model, docs/time.md), ``studies.op_classes`` (Ivanov et al. 2021's operator
 classes, docs/op-classes.md) and ``runtime.memory`` (what ``costmodel memory`` prints). What is on
-the page and what is left: docs/report.md.
+the page and what is left: docs/report.md. The roofline and memory sections are
+``report.spec_figures``' (``analyze --plot`` and ``memory --plot`` draw them too).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from costmodel.analysis import phases_of
 from costmodel.phases import PHASES
 from costmodel.report import files, svg
 from costmodel.report.section import FORMATS, Cell, Section
+from costmodel.report.spec_figures import memories, memory_section, roofline_section
 from costmodel.report.tables import describe, grouped
 
 if TYPE_CHECKING:
     from costmodel.devices.hardware import Hardware
-    from costmodel.runtime.memory import Memory
     from costmodel.runtime.on_device import DeviceAnalysis
     from costmodel.spec import Spec
 
@@ -101,80 +102,6 @@ def classes_section(a: DeviceAnalysis) -> Section:
                    (f"time: the calibrated time model under kernels {c.kernels or 'custom'} "
                     "(docs/time.md); classes: docs/op-classes.md (Ivanov et al. 2021).",),
                    fmt=("", "flops", "share", "s", "share"))
-
-
-def roofline_section(a: DeviceAnalysis, hw: Hardware) -> Section:
-    """Each component a point: intensity (the FLOPs it executes over the bytes it moves) against
-    achieved FLOP/s (those FLOPs over its predicted time), under the device's roof. Under flash
-    attention the core's products execute only the unmasked pairs (``flops_matmul_effective``,
-    as ``runtime.timing.executed_flops`` counts them); their bytes are the component's unfused
-    count, which the fused kernel does not move (it never writes the scores), so those points
-    (drawn in a colour of their own) may sit above the bandwidth slope."""
-    from costmodel.runtime.timing import predict
-
-    k = a.assumed_kernels
-    pred = predict(a, hw, k)
-    counted = {r.path: r for r in a.rows}
-    rows: list[tuple[Cell, ...]] = []
-    for r in pred.rows:
-        fused = k.flash_attention and r.key.attention_core
-        c = counted.get(r.path)
-        flops = r.flops - (c.flops_matmul - c.flops_matmul_effective) if fused and c is not None else r.flops
-        if flops > 0 and r.bytes > 0 and r.time_s > 0:
-            rows.append((r.path, "flash attention" if fused else r.kind, flops, r.bytes, flops / r.bytes,
-                         r.time_s, flops / r.time_s))
-    peak, bw = hw.peak(a.dtype), hw.memory_bandwidth
-    kinds = ("own kernel", "flash attention (bytes: unfused)")
-    chart = svg.loglog(f"Per-component roofline: {a.spec.name}, {a.phase} on {hw.name} ({a.dtype})",
-                       [(str(r[0]), float(r[4]), float(r[6]), int(r[1] == "flash attention")) for r in rows],
-                       "FLOP/B", "FLOP/s", "arithmetic intensity (FLOP/B, log)", "achieved (FLOP/s, log)",
-                       roof=(peak, bw), groups=kinds)
-    return Section(f"roofline-{a.phase}", f"{a.phase}: per-component roofline on {hw.name}", chart,
-                   ("component", "kernel", "FLOPs executed", "bytes", "intensity", "predicted time",
-                    "achieved"), rows,
-                   (f"roof: min({units.flops(peak)}/s, {units.bandwidth(hw.memory_bandwidth)} x intensity); "
-                    "achieved: the FLOPs a component's kernel executes over its predicted time "
-                    "(runtime.timing, " + ("calibrated" if pred.calibrated else "roofline: no tables")
-                    + "); components folded into another kernel (no time of their own) are left out. "
-                    "Flash attention's scores and AV: the unmasked pairs' FLOPs, and bytes the unfused "
-                    "count the kernel does not move (it keeps the scores on chip), so they may sit above "
-                    "the bandwidth slope.",),
-                   fmt=("", "", "flops", "bytes", "intensity", "s", "rate"))
-
-
-def memories(spec: Spec, analyses: Sequence[DeviceAnalysis], hw: Hardware | None) -> list[Memory]:
-    """What `costmodel memory` holds per device, phase by phase, at its defaults (AdamW,
-    bf16-mixed for training; `dtype` at inference), kernels as on `hw`."""
-    from costmodel.runtime import kernels
-    from costmodel.runtime.memory import Run, memory
-
-    out = []
-    for a in analyses:
-        flash = kernels.KERNELS[kernels.resolve(None, hw, "train")].flash_attention
-        mla = kernels.default_mla(hw)
-        training = PHASES[a.phase].training
-        run = Run(flash=flash, mla=mla) if training else Run(flash=flash, dtype=a.dtype, mla=mla)
-        out.append(memory(spec, a.phase, a.batch, a.seq, a.enc_seq, run))
-    return out
-
-
-def memory_section(ms: Sequence[Memory], hw: Hardware | None) -> Section:
-    from costmodel.runtime.memory import CATEGORIES
-
-    parts = [c if c != "activations" else "activations (peak)" for c in CATEGORIES]
-
-    def held(m: Memory) -> list[int]:
-        return [m.peak_activations if c == "activations" else m.total(c) for c in CATEGORIES]
-
-    rows: list[tuple[Cell, ...]] = [(m.phase, *held(m), m.peak) for m in ms]
-    limit = (f"{hw.name}: {units.nbytes(hw.memory_bytes)}", float(hw.memory_bytes)) if hw else None
-    chart = svg.stacked_bars(f"Memory per GPU: {ms[0].spec}, batch {ms[0].batch}", [m.phase for m in ms],
-                             parts, [[float(x) for x in held(m)] for m in ms], units.nbytes, "bytes per GPU",
-                             limit)
-    return Section("memory", "Memory per GPU", chart, ("phase", *parts, "peak"), rows,
-                   ("runtime.memory (costmodel memory): training with AdamW, bf16-mixed, no recompute, one "
-                    "device; activations: all saved for backward (training) or the live peak (inference).",),
-                   fmt=("", *("count",) * (len(parts) + 1)))
 
 
 def sections(spec: Spec, hw: Hardware | None = None, batch: int = 1, seq: int | None = None,

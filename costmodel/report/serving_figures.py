@@ -105,7 +105,7 @@ def tradeoff_chart(sv: Serving) -> str:
                         annotate=True)
     return svg.xy(f"Latency against throughput: {sv.spec.name} on {sv.hardware.name}, prompt {sv.prompt:,}, "
                   f"{sv.output:,} out, {sv.dtype}", [series],
-                  svg.Axis("output tokens/s per device (log)", "tok/s"),
+                  svg.Axis("output throughput per device (tokens/s, log)", "tok/s"),
                   svg.Axis("end-to-end latency (s, log)", "s"))
 
 
@@ -144,8 +144,9 @@ def deploy_chart(r: Search) -> str:
                       *([f"TPOT \u2264 {units.seconds(t.tpot)}"] if t.tpot is not None else [])])
     return svg.xy(f"Throughput against interactivity: {r.spec.name} on {r.gpus} {r.cluster.hardware.name}"
                   + (f" ({goal} at p{t.percentile})" if targets else ""),
-                  [s for s in parts if s.points], svg.Axis("output tokens/s per user (log)", "tok/s"),
-                  svg.Axis("output tokens/s per GPU (log)", "tok/s"))
+                  [s for s in parts if s.points],
+                  svg.Axis("output throughput per user (tokens/s, log)", "tok/s"),
+                  svg.Axis("output throughput per GPU (tokens/s, log)", "tok/s"))
 
 
 # --- attention variants against context ---------------------------------------------------------

@@ -1,6 +1,10 @@
 """SVG primitives for ``costmodel report``'s page and every ``--plot`` file, written as text (no
 plotting library, no JavaScript): horizontal bars, paired bars, stacked bars, and x-y charts
-(`xy`: lines or points on log or linear axes, with a roof, named limits, a legend).
+(`xy`: lines or points on log or linear axes, with a roof, named limits, a legend), lanes of
+points under an x-y chart (`strips`), charts one under another (`stack`) and a waterfall.
+
+Long because: one file of primitives sharing their private parts (ticks spaced by their width,
+margins, markers, legends, the title); split, each chart would import another's privates.
 
 Every chart is an ``<svg>`` with a ``<title>`` and a visible title saying what it shows and where,
 axes with ticks and units, and one element per datum carrying its value (``data-value``; bars
@@ -12,6 +16,7 @@ never overlap.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -22,6 +27,10 @@ Fmt = Callable[[float], str]
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 CHAR_W = 6.6  # px per character at the 11 px font used for labels (an upper estimate)
 FONT = 'font-family="sans-serif" font-size="11"'
+#: An axis's tick labels and its name (with the unit), each in a group of its own: what a test
+#: reads to check that labels never overlap and that every axis says its unit.
+TICKS = '<g class="ticks" data-axis="{}">'
+NAME = '<g class="axis-name" data-axis="{}">'
 
 
 def _text_w(text: str) -> float:
@@ -30,10 +39,20 @@ def _text_w(text: str) -> float:
 
 def _open(width: float, height: float, title: str) -> list[str]:
     t = escape(title)
+    size = title_size(title, width)
     return [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width:.0f}" height="{height:.0f}" '
             f'viewBox="0 0 {width:.0f} {height:.0f}" {FONT}>', f"<title>{t}</title>",
-            f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="13" '
+            f'<text x="{width / 2:.1f}" y="16" text-anchor="middle" font-size="{size}" '
             f'font-weight="bold">{t}</text>']
+
+
+def title_size(title: str, width: float) -> int:
+    """The visible title's font size: 13 px, smaller (down to 9) when a long title would run past
+    the chart's edges (bold text is about 0.65 em a character)."""
+    for size in (13, 12, 11, 10):
+        if len(title) * size * 0.65 <= width - 16:
+            return size
+    return 9
 
 
 def nice_ticks(top: float, most: int) -> list[float]:
@@ -82,13 +101,14 @@ def _label_margin(labels: Sequence[str], width: int) -> float:
 def _x_axis(ticks: Sequence[float], left: float, scale: float, top: float, bottom: float, fmt: Fmt,
             name: str, width: float) -> list[str]:
     """A linear x axis under horizontal bars: a grid line and label per tick, the axis's name."""
-    out = []
-    for t in ticks:
-        x = left + t * scale
-        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}" stroke="#ddd"/>')
-        out.append(f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{escape(fmt(t))}</text>')
-    out.append(f'<text x="{left + width / 2:.1f}" y="{bottom + 32}" text-anchor="middle">'
-               f"{escape(name)}</text>")
+    out = [f'<line x1="{left + t * scale:.1f}" y1="{top}" x2="{left + t * scale:.1f}" y2="{bottom}" '
+           'stroke="#ddd"/>' for t in ticks]
+    out.append(TICKS.format("x"))
+    out += [f'<text x="{left + t * scale:.1f}" y="{bottom + 14}" text-anchor="middle">{escape(fmt(t))}</text>'
+            for t in ticks]
+    out.append("</g>")
+    out.append(NAME.format("x") + f'<text x="{left + width / 2:.1f}" y="{bottom + 32}" text-anchor="middle">'
+               f"{escape(name)}</text></g>")
     return out
 
 
@@ -216,7 +236,8 @@ class Axis:
     name: str
     unit: str = ""
     log: bool = True
-    fmt: Fmt | None = None  # a linear axis's tick text (default: 3 significant digits)
+    fmt: Fmt | None = None  # a tick's text (default: 3 significant digits; decades with an SI prefix)
+    ticks: Sequence[float] = ()  # where ticks may go (powers of two for tokens), thinned to fit
 
     def text(self, v: float) -> str:
         if self.fmt is not None:
@@ -226,10 +247,11 @@ class Axis:
 
 @dataclass(frozen=True)
 class Series:
-    """Points of one kind, in one colour (its index in the chart's list), named in the legend;
-    `line` joins them in order; `labels` name each point (its tooltip and ``data-label``), and
-    with `annotate` are written beside it (a few points whose x is not their name: a batch size
-    on a latency-throughput curve)."""
+    """Points of one kind, in one colour (its index in the chart's list, or `colour`, a palette
+    index shared by series of one variant), named in the legend; `line` joins them in order;
+    `labels` name each point (its tooltip and ``data-label``), and with `annotate` are written
+    beside it (a few points whose x is not their name: a batch size on a latency-throughput
+    curve); `marker`: "disc", "ring" or "square", a second kind beside the colour (a phase)."""
 
     name: str
     points: Sequence[tuple[float, float]]
@@ -237,6 +259,50 @@ class Series:
     labels: Sequence[str] = ()
     dashed: bool = False
     annotate: bool = False
+    colour: int | None = None
+    marker: str = "disc"
+
+
+def _colour(s: Series, g: int) -> str:
+    return PALETTE[(g if s.colour is None else s.colour) % len(PALETTE)]
+
+
+def _mark(s: Series, colour: str, cx: float, cy: float, r: float, attrs: str = "", tip: str = "") -> str:
+    """One marker: a disc, a ring (white inside) or a square, carrying `attrs` (its data)."""
+    paint = (f'fill="white" stroke="{colour}" stroke-width="1.5"' if s.marker == "ring"
+             else f'fill="{colour}" fill-opacity="0.8"')
+    tail = f"<title>{tip}</title>" if tip else ""
+    if s.marker == "square":
+        return (f'<rect{attrs} x="{cx - r:.1f}" y="{cy - r:.1f}" width="{2 * r:.1f}" height="{2 * r:.1f}" '
+                f'{paint}>{tail}</rect>')
+    return f'<circle{attrs} cx="{cx:.1f}" cy="{cy:.1f}" r="{r:g}" {paint}>{tail}</circle>'
+
+
+def _series_legend(series: Sequence[Series], x0: float, right: float) -> list[tuple[float, int]]:
+    """Where each named series' legend entry goes: (x, row), rows wrapped at `right`."""
+    out, x, row = [], x0, 0
+    for s in series:
+        w = 24 + _text_w(s.name) + 14
+        if x > x0 and x + w - 14 > right:
+            x, row = x0, row + 1
+        out.append((x, row))
+        x += w
+    return out
+
+
+def _draw_legend(series: Sequence[Series], places: Sequence[tuple[float, int]], y0: float) -> list[str]:
+    out = []
+    for g, (s, (x, row)) in enumerate(zip(series, places, strict=True)):
+        if not s.name:
+            continue
+        y, colour = y0 + 16 * row, _colour(s, g)
+        if s.line:
+            dash = ' stroke-dasharray="6 3"' if s.dashed else ""
+            out.append(f'<line x1="{x:.1f}" y1="{y - 4:.1f}" x2="{x + 18:.1f}" y2="{y - 4:.1f}" '
+                       f'stroke="{colour}" stroke-width="2"{dash}/>')
+        out.append(_mark(s, colour, x + 9, y - 4, 3.5))
+        out.append(f'<text x="{x + 24:.1f}" y="{y:.1f}">{escape(s.name)}</text>')
+    return out
 
 
 def _range(values: Sequence[float], log: bool) -> tuple[float, float]:
@@ -250,6 +316,12 @@ def _range(values: Sequence[float], log: bool) -> tuple[float, float]:
 def _ticks(axis: Axis, lo: float, hi: float, span: float, along: bool) -> list[float]:
     """Tick values in [lo, hi]: decades on a log axis, a 1-2-5 step on a linear one, as many as
     fit: along x, labels spaced by their width; along y, 16 px apart."""
+    if axis.ticks:
+        candidates = [t for t in axis.ticks if lo <= t <= hi]
+        for k in range(1, len(candidates) + 1):
+            ticks = candidates[::k]
+            if len(ticks) < 2 or _fits_along(axis, ticks, lo, hi, span, along):
+                return ticks
     fine = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
             for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi] if axis.log else []
     for most in range(12, 1, -1):
@@ -257,14 +329,39 @@ def _ticks(axis: Axis, lo: float, hi: float, span: float, along: bool) -> list[f
                  else [t for t in nice_ticks(hi, most) if lo <= t <= hi])  # none past the frame
         if axis.log and len(ticks) < 3 and len(fine) <= most:  # under three decades: 1-2-5 ticks
             ticks = fine
-        if len(ticks) < 2:
-            continue
-        f = math.log10 if axis.log else (lambda v: v)  # the closest two ticks, in pixels
-        gap = span * min(f(b) - f(a) for a, b in zip(ticks, ticks[1:], strict=False)) / (f(hi) - f(lo))
-        need = (max(_text_w(axis.text(t)) for t in ticks) + 6) if along else 16
-        if gap >= need:
+        if len(ticks) >= 2 and _fits_along(axis, ticks, lo, hi, span, along):
             return ticks
     return ticks
+
+
+def _fits_along(axis: Axis, ticks: Sequence[float], lo: float, hi: float, span: float, along: bool) -> bool:
+    """Along x, the widest label fits between the closest two ticks (in pixels); along y, 16 px
+    apart."""
+    f = math.log10 if axis.log else (lambda v: v)
+    gap = span * min(f(b) - f(a) for a, b in zip(ticks, ticks[1:], strict=False)) / (f(hi) - f(lo))
+    return gap >= ((max(_text_w(axis.text(t)) for t in ticks) + 6) if along else 16)
+
+
+XY_LEFT, XY_RIGHT = 96, 20  # an x-y chart's margins: the y tick labels clear of the rotated axis name
+
+
+def x_span(series: Sequence[Series], x: Axis, roof: tuple[float, float] | None = None,
+           x_limits: Sequence[tuple[str, float]] = ()) -> tuple[float, float]:
+    """The x range `xy` draws these series over (`strips` below it takes the same, to align)."""
+    lo, hi = _range([p[0] for s in series for p in s.points] + [v for _, v in x_limits] or [1.0], x.log)
+    if roof is not None:
+        ridge = roof[0] / roof[1]
+        lo, hi = min(lo, ridge / 4), max(hi, ridge * 4)
+    return lo, hi
+
+
+def _inside(ticks: Sequence[float], px: Callable[[float], float], text: Fmt, width: float) -> list[float]:
+    """The x ticks whose centred labels stay inside the chart (one at the plot's edge may not)."""
+    return [t for t in ticks if _text_w(text(t)) / 2 <= px(t) <= width - _text_w(text(t)) / 2]
+
+
+def _tick_labels(axis: str, texts: Sequence[str]) -> list[str]:
+    return [TICKS.format(axis), *texts, "</g>"]
 
 
 def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float, float] | None = None,
@@ -274,16 +371,16 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
     ``data-x``/``data-y`` exact) and, for a `line` series, a polyline through them; `roof`:
     (peak, bandwidth), the roofline min(peak, bandwidth * x) with its ridge marked; `x_limits`,
     `y_limits`: named dashed lines (a device's memory, a latency target); `callouts`: (text, x, y),
-    a ring around a point and its name beside it, on the side with more room (the best layout)."""
-    left, right, top_pad, bottom = 96, 20, 30, 74  # the y tick labels clear of the rotated axis name
-    pw, ph = width - left - right, height - top_pad - bottom
-    xs = [p[0] for s in series for p in s.points] + [v for _, v in x_limits]
-    ys = [p[1] for s in series for p in s.points] + [v for _, v in y_limits]
-    x_lo, x_hi = _range(xs or [1.0], x.log)
-    y_lo, y_hi = _range(ys or [1.0], y.log)
+    a ring around a point and its name beside it, on the side with more room (the best layout).
+    A legend of many series wraps onto more rows, each making the chart 16 px taller."""
+    left, top_pad, bottom = XY_LEFT, 30, 74
+    pw, ph = width - left - XY_RIGHT, height - top_pad - bottom
+    places = _series_legend(series, left, width - XY_RIGHT)
+    height += 16 * max((row for _, row in places), default=0)
+    x_lo, x_hi = x_span(series, x, roof, x_limits)
+    y_lo, y_hi = _range([p[1] for s in series for p in s.points] + [v for _, v in y_limits] or [1.0], y.log)
     if roof is not None:
         peak, bw = roof
-        x_lo, x_hi = min(x_lo, peak / bw / 4), max(x_hi, peak / bw * 4)
         y_hi = max(y_hi, peak * 2)
         y_lo = min(y_lo, bw * x_lo)
     f = math.log10
@@ -296,19 +393,22 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
         return top_pad + ph - frac * ph
 
     out = _open(width, height, title)
+    x_ticks, y_ticks = _ticks(x, x_lo, x_hi, pw, along=True), _ticks(y, y_lo, y_hi, ph, along=False)
+    x_ticks = _inside(x_ticks, px, x.text, width)
+    out += [f'<line x1="{px(t):.1f}" y1="{top_pad}" x2="{px(t):.1f}" y2="{top_pad + ph}" stroke="#eee"/>'
+            for t in x_ticks]
+    out += [f'<line x1="{left}" y1="{py(t):.1f}" x2="{left + pw}" y2="{py(t):.1f}" stroke="#eee"/>'
+            for t in y_ticks]
+    # the frame over the grid: a tick on the plot's edge would hide it
     out.append(f'<rect x="{left}" y="{top_pad}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>')
-    for t in _ticks(x, x_lo, x_hi, pw, along=True):
-        out.append(f'<line x1="{px(t):.1f}" y1="{top_pad}" x2="{px(t):.1f}" y2="{top_pad + ph}" '
-                   'stroke="#eee"/>')
-        out.append(f'<text x="{px(t):.1f}" y="{top_pad + ph + 14}" text-anchor="middle">'
-                   f"{escape(x.text(t))}</text>")
-    for t in _ticks(y, y_lo, y_hi, ph, along=False):
-        out.append(f'<line x1="{left}" y1="{py(t):.1f}" x2="{left + pw}" y2="{py(t):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" text-anchor="end">{escape(y.text(t))}</text>')
-    out.append(f'<text x="{left + pw / 2:.1f}" y="{top_pad + ph + 32}" text-anchor="middle">'
-               f"{escape(x.name)}</text>")
-    out.append(f'<text transform="translate(14 {top_pad + ph / 2:.1f}) rotate(-90)" text-anchor="middle">'
-               f"{escape(y.name)}</text>")
+    out += _tick_labels("x", [f'<text x="{px(t):.1f}" y="{top_pad + ph + 14}" text-anchor="middle">'
+                              f"{escape(x.text(t))}</text>" for t in x_ticks])
+    out += _tick_labels("y", [f'<text x="{left - 4}" y="{py(t) + 4:.1f}" text-anchor="end">'
+                              f"{escape(y.text(t))}</text>" for t in y_ticks])
+    out.append(NAME.format("x") + f'<text x="{left + pw / 2:.1f}" y="{top_pad + ph + 32}" '
+               f'text-anchor="middle">{escape(x.name)}</text></g>')
+    out.append(NAME.format("y") + f'<text transform="translate(14 {top_pad + ph / 2:.1f}) rotate(-90)" '
+               f'text-anchor="middle">{escape(y.name)}</text></g>')
     if roof is not None:
         peak, bw = roof
         ridge = peak / bw
@@ -318,19 +418,9 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
         # left of the ridge, above the sloped roof: never past the plot's right edge
         out.append(f'<text x="{px(ridge) - 4:.1f}" y="{py(peak) - 5:.1f}" text-anchor="end" fill="#D55E00">'
                    f"roof: ridge at {ridge:.3g} FLOP/B</text>")
-    for name, v in x_limits:
-        out.append(f'<line class="limit" x1="{px(v):.1f}" y1="{top_pad}" x2="{px(v):.1f}" '
-                   f'y2="{top_pad + ph}" '
-                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
-        out.append(f'<text x="{px(v) - 4:.1f}" y="{top_pad + 12}" text-anchor="end" fill="#D55E00">'
-                   f"{escape(name)}</text>")
-    for name, v in y_limits:
-        out.append(f'<line class="limit" x1="{left}" y1="{py(v):.1f}" x2="{left + pw}" y2="{py(v):.1f}" '
-                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
-        out.append(f'<text x="{left + pw - 4}" y="{py(v) - 4:.1f}" text-anchor="end" fill="#D55E00">'
-                   f"{escape(name)}</text>")
+    out += _limits(x_limits, y_limits, px, py, (left, top_pad, pw, ph))
     for g, s in enumerate(series):
-        colour = PALETTE[g % len(PALETTE)]
+        colour = _colour(s, g)
         if s.line and len(s.points) > 1:
             dash = ' stroke-dasharray="6 3"' if s.dashed else ""
             coords = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in s.points)
@@ -338,10 +428,10 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
                        f'stroke-width="2"{dash} points="{coords}"/>')
         for i, (a, b) in enumerate(s.points):
             label = s.labels[i] if i < len(s.labels) else s.name
-            out.append(f'<circle class="point" data-label="{escape(label)}" data-series="{escape(s.name)}" '
-                       f'data-x="{a!r}" data-y="{b!r}" data-group="{g}" cx="{px(a):.1f}" cy="{py(b):.1f}" '
-                       f'r="{3 if s.line else 4}" fill="{colour}" fill-opacity="0.8">'
-                       f"<title>{escape(label)}: {escape(x.text(a))}, {escape(y.text(b))}</title></circle>")
+            data = (f' class="point" data-label="{escape(label)}" data-series="{escape(s.name)}" '
+                    f'data-x="{a!r}" data-y="{b!r}" data-group="{g}"')
+            out.append(_mark(s, colour, px(a), py(b), 3 if s.line else 4, data,
+                             f"{escape(label)}: {escape(x.text(a))}, {escape(y.text(b))}"))
             if s.annotate:  # right of the point (left where the text would leave the plot), below
                 # it where the line rises to the next point, above it otherwise: clear of the line
                 flip = px(a) + 5 + _text_w(label) > left + pw
@@ -357,9 +447,130 @@ def xy(title: str, series: Sequence[Series], x: Axis, y: Axis, roof: tuple[float
                    'stroke-width="1.5"/>')
         out.append(f'<text x="{tx:.1f}" y="{cy + 18:.1f}" text-anchor="{"start" if right_side else "end"}" '
                    f'font-weight="bold">{escape(text)}</text>')
-    out += _legend([s.name for s in series if s.name], left, height - 10)
+    out += _draw_legend(series, places, top_pad + ph + 64)
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _limits(x_limits: Sequence[tuple[str, float]], y_limits: Sequence[tuple[str, float]],
+            px: Callable[[float], float], py: Callable[[float], float],
+            frame: tuple[float, float, float, float]) -> list[str]:
+    """An `xy` chart's named dashed lines, each named inside the plot (`frame`: left, top, w, h)."""
+    left, top_pad, pw, ph = frame
+    out = []
+    for name, v in x_limits:
+        out.append(f'<line class="limit" x1="{px(v):.1f}" y1="{top_pad}" x2="{px(v):.1f}" '
+                   f'y2="{top_pad + ph}" '
+                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{px(v) - 4:.1f}" y="{top_pad + 12}" text-anchor="end" fill="#D55E00">'
+                   f"{escape(name)}</text>")
+    for name, v in y_limits:
+        out.append(f'<line class="limit" x1="{left}" y1="{py(v):.1f}" x2="{left + pw}" y2="{py(v):.1f}" '
+                   'stroke="#D55E00" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{left + pw - 4}" y="{py(v) - 4:.1f}" text-anchor="end" fill="#D55E00">'
+                   f"{escape(name)}</text>")
+    return out
+
+
+def strips(title: str, series: Sequence[Series], x: Axis, x_range: tuple[float, float],
+           x_limits: Sequence[tuple[str, float]] = (), shade_below: float | None = None,
+           width: int = 760) -> str:
+    """One lane per series, its points along a shared x axis (`x_range`, from `x_span`, so that
+    the lanes line up under an `xy` chart of the same points): series that share a stretch of
+    that chart stay apart here. Each lane is named on the left (wrapped at spaces; lanes grow to
+hold the longest name, 13 px a line); its
+    leftmost and rightmost points are named above them (their ``labels``) where the two fit.
+    Points are ``class="point"`` with ``data-x`` exact and ``data-lane``; `shade_below`: an x
+    under which the lanes are shaded (the memory-bound side of a ridge)."""
+    left, top_pad = XY_LEFT, 30 + (14 if x_limits else 0)
+    lines = max((len(_wrap(s.name, int((left - 8) / CHAR_W))) for s in series), default=1)
+    lane = max(36, 13 * lines + 10)
+    pw = width - left - XY_RIGHT
+    ph = lane * len(series)
+    height = top_pad + ph + 46
+    lo, hi = x_range
+    f = math.log10 if x.log else (lambda v: v)
+
+    def px(v: float) -> float:
+        return left + (f(v) - f(lo)) / (f(hi) - f(lo)) * pw
+
+    out = _open(width, height, title)
+    if shade_below is not None:
+        out.append(f'<rect x="{left}" y="{top_pad}" width="{max(0.0, px(shade_below) - left):.1f}" '
+                   f'height="{ph}" fill="#f2f2f2"/>')
+    ticks = _inside(_ticks(x, lo, hi, pw, along=True), px, x.text, width)
+    out += [f'<line x1="{px(t):.1f}" y1="{top_pad}" x2="{px(t):.1f}" y2="{top_pad + ph}" stroke="#e4e4e4"/>'
+            for t in ticks]
+    out += [f'<line x1="{left}" y1="{top_pad + g * lane}" x2="{left + pw}" y2="{top_pad + g * lane}" '
+            'stroke="#e4e4e4"/>' for g in range(1, len(series))]
+    out.append(f'<rect x="{left}" y="{top_pad}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>')
+    out += _tick_labels("x", [f'<text x="{px(t):.1f}" y="{top_pad + ph + 14}" text-anchor="middle">'
+                              f"{escape(x.text(t))}</text>" for t in ticks])
+    out.append(NAME.format("x") + f'<text x="{left + pw / 2:.1f}" y="{top_pad + ph + 32}" '
+               f'text-anchor="middle">{escape(x.name)}</text></g>')
+    for name, v in x_limits:
+        out.append(f'<line class="limit" x1="{px(v):.1f}" y1="{top_pad - 12}" x2="{px(v):.1f}" '
+                   f'y2="{top_pad + ph}" stroke="#D55E00" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{px(v) - 4:.1f}" y="{top_pad - 4}" text-anchor="end" fill="#D55E00">'
+                   f"{escape(name)}</text>")
+    for g, s in enumerate(series):
+        out += _lane(s, g, top_pad + g * lane, lane, px, (left, left + pw), x)
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _lane(s: Series, g: int, top: float, height: float, px: Callable[[float], float],
+          edges: tuple[float, float], x: Axis) -> list[str]:
+    """One lane of `strips`: its name, its points, its leftmost and rightmost points named."""
+    (x0, x1), colour, mid = edges, _colour(s, g), top + height - 11
+    out = []
+    names = _wrap(s.name, int((x0 - 8) / CHAR_W))
+    for k, line in enumerate(names):
+        y = top + height / 2 + 4 + 13 * (k - (len(names) - 1) / 2)
+        out.append(f'<text x="{x0 - 6}" y="{y:.1f}" text-anchor="end">{escape(line)}</text>')
+    for i, (a, _) in enumerate(s.points):
+        label = s.labels[i] if i < len(s.labels) else s.name
+        data = (f' class="point" data-label="{escape(label)}" data-series="{escape(s.name)}" data-x="{a!r}" '
+                f'data-lane="{g}"')
+        out.append(_mark(s, colour, px(a), mid, 3.5, data, f"{escape(label)}: {escape(x.text(a))}"))
+    if s.points and s.labels:
+        first = min(range(len(s.points)), key=lambda i: s.points[i][0])
+        last = max(range(len(s.points)), key=lambda i: s.points[i][0])
+        low, high = s.labels[first], s.labels[last]
+        xa = min(px(s.points[first][0]), x1 - _text_w(low))  # starts at its point, ends inside the plot
+        xb = max(px(s.points[last][0]), x0 + _text_w(high))  # ends at its point, starts inside the plot
+        out.append(f'<text x="{xa:.1f}" y="{top + 13}" fill="#444">{escape(low)}</text>')
+        if last != first and xb - _text_w(high) >= xa + _text_w(low) + 8:
+            out.append(f'<text x="{xb:.1f}" y="{top + 13}" text-anchor="end" fill="#444">'
+                       f"{escape(high)}</text>")
+    return out
+
+
+def _wrap(text: str, chars: int) -> list[str]:
+    """`text` in lines of at most `chars` characters, broken at spaces (a longer word stays whole)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= chars:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def stack(title: str, charts: Sequence[str], subtitle: str = "") -> str:
+    """Charts one under another in one SVG under `title` (and a `subtitle` line: the ranges drawn),
+    each kept whole as a nested ``<svg>``: a roofline above its lanes, one panel per value of a
+    second axis."""
+    sizes = [(float(m.group(1)), float(m.group(2))) for m in
+             (re.match(r'<svg [^>]*width="([\d.]+)" height="([\d.]+)"', c) for c in charts) if m]
+    width = max(w for w, _ in sizes)
+    out, y = [], 40.0 if subtitle else 24.0
+    if subtitle:
+        out.append(f'<text x="{width / 2:.1f}" y="34" text-anchor="middle">{escape(subtitle)}</text>')
+    for chart, (_, h) in zip(charts, sizes, strict=True):
+        out.append(chart.replace("<svg ", f'<svg x="0" y="{y:.0f}" ', 1))
+        y += h + 6
+    return "\n".join([*_open(width, y, title), *out, "</svg>"])
 
 
 def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: str, y_unit: str,
