@@ -1,7 +1,7 @@
 """The layers of docs/architecture.md, as a contract: every module imports only from its own
 layer or those below it (at the top of the file, inside functions, under TYPE_CHECKING, relative
 or absolute alike), no two modules import each other through any chain, and the bottom layer
-loads nothing above it. Optional heavy libraries (torch, matplotlib, transformers) may be
+loads nothing above it. Optional heavy libraries (torch, transformers, vl-convert) may be
 imported lazily anywhere: only imports of costmodel's own modules are checked."""
 
 from __future__ import annotations
