@@ -63,8 +63,7 @@ from typing import Any, cast
 import numpy as np
 
 from costmodel import model
-from costmodel.components.key import Key, SubBlock
-from costmodel.cost import Cost
+from costmodel.components.key import Key
 from costmodel.devices.efficiency import (
     Efficiency,
     FlopsTable,
@@ -73,7 +72,7 @@ from costmodel.devices.efficiency import (
     _raw,
 )
 from costmodel.devices.hardware import Hardware
-from costmodel.phases import PHASES, Phase
+from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
 from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_lookup import (
@@ -85,13 +84,13 @@ from costmodel.runtime.grid_lookup import (
     step,
     table_arrays,
 )
+from costmodel.runtime.grid_merge import Whole, merged
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
     dropout_parents,
     first_touch_s,
     gemm_time,
-    layer_count,
     physics_floor,
 )
 from costmodel.spec import Spec
@@ -490,61 +489,6 @@ class GridRates:
         return np.maximum(e, bigger, out=bigger)
 
 
-class _Whole:
-    """A component's phase quantities over all its layers, from one layer's cost, each computed
-    when the rule first reads it (``Phase.quantity`` times the layers)."""
-
-    def __init__(self, phase: Phase, cost: Cost, layers: int) -> None:
-        self._phase, self._cost, self._layers = phase, cost, layers
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        value = self._phase.quantity(self._cost, name, self._layers)
-        setattr(self, name, value)
-        return value
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if _array(a) or _array(b):
-        return _array(a) and _array(b) and a.shape == b.shape and bool(np.array_equal(a, b))
-    return bool(a == b)
-
-
-#: What the rule reads of a component's cost (``Phase.quantity`` of these, and the products).
-_READ = ("params", "matmul", "matmul_eff", "other", "bytes_unfused", "train_only")
-
-
-def _merged(costs: dict[Key, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels,
-            dropped: set[SubBlock]) -> dict[Key, tuple[Cost, int]]:
-    """key -> (one layer's cost, layers): a component of several layer groups whose one layer
-    costs the same in each (an FFN beside local and global attention) once, over all their
-    layers. Its time is linear in its layers (each product, op, byte and gradient is per layer,
-    as ``timing.component_time`` counts them), so this is the sum of the groups' times."""
-    out: dict[Key, tuple[Cost, int]] = {}
-    first: dict[Key, Key] = {}
-    for key, cost in costs.items():
-        layers = layer_count(groups, key)
-        same = replace(key, group=None)  # the same leaf in every group of its stack
-        if key.group is not None and same in first:
-            head = first[same]
-            other, count = out[head]
-            if kernels.share(head, dropped) == kernels.share(key, dropped) and (
-                    cost is other  # built once for both groups (``model._layer``)
-                    or (all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
-                        and len(cost.gemms) == len(other.gemms)
-                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms, strict=True) for x,
-                                y in zip(g, h, strict=True)))):
-                out[head] = (other, count + layers)
-                continue
-        elif key.group is not None:
-            first[same] = key
-        out[key] = (cost, layers)
-    return out
-
-
 def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware,
                  dtype: str = "bf16",
                  kernels: Kernels = Kernels(), enc_seq: np.ndarray | None = None, mla: str = "naive",
@@ -581,9 +525,9 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
     costs = {key: cost for key, cost in model.tree(spec, dims).items() if ph.training or not cost.train_only}
     dropped = dropout_parents(((key, cost.bytes_unfused) for key, cost in costs.items()), _nonzero)
-    for key, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
-        if select is not None and not select(key):
-            continue
+    if select is not None:  # before the merge: it joins components of different keys
+        costs = {key: cost for key, cost in costs.items() if select(key)}
+    for key, (cost, layers) in merged(costs, groups, kernels, dropped, ph.training).items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
         idle = None
         if not _positive(cost.bytes_unfused):
@@ -594,7 +538,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
             elif np.any(busy == 0):
                 idle = busy == 0
         gemms = tuple((c * layers, m, k, n) for c, m, k, n in cost.gemms)
-        part = component_time(spec, key, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels,
+        part = component_time(spec, key, gemms, Whole(ph, cost, layers), layers, ph.training, kernels,
                               dropped, p, rates)
         total += part.time_s if idle is None else np.where(idle, 0.0, part.time_s)
     return total
