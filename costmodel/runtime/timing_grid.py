@@ -96,6 +96,8 @@ from costmodel.runtime.timing import (
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 
+_MISSING = object()  # a lookup not made yet (None is a value: ``_exp_interp``'s "everywhere")
+
 
 def _array(x: Any) -> bool:
     return isinstance(x, np.ndarray) and x.ndim > 0
@@ -155,9 +157,10 @@ class GridRates:
         fresh = eff.first_touch  # the least size with a first-touch cost
         self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
                                 None) if fresh else None
-        self._memo: dict[tuple[Any, ...], tuple[list[np.ndarray], Any]] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
+        self._alias: dict[int, tuple[np.ndarray, int]] = {}
         self._envelopes: dict[int, tuple[np.ndarray, ...]] = {}
-        self._by_value: dict[tuple[Any, ...], list[tuple[list[np.ndarray], Any]]] = {}
+        self._by_value: dict[tuple[Any, ...], list[np.ndarray]] = {}
 
     # --- Rates --------------------------------------------------------------------------------
 
@@ -361,7 +364,7 @@ class GridRates:
                     return float(lo)
             if len(arrays) == 2 and x.size > 4 * (M.size + per.size) and M.min() > 0 and per.min() > 0:
                 # an outer product (seq x batch): its log is the sum of theirs, 200 logs, not 10,000
-                self._memo[("log", (), (id(x),))] = ([x], self._log(M) + self._log(per))
+                self._remember("log", (), [x], self._log(M) + self._log(per))
             return x
 
         return self._lookup("stack", numbers, arrays, stack)
@@ -369,22 +372,33 @@ class GridRates:
     # --- lookups ------------------------------------------------------------------------------
 
     def _lookup(self, kind: str, numbers: tuple[Any, ...], arrays: list[np.ndarray], compute: Any) -> Any:
-        """compute(), once per (kind, numbers, arrays): by identity, then by value (a T array
-        built twice, or two norms' equal byte counts; candidates share three sampled values)."""
-        key = (kind, numbers, tuple(id(a) for a in arrays))
-        hit = self._memo.get(key)
+        """compute(), once per (kind, numbers, arrays' values): arrays equal to one seen before
+        are read as that one (``_canonical``), so a T array built twice, or two norms' equal
+        byte counts, share every lookup by identity."""
+        key = (kind, numbers, *map(self._canonical, arrays))
+        hit = self._memo.get(key, _MISSING)
+        if hit is _MISSING:
+            hit = self._memo[key] = compute()
+        return hit
+
+    def _remember(self, kind: str, numbers: tuple[Any, ...], arrays: list[np.ndarray], value: Any) -> None:
+        """What ``_lookup`` would compute for these arrays, known beforehand."""
+        self._memo[(kind, numbers, *map(self._canonical, arrays))] = value
+
+    def _canonical(self, a: np.ndarray) -> int:
+        """The identity of the first array seen equal to `a` (its candidates: those sharing its
+        shape and three sampled values; each array compared once per call)."""
+        hit = self._alias.get(id(a))
         if hit is not None:
             return hit[1]
-        prints = (kind, numbers, tuple((a.shape, a.flat[0], a.flat[-1], a.flat[a.size // 2]) for a in arrays))
+        prints = (a.shape, a.item(0), a.item(-1), a.item(a.size // 2))
         seen = self._by_value.setdefault(prints, [])
-        for other, value in seen:  # noqa: B007 - value is read after the loop (break)
-            if all(np.array_equal(a, b) for a, b in zip(arrays, other, strict=True)):
-                break
-        else:
-            value = compute()
-            seen.append((arrays, value))
-        self._memo[key] = (arrays, value)  # holds the arrays: their ids stay theirs
-        return value
+        same = next((b for b in seen if np.array_equal(a, b)), None)
+        if same is None:
+            seen.append(a)
+            same = a
+        self._alias[id(a)] = (a, id(same))  # holds `a`: its id stays its own while the memo lives
+        return id(same)
 
     def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...],
                     shared: bool = False) -> Any:
