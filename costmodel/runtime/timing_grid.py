@@ -383,7 +383,8 @@ class GridRates:
 
     def _remember(self, kind: str, numbers: tuple[Any, ...], arrays: list[np.ndarray], value: Any) -> None:
         """What ``_lookup`` would compute for these arrays, known beforehand."""
-        self._memo[(kind, numbers, *map(self._canonical, arrays))] = value
+        key = (kind, numbers, *map(self._canonical, arrays))
+        self._memo[key] = value
 
     def _canonical(self, a: np.ndarray) -> int:
         """The identity of the first array seen equal to `a` (its candidates: those sharing its
