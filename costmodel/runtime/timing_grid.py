@@ -4,9 +4,10 @@
 arrays of batch and sequence length. The component tree is evaluated once with array-valued B
 and S (the formulas are the same code: ``cost.smin``/``smax``/``half`` take arrays; a quantity
 that depends on one axis keeps that axis's size; sizes are float64), for one layer of each kind;
-the rule is given the layers a component spans (a component that costs the same per layer in
-several layer groups, an FFN beside local and global attention, is timed once over all of
-them: its time is linear in its layers). ``GridRates`` does the table lookups on arrays:
+the rule is given the layers a component spans (components that cost the same per layer and
+that the rule treats alike, an FFN beside local and global attention, Llama's k and v, T5's
+encoder and decoder projections, are timed once over all their layers: the time is linear in
+the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
 
 - a product with one array among M, N, K (every linear: M = T forward and in dA, K = T in dB)
   reads the matmul table reduced to a curve over that axis, one ``np.interp`` in log space (the
@@ -17,8 +18,9 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
   (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768: most of a
   sweep's T) the value is a number, so the interpolation and its exp run only at the points
   below, found once per array with their positions on the grid (``_exp_interp``);
-- each distinct lookup runs once per call (``GridRates._lookup``, keyed by the arrays'
-  identity, then their values): a layer's linears share one T array, a weight's forward and
+- each distinct lookup runs once per call (``GridRates._lookup``, keyed by the identity of
+  the first array seen with each array's values, ``_canonical``): a layer's linears share one
+  T array, a weight's forward and
   backward products the same shapes in another order, two norms the same bytes; a
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
   linear share one lookup; a step table of a few sizes is a few comparisons;
