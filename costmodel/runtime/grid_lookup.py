@@ -23,9 +23,7 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
 
     Grid points where the value does not change are dropped first (the same function): a
     first-touch table is 0 up to the allocator's threshold, then one rate, so one comparison."""
-    kept = [k for k in range(len(grid)) if values[k + 1] != values[k]]
-    points = [grid[k] for k in kept]
-    steps = np.asarray([values[0], *(values[k + 1] for k in kept)], dtype=float)
+    points, steps = _steps(tuple(grid), tuple(values))
     if len(points) == 1:
         out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
         return out
@@ -34,7 +32,15 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
         for g in points:
             i += x >= g
         return steps[i]
-    return steps[np.searchsorted(np.asarray(points, dtype=float), x, side="right")]
+    return steps[np.searchsorted(points, x, side="right")]
+
+
+@functools.lru_cache(maxsize=256)
+def _steps(grid: tuple[float, ...], values: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``step``'s grid points where the value changes, and the values (the first below the grid)."""
+    kept = [k for k in range(len(grid)) if values[k + 1] != values[k]]
+    return (np.asarray([grid[k] for k in kept], dtype=float),
+            np.asarray([values[0], *(values[k + 1] for k in kept)], dtype=float))
 
 
 @functools.cache

@@ -334,7 +334,8 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
     `gemms` are its forward products over all its layers (``Cost.gemms``), `q` its phase
     numbers, `layers` the layers it spans, `dropped` the sub-blocks with a dropout row
     (``dropout_parents``), `p` bytes per element. A component that does nothing in the phase
-    (no FLOPs, no bytes) takes no time, floor included: the caller skips it.
+    (no FLOPs, no bytes) takes no time, floor included: the caller skips it. What it reads of the
+    key is ``grid_merge.rule_traits`` (sweeps time components equal in both once): keep the two in step.
     """
     flash = kernels.flash_attention and key.attention_core
     if flash and not training and key.leaf in ("scores", "av") and gemms:
@@ -371,7 +372,7 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
             t = rates.at_least_memory(t, least, ops)
         roof = rates.roof((flops, q.flops_other), least)
         fresh = rates.first_touch(gemm_outputs(run, layers, p))
-        return Part("matmul", ops, rates.at_least(t, roof, ops) + fresh, fresh, roof_s=roof)
+        return Part("matmul", ops, _plus(rates.at_least(t, roof, ops), fresh), fresh, roof_s=roof)
     share = kernels.share(key, dropped)
     if share == 0:  # folded into its host kernel, which still reads its weights (a norm's gain)
         if not q.params:
@@ -388,7 +389,11 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
     fresh = rates.first_touch(outputs)
     roof = rates.roof((q.flops_other,), moved)
     t = rates.at_least(rates.memory(moved, ops), roof, ops)
-    return Part("memory", ops, t + fresh, fresh, moved, roof)
+    return Part("memory", ops, _plus(t, fresh), fresh, moved, roof)
+
+
+def _plus(t: Any, fresh: Any) -> Any:  # (a number 0 added to an array is a pass over it)
+    return t if isinstance(fresh, (int, float)) and not fresh else t + fresh
 
 
 def on_chip(key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...]) -> Any:
@@ -580,9 +585,8 @@ def weight_gradients(spec: Spec, key: Key, params: Any, layers: int,
     return adds, lookups * gradient_bytes(params, p) + 3 * adds * table, [(lookups + adds, (params, p))]
 
 
-def gemm_outputs(gemms: Iterable[tuple[Any, Any, Any, Any]], layers: int, p: int) -> list[tuple[int,
-                                                                                                tuple[Any,
-                                                                                                      ...]]]:
+def gemm_outputs(gemms: Iterable[tuple[Any, Any, Any, Any]], layers: int,
+                 p: int) -> list[tuple[int, tuple[Any, ...]]]:
     """(ops, factors of one op's output bytes) of each product: a layer's batch of
     count / layers products of M x N (the factors, not their product: the grid shares the
     lookups of outputs that differ by a number only)."""
@@ -593,6 +597,4 @@ def first_touch_s(eff: Efficiency, outputs: Iterable[tuple[int, tuple[Any, ...]]
     """Seconds of writing freshly allocated outputs ((ops, factors of one's bytes) pairs) on
     `eff`'s device."""
     table = eff.first_touch
-    if table is None:
-        return 0.0
-    return sum(n * table(math.prod(factors)) for n, factors in outputs if n)
+    return 0.0 if table is None else sum(n * table(math.prod(factors)) for n, factors in outputs if n)

@@ -4,9 +4,10 @@
 arrays of batch and sequence length. The component tree is evaluated once with array-valued B
 and S (the formulas are the same code: ``cost.smin``/``smax``/``half`` take arrays; a quantity
 that depends on one axis keeps that axis's size; sizes are float64), for one layer of each kind;
-the rule is given the layers a component spans (a component that costs the same per layer in
-several layer groups, an FFN beside local and global attention, is timed once over all of
-them: its time is linear in its layers). ``GridRates`` does the table lookups on arrays:
+the rule is given the layers a component spans (components that cost the same per layer and
+that the rule treats alike, an FFN beside local and global attention, Llama's k and v, T5's
+encoder and decoder projections, are timed once over all their layers: the time is linear in
+the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
 
 - a product with one array among M, N, K (every linear: M = T forward and in dA, K = T in dB)
   reads the matmul table reduced to a curve over that axis, one ``np.interp`` in log space (the
@@ -17,8 +18,9 @@ them: its time is linear in its layers). ``GridRates`` does the table lookups on
   (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768: most of a
   sweep's T) the value is a number, so the interpolation and its exp run only at the points
   below, found once per array with their positions on the grid (``_exp_interp``);
-- each distinct lookup runs once per call (``GridRates._lookup``, keyed by the arrays'
-  identity, then their values): a layer's linears share one T array, a weight's forward and
+- each distinct lookup runs once per call (``GridRates._lookup``, keyed by the identity of
+  the first array seen with each array's values, ``_canonical``): a layer's linears share one
+  T array, a weight's forward and
   backward products the same shapes in another order, two norms the same bytes; a
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
   linear share one lookup; a step table of a few sizes is a few comparisons;
@@ -63,8 +65,7 @@ from typing import Any, cast
 import numpy as np
 
 from costmodel import model
-from costmodel.components.key import Key, SubBlock
-from costmodel.cost import Cost
+from costmodel.components.key import Key
 from costmodel.devices.efficiency import (
     Efficiency,
     FlopsTable,
@@ -73,7 +74,7 @@ from costmodel.devices.efficiency import (
     _raw,
 )
 from costmodel.devices.hardware import Hardware
-from costmodel.phases import PHASES, Phase
+from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
 from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_lookup import (
@@ -85,17 +86,19 @@ from costmodel.runtime.grid_lookup import (
     step,
     table_arrays,
 )
+from costmodel.runtime.grid_merge import Whole, merged
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
     dropout_parents,
     first_touch_s,
     gemm_time,
-    layer_count,
     physics_floor,
 )
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
+
+_MISSING = object()  # a lookup not made yet (None is a value: ``_exp_interp``'s "everywhere")
 
 
 def _array(x: Any) -> bool:
@@ -156,9 +159,10 @@ class GridRates:
         fresh = eff.first_touch  # the least size with a first-touch cost
         self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
                                 None) if fresh else None
-        self._memo: dict[tuple[Any, ...], tuple[list[np.ndarray], Any]] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
+        self._alias: dict[int, tuple[np.ndarray, int]] = {}
         self._envelopes: dict[int, tuple[np.ndarray, ...]] = {}
-        self._by_value: dict[tuple[Any, ...], list[tuple[list[np.ndarray], Any]]] = {}
+        self._by_value: dict[tuple[Any, ...], list[np.ndarray]] = {}
 
     # --- Rates --------------------------------------------------------------------------------
 
@@ -362,7 +366,7 @@ class GridRates:
                     return float(lo)
             if len(arrays) == 2 and x.size > 4 * (M.size + per.size) and M.min() > 0 and per.min() > 0:
                 # an outer product (seq x batch): its log is the sum of theirs, 200 logs, not 10,000
-                self._memo[("log", (), (id(x),))] = ([x], self._log(M) + self._log(per))
+                self._remember("log", (), [x], self._log(M) + self._log(per))
             return x
 
         return self._lookup("stack", numbers, arrays, stack)
@@ -370,22 +374,34 @@ class GridRates:
     # --- lookups ------------------------------------------------------------------------------
 
     def _lookup(self, kind: str, numbers: tuple[Any, ...], arrays: list[np.ndarray], compute: Any) -> Any:
-        """compute(), once per (kind, numbers, arrays): by identity, then by value (a T array
-        built twice, or two norms' equal byte counts; candidates share three sampled values)."""
-        key = (kind, numbers, tuple(id(a) for a in arrays))
-        hit = self._memo.get(key)
+        """compute(), once per (kind, numbers, arrays' values): arrays equal to one seen before
+        are read as that one (``_canonical``), so a T array built twice, or two norms' equal
+        byte counts, share every lookup by identity."""
+        key = (kind, numbers, *map(self._canonical, arrays))
+        hit = self._memo.get(key, _MISSING)
+        if hit is _MISSING:
+            hit = self._memo[key] = compute()
+        return hit
+
+    def _remember(self, kind: str, numbers: tuple[Any, ...], arrays: list[np.ndarray], value: Any) -> None:
+        """What ``_lookup`` would compute for these arrays, known beforehand."""
+        key = (kind, numbers, *map(self._canonical, arrays))
+        self._memo[key] = value
+
+    def _canonical(self, a: np.ndarray) -> int:
+        """The identity of the first array seen equal to `a` (its candidates: those sharing its
+        shape and three sampled values; each array compared once per call)."""
+        hit = self._alias.get(id(a))
         if hit is not None:
             return hit[1]
-        prints = (kind, numbers, tuple((a.shape, a.flat[0], a.flat[-1], a.flat[a.size // 2]) for a in arrays))
+        prints = (a.shape, a.item(0), a.item(-1), a.item(a.size // 2))
         seen = self._by_value.setdefault(prints, [])
-        for other, value in seen:  # noqa: B007 - value is read after the loop (break)
-            if all(np.array_equal(a, b) for a, b in zip(arrays, other, strict=True)):
-                break
-        else:
-            value = compute()
-            seen.append((arrays, value))
-        self._memo[key] = (arrays, value)  # holds the arrays: their ids stay theirs
-        return value
+        same = next((b for b in seen if np.array_equal(a, b)), None)
+        if same is None:
+            seen.append(a)
+            same = a
+        self._alias[id(a)] = (a, id(same))  # holds `a`: its id stays its own while the memo lives
+        return id(same)
 
     def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...],
                     shared: bool = False) -> Any:
@@ -490,61 +506,6 @@ class GridRates:
         return np.maximum(e, bigger, out=bigger)
 
 
-class _Whole:
-    """A component's phase quantities over all its layers, from one layer's cost, each computed
-    when the rule first reads it (``Phase.quantity`` times the layers)."""
-
-    def __init__(self, phase: Phase, cost: Cost, layers: int) -> None:
-        self._phase, self._cost, self._layers = phase, cost, layers
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        value = self._phase.quantity(self._cost, name, self._layers)
-        setattr(self, name, value)
-        return value
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if _array(a) or _array(b):
-        return _array(a) and _array(b) and a.shape == b.shape and bool(np.array_equal(a, b))
-    return bool(a == b)
-
-
-#: What the rule reads of a component's cost (``Phase.quantity`` of these, and the products).
-_READ = ("params", "matmul", "matmul_eff", "other", "bytes_unfused", "train_only")
-
-
-def _merged(costs: dict[Key, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels,
-            dropped: set[SubBlock]) -> dict[Key, tuple[Cost, int]]:
-    """key -> (one layer's cost, layers): a component of several layer groups whose one layer
-    costs the same in each (an FFN beside local and global attention) once, over all their
-    layers. Its time is linear in its layers (each product, op, byte and gradient is per layer,
-    as ``timing.component_time`` counts them), so this is the sum of the groups' times."""
-    out: dict[Key, tuple[Cost, int]] = {}
-    first: dict[Key, Key] = {}
-    for key, cost in costs.items():
-        layers = layer_count(groups, key)
-        same = replace(key, group=None)  # the same leaf in every group of its stack
-        if key.group is not None and same in first:
-            head = first[same]
-            other, count = out[head]
-            if kernels.share(head, dropped) == kernels.share(key, dropped) and (
-                    cost is other  # built once for both groups (``model._layer``)
-                    or (all(_same(getattr(cost, f), getattr(other, f)) for f in _READ)
-                        and len(cost.gemms) == len(other.gemms)
-                        and all(_same(x, y) for g, h in zip(cost.gemms, other.gemms, strict=True) for x,
-                                y in zip(g, h, strict=True)))):
-                out[head] = (other, count + layers)
-                continue
-        elif key.group is not None:
-            first[same] = key
-        out[key] = (cost, layers)
-    return out
-
-
 def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Hardware,
                  dtype: str = "bf16",
                  kernels: Kernels = Kernels(), enc_seq: np.ndarray | None = None, mla: str = "naive",
@@ -581,9 +542,9 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
     costs = {key: cost for key, cost in model.tree(spec, dims).items() if ph.training or not cost.train_only}
     dropped = dropout_parents(((key, cost.bytes_unfused) for key, cost in costs.items()), _nonzero)
-    for key, (cost, layers) in _merged(costs, groups, kernels, dropped).items():
-        if select is not None and not select(key):
-            continue
+    if select is not None:  # before the merge: it joins components of different keys
+        costs = {key: cost for key, cost in costs.items() if select(key)}
+    for key, (cost, layers) in merged(costs, groups, kernels, dropped, ph.training).items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
         idle = None
         if not _positive(cost.bytes_unfused):
@@ -594,7 +555,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
             elif np.any(busy == 0):
                 idle = busy == 0
         gemms = tuple((c * layers, m, k, n) for c, m, k, n in cost.gemms)
-        part = component_time(spec, key, gemms, _Whole(ph, cost, layers), layers, ph.training, kernels,
+        part = component_time(spec, key, gemms, Whole(ph, cost, layers), layers, ph.training, kernels,
                               dropped, p, rates)
         total += part.time_s if idle is None else np.where(idle, 0.0, part.time_s)
     return total
