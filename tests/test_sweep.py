@@ -141,3 +141,16 @@ def test_png_without_the_plot_extra_is_one_line_and_svg_needs_none(tmp_path, mon
     assert list(tmp_path.iterdir()) == []
     result = runner.invoke(app, ["sweep", "gpt2-small", "--plot", str(tmp_path / "x.svg")])
     assert result.exit_code == 0 and (tmp_path / "x.svg").read_text().startswith("<?xml")
+
+
+def test_a_component_without_bytes_has_null_intensity_in_json() -> None:
+    """The softmax inside flash attention moves no bytes of its own at the fused bound: its
+    intensity is infinite, which JSON cannot hold; it was an internal error, now null."""
+    result = CliRunner().invoke(app, ["sweep", "gpt2-small", "-c", "layers/attention/softmax",
+                                      "--over", "seq=256:512", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert data["series"][0]["values"] == [[None], [None]] and "null" in data
+    whole = json.loads(CliRunner().invoke(app, ["sweep", "gpt2-small", "--over", "seq=256:512",
+                                                "-f", "json"]).stdout)
+    assert all(v[0] > 0 for v in whole["series"][0]["values"])  # finite values stay numbers

@@ -11,6 +11,7 @@ attends to seq + 1), as in ``analysis.analyze``; an encoder-decoder's encoder le
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -159,8 +160,19 @@ class Sweep:
             "component": self.component or "total", "hardware": hardware_dict(self.hardware, self.dtype),
             "swept": list(self.swept),
             "series": [{"variant": s.variant, "kv_heads": s.kv_heads, "phase": s.phase, "seq": s.seq.tolist(),
-                        "batch": s.batch.tolist(), "values": s.values.tolist()} for s in self.series],
+                        "batch": s.batch.tolist(), "values": _json_values(s.values.tolist())}
+                       for s in self.series],
+            # A component with no bytes of its own at the fused bound (the softmax inside flash
+            # attention) has no intensity: null in JSON (RFC 8259 has no Infinity), inf in tables.
+            "null": "no bytes at the fused lower bound: no intensity",
         }
+
+
+def _json_values(v: Any) -> Any:
+    """A (nested) list of floats with inf and NaN as null: JSON has neither."""
+    if isinstance(v, list):
+        return [_json_values(x) for x in v]
+    return v if math.isfinite(v) else None
 
 
 def quantity_of(q: str, numbers: dict[str, np.ndarray], hw: Hardware, dtype: str) -> np.ndarray:
