@@ -58,7 +58,10 @@ PREFIX = "aiconfigurator_core/systems/data/"
 #: Our profile name -> aiconfigurator's system folder.
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
 #: Their dtype names -> ours.
-DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "w4a16_mxfp4": "mxfp4"}
+#: MoE dtypes a serving framework's own tables add: TRT-LLM's MXFP4 experts with bf16 activations
+#: (gpt-oss's checkpoints, ``costmodel.precision``'s mxfp4), measured on Hopper and Blackwell.
+ENGINE_MOE_DTYPES = ("w4a16_mxfp4",)
 #: Which kernel of a GEMM collection is the framework's plain dense path, per dtype.
 GEMM_KERNELS = {
     "vllm": {
@@ -448,7 +451,7 @@ def moe_tables(wheel: Wheel, system: str, framework: str = "vllm") -> list[dict[
     .json``) with the configurations older collections add (``merged_moe_rows``), each naming its
     own collection."""
     out = []
-    for dtype in ("bfloat16", "fp8"):
+    for dtype in ("bfloat16", "fp8", *(ENGINE_MOE_DTYPES if framework != "vllm" else ())):
         if framework == "vllm":
             got = moe_rows(wheel, system, framework, dtype)
             older: dict[tuple[int, ...], dict[str, Any]] = {}

@@ -12,7 +12,9 @@ cells) and measured_serving.json (TensorRT-LLM v0.14 online serving, MLPerf v4.1
   GPU with the experts over n GPUs (EP n); MoE without it as TP over the experts too;
 - TensorRT-LLM's own MoE and MLA tables (``deploy --engine trtllm``'s ``kernel_framework``:
   specs/kernels/<gpu>/moe.trtllm.json, mla.trtllm.json), the GEMM and attention tables' defaults;
-- weights at fp8 run the fp8 GEMM tables (``dtype fp8``), fp16 the bf16 ones; the KV cache as the
+- weights at fp8 run the fp8 GEMM tables (``dtype fp8``), fp16 the bf16 ones; gpt-oss's MXFP4
+  checkpoints (``MXFP4``) their experts at ``--weights-dtype mxfp4`` off TRT-LLM's w4a16_mxfp4
+  MoE table, the rest at bf16, whatever precision column the page lists them under; the KV cache as the
   cell says, ``auto`` as the checkpoint holds it: fp8 for NVIDIA's ModelOpt ``*-FP8`` checkpoints
   (Llama 3.x, Llama 4, Mistral: their ``kv_cache_quant_algo`` is FP8), the activation dtype
   (bf16) for checkpoints without a KV quantization (Qwen3's own FP8, GPT-OSS's MXFP4);
@@ -53,6 +55,10 @@ from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla
 
 FOLDER = Path(__file__).resolve().parent / "data" / "serving"
 NO_KV_QUANT = ("qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b")  # FP8 / MXFP4 checkpoints, no KV scales
+#: Checkpoints whose routed experts are MXFP4 and the rest bf16 (config.json quantization_config
+#: {"quant_method": "mxfp4"}): read at --weights-dtype mxfp4, the experts off TRT-LLM's
+#: w4a16_mxfp4 MoE table (moe/mxfp4@trtllm), attention and the rest at bf16.
+MXFP4 = ("gpt-oss-120b", "gpt-oss-20b")
 RUN_FRACTION = 0.90  # trtllm-bench throughput --kv_cache_free_gpu_mem_fraction's default
 BUILD_FRACTION = 0.95  # calc_engine_setting's default, which v0.17's engine build kept
 TRTLLM = ENGINES["trtllm"]  # `deploy --engine trtllm`: pages of 32, the free-memory rule, XQA's fp8 cache,
@@ -131,12 +137,13 @@ def setup(cell: dict[str, Any]) -> Setup:
     if cell.get("attention_dp"):
         tp, ep = 1, gpus  # DEPn: n attention replicas of one GPU, experts over the n
     weights = cell["weights"]
-    dtype = "fp8" if weights == "fp8" else "bf16"
+    mxfp4 = cell["spec"] in MXFP4  # the checkpoint's experts, whatever the page's precision column
+    dtype = "fp8" if weights == "fp8" and not mxfp4 else "bf16"
     kv = cell.get("kv_dtype") or "auto"
     if kv == "auto":
         kv = "bf16" if (cell["spec"] in NO_KV_QUANT or weights != "fp8") else "fp8"
     kv = "bf16" if kv in ("fp16", "bf16") else kv
-    widths = Widths(None, None if kv == dtype else kv)
+    widths = Widths("mxfp4" if mxfp4 else None, None if kv == dtype else kv)
     hw = cl.hardware
     shard = Shard(spec, tp, ep, dtype, widths, KERNELS[default_kernels(hw, "serve")], default_mla(hw),
                   TRTLLM.cache_read, TRTLLM.kernel_framework)

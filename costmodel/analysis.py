@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from costmodel import model
 from costmodel import symbols as sym
@@ -336,7 +336,7 @@ def require_decode(spec: Spec, what: str) -> None:
 
 
 def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
-    widths.check()
+    widths.check(spec=spec)
     if not widths.differs(dtype):
         return
     if ph.training:
@@ -347,29 +347,27 @@ def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
                             "not modelled (kv_b reads it back); use --dtype")
 
 
-_Name = TypeVar("_Name", str, Key)
-
-
-def _at_weight_width(costs: dict[_Name, Cost], widths: Widths, p: int,
-                     count: Callable[[Any], int]) -> tuple[dict[_Name, Cost], int]:
+def _at_weight_width(costs: dict[Key, Cost], widths: Widths, p: int,
+                     count: Callable[[Any], int]) -> tuple[dict[Key, Cost], int]:
     """Each component's weight reads at the weights' width (its unfused bytes and fused bound
     alike), and the weights' bytes: a component reads the same share of its weights as before.
     `count` makes a component's params an integer (``int``, or the spec's sizes put into a
     symbolic tree's expressions); the reads stay numbers or expressions."""
     assert widths.weights is not None
     out, total = {}, 0
-    for path, c in costs.items():
+    for key, c in costs.items():
         params = count(c.params)
         if not params:
-            out[path] = c
+            out[key] = c
             continue
-        held = weight_bytes_of(str(path), params, count(c.matrices), widths.weights, p, widths.group_size)
+        held = weight_bytes_of(params, count(c.matrices), widths.weights, p, widths.group_size,
+                               lm_head=key.is_lm_head, routed_expert=key.routed_expert)
         total += held
         share = Fraction(held, p * params)
         read = c.weights_read * share
         if isinstance(c.weights_read, int):  # every read is whole weights: an exact integer
             read = int(read)
-        out[path] = replace(c, weights_read=read, bytes_unfused=c.bytes_unfused - c.weights_read + read)
+        out[key] = replace(c, weights_read=read, bytes_unfused=c.bytes_unfused - c.weights_read + read)
     return out, total
 
 
@@ -407,14 +405,14 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "un
     _check_widths(spec, ph, widths, dtype)
     p = DTYPE_BYTES[dtype]
     p_kv = sym.p * sympy.Rational(DTYPE_BYTES[widths.kv], p) if widths.kv not in (None, dtype) else None
-    costs = model.components(spec, model.symbolic_dims(spec, mla, routing, p_kv=p_kv))
+    costs = model.tree(spec, model.symbolic_dims(spec, mla, routing, p_kv=p_kv))
     if widths.weights not in (None, dtype):
         values = model.spec_values(spec)
         costs, _ = _at_weight_width(costs, widths, p, lambda x: int(sympy.sympify(x).xreplace(values)))
     tree = {}
-    for path, cost in costs.items():
+    for key, cost in costs.items():
         quantities = ph.quantities(cost)
-        tree[path] = {q: sympy.sympify(quantities[q]).xreplace(ph.subs) for q in QUANTITIES}
+        tree[key.path] = {q: sympy.sympify(quantities[q]).xreplace(ph.subs) for q in QUANTITIES}
     return tree
 
 

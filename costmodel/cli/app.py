@@ -240,9 +240,10 @@ GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help=GPUS_HELP)]
 GLOBAL_BATCH_HELP = "Sequences per step."
 GlobalBatchOpt = Annotated[int, typer.Option("--global-batch", "-G", help=GLOBAL_BATCH_HELP)]
 WeightsDtypeOpt = Annotated[Optional[str], typer.Option(
-    "--weights-dtype", help="Inference weights: fp32, bf16, fp16, fp8, int8, int4 (int8/int4: weight-only "
-    "quantisation of the linear layers, an fp16 scale per --group-size weights, the LM head left at "
-    "--dtype). "
+    "--weights-dtype", help="Inference weights: fp32, bf16, fp16, fp8, int8, int4, mxfp4 (int8/int4: "
+    "weight-only quantisation of the linear layers, an fp16 scale per --group-size weights, the LM head "
+    "left at --dtype; mxfp4: a mixture of experts' routed experts alone, 4.25 bits, as gpt-oss's "
+    "checkpoints). "
     "Default: --dtype.")]
 KvDtypeOpt = Annotated[Optional[str], typer.Option("--kv-dtype",
                                                    help="KV cache dtype (fp32, bf16, fp16, fp8). Default: "

@@ -59,7 +59,7 @@ RecomputeOpt = Annotated[Optional[str], typer.Option(
     "--recompute", help=f"Activation recomputation: {', '.join(RECOMPUTE)}. Default: none.")]
 WeightsOpt = Annotated[Optional[str], typer.Option(
     "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (int8/int4: weight-only, "
-    "fp16 scale per group). Default: --dtype.")]
+    "fp16 scale per group; mxfp4: the routed experts alone). Default: --dtype.")]
 ActOpt = Annotated[Optional[str], typer.Option(
     "--dtype", help="Inference activations (fp32, bf16, fp16, fp8). Default: bf16. Training's widths are "
     "--precision's.")]

@@ -144,6 +144,11 @@ class Key:
         return self.part == "experts"
 
     @property
+    def is_lm_head(self) -> bool:
+        """The LM head's weight (weight-only int8/int4 leaves it at the activations' width)."""
+        return self.leaf == "lm_head" and self.stack is None
+
+    @property
     def first_stage(self) -> bool:
         """Before the layers: the embedding (a pipeline's first stage holds it)."""
         return self.stack is None and self.block == "embedding"

@@ -21,7 +21,7 @@ from costmodel.analysis import Analysis, Row
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import HasReads, Reads, band_label
 from costmodel.phases import LABELS
-from costmodel.precision import INT_BITS
+from costmodel.precision import EXPERTS_ONLY, INT_BITS
 from costmodel.runtime.roofline import roofline_of
 from costmodel.spec import Spec
 from costmodel.studies.conventions import ConventionRow
@@ -98,6 +98,7 @@ def params_table(a: Analysis) -> Table:
              f"non-embedding {units.count(total - a.params_embedding - a.params_lm_head)} · "
              f"weights {units.nbytes(a.bytes_weights)} in {a.weights_dtype}"
              + (f" (groups of {a.precision.group_size})" if a.weights_dtype in INT_BITS else "")
+             + (f" (routed experts; the rest {a.dtype})" if a.weights_dtype in EXPERTS_ONLY else "")
              + (f" · KV cache in {a.kv_dtype}" if a.kv_dtype != a.dtype else "")]
     if a.spec.moe is not None:
         notes.append(active_note(a))

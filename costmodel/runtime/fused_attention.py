@@ -13,16 +13,17 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import Grid, KernelTables, framework_op
+from costmodel.precision import EXPERTS_ONLY
 from costmodel.spec import Spec
 
 if TYPE_CHECKING:  # numpy is the sweeps' (``grid_times``), never analyze's
     import numpy as np
 
 
-def cache_alone_differs_and_is_measured(a: Analysis, hw: Hardware, flash: bool, dtype: str) -> bool:
-    """Whether only the cache is narrower than `dtype` and flash attention reads it off tables
-    measured at its width (then no product reads the cache, and the GEMM tables still hold)."""
-    if a.weights_dtype != dtype or not flash or a.spec.mla is not None:
+def cache_is_measured(a: Analysis, hw: Hardware, flash: bool) -> bool:
+    """Whether flash attention reads the cache off tables measured at its width (then no product
+    reads the cache, and the GEMM tables still hold)."""
+    if not flash or a.spec.mla is not None:
         return False
     if a.spec.is_encoder_decoder:  # cross-attention reads the encoder's cache through products
         return False
@@ -39,13 +40,15 @@ class AttentionKernel:
     tables: KernelTables
     phase: Literal["prefill", "decode"]
     kv_dtype: str
+    experts_dtype: str | None = None  # routed experts held at their own width (mxfp4): the MoE table's
 
 
 def attention_kernel(a: Analysis, hw: Hardware) -> AttentionKernel | None:
     tables = hw.kernel_tables()
     if tables is None or a.phase not in ("prefill", "decode"):
         return None
-    return AttentionKernel(tables, "prefill" if a.phase == "prefill" else "decode", a.kv_dtype)
+    experts = a.weights_dtype if a.weights_dtype in EXPERTS_ONLY else None
+    return AttentionKernel(tables, "prefill" if a.phase == "prefill" else "decode", a.kv_dtype, experts)
 
 
 @dataclass(frozen=True)

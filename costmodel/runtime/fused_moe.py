@@ -8,7 +8,9 @@ tree's ``Cost.gemms`` states their FLOPs (``components.moe.expert_linear``).
 ``Rates``: a layer's measured time at its tokens, split over the three products (equal FLOPs:
 d x f_e, d x f_e, f_e x d per row), the activation folded into it; each product still held to
 its physics floor. Where no table applies (a training step, a capacity factor, ungated experts,
-a dtype not measured, no MoE tables) the products are timed as before.
+a dtype not measured, no MoE tables) the products are timed as before. Routed experts held at
+their own width (mxfp4, ``costmodel.precision``) read the table measured at it (TensorRT-LLM's
+``w4a16_mxfp4``: ``moe/mxfp4@trtllm``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from costmodel.analysis import Analysis
 from costmodel.components.key import Key
+from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import Grid, moe_scaling
-from costmodel.runtime.fused_attention import AttentionKernel
+from costmodel.precision import EXPERTS_ONLY
+from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, cache_is_measured
 from costmodel.spec import Spec
 
 #: The products of a gated expert FFN (SwiGLU: the kernels measured): gate, up, down.
@@ -48,11 +53,25 @@ def moe_read(kernel: AttentionKernel | None, spec: Spec, key: Key, dtype: str) -
             or not cfg.activation.gated):
         return None
     d, f, E, K = spec.d_model, cfg.d_ff_expert, cfg.n_experts, cfg.top_k
-    table = kernel.tables.moe_table(dtype, d, f, E, K)
+    table = kernel.tables.moe_table(kernel.experts_dtype or dtype, d, f, E, K)
     if table is None:
         return None
     per_token, per_time = moe_scaling(table, d, f, E, K)
     return MoERead(table.grid, per_token, per_time, K, table.exact(d, f, E, K), table.op)
+
+
+def widths_are_measured(a: Analysis, hw: Hardware, flash: bool) -> bool:
+    """Whether each width other than the activations' is read off a table measured at it, so
+    that the GEMM tables (measured at the activations' width) still time everything else: the
+    cache by flash attention's tables (``fused_attention.cache_is_measured``), experts-only
+    weights (mxfp4) by a MoE table at their width that the routed experts read."""
+    dtype = a.dtype
+    if a.weights_dtype != dtype:
+        kernel = attention_kernel(a, hw)
+        leaf = next((r.key for r in a.rows if r.key.routed_expert), None)
+        if a.weights_dtype not in EXPERTS_ONLY or leaf is None or not moe_read(kernel, a.spec, leaf, dtype):
+            return False
+    return a.kv_dtype == dtype or cache_is_measured(a, hw, flash)
 
 
 def experts_share(read: MoERead, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...],

@@ -193,7 +193,7 @@ class Run:
             raise MemoryConfigError(f"mask_bytes: bytes per dropout-mask element must be 0 to 8 (1 for a "
                                     "fused kernel's bool mask, the activation width for a composite one; "
                                     f"got {self.mask_bytes})")
-        Widths(self.weights_dtype, self.kv_dtype, self.group_size).check(MemoryConfigError)
+        Widths(self.weights_dtype, self.kv_dtype, self.group_size).check(MemoryConfigError, spec)
         if self.dtype not in DTYPE_BYTES:
             raise MemoryConfigError(f"dtype: unknown {self.dtype!r}; "
                                     f"expected one of {', '.join(DTYPE_BYTES)}")
@@ -438,10 +438,10 @@ def _span(shape: dict[str, int], key: Key) -> int:
 
 
 def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int) -> dict[Key, int]:
-    """Inference weights by component. A float dtype holds every parameter at its width; int8 and
-    int4 hold the matrices of the linear layers (the LM head excepted, as GPTQ and AWQ leave it)
-    at 8 or 4 bits plus an fp16 scale per group of `group_size` weights, and the rest at `p`."""
-    return {key: weight_bytes_of(key.path, int(c.params), int(c.matrices), weights_dtype, p, group_size)
+    """Inference weights by component at `weights_dtype`, the rest at `p` (``costmodel.precision``:
+    int8/int4 the linear layers' matrices but the LM head's, mxfp4 the routed experts')."""
+    return {key: weight_bytes_of(int(c.params), int(c.matrices), weights_dtype, p, group_size,
+                                 lm_head=key.is_lm_head, routed_expert=key.routed_expert)
             for key, c in costs.items() if c.params}
 
 

@@ -97,10 +97,9 @@ from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import (
     AttentionKernel,
     attention_kernel,
-    cache_alone_differs_and_is_measured,
     fused_core,
 )
-from costmodel.runtime.fused_moe import experts_share, moe_read
+from costmodel.runtime.fused_moe import experts_share, moe_read, widths_are_measured
 from costmodel.runtime.roofline import roofline
 from costmodel.spec import Spec
 
@@ -484,11 +483,11 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
     eff = hw.efficiency
     note = None if calibrated else no_tables_note(hw, dtype)
     if (calibrated and a.precision.differs(dtype) and eff is not None and eff.matmul[dtype].sees_bytes
-            and not cache_alone_differs_and_is_measured(a, hw, kernels.flash_attention, dtype)):
+            and not widths_are_measured(a, hw, kernels.flash_attention)):
         # A table over shapes timed its products with weights and cache at the dtype's width:
         # it cannot say what int4 weights or an fp8 cache save (a table by op size, which the
-        # bytes' bound completes, can). Only the cache narrower, with flash attention on
-        # measured tables that were taken at that cache width, is timed: no product reads it.
+        # bytes' bound completes, can). A width is timed where a table measured at it reads
+        # it: the cache by flash attention's, mxfp4 experts by the MoE table's; no product does.
         calibrated = False
         note = (f"{hw.name}'s matmul table was measured with {dtype} weights and cache: with "
                 f"{a.weights_dtype} weights and a {a.kv_dtype} cache, times are the roofline lower bound")
