@@ -138,6 +138,50 @@ def _sum(terms: list[Any]) -> Any:
     return reduce(operator.add, kept) if kept else 0.0
 
 
+class _Profile:
+    """What a ``GridRates`` reads of one profile's tables at one dtype, peak and bandwidth,
+    whatever the points: built once and kept (``_profile``), as ``grid_lookup.log_envelope``
+    keeps a table's envelope, so a sweep's call pays for its points and its tree, not for
+    re-deriving the profile (logs of the grids, the memory table's arrays per op count, a shape
+    table read at a product's number axes)."""
+
+    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> None:
+        self.eff = eff  # held: its id stays its own while this lives
+        table = eff.matmul[dtype]
+        self.log_table: np.ndarray = np.empty(0)
+        self.grids: tuple[list[int], ...] = ()
+        self.axes: tuple[np.ndarray, ...] = ()
+        if isinstance(table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
+            self.log_table = -(log_envelope(table) + math.log(peak))
+            self.grids = (table.M, table.N, table.K)
+            self.axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self.grids)
+        self.least_memory = min(eff.memory.efficiency)
+        memory = eff.memory  # a log-log table that is its own envelope: log bytes, log seconds per byte
+        self.memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
+                            -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
+                           if memory.interpolation == "log" and len(memory.bytes) > 1 and memory.time_rises
+                           else None)
+        fresh = eff.first_touch  # the least size with a first-touch cost
+        self.fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
+                               None) if fresh else None
+        self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``GridRates._envelope_arrays``
+        self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``_curve``
+
+
+#: (id of the Efficiency, dtype, peak, bandwidth) -> its ``_Profile``
+_PROFILES: dict[tuple[int, str, float, float], _Profile] = {}
+
+
+def _profile(eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> _Profile:
+    key = (id(eff), dtype, peak, bandwidth)
+    hit = _PROFILES.get(key)
+    if hit is None or hit.eff is not eff:
+        if len(_PROFILES) > 64:
+            _PROFILES.clear()
+        hit = _PROFILES[key] = _Profile(eff, peak, bandwidth, dtype)
+    return hit
+
+
 class GridRates:
     """``timing.Rates`` over numpy arrays, looking each distinct shape up once per instance."""
 
@@ -146,22 +190,12 @@ class GridRates:
         self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
         self.table, self.dtype = eff.matmul[dtype], dtype
         self.attention = attention
-        if isinstance(self.table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
-            self._log_table = -(log_envelope(self.table) + math.log(peak))
-            self._grids = (self.table.M, self.table.N, self.table.K)
-            self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self._grids)
-        self._least_memory = min(eff.memory.efficiency)
-        memory = eff.memory  # a log-log table that is its own envelope: log bytes, log seconds per byte
-        self._memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
-                             -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
-                            if memory.interpolation == "log" and len(memory.bytes) > 1 and memory.time_rises
-                            else None)
-        fresh = eff.first_touch  # the least size with a first-touch cost
-        self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
-                                None) if fresh else None
+        c = self._profile = _profile(eff, peak, bandwidth, dtype)
+        self._log_table, self._grids, self._axes = c.log_table, c.grids, c.axes
+        self._least_memory, self._memory_log, self._fresh_from = c.least_memory, c.memory_log, c.fresh_from
+        self._envelopes = c.envelopes
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._alias: dict[int, tuple[np.ndarray, int]] = {}
-        self._envelopes: dict[int, tuple[np.ndarray, ...]] = {}
         self._by_value: dict[tuple[Any, ...], list[np.ndarray]] = {}
 
     # --- Rates --------------------------------------------------------------------------------
@@ -237,7 +271,7 @@ class GridRates:
         point's ops / (bandwidth above[i]); i found on the grid times ops (no pass for x)."""
         table = self.eff.memory
         points, per_byte, bigger, log_grid, log_s = self._envelope_arrays(ops)
-        i = np.searchsorted(points, moved, side="right")
+        i = points.searchsorted(moved, side="right")  # (the method: no wrapper)
         if table.interpolation == "step":
             t = moved * per_byte[i]
         else:
@@ -404,13 +438,13 @@ class GridRates:
         return id(same)
 
     def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...],
-                    shared: bool = False) -> Any:
+                    slopes: np.ndarray | None = None) -> Any:
         """exp(np.interp(lx, xp, fp)), interpolated only where lx is below xp's last point (`name`
         names xp): above it the value is exp(fp[-1]), a number, at most of a sweep's points (T =
         B x S on calibrate's grids, M up to 1024 and K up to 4096; on a measured GPU table, M up
         to 32,768, about three quarters). The points below are found once per array and grid: a
-        layer's linears share T. `shared` (a product's T, read at several (N, K)): their
-        positions on the grid too, so each curve is two gathers, not a search."""
+        layer's linears share T. With `slopes` (np.diff(fp): a product's T, read at several
+        (N, K)): their positions on the grid too, so each curve is two gathers, not a search."""
         def find() -> np.ndarray | None:  # None: interpolate everywhere
             if lx.max() < xp[-1]:  # a reduction: no boolean array
                 return None
@@ -422,10 +456,10 @@ class GridRates:
         below = self._lookup("below", name, [lx], find)
         if below is not None and not below.size:
             return math.exp(fp[-1])
-        if shared:
+        if slopes is not None:
             i, t = self._lookup("position", name, [lx], lambda: positions(
                 lx if below is None else lx.ravel()[below], xp))
-            values = np.exp(fp[i] + t * np.diff(fp)[i])
+            values = np.exp(fp[i] + t * slopes[i])
         else:
             values = np.exp(np.interp(lx if below is None else lx.ravel()[below], xp, fp))
         if below is None:
@@ -467,15 +501,26 @@ class GridRates:
         the array axes (``interpolate``)."""
         xs = tuple(None if _array(x) and len(g) > 1 else x
                    for x, g in zip((M, N, K), self._grids, strict=True))
-        reduced = at_numbers(self._log_table, self._grids, xs)
+        reduced, slopes = self._curve(xs)
         free = [(letter, grid, self._log(x)) for letter, x, grid, n in
                 zip("mnk", (M, N, K), self._axes, xs, strict=True) if n is None]
         if not free:
             return np.exp(reduced)
         if len(free) == 1:
             letter, grid, lx = free[0]
-            return self._exp_interp(lx, grid, reduced, (letter,), shared=True)
+            return self._exp_interp(lx, grid, reduced, (letter,), slopes)
         return np.exp(interpolate(reduced, [(grid, lx) for _, grid, lx in free]))
+
+    def _curve(self, xs: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The log table read at the number axes of `xs` (``at_numbers``; an array on an axis of
+        one grid point reads that point) and its differences along the last axis left (a
+        curve's slopes, for ``_exp_interp``): the same at every call, kept by the profile."""
+        key = tuple(None if x is None else (x if not _array(x) else "one") for x in xs)
+        hit = self._profile.curves.get(key)
+        if hit is None:
+            reduced = at_numbers(self._log_table, self._grids, xs)
+            hit = self._profile.curves[key] = (reduced, np.diff(reduced) if reduced.ndim == 1 else reduced)
+        return hit
 
     def _size_efficiency(self, grid: list[float], efficiency: list[float], interpolation: str,
                          x: Any, memo: bool = True, above: list[float] | None = None) -> Any:
@@ -496,7 +541,7 @@ class GridRates:
         # on the envelope: above[number of grid points <= x], the best rate per size of a
         # bigger grid point, found with the step's own index
         points, steps, rates = table_arrays(tuple(grid), tuple(efficiency), tuple(above))
-        i = np.searchsorted(points, x, side="right")
+        i = points.searchsorted(x, side="right")
         if interpolation == "step":
             e = steps[i]
         else:
