@@ -95,52 +95,65 @@ def positions(lx: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Multilinear interpolation of `values` (one axis per entry of `free`: the axis's grid and
-    the coordinates, arrays that broadcast together) at every point, both in log space.
+    the coordinates, arrays that broadcast together) at every point, both in log space
+    (``interpolate_at`` at their ``positions``)."""
+    return interpolate_at(values, [positions(lx, grid) for grid, lx in free])
+
+
+def interpolate_at(values: np.ndarray, where: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """``interpolate`` at the points' (i, t) on each axis of `values` (``positions``).
 
     Separable: the axes whose coordinates have one shape are read together (their corners),
     the group that leaves the least to read first, so a (seq, 1) axis is reduced over 100
     seqs before a (seq, batch) or (1, batch) one makes the result full size: a few passes over
     the points, not a few per corner (the attention core's products: stacked M over (seq,
     batch) or (1, batch), N and K over seq)."""
-    ndim = max(lx.ndim for _, lx in free)
-    where = []  # per axis: (index below, weight of the point above), each of its points' shape
-    for grid, lx in free:
-        i, t = positions(lx, grid)
-        shape = (1,) * (ndim - lx.ndim) + lx.shape
-        where.append((i.reshape(shape), t.reshape(shape)))
+    ndim = max(i.ndim for i, _ in where)
     groups: dict[tuple[int, ...], list[int]] = {}
-    for axis, (i, _) in enumerate(where):
+    for axis, (i, t) in enumerate(where):
+        if i.ndim < ndim:  # each axis's points in the points' ndim
+            where[axis] = i, t = i.reshape((1,) * (ndim - i.ndim) + i.shape), t.reshape(i.shape)
         groups.setdefault(i.shape, []).append(axis)
     # `out`: C-ordered, the points' axes (`points`, ndim of them) then the grid axes not read yet
     out = np.ascontiguousarray(values).reshape((1,) * ndim + values.shape)
-    points, left = (1,) * ndim, list(range(len(free)))
+    points, left = (1,) * ndim, list(range(len(where)))
     while groups:
         # the group that leaves the least to read next: a (seq, 1) pair of axes over a table's
         # (M, N, K) before a (1, batch) M, so the points grow once the grid is narrow
-        shape = min(groups, key=lambda s: math.prod(np.broadcast_shapes(points, s)) * math.prod(
-            out.shape[ndim + k] for k in range(len(left)) if left[k] not in groups[s]))
+        shape = next(iter(groups)) if len(groups) == 1 else min(groups, key=lambda s: math.prod(
+            _broadcast(points, s)) * math.prod(out.shape[ndim + k] for k in range(len(left))
+                                                 if left[k] not in groups[s]))
         axes = groups.pop(shape)
         sizes = out.shape
         strides = [math.prod(sizes[d + 1:]) for d in range(len(sizes))]
         rest = [k for k in range(len(left)) if left[k] not in axes]
         # flat index of each point's (lower) corner: its points' offset and the axes' lower indices
-        base: Any = sum((np.arange(n).reshape((n,) + (1,) * (ndim - d - 1)) * strides[d]
-                         for d, n in enumerate(points) if n > 1), start=0)
+        base: Any = 0
+        for d, n in enumerate(points):
+            if n > 1:
+                base = base + np.arange(0, n * strides[d], strides[d]).reshape((n,) + (1,) * (ndim - d - 1))
         for axis in axes:
             stride = strides[ndim + left.index(axis)]
             base = base + (where[axis][0] * stride if stride > 1 else where[axis][0])
         trail = (1,) * len(rest)
         if rest:  # the grid axes still to read, after the points' axes
-            tail = sum((np.arange(sizes[ndim + k]).reshape((-1,) + (1,) * (len(rest) - r - 1))
-                        * strides[ndim + k] for r, k in enumerate(rest)), start=np.zeros((), np.intp))
-            base = base.reshape(base.shape + (1,) * len(rest)) + tail
-        steps = [(strides[ndim + left.index(axis)], where[axis][1].reshape(where[axis][1].shape + trail))
-                 for axis in axes]
+            tail: Any = np.zeros((), np.intp)
+            for r, k in enumerate(rest):
+                tail = tail + np.arange(0, sizes[ndim + k] * strides[ndim + k], strides[ndim + k]).reshape(
+                    (-1,) + (1,) * (len(rest) - r - 1))
+            base = base.reshape(base.shape + trail) + tail
+        steps = [(strides[ndim + left.index(axis)], where[axis][1].reshape(where[axis][1].shape + trail)
+                  if trail else where[axis][1]) for axis in axes]
         out = _read(out.ravel(), base, steps, 0, 0)
-        points = tuple(np.broadcast_shapes(points, shape))
+        points = _broadcast(points, shape)
         left = [left[k] for k in rest]
     result: np.ndarray = out
     return result
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast of two shapes of one length whose sizes are equal or 1."""
+    return tuple(x if x != 1 else y for x, y in zip(a, b, strict=True))
 
 
 def _read(flat: np.ndarray, base: np.ndarray, steps: list[tuple[int, np.ndarray]], offset: int,

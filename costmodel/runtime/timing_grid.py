@@ -14,7 +14,7 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   lookup is multilinear in log M, log N, log K, so fixing two axes first gives the same
   values; the number axes are read at their two grid points, ``grid_lookup.at_numbers``); two
   or three array axes are interpolated separably, the axes of one shape together and the
-  (seq, 1) ones first (``grid_lookup.interpolate``); above the curve's last grid point
+  (seq, 1) ones first (``grid_lookup.interpolate_at``); above the curve's last grid point
   (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768: most of a
   sweep's T) the value is a number, so the interpolation and its exp run only at the points
   below, found once per array with their positions on the grid (``_exp_interp``);
@@ -80,7 +80,7 @@ from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_lookup import (
     above,
     at_numbers,
-    interpolate,
+    interpolate_at,
     log_envelope,
     positions,
     step,
@@ -498,7 +498,7 @@ class GridRates:
     def _matmul_seconds(self, M: Any, N: Any, K: Any) -> Any:
         """1 / (peak x e(M, N, K)) of a MatmulTable: exp of the log table (-log(peak x e)) read
         at its number axes (and axes of one grid point: ``at_numbers``), then interpolated over
-        the array axes (``interpolate``)."""
+        the array axes (``interpolate_at``, at positions found once per array)."""
         xs = tuple(None if _array(x) and len(g) > 1 else x
                    for x, g in zip((M, N, K), self._grids, strict=True))
         reduced, slopes = self._curve(xs)
@@ -509,7 +509,10 @@ class GridRates:
         if len(free) == 1:
             letter, grid, lx = free[0]
             return self._exp_interp(lx, grid, reduced, (letter,), slopes)
-        return np.exp(interpolate(reduced, [(grid, lx) for _, grid, lx in free]))
+        # each axis's positions once per array: a seq axis is read by the six products of a core
+        where = [self._lookup("positions", (letter,), [lx], lambda grid=grid, lx=lx: positions(lx, grid))
+                 for letter, grid, lx in free]
+        return np.exp(interpolate_at(reduced, where))
 
     def _curve(self, xs: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The log table read at the number axes of `xs` (``at_numbers``; an array on an axis of
