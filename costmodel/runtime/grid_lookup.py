@@ -23,7 +23,11 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
 
     Grid points where the value does not change are dropped first (the same function): a
     first-touch table is 0 up to the allocator's threshold, then one rate, so one comparison."""
-    points, steps = _steps(tuple(grid), tuple(values))
+    return step_at(*steps_of(tuple(grid), tuple(values)), x)
+
+
+def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``step`` of a table already as ``steps_of`` gives it."""
     if len(points) == 1:
         out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
         return out
@@ -32,11 +36,11 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
         for g in points:
             i += x >= g
         return steps[i]
-    return steps[np.searchsorted(points, x, side="right")]
+    return steps[points.searchsorted(x, side="right")]  # (the method: no wrapper)
 
 
 @functools.lru_cache(maxsize=256)
-def _steps(grid: tuple[float, ...], values: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+def steps_of(grid: tuple[float, ...], values: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
     """``step``'s grid points where the value changes, and the values (the first below the grid)."""
     kept = [k for k in range(len(grid)) if values[k + 1] != values[k]]
     return (np.asarray([grid[k] for k in kept], dtype=float),

@@ -84,6 +84,8 @@ from costmodel.runtime.grid_lookup import (
     log_envelope,
     positions,
     step,
+    step_at,
+    steps_of,
     table_arrays,
 )
 from costmodel.runtime.grid_merge import Whole, merged
@@ -166,6 +168,7 @@ class _Profile:
                                None) if fresh else None
         self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``GridRates._envelope_arrays``
         self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``_curve``
+        self.fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # ``_fresh_steps``
 
 
 #: (id of the Efficiency, dtype, peak, bandwidth) -> its ``_Profile``
@@ -360,10 +363,20 @@ class GridRates:
                 if self._fresh_from is None or x.max() < self._fresh_from:
                     return 0.0  # every size at a rate of 0
                 # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
-                return x * step(table.bytes, [0.0, *(n * r for r in table.s_per_byte)], x)
+                return x * step_at(*self._fresh_steps(n), x)
 
             terms.append(self._lookup("fresh", (n, number), arrays, one))
         return _sum(terms)
+
+    def _fresh_steps(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first-touch table of n ops as ``grid_lookup.steps_of`` gives it (kept by the profile)."""
+        hit = self._profile.fresh.get(n)
+        if hit is None:
+            table = self.eff.first_touch
+            assert table is not None
+            rates = (0.0, *(n * r for r in table.s_per_byte))  # below the grid 0
+            hit = self._profile.fresh[n] = steps_of(tuple(table.bytes), rates)
+        return hit
 
     @staticmethod
     def maximum(a: Any, b: Any) -> Any:
