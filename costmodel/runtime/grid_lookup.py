@@ -1,7 +1,8 @@
 """The numpy lookups of the table kinds ``runtime.timing_grid`` reads over arrays: a step table's
 values by comparisons, a size table's arrays and envelope, a shape table read at its number axes
 (``at_numbers``) and interpolated over its array axes (``positions``, ``interpolate``: separable
-over (seq, 1) and (1, batch) axes), and a shape table's log envelope, built once per table.
+over (seq, 1) and (1, batch) axes), and a shape table's log envelope, built once per table;
+``prepared``: what a sweep reads of one profile whatever its points, built once and kept.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.devices.efficiency import FlopsTable, MatmulTable, MemoryTable, _position
+from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, MemoryTable, _position
 
 #: A step table of at most this many sizes is read by comparisons (faster than a search).
 _COMPARE = 4
@@ -189,3 +190,46 @@ def log_envelope(table: MatmulTable) -> np.ndarray:
     return hit[1]
 
 
+class Prepared:
+    """What ``timing_grid.GridRates`` reads of one profile's tables at one dtype, peak and bandwidth,
+    whatever the points: built once and kept (``prepared``), as ``grid_lookup.log_envelope``
+    keeps a table's envelope, so a sweep's call pays for its points and its tree, not for
+    re-deriving the profile (logs of the grids, the memory table's arrays per op count, a shape
+    table read at a product's number axes)."""
+
+    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> None:
+        self.eff = eff  # held: its id stays its own while this lives
+        table = eff.matmul[dtype]
+        self.log_table: np.ndarray = np.empty(0)
+        self.grids: tuple[list[int], ...] = ()
+        self.axes: tuple[np.ndarray, ...] = ()
+        if isinstance(table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
+            self.log_table = -(log_envelope(table) + math.log(peak))
+            self.grids = (table.M, table.N, table.K)
+            self.axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self.grids)
+        self.least_memory = min(eff.memory.efficiency)
+        memory = eff.memory  # a log-log table that is its own envelope: log bytes, log seconds per byte
+        self.memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
+                            -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
+                           if memory.interpolation == "log" and len(memory.bytes) > 1 and memory.time_rises
+                           else None)
+        fresh = eff.first_touch  # the least size with a first-touch cost
+        self.fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
+                               None) if fresh else None
+        self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``GridRates._envelope_arrays``
+        self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._curve``
+        self.fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._fresh_steps``
+
+
+#: (id of the Efficiency, dtype, peak, bandwidth) -> its ``Prepared``
+_PROFILES: dict[tuple[int, str, float, float], Prepared] = {}
+
+
+def prepared(eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> Prepared:
+    key = (id(eff), dtype, peak, bandwidth)
+    hit = _PROFILES.get(key)
+    if hit is None or hit.eff is not eff:
+        if len(_PROFILES) > 64:
+            _PROFILES.clear()
+        hit = _PROFILES[key] = Prepared(eff, peak, bandwidth, dtype)
+    return hit

@@ -81,8 +81,8 @@ from costmodel.runtime.grid_lookup import (
     above,
     at_numbers,
     interpolate_at,
-    log_envelope,
     positions,
+    prepared,
     step,
     step_at,
     steps_of,
@@ -140,51 +140,6 @@ def _sum(terms: list[Any]) -> Any:
     return reduce(operator.add, kept) if kept else 0.0
 
 
-class _Profile:
-    """What a ``GridRates`` reads of one profile's tables at one dtype, peak and bandwidth,
-    whatever the points: built once and kept (``_profile``), as ``grid_lookup.log_envelope``
-    keeps a table's envelope, so a sweep's call pays for its points and its tree, not for
-    re-deriving the profile (logs of the grids, the memory table's arrays per op count, a shape
-    table read at a product's number axes)."""
-
-    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> None:
-        self.eff = eff  # held: its id stays its own while this lives
-        table = eff.matmul[dtype]
-        self.log_table: np.ndarray = np.empty(0)
-        self.grids: tuple[list[int], ...] = ()
-        self.axes: tuple[np.ndarray, ...] = ()
-        if isinstance(table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
-            self.log_table = -(log_envelope(table) + math.log(peak))
-            self.grids = (table.M, table.N, table.K)
-            self.axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self.grids)
-        self.least_memory = min(eff.memory.efficiency)
-        memory = eff.memory  # a log-log table that is its own envelope: log bytes, log seconds per byte
-        self.memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
-                            -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
-                           if memory.interpolation == "log" and len(memory.bytes) > 1 and memory.time_rises
-                           else None)
-        fresh = eff.first_touch  # the least size with a first-touch cost
-        self.fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
-                               None) if fresh else None
-        self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``GridRates._envelope_arrays``
-        self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``_curve``
-        self.fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # ``_fresh_steps``
-
-
-#: (id of the Efficiency, dtype, peak, bandwidth) -> its ``_Profile``
-_PROFILES: dict[tuple[int, str, float, float], _Profile] = {}
-
-
-def _profile(eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> _Profile:
-    key = (id(eff), dtype, peak, bandwidth)
-    hit = _PROFILES.get(key)
-    if hit is None or hit.eff is not eff:
-        if len(_PROFILES) > 64:
-            _PROFILES.clear()
-        hit = _PROFILES[key] = _Profile(eff, peak, bandwidth, dtype)
-    return hit
-
-
 class GridRates:
     """``timing.Rates`` over numpy arrays, looking each distinct shape up once per instance."""
 
@@ -193,7 +148,7 @@ class GridRates:
         self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
         self.table, self.dtype = eff.matmul[dtype], dtype
         self.attention = attention
-        c = self._profile = _profile(eff, peak, bandwidth, dtype)
+        c = self._profile = prepared(eff, peak, bandwidth, dtype)
         self._log_table, self._grids, self._axes = c.log_table, c.grids, c.axes
         self._least_memory, self._memory_log, self._fresh_from = c.least_memory, c.memory_log, c.fresh_from
         self._envelopes = c.envelopes
