@@ -5,10 +5,11 @@
 
 ``timing_grid.predict_grid`` over 100 seq x 100 batch values (seq geometric from 512 to 8192,
 or to the spec's positions; batch 1 .. 100), per phase, best of N runs (default 7) of the whole
-evaluation: the component tree over numpy arrays and every table lookup, nothing kept between
-runs. Profiles: the datasheet h100-sxm (Calculon's step tables by op size) and a100-80gb (one
-point), and two calibrated-style ones (``tests.helpers.calibrated_profile``: a multi-point
-(M, N, K) matmul table, a memory table and a first-touch table on ``costmodel calibrate``'s CPU
+evaluation: the component tree over numpy arrays and every table lookup, nothing that depends
+on the points kept between runs (``grid_lookup.prepared`` keeps the profile's arrays).
+Profiles: the datasheet h100-sxm (Calculon's step tables by op size) and a100-80gb (one point),
+and two calibrated-style ones (``tests.helpers.calibrated_profile``: a multi-point (M, N, K)
+matmul table, a memory table and a first-touch table on ``costmodel calibrate``'s CPU
 grid, made-up values, non-monotone or `realistic`). Target: >= 1e6 points/s. The load average
 is printed before and after: on a shared machine it sets the figure as much as the code does.
 ``--check`` also times ``timing.predict`` point by point on a sample, for comparison.

@@ -1,7 +1,8 @@
 """The numpy lookups of the table kinds ``runtime.timing_grid`` reads over arrays: a step table's
 values by comparisons, a size table's arrays and envelope, a shape table read at its number axes
 (``at_numbers``) and interpolated over its array axes (``positions``, ``interpolate``: separable
-over (seq, 1) and (1, batch) axes), and a shape table's log envelope, built once per table.
+over (seq, 1) and (1, batch) axes), and a shape table's log envelope, built once per table;
+``prepared``: what a sweep reads of one profile whatever its points, built once and kept.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.devices.efficiency import FlopsTable, MatmulTable, MemoryTable, _position
+from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, MemoryTable, _position
 
 #: A step table of at most this many sizes is read by comparisons (faster than a search).
 _COMPARE = 4
@@ -23,7 +24,11 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
 
     Grid points where the value does not change are dropped first (the same function): a
     first-touch table is 0 up to the allocator's threshold, then one rate, so one comparison."""
-    points, steps = _steps(tuple(grid), tuple(values))
+    return step_at(*steps_of(tuple(grid), tuple(values)), x)
+
+
+def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``step`` of a table already as ``steps_of`` gives it."""
     if len(points) == 1:
         out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
         return out
@@ -32,11 +37,11 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
         for g in points:
             i += x >= g
         return steps[i]
-    return steps[np.searchsorted(points, x, side="right")]
+    return steps[points.searchsorted(x, side="right")]  # (the method: no wrapper)
 
 
 @functools.lru_cache(maxsize=256)
-def _steps(grid: tuple[float, ...], values: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+def steps_of(grid: tuple[float, ...], values: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
     """``step``'s grid points where the value changes, and the values (the first below the grid)."""
     kept = [k for k in range(len(grid)) if values[k + 1] != values[k]]
     return (np.asarray([grid[k] for k in kept], dtype=float),
@@ -95,52 +100,65 @@ def positions(lx: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Multilinear interpolation of `values` (one axis per entry of `free`: the axis's grid and
-    the coordinates, arrays that broadcast together) at every point, both in log space.
+    the coordinates, arrays that broadcast together) at every point, both in log space
+    (``interpolate_at`` at their ``positions``)."""
+    return interpolate_at(values, [positions(lx, grid) for grid, lx in free])
+
+
+def interpolate_at(values: np.ndarray, where: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """``interpolate`` at the points' (i, t) on each axis of `values` (``positions``).
 
     Separable: the axes whose coordinates have one shape are read together (their corners),
     the group that leaves the least to read first, so a (seq, 1) axis is reduced over 100
     seqs before a (seq, batch) or (1, batch) one makes the result full size: a few passes over
     the points, not a few per corner (the attention core's products: stacked M over (seq,
     batch) or (1, batch), N and K over seq)."""
-    ndim = max(lx.ndim for _, lx in free)
-    where = []  # per axis: (index below, weight of the point above), each of its points' shape
-    for grid, lx in free:
-        i, t = positions(lx, grid)
-        shape = (1,) * (ndim - lx.ndim) + lx.shape
-        where.append((i.reshape(shape), t.reshape(shape)))
+    ndim = max(i.ndim for i, _ in where)
     groups: dict[tuple[int, ...], list[int]] = {}
-    for axis, (i, _) in enumerate(where):
+    for axis, (i, t) in enumerate(where):
+        if i.ndim < ndim:  # each axis's points in the points' ndim
+            where[axis] = i, t = i.reshape((1,) * (ndim - i.ndim) + i.shape), t.reshape(i.shape)
         groups.setdefault(i.shape, []).append(axis)
     # `out`: C-ordered, the points' axes (`points`, ndim of them) then the grid axes not read yet
     out = np.ascontiguousarray(values).reshape((1,) * ndim + values.shape)
-    points, left = (1,) * ndim, list(range(len(free)))
+    points, left = (1,) * ndim, list(range(len(where)))
     while groups:
         # the group that leaves the least to read next: a (seq, 1) pair of axes over a table's
         # (M, N, K) before a (1, batch) M, so the points grow once the grid is narrow
-        shape = min(groups, key=lambda s: math.prod(np.broadcast_shapes(points, s)) * math.prod(
-            out.shape[ndim + k] for k in range(len(left)) if left[k] not in groups[s]))
+        shape = next(iter(groups)) if len(groups) == 1 else min(groups, key=lambda s: math.prod(
+            _broadcast(points, s)) * math.prod(out.shape[ndim + k] for k in range(len(left))
+                                                 if left[k] not in groups[s]))
         axes = groups.pop(shape)
         sizes = out.shape
         strides = [math.prod(sizes[d + 1:]) for d in range(len(sizes))]
         rest = [k for k in range(len(left)) if left[k] not in axes]
         # flat index of each point's (lower) corner: its points' offset and the axes' lower indices
-        base: Any = sum((np.arange(n).reshape((n,) + (1,) * (ndim - d - 1)) * strides[d]
-                         for d, n in enumerate(points) if n > 1), start=0)
+        base: Any = 0
+        for d, n in enumerate(points):
+            if n > 1:
+                base = base + np.arange(0, n * strides[d], strides[d]).reshape((n,) + (1,) * (ndim - d - 1))
         for axis in axes:
             stride = strides[ndim + left.index(axis)]
             base = base + (where[axis][0] * stride if stride > 1 else where[axis][0])
         trail = (1,) * len(rest)
         if rest:  # the grid axes still to read, after the points' axes
-            tail = sum((np.arange(sizes[ndim + k]).reshape((-1,) + (1,) * (len(rest) - r - 1))
-                        * strides[ndim + k] for r, k in enumerate(rest)), start=np.zeros((), np.intp))
-            base = base.reshape(base.shape + (1,) * len(rest)) + tail
-        steps = [(strides[ndim + left.index(axis)], where[axis][1].reshape(where[axis][1].shape + trail))
-                 for axis in axes]
+            tail: Any = np.zeros((), np.intp)
+            for r, k in enumerate(rest):
+                tail = tail + np.arange(0, sizes[ndim + k] * strides[ndim + k], strides[ndim + k]).reshape(
+                    (-1,) + (1,) * (len(rest) - r - 1))
+            base = base.reshape(base.shape + trail) + tail
+        steps = [(strides[ndim + left.index(axis)], where[axis][1].reshape(where[axis][1].shape + trail)
+                  if trail else where[axis][1]) for axis in axes]
         out = _read(out.ravel(), base, steps, 0, 0)
-        points = tuple(np.broadcast_shapes(points, shape))
+        points = _broadcast(points, shape)
         left = [left[k] for k in rest]
     result: np.ndarray = out
     return result
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast of two shapes of one length whose sizes are equal or 1."""
+    return tuple(x if x != 1 else y for x, y in zip(a, b, strict=True))
 
 
 def _read(flat: np.ndarray, base: np.ndarray, steps: list[tuple[int, np.ndarray]], offset: int,
@@ -172,3 +190,46 @@ def log_envelope(table: MatmulTable) -> np.ndarray:
     return hit[1]
 
 
+class Prepared:
+    """What ``timing_grid.GridRates`` reads of one profile's tables at one dtype, peak and bandwidth,
+    whatever the points: built once and kept (``prepared``), as ``grid_lookup.log_envelope``
+    keeps a table's envelope, so a sweep's call pays for its points and its tree, not for
+    re-deriving the profile (logs of the grids, the memory table's arrays per op count, a shape
+    table read at a product's number axes)."""
+
+    def __init__(self, eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> None:
+        self.eff = eff  # held: its id stays its own while this lives
+        table = eff.matmul[dtype]
+        self.log_table: np.ndarray = np.empty(0)
+        self.grids: tuple[list[int], ...] = ()
+        self.axes: tuple[np.ndarray, ...] = ()
+        if isinstance(table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
+            self.log_table = -(log_envelope(table) + math.log(peak))
+            self.grids = (table.M, table.N, table.K)
+            self.axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self.grids)
+        self.least_memory = min(eff.memory.efficiency)
+        memory = eff.memory  # a log-log table that is its own envelope: log bytes, log seconds per byte
+        self.memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
+                            -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
+                           if memory.interpolation == "log" and len(memory.bytes) > 1 and memory.time_rises
+                           else None)
+        fresh = eff.first_touch  # the least size with a first-touch cost
+        self.fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
+                               None) if fresh else None
+        self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``GridRates._envelope_arrays``
+        self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._curve``
+        self.fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._fresh_steps``
+
+
+#: (id of the Efficiency, dtype, peak, bandwidth) -> its ``Prepared``
+_PROFILES: dict[tuple[int, str, float, float], Prepared] = {}
+
+
+def prepared(eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> Prepared:
+    key = (id(eff), dtype, peak, bandwidth)
+    hit = _PROFILES.get(key)
+    if hit is None or hit.eff is not eff:
+        if len(_PROFILES) > 64:
+            _PROFILES.clear()
+        hit = _PROFILES[key] = Prepared(eff, peak, bandwidth, dtype)
+    return hit

@@ -14,7 +14,7 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   lookup is multilinear in log M, log N, log K, so fixing two axes first gives the same
   values; the number axes are read at their two grid points, ``grid_lookup.at_numbers``); two
   or three array axes are interpolated separably, the axes of one shape together and the
-  (seq, 1) ones first (``grid_lookup.interpolate``); above the curve's last grid point
+  (seq, 1) ones first (``grid_lookup.interpolate_at``); above the curve's last grid point
   (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768: most of a
   sweep's T) the value is a number, so the interpolation and its exp run only at the points
   below, found once per array with their positions on the grid (``_exp_interp``);
@@ -80,10 +80,12 @@ from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_lookup import (
     above,
     at_numbers,
-    interpolate,
-    log_envelope,
+    interpolate_at,
     positions,
+    prepared,
     step,
+    step_at,
+    steps_of,
     table_arrays,
 )
 from costmodel.runtime.grid_merge import Whole, merged
@@ -146,22 +148,12 @@ class GridRates:
         self.eff, self.peak, self.bandwidth, self.floor_s = eff, peak, bandwidth, eff.floor_s
         self.table, self.dtype = eff.matmul[dtype], dtype
         self.attention = attention
-        if isinstance(self.table, MatmulTable):  # log seconds per FLOP: -log(peak x efficiency)
-            self._log_table = -(log_envelope(self.table) + math.log(peak))
-            self._grids = (self.table.M, self.table.N, self.table.K)
-            self._axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self._grids)
-        self._least_memory = min(eff.memory.efficiency)
-        memory = eff.memory  # a log-log table that is its own envelope: log bytes, log seconds per byte
-        self._memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
-                             -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
-                            if memory.interpolation == "log" and len(memory.bytes) > 1 and memory.time_rises
-                            else None)
-        fresh = eff.first_touch  # the least size with a first-touch cost
-        self._fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
-                                None) if fresh else None
+        c = self._profile = prepared(eff, peak, bandwidth, dtype)
+        self._log_table, self._grids, self._axes = c.log_table, c.grids, c.axes
+        self._least_memory, self._memory_log, self._fresh_from = c.least_memory, c.memory_log, c.fresh_from
+        self._envelopes = c.envelopes
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._alias: dict[int, tuple[np.ndarray, int]] = {}
-        self._envelopes: dict[int, tuple[np.ndarray, ...]] = {}
         self._by_value: dict[tuple[Any, ...], list[np.ndarray]] = {}
 
     # --- Rates --------------------------------------------------------------------------------
@@ -237,7 +229,7 @@ class GridRates:
         point's ops / (bandwidth above[i]); i found on the grid times ops (no pass for x)."""
         table = self.eff.memory
         points, per_byte, bigger, log_grid, log_s = self._envelope_arrays(ops)
-        i = np.searchsorted(points, moved, side="right")
+        i = points.searchsorted(moved, side="right")  # (the method: no wrapper)
         if table.interpolation == "step":
             t = moved * per_byte[i]
         else:
@@ -326,10 +318,20 @@ class GridRates:
                 if self._fresh_from is None or x.max() < self._fresh_from:
                     return 0.0  # every size at a rate of 0
                 # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
-                return x * step(table.bytes, [0.0, *(n * r for r in table.s_per_byte)], x)
+                return x * step_at(*self._fresh_steps(n), x)
 
             terms.append(self._lookup("fresh", (n, number), arrays, one))
         return _sum(terms)
+
+    def _fresh_steps(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first-touch table of n ops as ``grid_lookup.steps_of`` gives it (kept by the profile)."""
+        hit = self._profile.fresh.get(n)
+        if hit is None:
+            table = self.eff.first_touch
+            assert table is not None
+            rates = (0.0, *(n * r for r in table.s_per_byte))  # below the grid 0
+            hit = self._profile.fresh[n] = steps_of(tuple(table.bytes), rates)
+        return hit
 
     @staticmethod
     def maximum(a: Any, b: Any) -> Any:
@@ -404,13 +406,13 @@ class GridRates:
         return id(same)
 
     def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...],
-                    shared: bool = False) -> Any:
+                    slopes: np.ndarray | None = None) -> Any:
         """exp(np.interp(lx, xp, fp)), interpolated only where lx is below xp's last point (`name`
         names xp): above it the value is exp(fp[-1]), a number, at most of a sweep's points (T =
         B x S on calibrate's grids, M up to 1024 and K up to 4096; on a measured GPU table, M up
         to 32,768, about three quarters). The points below are found once per array and grid: a
-        layer's linears share T. `shared` (a product's T, read at several (N, K)): their
-        positions on the grid too, so each curve is two gathers, not a search."""
+        layer's linears share T. With `slopes` (np.diff(fp): a product's T, read at several
+        (N, K)): their positions on the grid too, so each curve is two gathers, not a search."""
         def find() -> np.ndarray | None:  # None: interpolate everywhere
             if lx.max() < xp[-1]:  # a reduction: no boolean array
                 return None
@@ -422,10 +424,10 @@ class GridRates:
         below = self._lookup("below", name, [lx], find)
         if below is not None and not below.size:
             return math.exp(fp[-1])
-        if shared:
+        if slopes is not None:
             i, t = self._lookup("position", name, [lx], lambda: positions(
                 lx if below is None else lx.ravel()[below], xp))
-            values = np.exp(fp[i] + t * np.diff(fp)[i])
+            values = np.exp(fp[i] + t * slopes[i])
         else:
             values = np.exp(np.interp(lx if below is None else lx.ravel()[below], xp, fp))
         if below is None:
@@ -464,18 +466,32 @@ class GridRates:
     def _matmul_seconds(self, M: Any, N: Any, K: Any) -> Any:
         """1 / (peak x e(M, N, K)) of a MatmulTable: exp of the log table (-log(peak x e)) read
         at its number axes (and axes of one grid point: ``at_numbers``), then interpolated over
-        the array axes (``interpolate``)."""
+        the array axes (``interpolate_at``, at positions found once per array)."""
         xs = tuple(None if _array(x) and len(g) > 1 else x
                    for x, g in zip((M, N, K), self._grids, strict=True))
-        reduced = at_numbers(self._log_table, self._grids, xs)
+        reduced, slopes = self._curve(xs)
         free = [(letter, grid, self._log(x)) for letter, x, grid, n in
                 zip("mnk", (M, N, K), self._axes, xs, strict=True) if n is None]
         if not free:
             return np.exp(reduced)
         if len(free) == 1:
             letter, grid, lx = free[0]
-            return self._exp_interp(lx, grid, reduced, (letter,), shared=True)
-        return np.exp(interpolate(reduced, [(grid, lx) for _, grid, lx in free]))
+            return self._exp_interp(lx, grid, reduced, (letter,), slopes)
+        # each axis's positions once per array: a seq axis is read by the six products of a core
+        where = [self._lookup("positions", (letter,), [lx], lambda grid=grid, lx=lx: positions(lx, grid))
+                 for letter, grid, lx in free]
+        return np.exp(interpolate_at(reduced, where))
+
+    def _curve(self, xs: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The log table read at the number axes of `xs` (``at_numbers``; an array on an axis of
+        one grid point reads that point) and its differences along the last axis left (a
+        curve's slopes, for ``_exp_interp``): the same at every call, kept by the profile."""
+        key = tuple(None if x is None else (x if not _array(x) else "one") for x in xs)
+        hit = self._profile.curves.get(key)
+        if hit is None:
+            reduced = at_numbers(self._log_table, self._grids, xs)
+            hit = self._profile.curves[key] = (reduced, np.diff(reduced) if reduced.ndim == 1 else reduced)
+        return hit
 
     def _size_efficiency(self, grid: list[float], efficiency: list[float], interpolation: str,
                          x: Any, memo: bool = True, above: list[float] | None = None) -> Any:
@@ -496,7 +512,7 @@ class GridRates:
         # on the envelope: above[number of grid points <= x], the best rate per size of a
         # bigger grid point, found with the step's own index
         points, steps, rates = table_arrays(tuple(grid), tuple(efficiency), tuple(above))
-        i = np.searchsorted(points, x, side="right")
+        i = points.searchsorted(x, side="right")
         if interpolation == "step":
             e = steps[i]
         else:
