@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 ROOFLINE_COLUMNS = ("component", "kernel", "FLOPs executed", "bytes", "intensity", "predicted time",
                     "achieved")
 ROOFLINE_FMT = ("", "", "flops", "bytes", "intensity", "s", "rate")
-KINDS = ("own kernel", "flash attention (bytes: unfused)")
 INTENSITY = svg.Axis("arithmetic intensity (FLOP/B, log)", "FLOP/B")
 ACHIEVED = svg.Axis("achieved (FLOP/s, log)", "FLOP/s")
 
@@ -61,26 +60,9 @@ def _roofline_note(calibrated: bool) -> str:
             "does not move (it keeps the scores on chip), so they may sit above the bandwidth slope.")
 
 
-def roofline_section(a: DeviceAnalysis, hw: Hardware) -> Section:
-    """Each component a point: intensity (the FLOPs it executes over the bytes it moves) against
-    achieved FLOP/s (those FLOPs over its predicted time), under the device's roof; flash
-    attention's points (which may sit above the bandwidth slope: `roofline_rows`) in a colour of
-    their own."""
-    rows, calibrated = roofline_rows(a, hw)
-    peak, bw = hw.peak(a.dtype), hw.memory_bandwidth
-    chart = svg.loglog(f"Per-component roofline: {a.spec.name}, {a.phase} on {hw.name} ({a.dtype})",
-                       [(str(r[0]), float(r[4]), float(r[6]), int(r[1] == "flash attention")) for r in rows],
-                       "FLOP/B", "FLOP/s", INTENSITY.name, ACHIEVED.name, roof=(peak, bw), groups=KINDS)
-    return Section(f"roofline-{a.phase}", f"{a.phase}: per-component roofline on {hw.name}", chart,
-                   ROOFLINE_COLUMNS, rows,
-                   (f"roof: min({units.flops(peak)}/s, {units.bandwidth(bw)} x intensity); "
-                    + _roofline_note(calibrated),), fmt=ROOFLINE_FMT)
-
-
-def phases_roofline(analyses: Sequence[DeviceAnalysis], hw: Hardware) -> Section:
-    """`analyze --hardware H --plot FILE`: every component of every phase analyze shows, one
-    chart under one roof, a colour per phase (flash attention's points as rings: `roofline_rows`);
-    the table adds the phase to `roofline_section`'s columns."""
+def _roofline(analyses: Sequence[DeviceAnalysis], hw: Hardware) -> tuple[list[tuple[Cell, ...]], str, str]:
+    """Every component of every phase as (phase, *`roofline_rows`), the chart (a colour per phase,
+    flash attention's points as rings, under one roof) and the note, for one phase or several."""
     a0 = analyses[0]
     peak, bw = hw.peak(a0.dtype), hw.memory_bandwidth
     rows: list[tuple[Cell, ...]] = []
@@ -96,15 +78,33 @@ def phases_roofline(analyses: Sequence[DeviceAnalysis], hw: Hardware) -> Section
             if picked:
                 series.append(svg.Series(a.phase + (": flash attention (bytes unfused)" if flash else ""),
                                          [(float(r[5]), float(r[7])) for r in picked],
-                                         labels=[f"{a.phase} {r[1]}" for r in picked], colour=g,
+                                         labels=[str(r[1]) for r in picked], colour=g,
                                          marker="ring" if flash else "disc"))
     phases = ", ".join(a.phase for a in analyses)
     context = f"batch {a0.batch}" + (f", seq {a0.seq}" if len(analyses) == 1 else "")
     chart = svg.xy(f"Per-component roofline on {hw.name}: {a0.spec.name}, {phases} ({a0.dtype}, {context})",
                    series, INTENSITY, ACHIEVED, roof=(peak, bw))
+    note = (f"roof: min({units.flops(peak)}/s, {units.bandwidth(bw)} x intensity); "
+            + _roofline_note(calibrated))
+    return rows, chart, note
+
+
+def roofline_section(a: DeviceAnalysis, hw: Hardware) -> Section:
+    """Each component a point: intensity (the FLOPs it executes over the bytes it moves) against
+    achieved FLOP/s (those FLOPs over its predicted time), under the device's roof; flash
+    attention's points (which may sit above the bandwidth slope: `roofline_rows`) as rings."""
+    rows, chart, note = _roofline([a], hw)
+    return Section(f"roofline-{a.phase}", f"{a.phase}: per-component roofline on {hw.name}", chart,
+                   ROOFLINE_COLUMNS, [r[1:] for r in rows], (note,), fmt=ROOFLINE_FMT)
+
+
+def phases_roofline(analyses: Sequence[DeviceAnalysis], hw: Hardware) -> Section:
+    """`analyze --hardware H --plot FILE`: every component of every phase analyze shows, one
+    chart under one roof, a colour per phase; the table adds the phase to `roofline_section`'s
+    columns."""
+    rows, chart, note = _roofline(analyses, hw)
     return Section("roofline", f"Per-component roofline on {hw.name}", chart, ("phase", *ROOFLINE_COLUMNS),
-                   rows, (f"roof: min({units.flops(peak)}/s, {units.bandwidth(bw)} x intensity); "
-                          + _roofline_note(calibrated),), fmt=("", *ROOFLINE_FMT))
+                   rows, (note,), fmt=("", *ROOFLINE_FMT))
 
 
 def memories(spec: Spec, analyses: Sequence[DeviceAnalysis], hw: Hardware | None) -> list[Memory]:

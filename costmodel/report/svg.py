@@ -573,20 +573,6 @@ def stack(title: str, charts: Sequence[str], subtitle: str = "") -> str:
     return "\n".join([*_open(width, y, title), *out, "</svg>"])
 
 
-def loglog(title: str, points: Sequence[tuple[str, float, float, int]], x_unit: str, y_unit: str,
-           x_axis: str, y_axis: str, roof: tuple[float, float] | None = None, groups: Sequence[str] = (),
-           width: int = 760, height: int = 480) -> str:
-    """Points (label, x, y, group) on log-log axes (x, y > 0), coloured by group (`groups` names
-    them in a legend); `roof`: (peak, bandwidth), the roofline min(peak, bandwidth * x) drawn
-    across the plot, and its ridge marked."""
-    n = max([g for *_, g in points] + [len(groups) - 1, 0]) + 1
-    names = list(groups) + [""] * (n - len(groups))
-    series = [Series(names[g], [(p[1], p[2]) for p in points if p[3] == g],
-                     labels=[p[0] for p in points if p[3] == g]) for g in range(n)]
-    return xy(title, series, Axis(x_axis, x_unit), Axis(y_axis, y_unit), roof=roof, width=width,
-              height=height)
-
-
 def waterfall(title: str, labels: Sequence[str], values: Sequence[float], groups: Sequence[int],
               group_names: Sequence[str], fmt: Fmt, axis: str, total: str = "total",
               hidden: Sequence[float] = (), hidden_name: str = "overlapped", width: int = 760) -> str:
