@@ -187,3 +187,18 @@ def test_profiles_without_tables_of_their_own_say_so(name):
     if name.startswith("mi"):
         assert not (specs_dir() / "kernels" / name).exists()
         assert "not measured" in hw.efficiency.source
+
+
+def test_a_profile_is_read_once_until_its_file_changes(tmp_path):
+    """``load_hardware`` keeps a profile per file as it stands: asked again, the same (frozen)
+    object, by name or by path; the file rewritten with another bandwidth, the new figure."""
+    h100 = load_hardware("h100-sxm")
+    assert load_hardware("H100_SXM") is h100
+    assert load_hardware(str(specs_dir() / "hardware" / "h100-sxm.yaml")) is h100
+    path = tmp_path / "dev.yaml"
+    first = Hardware(name="dev", peak_flops={"bf16": 1e15}, memory_bandwidth=1e12, memory_bytes=8e10,
+                     source="test")
+    save_hardware(first, path)
+    assert load_hardware(str(path)).memory_bandwidth == 1e12
+    save_hardware(first.model_copy(update={"memory_bandwidth": 2e12, "name": "dev2"}), path)
+    assert load_hardware(str(path)).memory_bandwidth == 2e12  # rewritten: a new size, read anew

@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("studies", ("costmodel.studies",)),
     ("scale-out and measurement", ("costmodel.parallel", "costmodel.measure", "costmodel.deploy")),
     ("report", ("costmodel.report",)),
-    ("cli", ("costmodel.cli",)),
+    ("cli", ("costmodel.cli", "costmodel.__main__")),
     ("api", ("costmodel",)),  # the package's own __init__: its public names, imported lazily
 )
 BASE = LAYERS[0][1]

@@ -29,7 +29,7 @@ def test_gpu_check_cpu_path_calibrates_and_writes_the_table(tmp_path) -> None:
     assert kernels.strip() in done.stdout and "Kernel tables of h200 against cpu" in kernels
     assert [line.split("|")[1].split()[0] for line in kernels.splitlines() if line.startswith("| ")][1:] == [
         "gemm", "gemm", "attention", "attention"]
-    rows = [line for line in table.splitlines() if line.startswith("| gpt2-small")]
+    rows = [line for line in table.splitlines() if line.startswith("| smoke-gpt2")]
     assert [r.split("|")[3].strip() for r in rows] == ["prefill", "decode", "train"]
     assert "Load average" in table and "Calibrated model: median |error|" in table
     assert (tmp_path / "hw" / "local.yaml").exists()  # the calibration the predictions used

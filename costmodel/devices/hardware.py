@@ -11,6 +11,7 @@ layer above; this module knows nothing of analyses.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -87,8 +88,27 @@ writable_dir = PROFILES.writable_dir
 
 
 def load_hardware(name_or_path: str) -> Hardware:
-    """A profile by file or by name (``h100-sxm``, ``H100_SXM``; not a prefix: see ``Profiles.find``)."""
-    hw = PROFILES.load(name_or_path, Hardware)
+    """A profile by file or by name (``h100-sxm``, ``H100_SXM``; not a prefix: see ``Profiles.find``).
+
+    Kept per file as it stands on disk (path, modification time, size; the last 32): merging a
+    GPU's measured GEMM tables and their time envelopes takes about 70 ms, and ``plan``, ``deploy``
+    and a sweep over GPUs ask for the same profile many times. A ``Hardware`` is frozen, so
+    callers share it; a file rewritten (``costmodel calibrate``) is read anew."""
+    path = PROFILES.locate(name_or_path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return _load_hardware(path)  # said by the loader, in one line
+    return _load_hardware_kept(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=32)
+def _load_hardware_kept(path: str, mtime_ns: int, size: int) -> Hardware:
+    return _load_hardware(Path(path))
+
+
+def _load_hardware(path: Path) -> Hardware:
+    hw = PROFILES.load(str(path), Hardware)
     hw.kernel_tables()  # a profile naming tables that do not exist is bad input, said at once
     return with_kernels(hw)
 

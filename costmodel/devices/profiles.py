@@ -70,15 +70,18 @@ class Profiles:
         raise SpecError(f"{self.kind} {shown}: no such file or profile ({hint}known: "
                         f"{', '.join(paths) or 'none'})")
 
-    def load(self, name_or_path: str, model: type[M]) -> M:
-        """A profile by file or by name (see ``find``); SpecError, one line per problem."""
+    def locate(self, name_or_path: str) -> Path:
+        """The file of a path that exists, else of a name (see ``find``)."""
         path = Path(name_or_path)
         try:
             exists = path.exists()
         except OSError:  # a name too long for the file system
             exists = False
-        if not exists:
-            path = self.find(name_or_path)
+        return path if exists else self.find(name_or_path)
+
+    def load(self, name_or_path: str, model: type[M]) -> M:
+        """A profile by file or by name (see ``find``); SpecError, one line per problem."""
+        path = self.locate(name_or_path)
         try:
             data, _ = load_yaml(read_text(path, f"{self.kind} profile"))
         except LoadError as e:
