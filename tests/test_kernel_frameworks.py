@@ -226,8 +226,9 @@ def test_mxfp4_experts_under_trtllm_read_its_w4a16_mxfp4_table_and_the_rest_stay
         if framework is None:
             assert p.note is not None and "roofline lower bound" in p.note and "mxfp4" in p.note
             continue
-        # no error band yet: the MXFP4 table is not cross-validated (errors.json), only read
         assert p.note is None and p.calibrated and "moe/mxfp4@trtllm" not in p.extrapolated
+        # its band: vLLM's and SGLang's w4a16_mxfp4 rows of the same shapes (holdout.json)
+        assert {b.against.split()[1] for b in p.errors["moe/mxfp4@trtllm"]} == {"vllm", "sglang"}
         experts = [r for r in p.rows if r.key.part == "experts" and r.key.leaf in ("gate", "up", "down")]
         assert len(experts) == 6  # local and global layers, 12 of each
         for r in experts:
