@@ -367,6 +367,12 @@ MLA_FRAMEWORKS = ("sglang", "trtllm")
 #: (``moe_torch_flow_cutlass`` on Hopper and Blackwell; ``moe_torch_flow`` on A100) and its MLA
 #: core, which ``deploy --engine trtllm`` runs (bench/serving_validation.py checks it).
 ENGINE_FRAMEWORKS = ("trtllm",)
+#: The most GPUs (EP x TP) a framework's own MoE table keeps rows of: one node of 8. TensorRT-LLM's
+#: collection measured EP 2-256 and TP 2-32 on one GPU (collector/trtllm/collect_moe.py: a
+#: ``Mapping`` with ``moe_ep_size`` and ``moe_tp_size`` on rank 0, ``num_tokens`` hidden states
+#: with router logits over all ``num_experts`` entering the op, the E/EP local experts of width
+#: inter/TP; no all-to-all, ``reduce_results=False``).
+MOE_MAX_GPUS = 8
 
 
 def moe_rows(
@@ -379,23 +385,26 @@ def moe_rows(
     for version in wheel.versions(system, "moe", framework, "moe_perf.parquet"):
         got = _moe_version(wheel, system, framework, version, dtype, distribution)
         if got:
-            return got
+            return {cfg[:4]: pts for cfg, pts in got[0].items() if cfg[4:] == (1, 1)}, got[1]
     return None
 
 
 def _moe_version(
-    wheel: Wheel, system: str, framework: str, version: str, dtype: str, distribution: str | None
+    wheel: Wheel, system: str, framework: str, version: str, dtype: str, distribution: str | None,
+    parallel: bool = False,
 ) -> tuple[dict[tuple[int, ...], dict[float, float]], dict[str, Any]] | None:
-    """``moe_rows`` of one collection; None where it has no gated EP = TP = 1 rows of `dtype`."""
+    """``moe_rows`` of one collection, keyed (hidden, inter, experts, top_k, ep, tp); None where
+    it has no gated EP = TP = 1 rows of `dtype`. The kernel and routing are chosen on those rows;
+    `parallel`: with the same kernel's rows at EP x TP up to ``MOE_MAX_GPUS`` GPUs."""
     rows, source = wheel.read(system, "moe", framework, version, "moe_perf.parquet")
-    kept = [
-        r
-        for r in rows
-        if r["moe_dtype"] == dtype
-        and r["moe_tp_size"] == 1
-        and r["moe_ep_size"] == 1
-        and not any(s in r["kernel_source"] for s in MOE_SKIP)
+    gated = [
+        r for r in rows if r["moe_dtype"] == dtype and not any(s in r["kernel_source"] for s in MOE_SKIP)
     ]
+    kept = [r for r in gated if r["moe_tp_size"] == 1 and r["moe_ep_size"] == 1]
+    if parallel:
+        gated = [r for r in gated if r["moe_tp_size"] * r["moe_ep_size"] <= MOE_MAX_GPUS]
+    else:
+        gated = kept
     have = {r["distribution"] for r in kept}
     dist = distribution if distribution in have else next((d for d in DISTRIBUTIONS if d in have), None)
     if dist is None:
@@ -406,34 +415,42 @@ def _moe_version(
             counts[r["kernel_source"]] += 1
     kernel = max(counts, key=lambda k: counts[k])
     pts: dict[tuple[int, ...], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in kept:
+    for r in gated:
         if r["distribution"] == dist and r["kernel_source"] == kernel:
-            cfg = (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"])
+            cfg = (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"], r["moe_ep_size"],
+                   r["moe_tp_size"])
             pts[cfg][r["num_tokens"]].append(r["latency"] * 1e-3)
     out = {cfg: {t: _median(v) for t, v in by.items()} for cfg, by in pts.items() if len(by) >= 2}
-    if not out:
+    if not any(cfg[4:] == (1, 1) for cfg in out):
         return None
-    return out, {**source, "kernel": kernel, "distribution": dist, "ep": 1, "tp": 1}
+    layout = ({"layout": "EP = TP = 1; a configuration's ep and tp where above 1 (tokens: the EP group's)"}
+              if parallel else {"ep": 1, "tp": 1})
+    return out, {**source, "kernel": kernel, "distribution": dist, **layout}
 
 
-MoERows = dict[tuple[int, ...], dict[float, float]]  # (hidden, inter, experts, top_k) -> tokens -> s
+MoERows = dict[tuple[int, ...], dict[float, float]]  # (hidden, inter, experts, top_k, ep, tp) -> tokens -> s
 
 
 def merged_moe_rows(
     wheel: Wheel, system: str, framework: str, dtype: str
 ) -> tuple[MoERows, dict[str, Any], dict[tuple[int, ...], dict[str, Any]]] | None:
-    """``moe_rows`` of the newest collection, and the configurations only an older collection of
-    the same framework measured (same kernel, same routing), each with its own source: TRT-LLM
-    1.3.0rc20 lacks DeepSeek-V3's 7,168 x 2,048 x 256 experts at bf16 and fp8, which 1.3.0rc10
-    measured (on the configurations both measured, rc10 / rc20 per configuration: medians
-    0.998-1.05 on H100 and H200)."""
-    newest = moe_rows(wheel, system, framework, dtype)
+    """``moe_rows`` of the newest collection with its rows at EP and TP above 1 (``_moe_version``'s
+    `parallel`), and the configurations and layouts only an older collection of the same
+    framework measured (same kernel, same routing), each with its own source: TRT-LLM 1.3.0rc20
+    lacks DeepSeek-V3's 7,168 x 2,048 x 256 experts at bf16 and fp8, which 1.3.0rc10 measured (on
+    the configurations both measured, rc10 / rc20 per configuration: medians 0.998-1.05 on H100
+    and H200)."""
+    newest = None
+    for version in wheel.versions(system, "moe", framework, "moe_perf.parquet"):
+        newest = _moe_version(wheel, system, framework, version, dtype, None, parallel=True)
+        if newest:
+            break
     if newest is None:
         return None
     by_cfg, source = newest
     merged, older = dict(by_cfg), {}
     for version in wheel.versions(system, "moe", framework, "moe_perf.parquet"):
-        got = _moe_version(wheel, system, framework, version, dtype, source["distribution"])
+        got = _moe_version(wheel, system, framework, version, dtype, source["distribution"], parallel=True)
         if not got or got[1]["kernel"] != source["kernel"] or version == source["version"]:
             continue
         for cfg, pts in got[0].items():
@@ -453,7 +470,8 @@ def moe_tables(wheel: Wheel, system: str, framework: str = "vllm") -> list[dict[
     out = []
     for dtype in ("bfloat16", "fp8", *(ENGINE_MOE_DTYPES if framework != "vllm" else ())):
         if framework == "vllm":
-            got = moe_rows(wheel, system, framework, dtype)
+            single = moe_rows(wheel, system, framework, dtype)
+            got = None if single is None else ({(*c, 1, 1): p for c, p in single[0].items()}, single[1])
             older: dict[tuple[int, ...], dict[str, Any]] = {}
         else:
             merged = merged_moe_rows(wheel, system, framework, dtype)
@@ -464,7 +482,7 @@ def moe_tables(wheel: Wheel, system: str, framework: str = "vllm") -> list[dict[
         by_cfg, source = got
         configs = []
         for cfg, pts in sorted(by_cfg.items()):
-            hidden, inter, experts, topk = cfg
+            hidden, inter, experts, topk, ep, tp = cfg
             tokens = sorted(pts)
             configs.append(
                 {
@@ -472,6 +490,7 @@ def moe_tables(wheel: Wheel, system: str, framework: str = "vllm") -> list[dict[
                     "inter": inter,
                     "experts": experts,
                     "topk": topk,
+                    **({"ep": ep, "tp": tp} if (ep, tp) != (1, 1) else {}),
                     **({"source": older[cfg]} if cfg in older else {}),
                     "axes": {"tokens": tokens},
                     "time_s": [_round(pts[t]) for t in tokens],
@@ -566,6 +585,31 @@ def moe_mla_holdout(
     return out
 
 
+def engine_moe_holdout(wheel: Wheel, system: str, engine: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The other frameworks' measurements of a MoE dtype only a serving framework's own table has
+    (``ENGINE_MOE_DTYPES``: TRT-LLM's w4a16_mxfp4, which vLLM's default table lacks), as holdout
+    points [tokens, hidden, inter, experts, top_k, s], restricted to the shapes both measured: the
+    configurations the framework's table has at EP = TP = 1 and its token counts, at its routing."""
+    out: dict[str, Any] = {}
+    ours = {DTYPES[d]: d for d in ENGINE_MOE_DTYPES}
+    for framework, tables in engine.items():
+        for t in tables:
+            if t["dtype"] not in ours:
+                continue
+            own = {(c["hidden"], c["inter"], c["experts"], c["topk"]): set(c["axes"]["tokens"])
+                   for c in t["configs"] if (c.get("ep", 1), c.get("tp", 1)) == (1, 1)}
+            for other in ("vllm", "sglang"):
+                got = moe_rows(wheel, system, other, ours[t["dtype"]], t["source"]["distribution"])
+                if other == framework or not got:
+                    continue
+                by_cfg, source = got
+                keys = sorted((n, *cfg) for cfg, pts in by_cfg.items() for n in pts if n in own.get(cfg, ()))
+                if keys:
+                    points = [[*k, _round(by_cfg[k[1:]][k[0]])] for k in keys]
+                    out.setdefault(f"moe/{t['dtype']}", []).append({"source": source, "points": points})
+    return out
+
+
 def build(wheel: Wheel, profile: str, system: str) -> None:
     folder = OUT / profile
     folder.mkdir(parents=True, exist_ok=True)
@@ -595,20 +639,23 @@ def build(wheel: Wheel, profile: str, system: str) -> None:
     mla, mla_framework = mla_tables(wheel, system)
     if mla:
         _write(folder / "mla.json", {**header, "op": "mla", **mla})
-    sets = {**holdout(wheel, system, "vllm"), **moe_mla_holdout(wheel, system, mla_framework, moe)}
+    engine = {framework: moe_tables(wheel, system, framework) for framework in ENGINE_FRAMEWORKS}
+    sets = {**holdout(wheel, system, "vllm"), **moe_mla_holdout(wheel, system, mla_framework, moe),
+            **engine_moe_holdout(wheel, system, engine)}
     _write(folder / "holdout.json", {**header, "op": "holdout", "primary": "vllm", "sets": sets})
     for framework in ENGINE_FRAMEWORKS:
-        build_framework(wheel, folder, header, system, framework, mla_framework)
+        build_framework(wheel, folder, header, system, framework, mla_framework, engine[framework])
 
 
 def build_framework(
-    wheel: Wheel, folder: Path, header: dict[str, Any], system: str, framework: str, mla_default: str | None
+    wheel: Wheel, folder: Path, header: dict[str, Any], system: str, framework: str, mla_default: str | None,
+    moe: list[dict[str, Any]],
 ) -> None:
     """A serving framework's own MoE and MLA tables (``moe.<framework>.json``,
     ``mla.<framework>.json``), which ``deploy --engine <framework>`` reads in place of the
     folder's defaults (``costmodel.devices.kernels``); none where the default already is that
-    framework's (A100's MLA is TRT-LLM's) or the framework measured none."""
-    moe = moe_tables(wheel, system, framework)
+    framework's (A100's MLA is TRT-LLM's) or the framework measured none; `moe`: its MoE tables
+    (``moe_tables``)."""
     if moe:
         data = {**header, "op": "moe", "framework": framework, "tables": moe}
         _write(folder / f"moe.{framework}.json", data)

@@ -304,6 +304,22 @@ def _moe_configurations_left_out(tables: Sequence[MoETable]) -> Stats:
     return Stats.of(ratios, 0)
 
 
+def _moe_layouts_left_out(single: Sequence[MoETable], laid: Sequence[MoETable]) -> Stats:
+    """Each row measured at EP or TP above 1, its points predicted as a layout no row was
+    measured at is read (``KernelTables.moe_table``'s fallback): one GPU's configuration (E/EP
+    experts of width inter/TP) off the EP = TP = 1 tables, at the GPU's own tokens (the EP
+    group's / EP)."""
+    ratios, inside = [], 0
+    for t in laid:
+        local = t.local
+        near = min(single, key=lambda u: u.distance(*local))
+        for tokens, measured in zip(t.grid.axes[0], t.grid.times, strict=True):
+            got = read_moe(near, tokens / t.ep, *local)
+            ratios.append(got.time_s / measured)
+            inside += got.inside
+    return Stats.of(ratios, inside)
+
+
 @lru_cache(maxsize=None)
 def left_out_sparse(gpu: str) -> tuple[Row, ...]:
     """MoE: every other token count, and each configuration; MLA: every other line of heads,
@@ -397,6 +413,9 @@ def framework_left_out(gpu: str, framework: str = "trtllm") -> tuple[Row, ...]:
         rows += [Row(gpu, op, what, s) for what, s in _grid_left_out([t.grid for t in moe], ("tokens",))]
         if len(moe) > 1:  # one configuration (H100's MXFP4: 32 experts alone) has no other to read
             rows.append(Row(gpu, op, "each configuration", _moe_configurations_left_out(moe)))
+        laid = [t for t in k.moe_parallel_tables.values() if t.dtype == moe[0].dtype]
+        if laid:
+            rows.append(Row(gpu, op, "each EP/TP row", _moe_layouts_left_out(moe, laid)))
     for phase, mla in k.mla_tables.items():
         if mla[0].framework == framework:
             rows += [Row(gpu, f"mla/{phase}@{framework}", what, s)

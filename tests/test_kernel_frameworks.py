@@ -29,11 +29,13 @@ GPUS = ("a100-80gb", "h100-sxm", "h200", "b200")
 MIXTRAL = (4096, 14336, 8, 2)
 
 
-def raw_moe(gpu: str, file: str, dtype: str, config: tuple[int, int, int, int]) -> dict[float, float]:
-    """tokens -> seconds of one configuration, read from the JSON file."""
+def raw_moe(gpu: str, file: str, dtype: str, config: tuple[int, int, int, int],
+            layout: tuple[int, int] = (1, 1)) -> dict[float, float]:
+    """tokens -> seconds of one configuration at (EP, TP) `layout`, read from the JSON file."""
     table = next(t for t in json.loads((kernels_root() / gpu / file).read_text())["tables"]
                  if t["dtype"] == dtype)
-    c = next(c for c in table["configs"] if (c["hidden"], c["inter"], c["experts"], c["topk"]) == config)
+    c = next(c for c in table["configs"] if (c["hidden"], c["inter"], c["experts"], c["topk"]) == config
+             and (c.get("ep", 1), c.get("tp", 1)) == layout)
     return dict(zip(c["axes"]["tokens"], c["time_s"], strict=True))
 
 
@@ -70,8 +72,36 @@ def test_a_framework_table_replaces_the_default_per_dtype_and_falls_back_elsewhe
     assert default is not None and default.op == "moe/fp8" and default.grid.times == [2e-3, 4e-3]
 
 
+def test_an_engine_at_ep_or_tp_reads_the_row_measured_there_else_the_ep1_tables(tmp_path: Path) -> None:
+    """A row measured at EP 4 (its tokens the EP group's, its experts all E) is what one GPU of
+    E/4 local experts reads, at 4x its own tokens, inside; a layout no row has (EP 2) reads the
+    local configuration off the EP = 1 tables as before: the nearest, scaled, extrapolated."""
+    def config(experts: int, t: float, **layout: int) -> dict:
+        return {"hidden": 64, "inter": 128, "experts": experts, "topk": 2, **layout,
+                "axes": {"tokens": [4, 8, 16]}, "time_s": [t, 2 * t, 4 * t]}
+
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    configs = [config(8, 1e-3), config(8, 5e-4, ep=4), config(2, 3e-4)]
+    (folder / "moe.json").write_text(json.dumps({"tables": []}))
+    (folder / "moe.trtllm.json").write_text(json.dumps({"tables": [{"dtype": "fp8", "configs": configs}]}))
+    k = read_kernels(folder, "trtllm")
+    assert len(k.moe_tables["fp8"]) == 2 and len(k.moe_parallel_tables) == 1  # EP = 1 ones apart
+    laid = k.laid_out(4, 1)
+    row = laid.moe_table("fp8", 64, 128, 2, 2)  # 8 experts over EP 4: 2 a GPU
+    assert row is not None and (row.ep, row.experts) == (4, 8) and row.op == "moe/fp8@trtllm"
+    got = laid.moe("fp8", 2, 64, 128, 2, 2)  # 2 tokens a GPU: the EP group's 8
+    assert got is not None and got.inside and got.time_s == pytest.approx(1e-3, rel=1e-12)
+    single = k.moe_table("fp8", 64, 128, 2, 2)  # EP 1: the 2-expert table of its own
+    assert single is not None and (single.ep, single.experts) == (1, 2)
+    other = k.laid_out(2, 1).moe("fp8", 4, 64, 128, 4, 2)  # EP 2: 4 local experts, no such row
+    assert other is not None and not other.inside
+
+
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("hidden", 0, "moe.trtllm.json: tables[0] (fp8).configs[0]: hidden: must be a positive integer"),
+    ("ep", 3, "moe.trtllm.json: tables[0] (fp8).configs[0]: ep: 3 does not divide experts 8"),
+    ("tp", 0, "moe.trtllm.json: tables[0] (fp8).configs[0]: tp: must be a positive integer"),
     ("time_s", [1e-3, float("nan")], "moe.trtllm.json: not JSON"),
 ])
 def test_a_bad_framework_file_is_one_line_naming_file_table_and_field(tmp_path, field, value,
@@ -130,6 +160,29 @@ def test_deploy_engine_trtllm_times_a_moe_layer_off_trtllms_table_by_hand() -> N
     assert gate.time_s > 2 * rows["gate"].time_s
 
 
+def test_an_ep_shard_under_trtllm_reads_the_row_measured_at_its_ep_by_hand() -> None:
+    """Qwen3-30B-A3B (2,048 x 768, 128 experts top-8) at EP 4 on H200s, bf16, a decode step of 64
+    sequences on one attention replica: each GPU holds 32 experts and runs the rows the EP group's
+    256 tokens route to them, TensorRT-LLM's row measured at EP 4 at 256 tokens (a third a
+    product, over 48 layers), inside; read at EP 1's layout the same 32 experts were extrapolated
+    off the nearest EP = 1 table."""
+    own = raw_moe("h200", "moe.trtllm.json", "bf16", (2048, 768, 128, 8), (4, 1))
+    assert all(own[256] <= t for x, t in own.items() if x >= 256)  # the envelope is the measurement
+    cluster = load_cluster("dgx-h200")
+    shard = Shard(catalog.load("qwen3-30b-a3b"), 1, 4, "bf16", Widths(), KERNELS["flash"], "absorbed",
+                  kernel_framework="trtllm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = shard.analyze("decode", 64, 2048)
+        p = predict(a, shard.device(cluster), shard.kernels)
+        q = predict(a, cluster.hardware.with_framework("trtllm"), shard.kernels)
+    for leaf in ("gate", "up", "down"):
+        row = next(r for r in p.rows if r.key.part == "experts" and r.key.leaf == leaf)
+        assert row.time_s == pytest.approx(48 * own[256] / 3, rel=1e-12)
+    assert "moe/bf16@trtllm" in p.errors and "moe/bf16@trtllm" not in p.extrapolated
+    assert "moe/bf16@trtllm" in q.extrapolated
+
+
 def test_latent_attention_under_trtllm_reads_trtllms_mla_table() -> None:
     """DeepSeek-V3's absorbed decode core on an H200 (128 heads, 64 sequences of 2,048 tokens, the
     new one included): TensorRT-LLM's MLA table under its engine, SGLang's without."""
@@ -173,8 +226,9 @@ def test_mxfp4_experts_under_trtllm_read_its_w4a16_mxfp4_table_and_the_rest_stay
         if framework is None:
             assert p.note is not None and "roofline lower bound" in p.note and "mxfp4" in p.note
             continue
-        # no error band yet: the MXFP4 table is not cross-validated (errors.json), only read
         assert p.note is None and p.calibrated and "moe/mxfp4@trtllm" not in p.extrapolated
+        # its band: vLLM's and SGLang's w4a16_mxfp4 rows of the same shapes (holdout.json)
+        assert {b.against.split()[1] for b in p.errors["moe/mxfp4@trtllm"]} == {"vllm", "sglang"}
         experts = [r for r in p.rows if r.key.part == "experts" and r.key.leaf in ("gate", "up", "down")]
         assert len(experts) == 6  # local and global layers, 12 of each
         for r in experts:

@@ -110,8 +110,9 @@ class Shard:
         return s
 
     def device(self, cluster: Cluster) -> Hardware:
-        """The cluster's GPU as this shard's engine reads its measured tables (``kernel_framework``)."""
-        return cluster.hardware.with_framework(self.kernel_framework)
+        """The cluster's GPU as this shard's engine reads its measured tables (``kernel_framework``;
+        the MoE rows measured at its EP and TP where they exist, ``Hardware.with_experts``)."""
+        return cluster.hardware.with_framework(self.kernel_framework).with_experts(self.ep, self.tp)
 
     def analyze(self, phase: str, batch: int, seq: int) -> Analysis:
         return analyze(self.local, phase, batch=batch, seq=seq, dtype=self.dtype, mla=self.mla,

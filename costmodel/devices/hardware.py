@@ -48,17 +48,30 @@ class Hardware(BaseModel):
     # (specs/kernels/<kernels>/moe.<framework>.json; ``devices.kernels``): set by a serving engine
     # (``deploy --engine trtllm``, ``with_framework``), not by a profile's file; never dumped.
     kernel_framework: str | None = Field(default=None, exclude=True)
+    # (EP, TP) a serving engine's routed experts run at on this GPU: the MoE tables' rows measured
+    # at that layout are read where they exist (``devices.kernels.KernelTables.moe_table``); set
+    # by a deployment's shard (``with_experts``), never dumped.
+    experts_layout: tuple[int, int] = Field(default=(1, 1), exclude=True)
 
     def kernel_tables(self) -> KernelTables | None:
         """The measured GEMM, fused-attention, NCCL, MoE and MLA tables of this GPU
-        (``devices.kernels``), the MoE and MLA ones `kernel_framework`'s where it has them."""
-        return None if self.kernels is None else load_kernels(self.kernels, self.kernel_framework)
+        (``devices.kernels``), the MoE and MLA ones `kernel_framework`'s where it has them, the MoE
+        rows at ``experts_layout`` where measured."""
+        if self.kernels is None:
+            return None
+        return load_kernels(self.kernels, self.kernel_framework, self.experts_layout)
 
     def with_framework(self, framework: str | None) -> Hardware:
         """This profile reading `framework`'s own MoE and MLA tables (None: the folder's defaults)."""
         if framework == self.kernel_framework:
             return self
         return self.model_copy(update={"kernel_framework": framework})
+
+    def with_experts(self, ep: int, tp: int) -> Hardware:
+        """This profile reading the MoE rows measured at EP `ep` and TP `tp` where they exist."""
+        if (ep, tp) == self.experts_layout:
+            return self
+        return self.model_copy(update={"experts_layout": (ep, tp)})
 
     def tables_for(self, dtype: str) -> bool:
         """Whether the time model has this profile's efficiency tables for `dtype`."""

@@ -52,6 +52,7 @@ the others' helpers.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -275,7 +276,12 @@ def batch_factor(
 
 @dataclass(frozen=True)
 class MoETable:
-    """One measured MoE configuration: a layer's routed experts by tokens (``moe.json``)."""
+    """One measured MoE configuration: a layer's routed experts by tokens (``moe.json``). At
+    ``ep`` or ``tp`` above 1 (TensorRT-LLM's collection, ``moe_ep_size``, ``moe_tp_size``) one
+    GPU's share of the layer: ``experts / ep`` local experts of width ``inter / tp``, `tokens`
+    the tokens entering the op (every token of the EP group, routed over all ``experts``; the
+    GPU runs the rows its local experts receive, ``tokens x topk / ep`` balanced), the
+    dispatch and combine left out."""
 
     dtype: str
     hidden: int
@@ -284,11 +290,18 @@ class MoETable:
     topk: int
     grid: Grid  # (tokens,)
     framework: str | None = None  # None: the folder's default table (moe.json)
+    ep: int = 1
+    tp: int = 1
 
     @property
     def op(self) -> str:
         """The op class read: ``moe/bf16``, ``moe/fp8@trtllm`` (``framework_op``)."""
         return framework_op(f"moe/{self.dtype}", self.framework)
+
+    @property
+    def local(self) -> tuple[int, int, int, int]:
+        """One GPU's configuration: (hidden, inter / tp, experts / ep, top_k)."""
+        return self.hidden, self.inter // self.tp, self.experts // self.ep, self.topk
 
     def distance(self, hidden: int, inter: int, experts: int, topk: int) -> float:
         """How far a configuration is from this one: an expert's work (hidden x inter) and the
@@ -301,19 +314,24 @@ class MoETable:
         )
 
     def exact(self, hidden: int, inter: int, experts: int, topk: int) -> bool:
-        return (self.hidden, self.inter, self.experts, self.topk) == (hidden, inter, experts, topk)
+        """Whether one GPU's configuration (its local experts and width) is this table's."""
+        return self.local == (hidden, inter, experts, topk)
 
 
 def moe_scaling(
     table: MoETable, hidden: int, inter: int, experts: int, topk: int
 ) -> tuple[float, float]:
-    """(factor on the tokens, factor on the time) a configuration is read at on `table`: as many
-    rows per expert (tokens x top_k / experts, the routing balanced), the time scaled by all the
-    experts' work at those rows (experts x hidden x inter): a grouped GEMM is one product per
-    expert, each streaming its weights. (1, 1) on its own configuration. Left out, each measured
-    configuration read off the nearest other: median 3-5% on bf16 (docs/gpu-time.md)."""
+    """(factor on the tokens, factor on the time) a configuration of `experts` experts on one GPU
+    is read at on `table`: as many rows per expert (tokens x top_k / experts, the routing
+    balanced; an EP table's tokens are the EP group's, routed over all its experts, so its own
+    local configuration reads at ``ep`` x the tokens), the time scaled by all the experts' work
+    at those rows (experts x hidden x inter, the table's on one GPU): a grouped GEMM is one
+    product per expert, each streaming its weights. (1, 1) on its own EP = TP = 1
+    configuration. Left out, each measured configuration read off the nearest other: median
+    3-5% on bf16 (docs/gpu-time.md)."""
     rows = (topk / experts) / (table.topk / table.experts)
-    return rows, experts * hidden * inter / (table.experts * table.hidden * table.inter)
+    _, t_inter, t_experts, _ = table.local
+    return rows, experts * hidden * inter / (t_experts * table.hidden * t_inter)
 
 
 def read_moe(table: MoETable, tokens: float, hidden: int, inter: int, experts: int, topk: int) -> Lookup:
@@ -355,6 +373,9 @@ class KernelTables:
 
     def __init__(self, folder: Path, framework: str | None = None) -> None:
         self.folder, self.name, self.framework = folder, folder.name, framework
+        # (EP, TP) of the engine these tables are read for: a routed-experts read takes the
+        # measured row of its configuration at that layout where one exists (``moe_table``)
+        self.experts_layout = (1, 1)
         self._nearest: dict[tuple[str, int, int, int, str], AttentionTable] = {}  # a sweep asks again
         present = [f for f in FILES if (folder / f).is_file()]
         if not present:
@@ -381,6 +402,24 @@ class KernelTables:
         return tables, sources
 
     @cached_property
+    def _moe_split(self) -> tuple[dict[str, tuple[MoETable, ...]], dict[tuple[Any, ...], MoETable]]:
+        """(dtype -> the EP = TP = 1 tables; (dtype, ep, tp, hidden, inter, experts, top_k) -> an
+        EP or TP table)."""
+        single = {d: tuple(t for t in ts if (t.ep, t.tp) == (1, 1)) for d, ts in self._moe[0].items()}
+        laid = {(d, t.ep, t.tp, t.hidden, t.inter, t.experts, t.topk): t
+                for d, ts in self._moe[0].items() for t in ts if (t.ep, t.tp) != (1, 1)}
+        return {d: ts for d, ts in single.items() if ts}, laid
+
+    def laid_out(self, ep: int, tp: int) -> KernelTables:
+        """These tables read for an engine whose experts run at EP `ep` and TP `tp` (the files
+        read once, shared)."""
+        if (ep, tp) == self.experts_layout:
+            return self
+        other = copy.copy(self)  # the cached files (in __dict__) are shared
+        other.experts_layout = (ep, tp)
+        return other
+
+    @cached_property
     def _mla(self) -> tuple[dict[str, tuple[MLATable, ...]], dict[str, dict[str, Any]]]:
         tables, sources = _read_mla(self.folder / "mla.json")
         if self.framework is not None:  # its phases in place of the default's
@@ -397,8 +436,14 @@ class KernelTables:
 
     @property
     def moe_tables(self) -> dict[str, tuple[MoETable, ...]]:
-        """dtype -> one tokens table per measured (hidden, inter, experts, top_k)."""
-        return self._moe[0]
+        """dtype -> one tokens table per measured (hidden, inter, experts, top_k), EP = TP = 1."""
+        return self._moe_split[0]
+
+    @property
+    def moe_parallel_tables(self) -> dict[tuple[Any, ...], MoETable]:
+        """(dtype, ep, tp, hidden, inter, experts, top_k) -> one GPU's share of a configuration
+        measured at EP or TP above 1 (``MoETable``)."""
+        return self._moe_split[1]
 
     @property
     def mla_tables(self) -> dict[str, tuple[MLATable, ...]]:
@@ -517,9 +562,19 @@ class KernelTables:
         return self._nearest[key]
 
     def moe_table(self, dtype: str, hidden: int, inter: int, experts: int, topk: int) -> MoETable | None:
-        """The MoE table a configuration reads at `dtype` (fp16 reads bf16's, as the GEMMs): its own,
-        else the nearest measured (``MoETable.distance``); None where the dtype has none."""
-        tables = self.moe_tables.get(dtype) or (self.moe_tables.get("bf16") if dtype == "fp16" else None)
+        """The MoE table one GPU's configuration (its local experts and width) reads at `dtype`
+        (fp16 reads bf16's, as the GEMMs): at ``experts_layout`` (EP, TP) other than (1, 1), the
+        row measured at that layout for the whole configuration (experts x EP, inter x TP) where
+        one exists; else its own EP = TP = 1 table, else the nearest measured
+        (``MoETable.distance``); None where the dtype has none."""
+        if dtype == "fp16" and dtype not in self.moe_tables:
+            dtype = "bf16"
+        ep, tp = self.experts_layout
+        if (ep, tp) != (1, 1):
+            laid = self.moe_parallel_tables.get((dtype, ep, tp, hidden, inter * tp, experts * ep, topk))
+            if laid is not None:
+                return laid
+        tables = self.moe_tables.get(dtype)
         if not tables:
             return None
         return min(tables, key=lambda t: t.distance(hidden, inter, experts, topk))
@@ -734,13 +789,19 @@ def _read_moe(
         tables = []
         for j, c in enumerate(_list(file, t, "configs")):
             where = f"tables[{i}] ({dtype}).configs[{j}]"
-            for field in ("hidden", "inter", "experts", "topk"):
-                if not isinstance(c.get(field), int) or isinstance(c[field], bool) or c[field] <= 0:
+            layout = {"ep": c.get("ep", 1), "tp": c.get("tp", 1)}  # absent: one GPU, no parallelism
+            for field, value in (*((f, c.get(f)) for f in ("hidden", "inter", "experts", "topk")),
+                                 *layout.items()):
+                if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                     raise _bad(file, where, field, "must be a positive integer")
             if c["topk"] > c["experts"]:
                 raise _bad(file, where, "topk", f"{c['topk']} experts a token, but only {c['experts']}")
+            for field, whole in (("ep", "experts"), ("tp", "inter")):
+                if c[whole] % layout[field]:
+                    raise _bad(file, where, field, f"{layout[field]} does not divide {whole} {c[whole]}")
             grid = _grid(file, where, c, ("tokens",), (1,))
-            tables.append(MoETable(dtype, c["hidden"], c["inter"], c["experts"], c["topk"], grid, framework))
+            tables.append(MoETable(dtype, c["hidden"], c["inter"], c["experts"], c["topk"], grid, framework,
+                                   layout["ep"], layout["tp"]))
         moe[dtype] = tuple(tables)
     return moe, sources
 
@@ -783,11 +844,19 @@ def _list(file: Path, data: Any, field: str) -> list[dict[str, Any]]:
     return items
 
 
-def load_kernels(name: str, framework: str | None = None) -> KernelTables:
+def load_kernels(name: str, framework: str | None = None, experts: tuple[int, int] = (1, 1)) -> KernelTables:
     """The bundled tables of `name` (a folder of specs/kernels/), each file read once per process
     when first needed; with `framework`, its own MoE and MLA tables where the folder has them
-    (``moe.<framework>.json``), the defaults elsewhere."""
+    (``moe.<framework>.json``), the defaults elsewhere; `experts`: the (EP, TP) the routed
+    experts run at (``KernelTables.moe_table``)."""
+    if experts != (1, 1):
+        return _laid_out(name, framework, experts)
     return _load_kernels(name, framework)  # one cache key however the framework is passed
+
+
+@lru_cache(maxsize=64)
+def _laid_out(name: str, framework: str | None, experts: tuple[int, int]) -> KernelTables:
+    return _load_kernels(name, framework).laid_out(*experts)
 
 
 @lru_cache(maxsize=16)
