@@ -147,8 +147,8 @@ def settle(folder: Path, spec_files: bool) -> list[str]:
 
 #: Examples per command: a few hundred in all, about a minute on 2 cores. measure builds and runs a
 #: PyTorch model (on cpu when --device cpu is drawn): fewer.
-EXAMPLES = {"measure": 6}
-SETTINGS = settings(max_examples=14, deadline=None, derandomize=True, database=None,
+EXAMPLES = {"measure": 6, "formula": 6, "plan": 8}  # the slowest commands: fewer draws
+SETTINGS = settings(max_examples=10, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                            HealthCheck.filter_too_much])
 

@@ -42,7 +42,7 @@ def _show(data: dict, **shape) -> str:
     return f"shape {shape}, spec:\n{yaml.safe_dump(data, sort_keys=False)}"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=specs(), batch=st.integers(1, 3), seq=st.integers(1, 12), enc_seq=st.integers(1, 6))
 def test_random_specs_count_exactly(data: dict, batch: int, seq: int, enc_seq: int) -> None:
     """Every phase of a random spec: parameters, matmul FLOPs and KV cache equal the formulas."""
@@ -73,7 +73,7 @@ def decode_matches_prefill(spec: Spec, seq: int, enc_seq: int = 3, batch: int = 
     return full, step
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=specs(), seq=st.integers(1, 12))
 def test_random_specs_decode_from_cache(data: dict, seq: int) -> None:
     """A decode step from the prefill's cache computes what a full forward computes."""
