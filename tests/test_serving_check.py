@@ -67,3 +67,34 @@ def test_cells_left_out_say_why(why: str) -> None:
                                                                             and c["spec"] is None))
     r = sv.check(cell)
     assert r.run is None and r.why
+
+
+def test_step_parts_add_up_to_the_step() -> None:
+    """bench/step_parts.py's split of a decode step (docs/serving.md, "Llama 4 on an H100") is the
+    step the run uses: its parts sum to ``deploy.step``'s tabulated step at the same batch, and the
+    attention core is the fp8 cache read at the bf16 kernel's rate (TensorRT-LLM's XQA), below the
+    table's own fp8 read."""
+    path = ROOT / "bench" / "step_parts.py"
+    spec = importlib.util.spec_from_file_location("step_parts", path)
+    assert spec is not None and spec.loader is not None
+    sp = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = sp
+    spec.loader.exec_module(sp)
+    import numpy as np
+
+    from costmodel.deploy.step import step_times
+    from costmodel.runtime.timing import predict
+
+    cell = next(c for c in sv.load("trtllm_perf_overview.json") if c.get("spec") == "llama-4-scout"
+                and c["gpu"] == "h100-sxm" and (c["isl"], c["osl"]) == (128, 2048))
+    s = sv.setup(cell)
+    n, context = 187, 1152
+    parts = sp.step_parts(s.shard, s.cluster, n, context)
+    assert set(parts) >= {"routed experts", "shared expert", "attention core", "router", "collectives"}
+    assert all(v > 0 for v in parts.values())
+    times = step_times(s.shard, s.cluster, 256, context, np.array([128.0]))
+    a, z = np.array([float(n)]), np.zeros(1)
+    assert sum(parts.values()) == pytest.approx(float(times.step(a, z, z, a)[0]), rel=2e-3)
+    table = sum(r.time_s for r in predict(s.shard.analyze("decode", n, context), s.shard.device(s.cluster),
+                                          s.shard.kernels).rows if r.key.attention_core)
+    assert parts["attention core"] < 0.9 * table
