@@ -2,7 +2,8 @@
 values by comparisons, a size table's arrays and envelope, a shape table read at its number axes
 (``at_numbers``) and interpolated over its array axes (``positions``, ``interpolate``: separable
 over (seq, 1) and (1, batch) axes), a shape table's log envelope, built once per table, and a
-log-log size table's envelope as a log-log table (``log_envelope_table``); ``prepared``: what a sweep reads of one profile whatever its points, built once and kept.
+log-log size table's envelope as a log-log table (``log_envelope_table``); ``prepared``: what
+a sweep reads of one profile whatever its points, built once and kept.
 """
 
 from __future__ import annotations
@@ -253,9 +254,24 @@ class Prepared:
         fresh = eff.first_touch  # the least size with a first-touch cost
         self.fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
                                None) if fresh else None
-        self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``GridRates._envelope_arrays``
+        self.bandwidth = bandwidth
+        self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``memory_steps``
         self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._curve``
         self.fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._fresh_steps``
+
+    def memory_steps(self, ops: int) -> tuple[np.ndarray, ...]:
+        """A step memory table for `ops` ops (``GridRates._memory_steps``): its grid x ops, seconds
+        per byte of each step (the first below the grid), ops / (bandwidth x above[i]) (inf: none
+        faster)."""
+        hit = self.envelopes.get(ops)
+        if hit is None:
+            table, bw = self.eff.memory, self.bandwidth
+            e = table.efficiency
+            hit = self.envelopes[ops] = (
+                np.asarray(table.bytes, dtype=float) * ops,
+                np.asarray([1 / (bw * v) for v in (e[0], *e)]),
+                np.asarray([ops / (bw * r) if r else math.inf for r in table.above]))
+        return hit
 
 
 #: (id of the Efficiency, dtype, peak, bandwidth) -> its ``Prepared``

@@ -23,7 +23,9 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   T array, a weight's forward and
   backward products the same shapes in another order, two norms the same bytes; a
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
-  linear share one lookup; a step table of a few sizes is a few comparisons;
+  linear share one lookup; a step table of a few sizes is a few comparisons; an array that
+  is a number times one whose log was taken (most components' bytes are a number times T)
+  gets its log as that log plus the number's (``_multiple_log``: to 1e-15, a pass for a log);
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time;
 - a size table whose time already rises with the size (``time_rises``: log-log segments of
@@ -42,7 +44,10 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
 What costs time at 10,000 points is the number of passes over the arrays (each allocates and
 writes 80 KB) and Python per component, so the code avoids passes that change nothing (adding
 0.0, multiplying by 1, a maximum with a floor below every point); the tree builds what layer
-groups share once (``model._layer``), and the merge above then sees the same objects.
+groups share once (``model._layer``), and the merge above then sees the same objects. Lookups
+are not stacked across components into one array: at 10,000 points a (15, 100, 100) memory
+lookup took 1.6x the time of 15 separate ones (the stacked arrays leave the cache; numpy's
+call overhead is a few us against 100-300 us of work a pass), bench/README.md's fourth pass.
 
 A program that sweeps at scale should first ask glibc to keep freed heap
 (``costmodel.measure.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
@@ -154,7 +159,6 @@ class GridRates:
         c = self._profile = prepared(eff, peak, bandwidth, dtype)
         self._log_table, self._grids, self._axes = c.log_table, c.grids, c.axes
         self._least_memory, self._memory_log, self._fresh_from = c.least_memory, c.memory_log, c.fresh_from
-        self._envelopes = c.envelopes
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._alias: dict[int, tuple[np.ndarray, int]] = {}
         self._by_value: dict[tuple[Any, ...], list[np.ndarray]] = {}
@@ -232,26 +236,12 @@ class GridRates:
         """A step memory table's moved / (bandwidth x max(e(x), x above[i])) (x = moved / ops, i
         the grid points <= x: ``efficiency._lookup``'s envelope) as the least of moved x the
         step's seconds per byte and a bigger point's ops / (bandwidth above[i]); i found on the
-        grid times ops (no pass for x)."""
-        points, per_byte, bigger = self._envelope_arrays(ops)
+        grid times ops (no pass for x; ``Prepared.memory_steps``)."""
+        points, per_byte, bigger = self._profile.memory_steps(ops)
         i = points.searchsorted(moved, side="right")  # (the method: no wrapper)
         t = moved * per_byte[i]
         out: np.ndarray = np.minimum(t, bigger[i], out=t)
         return out
-
-    def _envelope_arrays(self, ops: int) -> tuple[np.ndarray, ...]:
-        """A step memory table for `ops` ops (``_memory_steps``): its grid x ops, seconds per
-        byte of each step (the first below the grid), ops / (bandwidth x above[i]) (inf: none
-        faster)."""
-        hit = self._envelopes.get(ops)
-        if hit is None:
-            table, bw = self.eff.memory, self.bandwidth
-            e = table.efficiency
-            hit = self._envelopes[ops] = (
-                np.asarray(table.bytes, dtype=float) * ops,
-                np.asarray([1 / (bw * v) for v in (e[0], *e)]),
-                np.asarray([ops / (bw * r) if r else math.inf for r in table.above]))
-        return hit
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
         # The bytes at the memory table's least efficiency bound the memory time from above:
@@ -444,7 +434,8 @@ class GridRates:
 
     def _new_log(self, x: np.ndarray) -> np.ndarray:
         if not x.min() > 0:
-            return np.log(np.maximum(x, 1e-300))
+            floored: np.ndarray = np.log(np.maximum(x, 1e-300))
+            return floored
         logs = self._multiple_log(x)
         if logs is None:
             logs = np.log(x)
