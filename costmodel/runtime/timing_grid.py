@@ -436,7 +436,7 @@ class GridRates:
         if not x.min() > 0:
             floored: np.ndarray = np.log(np.maximum(x, 1e-300))
             return floored
-        logs = self._multiple_log(x)
+        logs = self._multiple_log(x) if x.size >= 1024 else None  # (a small log costs less than the test)
         if logs is None:
             logs = np.log(x)
             self._logged.setdefault(x.shape, []).append((x, logs))
