@@ -23,9 +23,10 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   T array, a weight's forward and
   backward products the same shapes in another order, two norms the same bytes; a
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
-  linear share one lookup; a step table of a few sizes is a few comparisons; an array that
-  is a number times one whose log was taken (most components' bytes are a number times T)
-  gets its log as that log plus the number's (``_multiple_log``: to 1e-15, a pass for a log);
+  linear share one lookup; a step table of a few sizes is a few comparisons; an array (of
+  1,024 points or more) that is a number times one whose log was taken (most components'
+  bytes are a number times T) gets its log as that log plus the number's (``_multiple_log``:
+  to 1e-15, a pass for a log);
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time;
 - a size table whose time already rises with the size (``time_rises``: log-log segments of
