@@ -224,12 +224,14 @@ def linear(tokens: Num, d_in: Num, d_out: Num, bias: bool, p: Num, saves_input: 
     # Sizes before tokens in products: one array operation each when tokens is an array (the
     # time grid); the same integers and sympy products either way.
     flops = 2 * d_in * d_out * tokens
+    # Over arrays, the sizes' sum first: two passes, not five (integers below 2^53: the same floats)
+    moved = (p * (d_in + d_out)) * tokens if is_array(tokens) else p * (d_in * tokens + d_out * tokens)
     return Cost(
         params=params,
         matmul=flops,
         matmul_eff=flops,
         other=d_out * tokens if bias else 0,
-        bytes_unfused=p * (d_in * tokens + d_out * tokens) + read,
+        bytes_unfused=moved + read,
         weights_read=read,
         gemms=(gemm(1, tokens, d_in, d_out),),
         saved=p * d_in * tokens if saves_input else 0,

@@ -180,6 +180,29 @@ def test_a_step_table_with_repeated_values_reads_as_the_whole_table(values) -> N
     assert np.array_equal(step(grid, values, x), want)
 
 
+@pytest.mark.parametrize("efficiency", [
+    [0.05, 0.5, 0.95, 0.35, 0.8, 0.2, 0.65, 0.05, 0.5],  # the calibrated-style profile's memory table
+    [0.1, 0.9, 0.2, 0.3],  # a bigger size's rate takes over below the grid (above[0] is e_1 / g_1)
+    [0.2, 0.8, 0.9, 0.95],  # time falls on the first segment only
+])
+def test_a_log_table_on_its_envelope_is_a_log_table(efficiency) -> None:
+    """``grid_lookup.log_envelope_table`` (the grid plus the crossings where a bigger size's rate
+    takes over) read by one log-log interpolation gives ``efficiency._lookup``'s envelope at
+    every size: below, on, between and past the grid points."""
+    from costmodel.devices.efficiency import _lookup, rates_above
+    from costmodel.runtime.grid_lookup import log_envelope_table
+
+    grid = [4.0 ** (6 + k) for k in range(len(efficiency))]
+    above = rates_above(grid, efficiency)
+    log_x, log_e = log_envelope_table(grid, efficiency, above)
+    x = np.geomspace(grid[0] / 64, grid[-1] * 64, 2001)
+    x = np.concatenate([x, grid, np.asarray(grid) * (1 + 1e-12), np.asarray(grid) * (1 - 1e-12)])
+    want = np.array([_lookup(grid, efficiency, v, "log", above) for v in x])
+    got = np.exp(np.interp(np.log(x), log_x, log_e))
+    assert np.max(np.abs(got / want - 1)) < 1e-13
+    assert len(log_x) > len(grid)  # the crossings are points of their own
+
+
 def test_freed_heap_is_kept_on_glibc() -> None:
     """``keep_freed_heap`` sets glibc's trim and mmap thresholds (once: it answers the same
     after); elsewhere it does nothing and says so."""

@@ -1,8 +1,9 @@
 """The numpy lookups of the table kinds ``runtime.timing_grid`` reads over arrays: a step table's
 values by comparisons, a size table's arrays and envelope, a shape table read at its number axes
 (``at_numbers``) and interpolated over its array axes (``positions``, ``interpolate``: separable
-over (seq, 1) and (1, batch) axes), and a shape table's log envelope, built once per table;
-``prepared``: what a sweep reads of one profile whatever its points, built once and kept.
+over (seq, 1) and (1, batch) axes), a shape table's log envelope, built once per table, and a
+log-log size table's envelope as a log-log table (``log_envelope_table``); ``prepared``: what
+a sweep reads of one profile whatever its points, built once and kept.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, MemoryTable, _position
+from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable, MemoryTable, _lookup, _position
 
 #: A step table of at most this many sizes is read by comparisons (faster than a search).
 _COMPARE = 4
@@ -176,6 +177,39 @@ def _read(flat: np.ndarray, base: np.ndarray, steps: list[tuple[int, np.ndarray]
     return hi
 
 
+def log_envelope_table(grid: list[float], efficiency: list[float],
+                       above: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """A log-log size table on its time envelope (``efficiency._lookup``: max(e(x), x above[i]),
+    i the grid points <= x) as a log-log table itself: (log sizes, log efficiency), read by one
+    ``np.interp`` (held at both ends) as the table is where its time rises (``time_rises``).
+
+    In log size u, e is linear between grid points (constant past the ends) and x above[i] is
+    u + log above[i] with i constant there, so their maximum is linear between the grid points
+    and the one point of each interval where the two lines cross (below the grid too: above[0]
+    is a bigger point's rate; above the grid above[n] = 0, nothing faster). At each of these
+    points the value is ``_lookup``'s own; the envelope is continuous at the grid points (at
+    g_j both sides give max(e_j, g_j above[j + 1])), so the interpolation is the envelope, to
+    the rounding of the crossing's abscissa."""
+    lg, le = [math.log(g) for g in grid], [math.log(e) for e in efficiency]
+    points: list[tuple[float, float]] = []  # (u, x) with x = e^u, the grid's own sizes exactly
+    for j in range(-1, len(grid) - 1):  # the interval below grid[j + 1] (j = -1: below the grid)
+        if j >= 0:
+            points.append((lg[j], grid[j]))
+        if not above[j + 1]:
+            continue
+        s = 0.0 if j < 0 else (le[j + 1] - le[j]) / (lg[j + 1] - lg[j])
+        if s == 1:  # parallel lines: no crossing inside
+            continue
+        # le[j] + s (u - lg[j]) = u + log above[j + 1] (below the grid: le[0] = u + log above[0])
+        la = math.log(above[j + 1])
+        u = le[0] - la if j < 0 else (la - le[j] + s * lg[j]) / (s - 1)
+        if (j < 0 or lg[j] < u) and u < lg[j + 1]:
+            points.append((u, math.exp(u)))
+    points.append((lg[-1], grid[-1]))
+    log_e = [math.log(_lookup(grid, efficiency, x, "log", above)) for _, x in points]
+    return np.asarray([u for u, _ in points]), np.asarray(log_e)
+
+
 #: table id -> (the table, log of its envelope): a measured table has 35,816 points, and a sweep
 #: builds a ``GridRates`` a call (the table is held, so its id stays its own).
 _LOG_ENVELOPES: dict[int, tuple[MatmulTable, np.ndarray]] = {}
@@ -208,17 +242,36 @@ class Prepared:
             self.grids = (table.M, table.N, table.K)
             self.axes = tuple(np.log(np.asarray(g, dtype=float)) for g in self.grids)
         self.least_memory = min(eff.memory.efficiency)
-        memory = eff.memory  # a log-log table that is its own envelope: log bytes, log seconds per byte
-        self.memory_log = ((np.log(np.asarray(memory.bytes, dtype=float)),
-                            -(np.log(np.asarray(memory.efficiency, dtype=float)) + math.log(bandwidth)))
-                           if memory.interpolation == "log" and len(memory.bytes) > 1 and memory.time_rises
-                           else None)
+        # a log-log memory table on its envelope (the table itself where its time rises): log
+        # bytes, log seconds per byte
+        memory = eff.memory
+        self.memory_log: tuple[np.ndarray, np.ndarray] | None = None
+        if memory.interpolation == "log" and len(memory.bytes) > 1:
+            log_bytes, log_e = ((np.log(np.asarray(memory.bytes, dtype=float)),
+                                 np.log(np.asarray(memory.efficiency, dtype=float))) if memory.time_rises
+                                else log_envelope_table(memory.bytes, memory.efficiency, memory.above))
+            self.memory_log = log_bytes, -(log_e + math.log(bandwidth))
         fresh = eff.first_touch  # the least size with a first-touch cost
         self.fresh_from = next((b for b, r in zip(fresh.bytes, fresh.s_per_byte, strict=True) if r),
                                None) if fresh else None
-        self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``GridRates._envelope_arrays``
+        self.bandwidth = bandwidth
+        self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``memory_steps``
         self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._curve``
         self.fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._fresh_steps``
+
+    def memory_steps(self, ops: int) -> tuple[np.ndarray, ...]:
+        """A step memory table for `ops` ops (``GridRates._memory_steps``): its grid x ops, seconds
+        per byte of each step (the first below the grid), ops / (bandwidth x above[i]) (inf: none
+        faster)."""
+        hit = self.envelopes.get(ops)
+        if hit is None:
+            table, bw = self.eff.memory, self.bandwidth
+            e = table.efficiency
+            hit = self.envelopes[ops] = (
+                np.asarray(table.bytes, dtype=float) * ops,
+                np.asarray([1 / (bw * v) for v in (e[0], *e)]),
+                np.asarray([ops / (bw * r) if r else math.inf for r in table.above]))
+        return hit
 
 
 #: (id of the Efficiency, dtype, peak, bandwidth) -> its ``Prepared``

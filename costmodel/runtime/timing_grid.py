@@ -23,13 +23,19 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   T array, a weight's forward and
   backward products the same shapes in another order, two norms the same bytes; a
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
-  linear share one lookup; a step table of a few sizes is a few comparisons;
+  linear share one lookup; a step table of a few sizes is a few comparisons; an array (of
+  1,024 points or more) that is a number times one whose log was taken (most components'
+  bytes are a number times T) gets its log as that log plus the number's (``_multiple_log``:
+  to 1e-15, a pass for a log);
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time;
 - a size table whose time already rises with the size (``time_rises``: log-log segments of
-  slope <= 1) is read as it stands; another (a step table, Calculon's) is read on its time
-  envelope with the step's own index (``_size_efficiency``); a shape table's envelope is in
-  its grid (``MatmulTable.envelope``), so its lookup is unchanged;
+  slope <= 1) is read as it stands; another log-log memory table is read on its envelope as a
+  log-log table itself (``grid_lookup.log_envelope_table``: the grid and the points where a
+  bigger size's rate takes over, built once per profile), so its lookup is the same one
+  interpolation and exp; a step table (Calculon's) on its time envelope with the step's own
+  index (``_size_efficiency``, ``_memory_steps``); a shape table's envelope is in its grid
+  (``MatmulTable.envelope``), so its lookup is unchanged;
 - the physics floor (``GridRates.roof``, ``at_least``) is written into arrays made for it,
   in place, and a component with no FLOPs of its own makes no pass for them;
 - a weight's three products (forward, dA, dB: 2MKN FLOPs each) share one multiply by their
@@ -39,7 +45,10 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
 What costs time at 10,000 points is the number of passes over the arrays (each allocates and
 writes 80 KB) and Python per component, so the code avoids passes that change nothing (adding
 0.0, multiplying by 1, a maximum with a floor below every point); the tree builds what layer
-groups share once (``model._layer``), and the merge above then sees the same objects.
+groups share once (``model._layer``), and the merge above then sees the same objects. Lookups
+are not stacked across components into one array: at 10,000 points a (15, 100, 100) memory
+lookup took 1.6x the time of 15 separate ones (the stacked arrays leave the cache; numpy's
+call overhead is a few us against 100-300 us of work a pass), bench/README.md's fourth pass.
 
 A program that sweeps at scale should first ask glibc to keep freed heap
 (``costmodel.measure.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
@@ -151,10 +160,10 @@ class GridRates:
         c = self._profile = prepared(eff, peak, bandwidth, dtype)
         self._log_table, self._grids, self._axes = c.log_table, c.grids, c.axes
         self._least_memory, self._memory_log, self._fresh_from = c.least_memory, c.memory_log, c.fresh_from
-        self._envelopes = c.envelopes
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._alias: dict[int, tuple[np.ndarray, int]] = {}
         self._by_value: dict[tuple[Any, ...], list[np.ndarray]] = {}
+        self._logged: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # ``_multiple_log``
 
     # --- Rates --------------------------------------------------------------------------------
 
@@ -215,43 +224,25 @@ class GridRates:
         table = self.eff.memory
         if self._memory_log is not None:
             # In log space: moved / (bandwidth x e(moved / ops)) with log(1 / (bandwidth x e))
-            # read at log moved on the grid shifted by log ops (no per-op array), exponentiated once.
+            # read at log moved on the grid shifted by log ops (no per-op array), exponentiated
+            # once; e on its envelope, itself a log-log table (``grid_lookup.log_envelope_table``).
             grid, log_s = self._memory_log
             return self._lookup("memory", (ops,), [moved], lambda: moved * self._exp_interp(
                 self._log(moved), grid + math.log(ops), log_s, ("memory", ops)))
         if len(table.bytes) == 1:  # one size: its value everywhere, as ``_lookup`` holds it
             return moved / (self.bandwidth * table.efficiency[0])
-        return self._lookup("memory", (ops,), [moved], lambda: self._memory_envelope(moved, ops))
+        return self._lookup("memory", (ops,), [moved], lambda: self._memory_steps(moved, ops))
 
-    def _memory_envelope(self, moved: np.ndarray, ops: int) -> np.ndarray:
-        """moved / (bandwidth x max(e(x), x above[i])) (x = moved / ops, i the grid points <= x:
-        ``efficiency._lookup``'s envelope) as the least of moved / (bandwidth e(x)) and a bigger
-        point's ops / (bandwidth above[i]); i found on the grid times ops (no pass for x)."""
-        table = self.eff.memory
-        points, per_byte, bigger, log_grid, log_s = self._envelope_arrays(ops)
+    def _memory_steps(self, moved: np.ndarray, ops: int) -> np.ndarray:
+        """A step memory table's moved / (bandwidth x max(e(x), x above[i])) (x = moved / ops, i
+        the grid points <= x: ``efficiency._lookup``'s envelope) as the least of moved x the
+        step's seconds per byte and a bigger point's ops / (bandwidth above[i]); i found on the
+        grid times ops (no pass for x; ``Prepared.memory_steps``)."""
+        points, per_byte, bigger = self._profile.memory_steps(ops)
         i = points.searchsorted(moved, side="right")  # (the method: no wrapper)
-        if table.interpolation == "step":
-            t = moved * per_byte[i]
-        else:
-            t = moved * np.exp(np.interp(self._log(moved), log_grid, log_s))
+        t = moved * per_byte[i]
         out: np.ndarray = np.minimum(t, bigger[i], out=t)
         return out
-
-    def _envelope_arrays(self, ops: int) -> tuple[np.ndarray, ...]:
-        """The memory table for `ops` ops (``_memory_envelope``): its grid x ops, seconds per byte
-        of each step (the first below the grid), ops / (bandwidth x above[i]) (inf: none
-        faster), the log grid x ops, log seconds per byte."""
-        hit = self._envelopes.get(ops)
-        if hit is None:
-            table, bw = self.eff.memory, self.bandwidth
-            e = table.efficiency
-            hit = self._envelopes[ops] = (
-                np.asarray(table.bytes, dtype=float) * ops,
-                np.asarray([1 / (bw * v) for v in (e[0], *e)]),
-                np.asarray([ops / (bw * r) if r else math.inf for r in table.above]),
-                np.log(np.asarray(table.bytes, dtype=float)) + math.log(ops),
-                -(np.log(np.asarray(e, dtype=float)) + math.log(bw)))
-        return hit
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
         # The bytes at the memory table's least efficiency bound the memory time from above:
@@ -368,7 +359,9 @@ class GridRates:
                     return float(lo)
             if len(arrays) == 2 and x.size > 4 * (M.size + per.size) and M.min() > 0 and per.min() > 0:
                 # an outer product (seq x batch): its log is the sum of theirs, 200 logs, not 10,000
-                self._remember("log", (), [x], self._log(M) + self._log(per))
+                logs = self._log(M) + self._log(per)
+                self._remember("log", (), [x], logs)
+                self._logged.setdefault(x.shape, []).append((x, logs))
             return x
 
         return self._lookup("stack", numbers, arrays, stack)
@@ -398,7 +391,7 @@ class GridRates:
             return hit[1]
         prints = (a.shape, a.item(0), a.item(-1), a.item(a.size // 2))
         seen = self._by_value.setdefault(prints, [])
-        same = next((b for b in seen if np.array_equal(a, b)), None)
+        same = next((b for b in seen if (a == b).all()), None)  # (shapes equal: the prints hold them)
         if same is None:
             seen.append(a)
             same = a
@@ -437,9 +430,36 @@ class GridRates:
         return out
 
     def _log(self, x: np.ndarray) -> np.ndarray:  # a zero size (not run): the grid's first point
-        logs: np.ndarray = self._lookup("log", (), [x],
-                                        lambda: np.log(x if x.min() > 0 else np.maximum(x, 1e-300)))
+        logs: np.ndarray = self._lookup("log", (), [x], lambda: self._new_log(x))
         return logs
+
+    def _new_log(self, x: np.ndarray) -> np.ndarray:
+        if not x.min() > 0:
+            floored: np.ndarray = np.log(np.maximum(x, 1e-300))
+            return floored
+        logs = self._multiple_log(x) if x.size >= 1024 else None  # (a small log costs less than the test)
+        if logs is None:
+            logs = np.log(x)
+            self._logged.setdefault(x.shape, []).append((x, logs))
+        return logs
+
+    def _multiple_log(self, x: np.ndarray) -> np.ndarray | None:
+        """log x as log r + log y where x = r y to 1e-15 at every point, y an array of x's shape
+        logged before (two passes and two reductions for a log, an eighth of its time here): a
+        component's bytes are most often a number times a layer's tokens T = B x S, whose log
+        ``_stacked`` has. The logs differ by at most 1e-15, the times by about as much
+        relative (tests/test_timing_grid.py holds them to 1e-12)."""
+        n = x.size
+        for y, logs in self._logged.get(x.shape, ())[:8]:
+            r = x.item(0) / y.item(0)
+            if not all(abs(r * y.item(k) - x.item(k)) <= 1e-15 * x.item(k) for k in (-1, n // 2, n // 3)):
+                continue
+            ratio = y * r
+            ratio /= x
+            if ratio.min() >= 1 - 1e-15 and ratio.max() <= 1 + 1e-15:
+                out: np.ndarray = logs + math.log(r)
+                return out
+        return None
 
     def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> Any:
         """1 / (peak x the table's efficiency) of (M x K) @ (K x N), some of them arrays (the
