@@ -43,7 +43,7 @@ from costmodel.components.key import Key, Role
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
-from costmodel.precision import DEFAULT_GROUP, Widths, weight_bytes_of
+from costmodel.precision import DEFAULT_GROUP, Widths, linears_of, weight_bytes_of
 from costmodel.spec import LayerKind, Position, Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -439,9 +439,11 @@ def _span(shape: dict[str, int], key: Key) -> int:
 
 def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int) -> dict[Key, int]:
     """Inference weights by component at `weights_dtype`, the rest at `p` (``costmodel.precision``:
-    int8/int4 the linear layers' matrices but the LM head's, mxfp4 the routed experts')."""
+    fp8 the linear layers' matrices but the LM head's and the router's, int8/int4 the linear
+    layers' but the LM head's, mxfp4 the routed experts')."""
     return {key: weight_bytes_of(int(c.params), int(c.matrices), weights_dtype, p, group_size,
-                                 lm_head=key.is_lm_head, routed_expert=key.routed_expert)
+                                 lm_head=key.is_lm_head, routed_expert=key.routed_expert, router=key.is_router,
+                                 linears=linears_of(int(c.matrices), ((int(k), int(n)) for *_, k, n in c.gemms)))
             for key, c in costs.items() if c.params}
 
 
