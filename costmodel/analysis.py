@@ -302,8 +302,9 @@ def analyze(
     dims = model.numeric_dims(spec, shape, p, mla, routing, p_kv=p_kv)
     costs = model.tree(spec, dims)
     weight_bytes = None
-    if precision.requantises(dtype):
-        costs, weight_bytes = _at_weight_width(costs, precision.weights or dtype, precision.group_size, p, int)
+    if not ph.training and precision.requantises(dtype):  # training holds --dtype's width
+        held_as = precision.weights or dtype
+        costs, weight_bytes = _at_weight_width(costs, held_as, precision.group_size, p, int)
     rows = tuple(_row(key, ph, cost) for key, cost in costs.items())
     largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
                                               "kv_cache")) for r in rows)
@@ -362,7 +363,7 @@ def _at_weight_width(costs: dict[Key, Cost], held_as: str, group_size: int, p: i
         matrices = count(c.matrices)
         held = weight_bytes_of(params, matrices, held_as, p, group_size, lm_head=key.is_lm_head,
                                routed_expert=key.routed_expert, router=key.is_router,
-                               linears=linears_of(matrices, ((count(k), count(n)) for *_, k, n in c.gemms)))
+                               linears=linears_of(matrices, c.gemms, count))
         total += held
         share = Fraction(held, p * params)
         read = c.weights_read * share
@@ -407,7 +408,7 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "un
     p = DTYPE_BYTES[dtype]
     p_kv = sym.p * sympy.Rational(DTYPE_BYTES[widths.kv], p) if widths.kv not in (None, dtype) else None
     costs = model.tree(spec, model.symbolic_dims(spec, mla, routing, p_kv=p_kv))
-    if widths.requantises(dtype):
+    if not ph.training and widths.requantises(dtype):
         values = model.spec_values(spec)
         costs, _ = _at_weight_width(costs, widths.weights or dtype, widths.group_size, p,
                                     lambda x: int(sympy.sympify(x).xreplace(values)))

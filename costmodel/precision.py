@@ -43,8 +43,8 @@ recipe), so these are inference options.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from costmodel.errors import AnalysisError
@@ -99,12 +99,14 @@ def weight_bytes_of(params: int, matrices: int, weights_dtype: str, p: int, grou
     return quantised * INT_BITS[weights_dtype] // 8 + scales + rest
 
 
-def linears_of(matrices: int, shapes: Iterable[tuple[int, int]]) -> int:
+def linears_of(matrices: int, gemms: Iterable[tuple[Any, ...]], count: Callable[[Any], int] = int) -> int:
     """How many weight tensors a component's `matrices` weights are: over the first (k, n) of its
-    GEMMs' `shapes` that divides them (one layer's projection, or one expert's), else 1."""
-    for k, n in shapes:
-        if k * n and matrices % (k * n) == 0:
-            return max(1, matrices // (k * n))
+    GEMMs (``Cost.gemms``: count, m, k, n; `count` makes a size an integer) that divides them (one
+    layer's projection, or one expert's), else 1."""
+    for *_, k, n in gemms:
+        kn = count(k) * count(n)
+        if kn and matrices % kn == 0:
+            return max(1, matrices // kn)
     return 1
 
 

@@ -438,12 +438,10 @@ def _span(shape: dict[str, int], key: Key) -> int:
 
 
 def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int) -> dict[Key, int]:
-    """Inference weights by component at `weights_dtype`, the rest at `p` (``costmodel.precision``:
-    fp8 the linear layers' matrices but the LM head's and the router's, int8/int4 the linear
-    layers' but the LM head's, mxfp4 the routed experts')."""
+    """Inference weights by component at `weights_dtype` (``costmodel.precision``'s one rule)."""
     return {key: weight_bytes_of(int(c.params), int(c.matrices), weights_dtype, p, group_size,
-                                 lm_head=key.is_lm_head, routed_expert=key.routed_expert, router=key.is_router,
-                                 linears=linears_of(int(c.matrices), ((int(k), int(n)) for *_, k, n in c.gemms)))
+                                 lm_head=key.is_lm_head, routed_expert=key.routed_expert,
+                                 router=key.is_router, linears=linears_of(int(c.matrices), c.gemms))
             for key, c in costs.items() if c.params}
 
 
