@@ -136,10 +136,12 @@ def _times(shard: Shard, cluster: Cluster, phase: str, batch: np.ndarray, seq: n
         if shard.widths.requantises(shard.dtype) and hw.tables_for("bf16"):
             # fp8 weights at --dtype fp8: the LM head, embedding and router an FP8 checkpoint
             # leaves in bf16 (``costmodel.precision``) run as bf16 GEMMs and gathers
-            return (predict_grid(local, phase, batch, seq, hw, shard.dtype, shard.kernels, mla=shard.mla,
-                                 select=lambda k: select(k) and not held_wide(k))
-                    + predict_grid(local, phase, batch, seq, hw, "bf16", shard.kernels, mla=shard.mla,
-                                   select=lambda k: select(k) and held_wide(k)))
+            narrow = predict_grid(local, phase, batch, seq, hw, shard.dtype, shard.kernels, mla=shard.mla,
+                                  select=lambda k: select(k) and not held_wide(k))
+            wide = predict_grid(local, phase, batch, seq, hw, "bf16", shard.kernels, mla=shard.mla,
+                                select=lambda k: select(k) and held_wide(k))
+            both: np.ndarray = narrow + wide
+            return both
         return predict_grid(local, phase, batch, seq, hw, shard.dtype, shard.kernels, mla=shard.mla,
                             select=select)
     b, s = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(seq, dtype=float))
