@@ -3,9 +3,9 @@
 One formula per idea; the phase is a substitution, as everywhere else:
 
 - **weights**: every parameter at the recipe's width (training), or at the weight dtype
-  (inference: bf16, fp8, or int8/int4 weight-only quantisation of the linear layers' matrices
-  with one fp16 scale per group of ``group_size`` weights, GPTQ/AWQ-style; embeddings, norms,
-  biases and the LM head stay at the activation width);
+  (inference, ``costmodel.precision``'s rule: fp8 as FP8 checkpoints hold it, int8/int4 the linear
+  layers' matrices with one fp16 scale per group of ``group_size`` weights, GPTQ/AWQ-style;
+  embeddings, norms, biases and the LM head stay at the activation width);
 - **gradients**: one per parameter at the recipe's gradient width;
 - **optimizer states** (training): AdamW's m and v (Loshchilov & Hutter 2019), SGD's momentum,
   8-bit Adam's two 1-byte states with an fp32 absmax per block of 2048 (Dettmers et al. 2022),
