@@ -12,7 +12,9 @@ cells) and measured_serving.json (TensorRT-LLM v0.14 online serving, MLPerf v4.1
   GPU with the experts over n GPUs (EP n); MoE without it as TP over the experts too;
 - TensorRT-LLM's own MoE and MLA tables (``deploy --engine trtllm``'s ``kernel_framework``:
   specs/kernels/<gpu>/moe.trtllm.json, mla.trtllm.json), the GEMM and attention tables' defaults;
-- weights at fp8 run the fp8 GEMM tables (``dtype fp8``), fp16 the bf16 ones; gpt-oss's MXFP4
+- weights at fp8 run the fp8 GEMM tables (``dtype fp8``), held as the ModelOpt checkpoints hold
+  them (``costmodel.precision``: the LM head, embedding and router in bf16, read off the bf16
+  tables), fp16 the bf16 ones; gpt-oss's MXFP4
   checkpoints (``MXFP4``) their experts at ``--weights-dtype mxfp4`` off TRT-LLM's w4a16_mxfp4
   MoE table, the rest at bf16, whatever precision column the page lists them under; the KV cache as the
   cell says, ``auto`` as the checkpoint holds it: fp8 for NVIDIA's ModelOpt ``*-FP8`` checkpoints

@@ -20,7 +20,7 @@ from costmodel.components.mla import Convention
 from costmodel.cost import Cost
 from costmodel.errors import AnalysisError as AnalysisError  # re-exported: where callers have found it
 from costmodel.phases import PHASES, QUANTITIES, Phase
-from costmodel.precision import DEFAULT_GROUP, INT_BITS, Widths, weight_bytes_of
+from costmodel.precision import DEFAULT_GROUP, INT_BITS, Widths, linears_of, weight_bytes_of
 from costmodel.spec import ActiveConvention, Position, Spec
 from costmodel.symbols import DTYPE_BYTES
 
@@ -302,8 +302,9 @@ def analyze(
     dims = model.numeric_dims(spec, shape, p, mla, routing, p_kv=p_kv)
     costs = model.tree(spec, dims)
     weight_bytes = None
-    if precision.weights not in (None, dtype):
-        costs, weight_bytes = _at_weight_width(costs, precision, p, int)
+    if not ph.training and precision.requantises(dtype):  # training holds --dtype's width
+        held_as = precision.weights or dtype
+        costs, weight_bytes = _at_weight_width(costs, held_as, precision.group_size, p, int)
     rows = tuple(_row(key, ph, cost) for key, cost in costs.items())
     largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
                                               "kv_cache")) for r in rows)
@@ -347,21 +348,22 @@ def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
                             "not modelled (kv_b reads it back); use --dtype")
 
 
-def _at_weight_width(costs: dict[Key, Cost], widths: Widths, p: int,
+def _at_weight_width(costs: dict[Key, Cost], held_as: str, group_size: int, p: int,
                      count: Callable[[Any], int]) -> tuple[dict[Key, Cost], int]:
     """Each component's weight reads at the weights' width (its unfused bytes and fused bound
     alike), and the weights' bytes: a component reads the same share of its weights as before.
     `count` makes a component's params an integer (``int``, or the spec's sizes put into a
     symbolic tree's expressions); the reads stay numbers or expressions."""
-    assert widths.weights is not None
     out, total = {}, 0
     for key, c in costs.items():
         params = count(c.params)
         if not params:
             out[key] = c
             continue
-        held = weight_bytes_of(params, count(c.matrices), widths.weights, p, widths.group_size,
-                               lm_head=key.is_lm_head, routed_expert=key.routed_expert)
+        matrices = count(c.matrices)
+        held = weight_bytes_of(params, matrices, held_as, p, group_size, lm_head=key.is_lm_head,
+                               routed_expert=key.routed_expert, router=key.is_router,
+                               linears=linears_of(matrices, c.gemms, count))
         total += held
         share = Fraction(held, p * params)
         read = c.weights_read * share
@@ -406,9 +408,10 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "un
     p = DTYPE_BYTES[dtype]
     p_kv = sym.p * sympy.Rational(DTYPE_BYTES[widths.kv], p) if widths.kv not in (None, dtype) else None
     costs = model.tree(spec, model.symbolic_dims(spec, mla, routing, p_kv=p_kv))
-    if widths.weights not in (None, dtype):
+    if not ph.training and widths.requantises(dtype):
         values = model.spec_values(spec)
-        costs, _ = _at_weight_width(costs, widths, p, lambda x: int(sympy.sympify(x).xreplace(values)))
+        costs, _ = _at_weight_width(costs, widths.weights or dtype, widths.group_size, p,
+                                    lambda x: int(sympy.sympify(x).xreplace(values)))
     tree = {}
     for key, cost in costs.items():
         quantities = ph.quantities(cost)

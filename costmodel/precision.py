@@ -1,12 +1,30 @@
-"""Inference precision beside the activations' dtype: the weights' (a float width, or int8/int4
-weight-only quantisation with group scales) and the KV cache's.
+"""Inference precision beside the activations' dtype: the weights' (a float width, an FP8
+checkpoint's per-tensor fp8, int8/int4 weight-only quantisation with group scales, MXFP4 experts)
+and the KV cache's.
 
 One rule for every command: ``memory`` holds the weights and the cache at these widths, and
 ``analyze``/``inference`` read and write them at these widths (bytes, roofline and calibrated
 time). Training runs at the activations' dtype (mixed precision is ``costmodel.runtime.memory``'s
 recipe), so these are inference options.
 
-- A float dtype holds every parameter at its width.
+- fp32, bf16 and fp16 hold every parameter at their width.
+- fp8 holds what a per-tensor FP8 checkpoint holds: the linear layers' matrices
+  (``Cost.matrices``) at 1 byte (E4M3), the LM head and a mixture of experts' router excepted,
+  each quantised matrix with one fp32 ``weight_scale`` and one fp32 ``input_scale`` (8 bytes a
+  matrix; the experts' matrices one each per expert); embeddings, head, router, norms and biases
+  stay at the activations' width. That is NVIDIA ModelOpt's ``FP8_DEFAULT_CFG``
+  (NVIDIA/TensorRT-Model-Optimizer, ``modelopt/torch/quantization/config.py``, commit 0991404:
+  per-tensor weight and input quantizers, ``axis: None``, on every ``nn.Linear``; its
+  ``_default_disabled_quantizer_cfg`` turns off ``*lm_head*``, ``*router*``,
+  ``*block_sparse_moe.gate*``, ``*mlp.gate.*`` and every other module), which NVIDIA's ``*-FP8``
+  checkpoints come from ("Only the weights and activations of the linear operators within
+  transformers blocks are quantized": nvidia/Llama-3.1-405B-Instruct-FP8's model card). The
+  scales' fp32 width and one pair per expert are assumed, not read off a checkpoint's index; they
+  are 8 bytes a matrix either way. Block-scaled fp8 (DeepSeek-V3's and Qwen3's own checkpoints:
+  128 x 128 blocks, an fp32 ``weight_scale_inv`` a block) has no width here.
+- What a quantised width leaves unquantised is held at the activations' width, 16 bits where the
+  activations are fp8 (``--dtype fp8`` is the matmuls' width: no checkpoint holds an embedding, a
+  norm or a bias in fp8).
 - int8 and int4 hold the matrices of the linear layers (``Cost.matrices``; the LM head excepted,
   as GPTQ, Frantar et al. 2023, and AWQ, Lin et al. 2024, leave it) at 8 or 4 bits, plus one
   fp16 scale per group of ``group_size`` weights of a component (128 by default, both papers'
@@ -25,6 +43,7 @@ recipe), so these are inference options.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +54,10 @@ if TYPE_CHECKING:  # precision loads no pydantic of its own
     from costmodel.spec import Spec
 
 WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4")
+FLOAT_WIDTHS = ("fp32", "bf16", "fp16")  # every parameter at the width
+FP8 = "fp8"
+FP8_SCALES = 2 * 4  # ModelOpt's fp32 weight_scale and input_scale, a quantised matrix each
+HELD_MIN = 2  # bytes: what a checkpoint leaves unquantised is 16-bit at the narrowest
 SCALE_BYTES = 2  # an fp16 scale per quantisation group
 DEFAULT_GROUP = 128
 INT_BITS = {"int8": 8, "int4": 4}
@@ -45,26 +68,46 @@ MX_SCALE_BYTES = 1  # E8M0
 EXPERTS_ONLY = frozenset(MX_BITS)  # widths that hold the routed experts alone
 
 
-def quantises(weights_dtype: str, *, lm_head: bool, routed_expert: bool) -> bool:
-    """Whether `weights_dtype` holds a component's matrices below the activations' width: int8/int4
-    every linear layer's but the LM head's, mxfp4 the routed experts' alone."""
+def quantises(weights_dtype: str, *, lm_head: bool, routed_expert: bool, router: bool = False) -> bool:
+    """Whether `weights_dtype` holds a component's matrices below the activations' width: fp8
+    every linear layer's but the LM head's and the router's (ModelOpt), int8/int4 every linear
+    layer's but the LM head's, mxfp4 the routed experts' alone."""
+    if weights_dtype == FP8:
+        return not (lm_head or router)
     if weights_dtype in INT_BITS:
         return not lm_head
     return weights_dtype in MX_BITS and routed_expert
 
 
 def weight_bytes_of(params: int, matrices: int, weights_dtype: str, p: int, group_size: int, *,
-                    lm_head: bool = False, routed_expert: bool = False) -> int:
-    """Bytes of one component's `params` weights, `matrices` of them linear layers' matrices
-    (`lm_head`, `routed_expert`: what the component is, ``quantises``)."""
-    if weights_dtype in DTYPE_BYTES:
+                    lm_head: bool = False, routed_expert: bool = False, router: bool = False,
+                    linears: int = 1) -> int:
+    """Bytes of one component's `params` weights, `matrices` of them linear layers' matrices in
+    `linears` tensors (fp8's per-tensor scales; ``linears_of``) (`lm_head`, `routed_expert`,
+    `router`: what the component is, ``quantises``)."""
+    if weights_dtype in FLOAT_WIDTHS:
         return params * DTYPE_BYTES[weights_dtype]
-    quantised = matrices if quantises(weights_dtype, lm_head=lm_head, routed_expert=routed_expert) else 0
+    quantised = matrices if quantises(weights_dtype, lm_head=lm_head, routed_expert=routed_expert,
+                                      router=router) else 0
+    rest = (params - quantised) * max(p, HELD_MIN)
+    if weights_dtype == FP8:
+        return quantised + (linears * FP8_SCALES if quantised else 0) + rest
     if weights_dtype in MX_BITS:
         scales = -(-quantised // MX_BLOCK) * MX_SCALE_BYTES
-        return quantised * MX_BITS[weights_dtype] // 8 + scales + (params - quantised) * p
+        return quantised * MX_BITS[weights_dtype] // 8 + scales + rest
     scales = -(-quantised // group_size) * SCALE_BYTES
-    return quantised * INT_BITS[weights_dtype] // 8 + scales + (params - quantised) * p
+    return quantised * INT_BITS[weights_dtype] // 8 + scales + rest
+
+
+def linears_of(matrices: int, gemms: Iterable[tuple[Any, ...]], count: Callable[[Any], int] = int) -> int:
+    """How many weight tensors a component's `matrices` weights are: over the first (k, n) of its
+    GEMMs (``Cost.gemms``: count, m, k, n; `count` makes a size an integer) that divides them (one
+    layer's projection, or one expert's), else 1."""
+    for *_, k, n in gemms:
+        kn = count(k) * count(n)
+        if kn and matrices % kn == 0:
+            return max(1, matrices // kn)
+    return 1
 
 
 @dataclass(frozen=True)
@@ -102,6 +145,12 @@ class Widths:
         parts = [held + (f" in groups of {self.group_size}" if w in INT_BITS else "")] * (w != dtype)
         parts += [f"{kv} KV cache"] * (kv != dtype)
         return f" ({', '.join(parts)})" if parts else ""
+
+    def requantises(self, dtype: str) -> bool:
+        """Whether the weights are held other than every parameter at `dtype`'s width: another
+        width, or a quantised one (fp8 at ``--dtype fp8`` too: an FP8 checkpoint's rule)."""
+        held = self.weights or dtype
+        return held != dtype or held not in FLOAT_WIDTHS
 
     def differs(self, dtype: str) -> bool:
         """Whether weights or cache are held at another width than `dtype`'s."""

@@ -69,11 +69,6 @@ def test_int4_weights_hold_the_matrices_at_half_a_byte_and_a_scale_per_128(llama
     assert int4.to_dict()["weights_dtype"] == "int4" and int4.to_dict()["group_size"] == 128
 
 
-def test_fp8_weights_are_one_byte_each(llama) -> None:
-    a = analyze(llama, "decode", seq=10, weights_dtype="fp8")
-    assert a.bytes_weights == a.total().params
-
-
 def test_a_serving_curve_with_int4_weights_and_an_fp8_cache(llama) -> None:
     h100 = load_hardware("h100-sxm")
     seventy = catalog.load("llama-3-70b")

@@ -58,8 +58,9 @@ DpOpt = Annotated[Optional[int], typer.Option("--dp",
 RecomputeOpt = Annotated[Optional[str], typer.Option(
     "--recompute", help=f"Activation recomputation: {', '.join(RECOMPUTE)}. Default: none.")]
 WeightsOpt = Annotated[Optional[str], typer.Option(
-    "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (int8/int4: weight-only, "
-    "fp16 scale per group; mxfp4: the routed experts alone). Default: --dtype.")]
+    "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (fp8: an FP8 checkpoint's "
+    "linear layers, head and router at 16 bits; int8/int4: weight-only, fp16 scale per group; mxfp4: the "
+    "routed experts alone). Default: --dtype.")]
 ActOpt = Annotated[Optional[str], typer.Option(
     "--dtype", help="Inference activations (fp32, bf16, fp16, fp8). Default: bf16. Training's widths are "
     "--precision's.")]

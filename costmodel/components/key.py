@@ -149,6 +149,11 @@ class Key:
         return self.leaf == "lm_head" and self.stack is None
 
     @property
+    def is_router(self) -> bool:
+        """A mixture of experts' router (ModelOpt's fp8 leaves it unquantised, ``costmodel.precision``)."""
+        return self.leaf == "router"
+
+    @property
     def first_stage(self) -> bool:
         """Before the layers: the embedding (a pipeline's first stage holds it)."""
         return self.stack is None and self.block == "embedding"

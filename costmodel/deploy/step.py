@@ -119,6 +119,12 @@ class Shard:
                        **self.widths.options())
 
 
+def held_wide(key: Key) -> bool:
+    """What an FP8 checkpoint holds in bf16 and runs as bf16 GEMMs and gathers: the LM head, the
+    embedding and a mixture of experts' router (``costmodel.precision``)."""
+    return key.is_lm_head or key.is_router or key.first_stage
+
+
 def _times(shard: Shard, cluster: Cluster, phase: str, batch: np.ndarray, seq: np.ndarray,
            select: Callable[[Key], bool]) -> np.ndarray:
     """Seconds of the selected components of `phase` at every (batch, seq): the array model where
@@ -127,6 +133,15 @@ def _times(shard: Shard, cluster: Cluster, phase: str, batch: np.ndarray, seq: n
     hw = shard.device(cluster)
     local = shard.local
     if hw.tables_for(shard.dtype) and not shard.widths.differs(shard.dtype):
+        if shard.widths.requantises(shard.dtype) and hw.tables_for("bf16"):
+            # fp8 weights at --dtype fp8: the LM head, embedding and router an FP8 checkpoint
+            # leaves in bf16 (``costmodel.precision``) run as bf16 GEMMs and gathers
+            narrow = predict_grid(local, phase, batch, seq, hw, shard.dtype, shard.kernels, mla=shard.mla,
+                                  select=lambda k: select(k) and not held_wide(k))
+            wide = predict_grid(local, phase, batch, seq, hw, "bf16", shard.kernels, mla=shard.mla,
+                                select=lambda k: select(k) and held_wide(k))
+            both: np.ndarray = narrow + wide
+            return both
         return predict_grid(local, phase, batch, seq, hw, shard.dtype, shard.kernels, mla=shard.mla,
                             select=select)
     b, s = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(seq, dtype=float))

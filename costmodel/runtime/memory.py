@@ -3,9 +3,9 @@
 One formula per idea; the phase is a substitution, as everywhere else:
 
 - **weights**: every parameter at the recipe's width (training), or at the weight dtype
-  (inference: bf16, fp8, or int8/int4 weight-only quantisation of the linear layers' matrices
-  with one fp16 scale per group of ``group_size`` weights, GPTQ/AWQ-style; embeddings, norms,
-  biases and the LM head stay at the activation width);
+  (inference, ``costmodel.precision``'s rule: fp8 as FP8 checkpoints hold it, int8/int4 the linear
+  layers' matrices with one fp16 scale per group of ``group_size`` weights, GPTQ/AWQ-style;
+  embeddings, norms, biases and the LM head stay at the activation width);
 - **gradients**: one per parameter at the recipe's gradient width;
 - **optimizer states** (training): AdamW's m and v (Loshchilov & Hutter 2019), SGD's momentum,
   8-bit Adam's two 1-byte states with an fp32 absmax per block of 2048 (Dettmers et al. 2022),
@@ -43,7 +43,7 @@ from costmodel.components.key import Key, Role
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
-from costmodel.precision import DEFAULT_GROUP, Widths, weight_bytes_of
+from costmodel.precision import DEFAULT_GROUP, Widths, linears_of, weight_bytes_of
 from costmodel.spec import LayerKind, Position, Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -438,10 +438,10 @@ def _span(shape: dict[str, int], key: Key) -> int:
 
 
 def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int) -> dict[Key, int]:
-    """Inference weights by component at `weights_dtype`, the rest at `p` (``costmodel.precision``:
-    int8/int4 the linear layers' matrices but the LM head's, mxfp4 the routed experts')."""
+    """Inference weights by component at `weights_dtype` (``costmodel.precision``'s one rule)."""
     return {key: weight_bytes_of(int(c.params), int(c.matrices), weights_dtype, p, group_size,
-                                 lm_head=key.is_lm_head, routed_expert=key.routed_expert)
+                                 lm_head=key.is_lm_head, routed_expert=key.routed_expert,
+                                 router=key.is_router, linears=linears_of(int(c.matrices), c.gemms))
             for key, c in costs.items() if c.params}
 
 

@@ -1,0 +1,58 @@
+"""fp8 weights as a per-tensor FP8 checkpoint holds them (``costmodel.precision``: ModelOpt's
+FP8_DEFAULT_CFG): the linear layers' matrices at 1 byte but the LM head's and the router's, an
+fp32 weight and input scale per matrix, the rest 16-bit. The expected counts are by hand from the
+architectures' published sizes (config.json), not from the code."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel import catalog
+from costmodel.analysis import analyze
+from costmodel.runtime.memory import Run, memory
+
+
+def _llama_3_8b_fp8() -> int:
+    """Llama 3 8B: d 4096, 32 layers, 8 KV heads of 128, FFN 14,336, vocabulary 128,256."""
+    d, layers, kv, ffn, vocab = 4096, 32, 1024, 14336, 128256
+    matrices = layers * (2 * d * d + 2 * d * kv + 3 * d * ffn)  # q, o, k, v, gate, up, down
+    scales = layers * 7 * 8  # 7 linears a layer, fp32 weight_scale + input_scale
+    wide = 2 * vocab * d + (2 * layers + 1) * d  # embedding, LM head, norms: bf16
+    return matrices + scales + 2 * wide
+
+
+def _llama_4_scout_fp8() -> int:
+    """Llama 4 Scout: d 5120, 48 layers, 40 query and 8 KV heads of 128, 16 routed experts and a
+    shared one of 8,192, a 5,120 x 16 router, vocabulary 202,048."""
+    d, layers, kv, inter, experts, vocab = 5120, 48, 1024, 8192, 16, 202048
+    matrices = layers * (2 * d * d + 2 * d * kv + 3 * d * inter * (experts + 1))
+    scales = layers * (4 + 3 * experts + 3) * 8  # one pair per expert's matrix
+    wide = 2 * vocab * d + layers * d * experts + (2 * layers + 1) * d  # + the router, bf16
+    return matrices + scales + 2 * wide
+
+
+@pytest.mark.parametrize(("name", "expected"), [("llama-3-8b", _llama_3_8b_fp8()),
+                                                ("llama-4-scout", _llama_4_scout_fp8())])
+def test_fp8_weights_hold_what_an_fp8_checkpoint_holds(name: str, expected: int) -> None:
+    spec = catalog.load(name)
+    # --weights-dtype fp8 beside bf16 activations, and --dtype fp8 (fp8 matmuls): the same rule
+    assert analyze(spec, "decode", seq=10, weights_dtype="fp8").bytes_weights == expected
+    assert analyze(spec, "decode", seq=10, dtype="fp8").bytes_weights == expected
+    # the memory model holds the same bytes (one rule for every command)
+    assert memory(spec, "decode", 1, 100, None, Run(dtype="fp8")).total("weights") == expected
+
+
+def test_fp8_reads_its_matrices_at_one_byte_and_the_head_at_two() -> None:
+    spec = catalog.load("llama-3-8b")
+    bf16 = {r.path: r for r in analyze(spec, "decode", seq=10).rows}
+    fp8 = {r.path: r for r in analyze(spec, "decode", seq=10, weights_dtype="fp8").rows}
+    q = 32 * 4096 * 4096
+    assert bf16["layers/attention/q"].bytes_unfused - fp8["layers/attention/q"].bytes_unfused == q - 32 * 8
+    assert bf16["lm_head"].bytes_unfused == fp8["lm_head"].bytes_unfused
+    assert bf16["embedding/tokens"].bytes_unfused == fp8["embedding/tokens"].bytes_unfused
+
+
+def test_a_training_step_at_fp8_holds_every_parameter_at_one_byte() -> None:
+    spec = catalog.load("llama-3-8b")
+    a = analyze(spec, "train", seq=10, dtype="fp8")
+    assert a.bytes_weights == a.total().params
