@@ -304,7 +304,9 @@ def analyze(
     weight_bytes = None
     if not ph.training and precision.requantises(dtype):  # training holds --dtype's width
         held_as = precision.weights or dtype
-        costs, weight_bytes = _at_weight_width(costs, held_as, precision.group_size, p, int)
+        tensors = costs if mla == "naive" or spec.mla is None else model.tree(
+            spec, model.numeric_dims(spec, shape, p, "naive", routing, p_kv=p_kv))
+        costs, weight_bytes = _at_weight_width(costs, held_as, precision.group_size, p, int, tensors)
     rows = tuple(_row(key, ph, cost) for key, cost in costs.items())
     largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
                                               "kv_cache")) for r in rows)
@@ -349,11 +351,14 @@ def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
 
 
 def _at_weight_width(costs: dict[Key, Cost], held_as: str, group_size: int, p: int,
-                     count: Callable[[Any], int]) -> tuple[dict[Key, Cost], int]:
+                     count: Callable[[Any], int], tensors: dict[Key, Cost]) -> tuple[dict[Key, Cost], int]:
     """Each component's weight reads at the weights' width (its unfused bytes and fused bound
     alike), and the weights' bytes: a component reads the same share of its weights as before.
     `count` makes a component's params an integer (``int``, or the spec's sizes put into a
-    symbolic tree's expressions); the reads stay numbers or expressions."""
+    symbolic tree's expressions); the reads stay numbers or expressions. `tensors`: the tree
+    whose GEMMs are the checkpoint's weight tensors (fp8's scales, one pair a tensor): latent
+    attention's naive form, where the absorbed forms multiply by kv_b's slices a head at a time
+    and the checkpoint holds kv_b whole (``costs`` itself otherwise)."""
     out, total = {}, 0
     for key, c in costs.items():
         params = count(c.params)
@@ -363,7 +368,7 @@ def _at_weight_width(costs: dict[Key, Cost], held_as: str, group_size: int, p: i
         matrices = count(c.matrices)
         held = weight_bytes_of(params, matrices, held_as, p, group_size, lm_head=key.is_lm_head,
                                routed_expert=key.routed_expert, router=key.is_router,
-                               linears=linears_of(matrices, c.gemms, count))
+                               linears=linears_of(matrices, tensors.get(key, c).gemms, count))
         total += held
         share = Fraction(held, p * params)
         read = c.weights_read * share
@@ -410,8 +415,10 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "un
     costs = model.tree(spec, model.symbolic_dims(spec, mla, routing, p_kv=p_kv))
     if not ph.training and widths.requantises(dtype):
         values = model.spec_values(spec)
+        tensors = costs if mla == "naive" or spec.mla is None else model.tree(
+            spec, model.symbolic_dims(spec, "naive", routing, p_kv=p_kv))
         costs, _ = _at_weight_width(costs, widths.weights or dtype, widths.group_size, p,
-                                    lambda x: int(sympy.sympify(x).xreplace(values)))
+                                    lambda x: int(sympy.sympify(x).xreplace(values)), tensors)
     tree = {}
     for key, cost in costs.items():
         quantities = ph.quantities(cost)

@@ -42,13 +42,29 @@ def test_the_dispatch_and_combine_all_to_alls(ep8, v3):
     assert ep8.tokens_per_s == pytest.approx(64 / ep8.tpot_s)
 
 
+#: What an FP8 checkpoint (ModelOpt) holds in bf16, one byte more than fp8 each: the embedding
+#: and the head (129,280 x 7,168 each), every MoE layer's router (256 x 7,168), the norms (two of
+#: 7,168 a layer, the latent q and kv norms of 1,536 and 512, 61 layers; the final 7,168).
+WIDE = 2 * 129_280 * D + L_MOE * E * D + 61 * (2 * D + 1536 + 512) + D
+
+
+def fp8_matrices(ep: int) -> int:
+    """Weight matrices an FP8 checkpoint quantises on one GPU, each with an fp32 weight and input
+    scale (8 bytes): 5 attention projections a layer (q_a, q_b, kv_a, kv_b, o) x 61, 3 dense FFN
+    layers' 3, and in 58 MoE layers the shared expert's 3 and the local routed experts' 3 each."""
+    return 5 * 61 + 3 * 3 + L_MOE * 3 + L_MOE * 3 * (E // ep)
+
+
 def test_each_gpu_holds_an_eighth_of_the_routed_experts(ep8, v3):
     """All of the model but 7/8 of the routed experts (58 x 256 x 3 x 7168 x 2048 parameters);
-    the router scores all 256 experts on every replica; one byte a parameter in fp8."""
+    the router scores all 256 experts on every replica, and every replica holds it whole; fp8 as
+    an FP8 checkpoint holds it (one byte a quantised parameter, bf16 where ``WIDE`` says, 8
+    bytes of scales a quantised matrix)."""
     total = analyze(v3, "decode", batch=1, seq=1).total().params
     assert total == 671_026_404_352  # the published exact count (spec: transformers' sum of numel)
     routed = L_MOE * E * 3 * D * F
-    assert ep8.weights_bytes == total - routed * 7 // 8 == 98_856_229_888
+    assert WIDE == 1_960_795_136 and fp8_matrices(8) == 6_056
+    assert ep8.weights_bytes == total - routed * 7 // 8 + WIDE + 8 * fp8_matrices(8) == 100_817_073_472
     assert ep8.fits
 
 
@@ -80,7 +96,7 @@ def test_wide_expert_parallelism_across_nodes(v3):
     4 of the 256 routed experts; the all-to-all spans 8 nodes of 8 GPUs, its 63/64 off the GPU."""
     ep64 = decode(v3, H200, tp=1, batch=64, context=2048, ep=64, dtype="fp8", mla="absorbed")
     total, routed = 671_026_404_352, L_MOE * E * 3 * D * F
-    assert ep64.weights_bytes == total - routed * 63 // 64
+    assert ep64.weights_bytes == total - routed * 63 // 64 + WIDE + 8 * fp8_matrices(64) == 29_295_762_688
     a2a = ep64.to_dict()["comm"]["by_collective"]["ep/all_to_all"]
     assert a2a["ranks"] == 64 and a2a["link"] == "inter_node" and a2a["calls"] == 2 * L_MOE
     assert a2a["bytes_sent"] == pytest.approx(2 * L_MOE * 63 / 64 * K * 1 * D)

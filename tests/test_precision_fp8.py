@@ -56,3 +56,17 @@ def test_a_training_step_at_fp8_holds_every_parameter_at_one_byte() -> None:
     spec = catalog.load("llama-3-8b")
     a = analyze(spec, "train", seq=10, dtype="fp8")
     assert a.bytes_weights == a.total().params
+
+
+def test_the_scales_are_the_checkpoints_whatever_the_latent_convention() -> None:
+    """DeepSeek-V3 holds kv_b_proj whole (one fp32 weight and input scale a layer), though the
+    absorbed forms multiply by it a head at a time: the weights' bytes are the same in every
+    latent-attention convention, in analyze and in memory (before, absorbed counted a scale pair
+    per head: 61 x 255 more, 124,440 bytes)."""
+    spec = catalog.load("deepseek-v3")
+    held = {mla: analyze(spec, "decode", batch=1, seq=8, dtype="fp8", mla=mla).bytes_weights
+            for mla in ("naive", "absorbed")}
+    assert held["naive"] == held["absorbed"]
+    kept = {mla: memory(spec, "decode", 1, 8, None, Run(dtype="fp8", mla=mla)).total("weights")
+            for mla in ("naive", "absorbed")}
+    assert kept["naive"] == kept["absorbed"] == held["naive"]

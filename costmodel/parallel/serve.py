@@ -43,7 +43,7 @@ from costmodel.parallel.collectives import Collective, collective
 from costmodel.parallel.collectives import reads as collective_reads
 from costmodel.parallel.layout import Layout, LayoutError, check, experts
 from costmodel.parallel.shard import shard_spec
-from costmodel.precision import Widths
+from costmodel.precision import Widths, weight_bytes_of
 from costmodel.runtime.kernels import KERNELS, default_kernels, default_mla, is_default
 from costmodel.runtime.kernels import to_dict as kernels_dict
 from costmodel.runtime.timing import Kernels
@@ -136,6 +136,16 @@ def moe_layers(spec: Spec) -> int:
     return moe.sparse_count(spec.decoder_layers) if moe is not None else 0
 
 
+def router_bytes(params: int, widths: Widths, dtype: str) -> int:
+    """Bytes of `params` router weights (one matrix a layer) as the shard's own router holds
+    them: at the weights' width by ``precision``'s rule (an FP8 checkpoint keeps its routers in
+    bf16), at the activations' where the weights are held as they are."""
+    if not widths.requantises(dtype):
+        return params * DTYPE_BYTES[dtype]
+    return weight_bytes_of(params, params, widths.weights or dtype, DTYPE_BYTES[dtype], widths.group_size,
+                           router=True)
+
+
 def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: int = 1,
            dtype: str = "bf16", mla: str | None = None, widths: Widths = Widths(),
            kernels: Kernels | None = None) -> Decode:
@@ -167,20 +177,20 @@ def decode(spec: Spec, cluster: Cluster, tp: int, batch: int, context: int, ep: 
     mla = mla if mla is not None else default_mla(hw)
     a = analyze(shard, "decode", batch=local, seq=context, dtype=dtype, mla=mla, **widths.options())
     secs, reads = device.component_times(a, hw, kernels)
-    params = a.total().params
+    p = DTYPE_BYTES[dtype]
+    replicated = 0  # bytes of the routers' other (EP - 1) / EP, held on every replica
     if local != batch:
         # Every replica scores its tokens against all E experts: the router and the top-k over
         # E/EP experts in the shard cost EP times that (linear in the number of experts).
         for r in a.rows:
             if r.key.role is Role.router:
                 secs[r.key] = secs.get(r.key, 0.0) * ep
-                params += r.params * (ep - 1)
+                replicated += router_bytes(r.params, widths, dtype) * (ep - 1)
     compute = sum(secs.values())
-    p = DTYPE_BYTES[dtype]
     x = local * spec.d_model * p
     L = spec.n_layers or 0
     calls: list[tuple[Collective, int]] = [(collective(cluster, "all_reduce", "tp", tp, x), 2 * L)]
-    weights = a.bytes_weights + (params - a.total().params) * p  # the replicated routers at p
+    weights = a.bytes_weights + replicated
     if moe and ep > 1:
         calls.append((collective(cluster, "all_to_all", "ep", ep, moe[1] * x, stride=tp),
                       2 * moe_layers(spec)))

@@ -3,9 +3,7 @@
 One formula per idea; the phase is a substitution, as everywhere else:
 
 - **weights**: every parameter at the recipe's width (training), or at the weight dtype
-  (inference, ``costmodel.precision``'s rule: fp8 as FP8 checkpoints hold it, int8/int4 the linear
-  layers' matrices with one fp16 scale per group of ``group_size`` weights, GPTQ/AWQ-style;
-  embeddings, norms, biases and the LM head stay at the activation width);
+  (inference: ``costmodel.precision``'s one rule for fp8, int8/int4 and mxfp4);
 - **gradients**: one per parameter at the recipe's gradient width;
 - **optimizer states** (training): AdamW's m and v (Loshchilov & Hutter 2019), SGD's momentum,
   8-bit Adam's two 1-byte states with an fp32 absmax per block of 2048 (Dettmers et al. 2022),
@@ -23,12 +21,10 @@ One formula per idea; the phase is a substitution, as everywhere else:
   kept; the output and the fp32 log-sum-exp of every query row are);
 - **KV cache** (inference): the element formulas' cache, at the KV dtype;
 - **peak of live activations** (inference): the largest live set of one pass (``live_peak``);
-  latent attention's in the convention it runs in (``Run.mla``: naive or absorbed), its
-  training always naive (``mla_convention``).
+  latent attention's in its convention (``Run.mla``), its training naive (``mla_convention``).
 
-The split across devices is a parameter (``Parallel``): data parallel and ZeRO are modelled here;
-tensor and pipeline parallel sizes are refused with a clear error: a parallel layout's memory per
-GPU is ``costmodel.parallel.step``'s (``StepModel.stage_memory``, what ``train`` and ``plan`` print).
+Data parallel and ZeRO are modelled here (``Parallel``); a TP/PP layout's memory per GPU is
+``costmodel.parallel.step``'s (``StepModel.stage_memory``: ``train``, ``plan``), refused here.
 """
 
 from __future__ import annotations
@@ -437,17 +433,21 @@ def _span(shape: dict[str, int], key: Key) -> int:
     return shape["S_e"] if key.stack == "encoder" or key.block == "cross_attention" else shape["S"]
 
 
-def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int) -> dict[Key, int]:
-    """Inference weights by component at `weights_dtype` (``costmodel.precision``'s one rule)."""
-    return {key: weight_bytes_of(int(c.params), int(c.matrices), weights_dtype, p, group_size,
-                                 lm_head=key.is_lm_head, routed_expert=key.routed_expert,
-                                 router=key.is_router, linears=linears_of(int(c.matrices), c.gemms))
-            for key, c in costs.items() if c.params}
+def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int,
+                 tensors: dict[Key, Cost]) -> dict[Key, int]:
+    """Inference weights by component at `weights_dtype` (``costmodel.precision``'s one rule);
+    `tensors`: the tree whose GEMMs are the checkpoint's tensors (``analysis._at_weight_width``)."""
+    return {k: weight_bytes_of(int(c.params), int(c.matrices), weights_dtype, p, group_size,
+                               lm_head=k.is_lm_head, routed_expert=k.routed_expert, router=k.is_router,
+                               linears=linears_of(int(c.matrices), tensors.get(k, c).gemms))
+            for k, c in costs.items() if c.params}
 
 
 def _inference(spec: Spec, phase: str, costs: dict[Key, Cost], shape: dict[str, int], p: int, run: Run,
                kv_cache: int, mla: str) -> tuple[list[Item], int, list[str]]:
-    held = weight_bytes(costs, run.weights_dtype or run.dtype, p, run.group_size)
+    naive = Convention.naive.value  # the checkpoint's tensors: analysis._at_weight_width
+    tensors = costs if mla == naive else model.tree(spec, model.numeric_dims(spec, shape, p, naive))
+    held = weight_bytes(costs, run.weights_dtype or run.dtype, p, run.group_size, tensors)
     items = [Item("weights", key.path, n, key) for key, n in held.items()]
     kv_p = DTYPE_BYTES[run.kv_dtype or run.dtype]
     items.append(Item("kv_cache", "kv_cache", kv_cache * kv_p // p))
