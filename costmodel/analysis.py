@@ -20,7 +20,7 @@ from costmodel.components.mla import Convention
 from costmodel.cost import Cost
 from costmodel.errors import AnalysisError as AnalysisError  # re-exported: where callers have found it
 from costmodel.phases import PHASES, QUANTITIES, Phase
-from costmodel.precision import DEFAULT_GROUP, INT_BITS, Widths, linears_of, weight_bytes_of
+from costmodel.precision import DEFAULT_GROUP, FP8, INT_BITS, Widths, linears_of, weight_bytes_of
 from costmodel.spec import ActiveConvention, Position, Spec
 from costmodel.symbols import DTYPE_BYTES
 
@@ -304,8 +304,8 @@ def analyze(
     weight_bytes = None
     if not ph.training and precision.requantises(dtype):  # training holds --dtype's width
         held_as = precision.weights or dtype
-        tensors = costs if mla == "naive" or spec.mla is None else model.tree(
-            spec, model.numeric_dims(spec, shape, p, "naive", routing, p_kv=p_kv))
+        tensors = checkpoint_tensors(spec, costs, held_as, mla, lambda: model.tree(
+            spec, model.numeric_dims(spec, shape, p, "naive", routing, p_kv=p_kv)))
         costs, weight_bytes = _at_weight_width(costs, held_as, precision.group_size, p, int, tensors)
     rows = tuple(_row(key, ph, cost) for key, cost in costs.items())
     largest = max(max(getattr(r, q) for q in ("params", "flops_matmul", "flops_other", "bytes_unfused",
@@ -348,6 +348,15 @@ def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
     if widths.kv not in (None, dtype) and spec.mla is not None:
         raise AnalysisError("kv-dtype: a latent (MLA) cache at another width than the activations is "
                             "not modelled (kv_b reads it back); use --dtype")
+
+
+def checkpoint_tensors(spec: Spec, costs: dict[Key, Cost], held_as: str, mla: str,
+                       naive: Callable[[], dict[Key, Cost]]) -> dict[Key, Cost]:
+    """The tree whose GEMMs are the checkpoint's weight tensors, where the tensor count matters
+    (fp8's per-tensor scales, ``precision.linears_of``): latent attention's naive form (`naive`
+    builds it), since the absorbed forms multiply by kv_b's slices a head at a time and the
+    checkpoint holds kv_b whole; `costs` itself otherwise."""
+    return naive() if held_as == FP8 and mla != "naive" and spec.mla is not None else costs
 
 
 def _at_weight_width(costs: dict[Key, Cost], held_as: str, group_size: int, p: int,
@@ -415,8 +424,8 @@ def symbolic_tree(spec: Spec, phase: str, mla: str = "naive", routing: str = "un
     costs = model.tree(spec, model.symbolic_dims(spec, mla, routing, p_kv=p_kv))
     if not ph.training and widths.requantises(dtype):
         values = model.spec_values(spec)
-        tensors = costs if mla == "naive" or spec.mla is None else model.tree(
-            spec, model.symbolic_dims(spec, "naive", routing, p_kv=p_kv))
+        tensors = checkpoint_tensors(spec, costs, widths.weights or dtype, mla, lambda: model.tree(
+            spec, model.symbolic_dims(spec, "naive", routing, p_kv=p_kv)))
         costs, _ = _at_weight_width(costs, widths.weights or dtype, widths.group_size, p,
                                     lambda x: int(sympy.sympify(x).xreplace(values)), tensors)
     tree = {}

@@ -53,7 +53,7 @@ from costmodel.parallel.collectives import reads as collective_reads
 from costmodel.parallel.layout import experts
 from costmodel.parallel.serve import moe_layers
 from costmodel.parallel.shard import shard_spec
-from costmodel.precision import Widths
+from costmodel.precision import FP8, Widths, quantises
 from costmodel.runtime.timing import Kernels, physics_floor, predict
 from costmodel.runtime.timing_grid import predict_grid
 from costmodel.spec import Spec
@@ -120,9 +120,10 @@ class Shard:
 
 
 def held_wide(key: Key) -> bool:
-    """What an FP8 checkpoint holds in bf16 and runs as bf16 GEMMs and gathers: the LM head, the
-    embedding and a mixture of experts' router (``costmodel.precision``)."""
-    return key.is_lm_head or key.is_router or key.first_stage
+    """What an FP8 checkpoint holds in bf16 and runs as bf16 GEMMs and gathers: what
+    ``precision.quantises`` leaves out at fp8 (the LM head, a router) and the embedding."""
+    return key.first_stage or not quantises(FP8, lm_head=key.is_lm_head, routed_expert=key.routed_expert,
+                                            router=key.is_router)
 
 
 def _times(shard: Shard, cluster: Cluster, phase: str, batch: np.ndarray, seq: np.ndarray,

@@ -137,11 +137,8 @@ def moe_layers(spec: Spec) -> int:
 
 
 def router_bytes(params: int, widths: Widths, dtype: str) -> int:
-    """Bytes of `params` router weights (one matrix a layer) as the shard's own router holds
-    them: at the weights' width by ``precision``'s rule (an FP8 checkpoint keeps its routers in
-    bf16), at the activations' where the weights are held as they are."""
-    if not widths.requantises(dtype):
-        return params * DTYPE_BYTES[dtype]
+    """Bytes of `params` router weights (all matrix) as the shard's own router holds them:
+    ``precision``'s rule (an FP8 checkpoint keeps its routers in bf16)."""
     return weight_bytes_of(params, params, widths.weights or dtype, DTYPE_BYTES[dtype], widths.group_size,
                            router=True)
 

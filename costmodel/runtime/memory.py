@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from costmodel import model
-from costmodel.analysis import AnalysisError, analyze
+from costmodel.analysis import AnalysisError, analyze, checkpoint_tensors
 from costmodel.components import disentangled
 from costmodel.components.key import Key, Role
 from costmodel.components.mla import Convention
@@ -435,8 +435,7 @@ def _span(shape: dict[str, int], key: Key) -> int:
 
 def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int,
                  tensors: dict[Key, Cost]) -> dict[Key, int]:
-    """Inference weights by component at `weights_dtype` (``costmodel.precision``'s one rule);
-    `tensors`: the tree whose GEMMs are the checkpoint's tensors (``analysis._at_weight_width``)."""
+    """Inference weights by component (``precision``'s rule; ``analysis.checkpoint_tensors``)."""
     return {k: weight_bytes_of(int(c.params), int(c.matrices), weights_dtype, p, group_size,
                                lm_head=k.is_lm_head, routed_expert=k.routed_expert, router=k.is_router,
                                linears=linears_of(int(c.matrices), tensors.get(k, c).gemms))
@@ -445,9 +444,10 @@ def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size:
 
 def _inference(spec: Spec, phase: str, costs: dict[Key, Cost], shape: dict[str, int], p: int, run: Run,
                kv_cache: int, mla: str) -> tuple[list[Item], int, list[str]]:
-    naive = Convention.naive.value  # the checkpoint's tensors: analysis._at_weight_width
-    tensors = costs if mla == naive else model.tree(spec, model.numeric_dims(spec, shape, p, naive))
-    held = weight_bytes(costs, run.weights_dtype or run.dtype, p, run.group_size, tensors)
+    held_as, naive = run.weights_dtype or run.dtype, Convention.naive.value
+    tensors = checkpoint_tensors(spec, costs, held_as, mla,
+                                 lambda: model.tree(spec, model.numeric_dims(spec, shape, p, naive)))
+    held = weight_bytes(costs, held_as, p, run.group_size, tensors)
     items = [Item("weights", key.path, n, key) for key, n in held.items()]
     kv_p = DTYPE_BYTES[run.kv_dtype or run.dtype]
     items.append(Item("kv_cache", "kv_cache", kv_cache * kv_p // p))
