@@ -20,7 +20,7 @@ from costmodel.components.mla import Convention
 from costmodel.cost import Cost
 from costmodel.errors import AnalysisError as AnalysisError  # re-exported: where callers have found it
 from costmodel.phases import PHASES, QUANTITIES, Phase
-from costmodel.precision import DEFAULT_GROUP, FP8, INT_BITS, Widths, linears_of, weight_bytes_of
+from costmodel.precision import DEFAULT_GROUP, FP8, INT_BITS, Widths, linears_of, quantises, weight_bytes_of
 from costmodel.spec import ActiveConvention, Position, Spec
 from costmodel.symbols import DTYPE_BYTES
 
@@ -348,6 +348,15 @@ def _check_widths(spec: Spec, ph: Phase, widths: Widths, dtype: str) -> None:
     if widths.kv not in (None, dtype) and spec.mla is not None:
         raise AnalysisError("kv-dtype: a latent (MLA) cache at another width than the activations is "
                             "not modelled (kv_b reads it back); use --dtype")
+
+
+def held_wide(key: Key) -> bool:
+    """What an FP8 checkpoint holds in bf16 and runs as bf16 GEMMs and gathers: what
+    ``precision.quantises`` leaves out at fp8 (the LM head, a router) and the embedding. The
+    time model reads these components off the bf16 tables at ``--dtype fp8`` (``timing.predict``
+    and ``deploy``'s sweeps alike)."""
+    return key.first_stage or not quantises(FP8, lm_head=key.is_lm_head, routed_expert=key.routed_expert,
+                                            router=key.is_router)
 
 
 def checkpoint_tensors(spec: Spec, costs: dict[Key, Cost], held_as: str, mla: str,

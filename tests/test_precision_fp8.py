@@ -70,3 +70,28 @@ def test_the_scales_are_the_checkpoints_whatever_the_latent_convention() -> None
     kept = {mla: memory(spec, "decode", 1, 8, None, Run(dtype="fp8", mla=mla)).total("weights")
             for mla in ("naive", "absorbed")}
     assert kept["naive"] == kept["absorbed"] == held["naive"]
+
+
+def test_an_fp8_checkpoints_head_is_timed_as_the_bf16_gemm_it_runs() -> None:
+    """The LM head an FP8 checkpoint keeps in bf16 runs as a bf16 GEMM: its prefill time is never
+    below its FLOPs at the bf16 peak (read off the fp8 table it took 5.7 ms here, under the 8.7 ms
+    that bound allows), and ``predict`` times the step as ``deploy``'s sweep does (which reads
+    the wide components off the bf16 table: ``predict_grid`` with ``select``)."""
+    import numpy as np
+
+    from costmodel.analysis import held_wide
+    from costmodel.devices.hardware import load_hardware
+    from costmodel.runtime.kernels import KERNELS
+    from costmodel.runtime.timing import predict
+    from costmodel.runtime.timing_grid import predict_grid
+
+    spec, hw, kernels = catalog.load("llama-3-8b"), load_hardware("h200"), KERNELS["flash"]
+    p = predict(analyze(spec, "prefill", batch=4, seq=2048, dtype="fp8"), hw, kernels)
+    head = next(r for r in p.rows if r.key.is_lm_head)
+    assert head.time_s >= 2 * 4 * 2048 * spec.d_model * spec.vocab_size / hw.peak("bf16")
+    assert {"gemm/bf16", "gemm/fp8"} <= set(p.errors)
+    b, s = np.array([4]), np.array([2048])
+    swept = (predict_grid(spec, "prefill", b, s, hw, "fp8", kernels, select=lambda k: not held_wide(k))
+             + predict_grid(spec, "prefill", b, s, hw, "bf16", kernels, select=held_wide))
+    # (the sweep counts the head's activations at 2 bytes, the analysis at --dtype's 1: 6e-5 here)
+    assert abs(p.time_s - swept.item()) <= 1e-3 * p.time_s

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.analysis import Analysis, analyze
+from costmodel.analysis import Analysis, analyze, held_wide
 from costmodel.components.key import Key, Role
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import Reads
@@ -53,7 +53,7 @@ from costmodel.parallel.collectives import reads as collective_reads
 from costmodel.parallel.layout import experts
 from costmodel.parallel.serve import moe_layers
 from costmodel.parallel.shard import shard_spec
-from costmodel.precision import FP8, Widths, quantises
+from costmodel.precision import Widths
 from costmodel.runtime.timing import Kernels, physics_floor, predict
 from costmodel.runtime.timing_grid import predict_grid
 from costmodel.spec import Spec
@@ -117,13 +117,6 @@ class Shard:
     def analyze(self, phase: str, batch: int, seq: int) -> Analysis:
         return analyze(self.local, phase, batch=batch, seq=seq, dtype=self.dtype, mla=self.mla,
                        **self.widths.options())
-
-
-def held_wide(key: Key) -> bool:
-    """What an FP8 checkpoint holds in bf16 and runs as bf16 GEMMs and gathers: what
-    ``precision.quantises`` leaves out at fp8 (the LM head, a router) and the embedding."""
-    return key.first_stage or not quantises(FP8, lm_head=key.is_lm_head, routed_expert=key.routed_expert,
-                                            router=key.is_router)
 
 
 def _times(shard: Shard, cluster: Cluster, phase: str, batch: np.ndarray, seq: np.ndarray,

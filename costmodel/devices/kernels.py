@@ -510,6 +510,12 @@ class KernelTables:
             return dtype
         return "bf16" if dtype == "fp16" and "bf16" in self.gemms else None
 
+    def bands(self, dtypes: Iterable[str], used: Iterable[str]) -> dict[str, tuple[ErrorBand, ...]]:
+        """The error bands of the tables a prediction read: each of `dtypes`' GEMMs
+        (``gemm_dtype``; an FP8 checkpoint's head reads bf16's) and the op classes `used`."""
+        gemms = sorted({f"gemm/{g}" for d in dtypes if (g := self.gemm_dtype(d))})
+        return {op: self.errors[op] for op in [*gemms, *sorted(used)] if op in self.errors}
+
     def gemm(self, dtype: str, M: float, N: float, K: float) -> Lookup | None:
         """(M x K) @ (K x N) in `dtype` (``gemm_dtype``); None where not measured."""
         measured = self.gemm_dtype(dtype)

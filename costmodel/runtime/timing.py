@@ -88,7 +88,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from costmodel import model
-from costmodel.analysis import Analysis
+from costmodel.analysis import Analysis, held_wide
 from costmodel.components.key import TOKEN_TABLE, Key, Role, SubBlock
 from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
@@ -102,6 +102,7 @@ from costmodel.runtime.fused_attention import (
 from costmodel.runtime.fused_moe import experts_share, moe_read, widths_are_measured
 from costmodel.runtime.roofline import roofline
 from costmodel.spec import Spec
+from costmodel.symbols import DTYPE_BYTES
 
 #: One flash-attention kernel runs the attention core (``components.key.ATTENTION_CORE``).
 #: Leaves of the core the fused scale-mask-softmax kernel folds into the softmax.
@@ -493,6 +494,10 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
                 f"{a.weights_dtype} weights and a {a.kv_dtype} cache, times are the roofline lower bound")
     rates = (ScalarRates(eff, peak, bw, dtype, attention_kernel(a, hw)) if calibrated and eff is not None
              else None)
+    # An FP8 checkpoint's LM head, embedding and router run as bf16 GEMMs and gathers (held_wide)
+    wide = (ScalarRates(eff, hw.peak("bf16"), bw, "bf16") if rates is not None and eff is not None
+            and a.precision.requantises(dtype) and not a.precision.differs(dtype) and hw.tables_for("bf16")
+            else None)
     # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
     costs = model.tree(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
     rows = []
@@ -508,8 +513,9 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
             rows.append(ComponentTime(row.path, "matmul" if cost.gemms else "memory", layers,
                                       row.flops, row.bytes_unfused, lower, lower, 1.0, key=row.key))
             continue
+        at = wide if wide is not None and held_wide(row.key) else rates
         part = component_time(a.spec, row.key, cost.gemms, row, layers, training, kernels, dropped,
-                              a.bytes_per_element, rates)
+                              DTYPE_BYTES[at.dtype] if at is wide else a.bytes_per_element, at)
         t, roof = part.time_s, part.roof_s
         if part.kind == "fused":
             rows.append(ComponentTime(row.path, "fused", 0, row.flops, part.moved or 0, t, roof, 1.0,
@@ -524,19 +530,9 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
         note=note,
         floor_s=eff.floor_s if eff is not None else 0.0,
         extrapolated=tuple(sorted(rates.extrapolated)) if rates is not None else (),
-        errors=error_bands(hw, dtype, rates.used if rates is not None else set()),
+        errors=tables.bands((dtype, "bf16")[:1 + (wide is not None)], rates.used if rates else ())
+        if (tables := hw.kernel_tables()) is not None else {},
     )
-
-
-def error_bands(hw: Hardware, dtype: str, used: set[str]) -> dict[str, tuple[ErrorBand, ...]]:
-    """The bands of the measured tables a prediction read: the dtype's GEMMs (fp16 reads bf16's)
-    and the attention, MLA and MoE tables `used`."""
-    tables = hw.kernel_tables()
-    if tables is None:
-        return {}
-    gemm = tables.gemm_dtype(dtype)
-    ops = ([f"gemm/{gemm}"] if gemm else []) + sorted(used)
-    return {op: tables.errors[op] for op in ops if op in tables.errors}
 
 
 def executed_flops(a: Analysis, kernels: Kernels) -> int:
