@@ -1,10 +1,11 @@
 """How fast the calibrated time model evaluates a sweep: 10,000 (seq, batch) points of a spec.
 
     python bench/time_sweep_speed.py [SPEC ...] [--all] [--hardware PROFILE ...] [--repeat N]
-                                     [--cpu] [--tree PATH]
+                                     [--cpu] [--tree PATH] [--side N]
 
 ``timing_grid.predict_grid`` over 100 seq x 100 batch values (seq geometric from 512 to 8192,
-or to the spec's positions; batch 1 .. 100), per phase, best of N runs (default 7) of the whole
+or to the spec's positions; batch 1 .. 100; ``--side N``: N x N, seq geometric over the same
+range, batch 1 .. N), per phase, best of N runs (default 7) of the whole
 evaluation: the component tree over numpy arrays and every table lookup, nothing that depends
 on the points kept between runs (``grid_lookup.prepared`` keeps the profile's arrays).
 Profiles: the datasheet h100-sxm (Calculon's step tables by op size) and a100-80gb (one point),
@@ -68,6 +69,7 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="also time predict point by point")
     parser.add_argument("--cpu", action="store_true", help="time the process's CPU, not the wall clock")
     parser.add_argument("--tree", help="time the costmodel package of this checkout instead")
+    parser.add_argument("--side", type=int, default=100, help="N seq x N batch points (default 100)")
     args = parser.parse_args()
     clock = time.process_time if args.cpu else time.perf_counter
     kept = keep_freed_heap()  # what a program sweeping at scale does (timing_grid's docstring)
@@ -82,11 +84,12 @@ def main() -> None:
         spec = catalog.load(name)
         top = min(8192, spec.max_seq_len - 1)
         lo = min(512, top // 16)
-        seq = np.unique(np.rint(np.geomspace(lo, top, 100)).astype(np.int64))
-        if seq.size < 100:  # few positions (T5: 512): evenly spaced instead
-            seq = np.unique(np.rint(np.linspace(lo, top, 100)).astype(np.int64))
+        n = args.side
+        seq = np.unique(np.rint(np.geomspace(lo, top, n)).astype(np.int64))
+        if seq.size < n:  # few positions (T5: 512): evenly spaced instead (repeats past 512 - lo)
+            seq = np.rint(np.linspace(lo, top, n)).astype(np.int64)
         seq = seq[:, np.newaxis]
-        batch = np.arange(1, 101, dtype=np.int64)[np.newaxis, :]
+        batch = np.arange(1, n + 1, dtype=np.int64)[np.newaxis, :]
         points = seq.size * batch.size
         cells = []
         for hw in hws.values():

@@ -20,8 +20,8 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   below, found once per array with their positions on the grid (``_exp_interp``);
 - each distinct lookup runs once per call (``GridRates._lookup``, keyed by the identity of
   the first array seen with each array's values, ``_canonical``): a layer's linears share one
-  T array, a weight's forward and
-  backward products the same shapes in another order, two norms the same bytes; a
+  T array, a weight's forward and backward products the same shapes in another order, two
+  norms the same bytes; a
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
   linear share one lookup; a step table of a few sizes is a few comparisons; an array (of
   1,024 points or more) that is a number times one whose log was taken (most components'
@@ -50,12 +50,10 @@ are not stacked across components into one array: at 10,000 points a (15, 100, 1
 lookup took 1.6x the time of 15 separate ones (the stacked arrays leave the cache; numpy's
 call overhead is a few us against 100-300 us of work a pass), bench/README.md's fourth pass.
 
-A program that sweeps at scale should first ask glibc to keep freed heap
-(``costmodel.measure.malloc.keep_freed_heap``): the arrays of a sweep are allocated and freed hundreds
-of times a call, and without it each is faulted in anew (about 1.4x in prefill and train at
-10,000 points). ``predict_grid`` does not do it itself: a library does not change its host
-process's allocator behind its back (nor under a calibration or a measurement running in the
-same process); bench/time_sweep_speed.py does.
+A program that sweeps at scale should first ask glibc to keep freed heap (``costmodel.measure.
+malloc.keep_freed_heap``): a sweep's arrays are allocated and freed hundreds of times a call,
+each faulted in anew without it (about 1.4x in prefill and train at 10,000 points). A library
+does not change its host process's allocator behind its back: bench/time_sweep_speed.py does.
 
 The times equal ``predict``'s point by point to 1e-12 (the float operations differ in order
 only: tests/test_timing_grid.py compares the two over every bundled spec, phase and kernel
@@ -86,6 +84,7 @@ from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
 from costmodel.runtime.fused_moe import experts_share, moe_read
+from costmodel.runtime.grid_blocks import in_blocks
 from costmodel.runtime.grid_lookup import (
     above,
     at_numbers,
@@ -552,7 +551,11 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     key it selects; ``costmodel.deploy`` splits a step into the attention core and the rest).
 
     Needs a profile with tables for `dtype` (``Hardware.tables_for``). Sizes are float64: exact
-    below 2^53, and never wrapping as int64 would past 2^63."""
+    below 2^53, never wrapping as int64 past 2^63. A big grid runs in blocks (``grid_blocks``)."""
+    blocks = phase != "decode" and in_blocks(lambda b, s, e: predict_grid(
+        spec, phase, b, s, hw, dtype, kernels, e, mla, routing, select), (batch, seq, enc_seq))
+    if isinstance(blocks, np.ndarray):  # a grid past the cache, in blocks
+        return blocks
     if not hw.tables_for(dtype):
         from costmodel.analysis import AnalysisError
         from costmodel.runtime.timing import no_tables_note
