@@ -25,16 +25,14 @@ import importlib.util
 import json
 import sys
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from costmodel.components.key import Key, Role
-from costmodel.deploy.step import Shard, comm_times, held_wide, step_times
+from costmodel.deploy.step import Shard, comm_times, step_times
 from costmodel.parallel.cluster import Cluster
-from costmodel.precision import Widths
 from costmodel.runtime.timing import predict
 
 _SV = importlib.util.spec_from_file_location("serving_validation",
@@ -65,11 +63,8 @@ def step_parts(shard: Shard, cluster: Cluster, n: int, context: int) -> dict[str
     head as a prefill of n tokens, the core of the decode, the collectives (``deploy.step``)."""
     hw = shard.device(cluster)
     out: dict[str, float] = defaultdict(float)
+    # (an FP8 checkpoint's head, embedding and router off the bf16 tables, as deploy.step reads them)
     rows = predict(shard.analyze("prefill", 1, n), hw, shard.kernels).rows
-    if shard.widths.requantises(shard.dtype) and hw.tables_for("bf16"):  # as deploy.step reads them
-        wide = replace(shard, dtype="bf16", widths=Widths())
-        rows = [r for r in rows if not held_wide(r.key)] + [
-            r for r in predict(wide.analyze("prefill", 1, n), hw, shard.kernels).rows if held_wide(r.key)]
     for r in rows:
         if not r.key.attention_core:
             out[part(r.key)] += r.time_s

@@ -226,6 +226,12 @@ def _under(path: str, prefix: str) -> bool:
     )
 
 
+def in_component(key: Key, prefix: str) -> bool:
+    """Whether a component is under `prefix`, a path or path prefix as ``--component`` takes it
+    (``Analysis.total``'s selection; "" selects every component)."""
+    return _under(key.path, prefix)
+
+
 def default_seq(spec: Spec, phase: str = "prefill") -> int:
     """2048 tokens of context, or max_seq_len if shorter, in every phase: decode caches one
     token fewer and adds the new one, so its context is the same as prefill's."""

@@ -46,7 +46,8 @@ Shared conventions:
   the error each op class it read showed against other frameworks' measurements
   (`gemm/bf16 median 6% (worst 1.8x) vs sglang ...`; specs/kernels/<gpu>/errors.json) and the op
   classes read past those tables (docs/time.md, "On a GPU: measured kernels"). `sweep
-  --quantity time` and `attention` print roofline seconds: no table read, no band. `deploy`
+  --quantity time` carries them too (what its largest point read); `sweep --quantity roofline`
+  and `attention` print roofline seconds: no table read, no band. `deploy`
   says them once, for the deployments it shows.
 """
 

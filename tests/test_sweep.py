@@ -43,7 +43,7 @@ def test_bad_axis_is_one_line(text, message):
 
 
 @pytest.mark.parametrize("name", ["gemma-2-9b", "t5-11b", "gpt2-small"])
-@pytest.mark.parametrize("quantity", ["intensity", "kv_cache", "time"])
+@pytest.mark.parametrize("quantity", ["intensity", "kv_cache", "roofline"])
 def test_sweep_equals_the_exact_path(name, quantity):
     """Lambdified float64 values agree with analyze's integers at corners and inside the grid."""
     spec = catalog.load(name)
@@ -53,9 +53,58 @@ def test_sweep_equals_the_exact_path(name, quantity):
         for i, j in ((0, 0), (6, 1), (-1, -1)):
             t = analyze(variant, s.phase, batch=int(s.batch[j]), seq=int(s.seq[i])).total()
             exact = {"intensity": t.flops / t.bytes_fused, "kv_cache": t.kv_cache,
-                     "time": max(t.flops / H100.peak("bf16"),
+                     "roofline": max(t.flops / H100.peak("bf16"),
                                  t.bytes_fused / H100.memory_bandwidth)}[quantity]
             assert s.values[i, j] == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("name, hardware, dtype", [
+    ("llama-3-8b", "h200", "bf16"), ("deepseek-v2-lite", "h100-sxm", "bf16"),
+    ("mixtral-8x7b", "h100-sxm", "fp8"), ("t5-11b", "a100-80gb", "bf16")])
+def test_a_swept_time_is_what_predict_times_at_each_point(name, hardware, dtype):
+    """On a profile with measured tables a swept time is the calibrated model's (``predict`` of
+    ``analyze`` at that point, the device's default kernels), an FP8 checkpoint's bf16 head
+    included; the roofline is its lower bound."""
+    from costmodel.runtime.kernels import KERNELS
+    from costmodel.runtime.timing import predict
+    from costmodel.studies.attention_variants import kv_head_variants
+
+    spec, hw = catalog.load(name), load_hardware(hardware)
+    axes = [parse_axis(f"seq=64:{min(4096, spec.max_seq_len)}:5"), parse_axis("batch=1,3,32")]
+    phases = ["prefill", "decode", "train"] if dtype == "bf16" else ["prefill", "decode"]
+    sw = sweep(spec, "time", axes, hw, dtype=dtype, phases=phases)
+    assert sw.timed == "calibrated" and sw.reads.errors
+    variants = {v.label: v for v in kv_head_variants(spec)}
+    for s in sw.series:
+        v = variants[s.variant]
+        for i, j in ((0, 0), (2, 1), (-1, -1)):
+            a = analyze(v.spec, s.phase, batch=int(s.batch[j]), seq=int(s.seq[i]), dtype=dtype, mla=v.mla)
+            # (at fp8 the grid counts the bf16 head's activations at 2 bytes, the analysis at 1)
+            rel = 1e-9 if dtype == "bf16" else 1e-3
+            assert s.values[i, j] == pytest.approx(predict(a, hw, KERNELS["flash"]).time_s, rel=rel)
+    roof = sweep(spec, "roofline", axes, hw, dtype=dtype, phases=phases)
+    for s, r in zip(sw.series, roof.series, strict=True):
+        assert (s.values >= r.values * (1 - 1e-12)).all()
+
+
+def test_a_time_without_tables_is_the_roofline_and_says_so():
+    spec, a100, over = catalog.load("llama-3-8b"), load_hardware("a100-80gb"), [parse_axis("batch=1,8")]
+    sw = sweep(spec, "time", over, a100, dtype="fp32")
+    assert sw.timed == "roofline: a100-80gb has no efficiency tables for fp32"
+    roof = sweep(spec, "roofline", over, a100, dtype="fp32")
+    assert all((a.values == b.values).all() for a, b in zip(sw.series, roof.series, strict=True))
+    out = runner.invoke(app, ["sweep", "llama-3-8b", "--over", "batch=1,8", "-q", "time",
+                              "--hardware", "a100-80gb", "--dtype", "fp32"])
+    assert out.exit_code == 0 and "time: roofline: a100-80gb has no efficiency tables for fp32" in out.output
+    bad = runner.invoke(app, ["sweep", "llama-3-8b", "--over", "batch=1,8", "--kernels", "eager"])
+    assert bad.exit_code == 2
+    assert bad.output == "error: --kernels: the kernels a time assumes; give --quantity time\n"
+    args = ["sweep", "llama-3-8b", "--over", "batch=1,8", "-q", "time", "--kernels", "eager", "-f", "json"]
+    data = json.loads(runner.invoke(app, [*args, "--hardware", "h100-sxm"]).output)
+    assert data["time_model"] == "calibrated" and data["kernels"]["name"] == "eager"
+    assert "gemm/bf16" in data["errors"]
+    l4 = json.loads(runner.invoke(app, [*args, "--hardware", "l4"]).output)  # datasheet tables, none measured
+    assert l4["time_model"] == "calibrated" and l4["errors"] == {}
 
 
 def test_kv_cache_sweep_by_hand():

@@ -18,6 +18,7 @@ from costmodel.cli.app import (
     Format,
     FormatOpt,
     GroupSizeOpt,
+    KernelsOpt,
     KvDtypeOpt,
     PhaseName,
     SeqOpt,
@@ -37,6 +38,7 @@ class SweepQuantity(str, Enum):
     intensity = "intensity"
     kv_cache = "kv_cache"
     time = "time"
+    roofline = "roofline"
 
 
 DeviceOpt = Annotated[str, typer.Option("--hardware", help=f"{HARDWARE_HELP} Default: {DEFAULT_HARDWARE}.")]
@@ -122,7 +124,9 @@ def sweep_cmd(
         "to the spec's max_seq_len.")] = None,
     quantity: Annotated[SweepQuantity, typer.Option(
         "--quantity", "-q", metavar="QUANTITY",
-        help="intensity (FLOP/B, fused bytes), kv_cache (bytes) or time (roofline seconds).")
+        help="intensity (FLOP/B, fused bytes), kv_cache (bytes), time (seconds: the calibrated model on "
+             "the device's measured tables, the roofline where it has none) or roofline (seconds: "
+             "max(FLOPs / peak, fused bytes / bandwidth), a lower bound).")
     ] = SweepQuantity.intensity,
     phases: Annotated[Optional[list[PhaseName]], typer.Option(
         "--phase", "-p", metavar="PHASE",
@@ -139,6 +143,7 @@ def sweep_cmd(
     weights_dtype: WeightsDtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     group_size: GroupSizeOpt = DEFAULT_GROUP,
+    kernel_names: KernelsOpt = None,
     plot: Annotated[Optional[str], typer.Option(
         "--plot", metavar="FILE", help="Also draw the sweep into this file (.svg; .png, .pdf with the "
         "`plot` extra): a roofline with a lane per variant and phase for intensity, lines over the first "
@@ -148,6 +153,7 @@ def sweep_cmd(
     """A quantity over many (seq, batch) points for each MHA / GQA / MQA variant and phase,
     through formulas compiled once (numpy), as a table and optionally a chart."""
     from costmodel.report import attention as ra
+    from costmodel.runtime import kernels
     from costmodel.studies.sweep import default_axis, parse_axis, sweep
 
     with _user_errors():
@@ -155,6 +161,8 @@ def sweep_cmd(
             from costmodel.report.files import plot_path
 
             plot_path(plot)
+        if kernel_names is not None and quantity is not SweepQuantity.time:
+            raise AnalysisError("--kernels: the kernels a time assumes; give --quantity time")
         s = catalog.load(spec)
         hw = load_hardware(hardware)
         axes = [parse_axis(text) for text in over] if over else [default_axis(s)]
@@ -162,7 +170,8 @@ def sweep_cmd(
             ["decode"] if quantity is SweepQuantity.kv_cache else ["prefill", "decode"])
         sw = sweep(s, quantity.value, axes, hw, batch=batch, seq=seq, phases=chosen, dtype=dtype.value,
                    kv_heads=_ints(kv_heads, "--kv-heads"), component=component,
-                   widths=Widths(weights_dtype, kv_dtype, group_size))
+                   widths=Widths(weights_dtype, kv_dtype, group_size),
+                   kernels=kernels.KERNELS[kernel_names.value] if kernel_names else None)
         if plot is not None:
             from costmodel.report.files import save_plot
             from costmodel.report.sweep_figures import sweep_section

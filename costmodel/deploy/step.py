@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.analysis import Analysis, analyze, held_wide
+from costmodel.analysis import Analysis, analyze
 from costmodel.components.key import Key, Role
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import Reads
@@ -54,8 +54,8 @@ from costmodel.parallel.layout import experts
 from costmodel.parallel.serve import moe_layers
 from costmodel.parallel.shard import shard_spec
 from costmodel.precision import Widths
+from costmodel.runtime.step_grid import on_tables, step_grid
 from costmodel.runtime.timing import Kernels, physics_floor, predict
-from costmodel.runtime.timing_grid import predict_grid
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 
@@ -126,18 +126,9 @@ def _times(shard: Shard, cluster: Cluster, phase: str, batch: np.ndarray, seq: n
     ``predict`` point by point (its rows: calibrated, or each component's roofline)."""
     hw = shard.device(cluster)
     local = shard.local
-    if hw.tables_for(shard.dtype) and not shard.widths.differs(shard.dtype):
-        if shard.widths.requantises(shard.dtype) and hw.tables_for("bf16"):
-            # fp8 weights at --dtype fp8: the LM head, embedding and router an FP8 checkpoint
-            # leaves in bf16 (``costmodel.precision``) run as bf16 GEMMs and gathers
-            narrow = predict_grid(local, phase, batch, seq, hw, shard.dtype, shard.kernels, mla=shard.mla,
-                                  select=lambda k: select(k) and not held_wide(k))
-            wide = predict_grid(local, phase, batch, seq, hw, "bf16", shard.kernels, mla=shard.mla,
-                                select=lambda k: select(k) and held_wide(k))
-            both: np.ndarray = narrow + wide
-            return both
-        return predict_grid(local, phase, batch, seq, hw, shard.dtype, shard.kernels, mla=shard.mla,
-                            select=select)
+    if on_tables(hw, shard.dtype, shard.widths):
+        return step_grid(local, phase, batch, seq, hw, shard.dtype, shard.widths, shard.kernels, shard.mla,
+                         select)
     b, s = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(seq, dtype=float))
     out = np.zeros(b.shape)
     for i, (bi, si) in enumerate(zip(b.ravel(), s.ravel(), strict=True)):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from costmodel import units
 from costmodel.devices.hardware import Hardware
-from costmodel.report.tables import Table, device_note  # re-exported
+from costmodel.report.tables import Table, device_note, kernel_notes  # re-exported
 from costmodel.report.tables import records_csv as records_csv
 from costmodel.studies.attention_variants import HeadsRow, LatentRow, WindowRow
 
@@ -160,11 +160,29 @@ def sweep_table(sw: Sweep) -> Table:
              f"{sw.dtype}{sw.widths.label(sw.dtype)}"
              + (f"; fixed {fixed}" if fixed else "")
              + ("; seq = prompt (prefill) or tokens cached (decode)" if "seq" in sw.swept else "")]
-    if sw.quantity == "time":
+    if sw.quantity == "roofline" or sw.timed.startswith("roofline"):
         notes.append(device_note(sw.hardware, sw.dtype))
+    if sw.quantity == "time":
+        notes += time_notes(sw)
     return Table(f"{sw.spec}: {sw.quantity}", (*[a for a in ("seq", "batch") if a in sw.swept],
                                                *(x.label for x in sw.series)),
                  rows, notes, numeric_from=0)
+
+
+def time_notes(sw: Sweep) -> list[str]:
+    """How a swept time was had: the calibrated model on the device's measured tables (the
+    kernels assumed, and the error bands of what the largest point read), or the roofline and why."""
+    from costmodel.runtime import kernels
+
+    assert sw.kernels is not None
+    if sw.timed != "calibrated":
+        return [f"time: {sw.timed}"]
+    default = kernels.is_default(sw.kernels, sw.hardware)
+    tables = ("measured kernel tables (docs/gpu-time.md)" if sw.hardware.kernel_tables() is not None
+              else "efficiency tables (its profile's source; no measured kernel tables)")
+    return [f"time: the calibrated model (costmodel.runtime.timing) on {sw.hardware.name}'s {tables}, "
+            "as `analyze --hardware` and `inference` time one point",
+            kernels.note(sw.kernels, sw.hardware, default), *kernel_notes([sw.reads])]
 
 
 def fixed_text(sw: Sweep) -> str:

@@ -32,8 +32,9 @@ MARKERS = {"prefill": "disc", "decode": "ring", "train": "square"}
 MOST_PER_SERIES = 300  # points a series draws: enough to show every bend, an SVG of at most a few MB
 AXIS_NAMES = {"seq": "sequence length (tokens: the prompt in prefill, cached in decode; log)",
               "batch": "batch size B (sequences, log)"}
-QUANTITY_NAMES = {"intensity": "intensity", "kv_cache": "KV cache", "time": "roofline time"}
-FORMATS = {"intensity": "intensity", "kv_cache": "bytes", "time": "s"}
+QUANTITY_NAMES = {"intensity": "intensity", "kv_cache": "KV cache", "time": "time",
+                  "roofline": "roofline time"}
+FORMATS = {"intensity": "intensity", "kv_cache": "bytes", "time": "s", "roofline": "s"}
 
 
 def tokens(v: float) -> str:
@@ -102,7 +103,7 @@ def sweep_section(sw: Sweep) -> Section:
     if not rows:
         raise AnalysisError(f"--plot: no point of this sweep can go on a log axis (every {sw.quantity} of "
                             f"{sw.component or 'the whole model'} is 0 or infinite)")
-    what = QUANTITY_NAMES.get(sw.quantity, sw.quantity)
+    what = time_name(sw) if sw.quantity == "time" else QUANTITY_NAMES.get(sw.quantity, sw.quantity)
     return Section(f"sweep-{sw.quantity}", f"{sw.spec}: {what} of {sw.component or 'the whole model'}", chart,
                    ("variant and phase", "seq", "batch", f"{sw.quantity} ({sw.unit})"), rows,
                    (f"{sw.dtype}{sw.widths.label(sw.dtype)}; {_span(sw)}{_drawn(len(rows), sw)}",),
@@ -141,6 +142,11 @@ def _roofline(sw: Sweep) -> tuple[str, Rows]:
     return chart, rows
 
 
+def time_name(sw: Sweep) -> str:
+    """What a swept time is: the calibrated model's on the device's tables, or the roofline's."""
+    return "time" if sw.quantity == "time" and sw.timed == "calibrated" else "roofline time"
+
+
 def _lines(sw: Sweep) -> tuple[str, Rows]:
     """One panel per picked value of the second swept axis (its first, middle and last); in each,
     a line per variant and phase over the first axis. Values of 0 (no cache) have no place on a
@@ -151,8 +157,8 @@ def _lines(sw: Sweep) -> tuple[str, Rows]:
     n_other = len(getattr(s0, other))
     chosen = sorted({0, n_other // 2, n_other - 1}) if other in sw.swept else [0]
     colours = _colours(sw)
-    y = (svg.Axis(f"roofline time on {sw.hardware.name} (s, log)", "s") if sw.quantity == "time"
-         else svg.Axis("KV cache (bytes, log)", "B"))
+    y = (svg.Axis(f"{time_name(sw)} on {sw.hardware.name} (s, log)", "s")
+         if sw.quantity in ("time", "roofline") else svg.Axis("KV cache (bytes, log)", "B"))
     limits = ([(f"{sw.hardware.name} memory {units.decimal_bytes(sw.hardware.memory_bytes)}",
                 float(sw.hardware.memory_bytes))] if sw.quantity == "kv_cache" else [])
     x = svg.Axis(AXIS_NAMES[x_axis], fmt=tokens, ticks=POWERS_OF_TWO)
@@ -174,7 +180,7 @@ def _lines(sw: Sweep) -> tuple[str, Rows]:
                 rows.append((s.label, at["seq"], at["batch"], float(values[i, k])))
         panels.append((f"{other} = {held:,}" if other in sw.swept else
                        "One line per variant and phase (decode dashed)", series))
-    what = QUANTITY_NAMES.get(sw.quantity, sw.quantity)
+    what = time_name(sw) if sw.quantity == "time" else QUANTITY_NAMES.get(sw.quantity, sw.quantity)
     where = f"on {sw.hardware.name}" if sw.quantity == "time" else f"{sw.hardware.name}'s memory marked"
     height = 400 if len(panels) > 1 else 480
     charts = [svg.xy(t, series, x, y, y_limits=limits, height=height) for t, series in panels]

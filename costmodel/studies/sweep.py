@@ -22,10 +22,14 @@ import sympy
 
 from costmodel import model
 from costmodel import symbols as sym
-from costmodel.analysis import AnalysisError, analyze, default_seq, select, symbolic_tree
+from costmodel.analysis import AnalysisError, analyze, default_seq, in_component, select, symbolic_tree
 from costmodel.devices.hardware import Hardware, hardware_dict
+from costmodel.devices.kernels import Reads
 from costmodel.phases import DECODE, PHASES
 from costmodel.precision import Widths
+from costmodel.runtime import kernels as kernel_sets
+from costmodel.runtime.step_grid import on_tables, step_grid
+from costmodel.runtime.timing import Kernels, predict
 from costmodel.spec import Position, Spec
 from costmodel.studies.attention_variants import Variant, kv_head_variants
 from costmodel.symbols import DTYPE_BYTES
@@ -33,8 +37,10 @@ from costmodel.symbols import DTYPE_BYTES
 AXES = ("seq", "batch")
 MAX_POINTS = 100_000  # per grid (seq x batch): a table of more says nothing a plot of fewer cannot
 MAX_VALUE = 2**53  # float64 evaluation is exact up to here; past it nothing is a token count
-#: quantity -> unit
-QUANTITIES = {"intensity": "FLOP/B", "kv_cache": "B", "time": "s"}
+#: quantity -> unit. time: the calibrated model on the profile's tables (``timing.predict``, over
+#: the grid ``timing_grid.predict_grid``), the roofline where it has none; roofline: max(FLOPs /
+#: peak, fused bytes / bandwidth), the lower bound.
+QUANTITIES = {"intensity": "FLOP/B", "kv_cache": "B", "time": "s", "roofline": "s"}
 _SEQ = sympy.Symbol("seq", integer=True, positive=True)  # the user's --seq, before the phase's offset
 
 
@@ -148,6 +154,11 @@ class Sweep:
     swept: tuple[str, ...]  # the axes given with --over, in order
     series: tuple[Series, ...]
     widths: Widths = Widths()  # the weights' and the cache's
+    # quantity time: the kernels assumed, whether the profile's tables timed it ("calibrated")
+    # or the roofline did (and why), and what the largest point read of the measured tables
+    kernels: Kernels | None = None
+    timed: str = ""
+    reads: Reads = Reads()
 
     @property
     def points(self) -> int:
@@ -159,6 +170,8 @@ class Sweep:
             "weights_dtype": self.widths.weights or self.dtype, "kv_dtype": self.widths.kv or self.dtype,
             "component": self.component or "total", "hardware": hardware_dict(self.hardware, self.dtype),
             "swept": list(self.swept),
+            **({"time_model": self.timed, "kernels": kernel_sets.to_dict(self.kernels),
+                **self.reads.to_dict()} if self.kernels is not None else {}),
             "series": [{"variant": s.variant, "kv_heads": s.kv_heads, "phase": s.phase, "seq": s.seq.tolist(),
                         "batch": s.batch.tolist(), "values": _json_values(s.values.tolist())}
                        for s in self.series],
@@ -176,7 +189,7 @@ def _json_values(v: Any) -> Any:
 
 
 def quantity_of(q: str, numbers: dict[str, np.ndarray], hw: Hardware, dtype: str) -> np.ndarray:
-    """intensity (FLOPs / fused bytes), kv_cache (bytes) or time (roofline seconds)."""
+    """intensity (FLOPs / fused bytes), kv_cache (bytes) or roofline seconds."""
     if q == "intensity":
         ratio: np.ndarray = numbers["flops"] / numbers["bytes_fused"]
         return ratio
@@ -185,14 +198,27 @@ def quantity_of(q: str, numbers: dict[str, np.ndarray], hw: Hardware, dtype: str
     return np.maximum(numbers["flops"] / hw.peak(dtype), numbers["bytes_fused"] / hw.memory_bandwidth)
 
 
+def time_model(hw: Hardware, dtype: str, widths: Widths) -> str:
+    """How ``sweep --quantity time`` times a pass on `hw`: "calibrated" (its tables), or the
+    roofline and why."""
+    if on_tables(hw, dtype, widths):
+        return "calibrated"
+    if hw.tables_for(dtype):
+        return (f"roofline: {hw.name}'s tables were measured with {dtype} weights and cache, not "
+                f"{widths.label(dtype).strip(' ()')}")
+    return f"roofline: {hw.name} has no efficiency tables for {dtype}"
+
+
 def sweep(
     spec: Spec, quantity: str, axes: Sequence[Axis], hw: Hardware, *, batch: int = 1,
     seq: int | None = None, phases: Sequence[str] = ("prefill", "decode"), dtype: str = "bf16",
     kv_heads: Sequence[int] | None = None, component: str = "", widths: Widths = Widths(),
+    kernels: Kernels | None = None,
 ) -> Sweep:
     """`quantity` over the grid of `axes` (the rest fixed at `batch`, `seq`), for each
     key/value-head variant (default: h, the spec's k, 1) and phase; weights and cache at
-    `widths` (``costmodel.precision``)."""
+    `widths` (``costmodel.precision``); a time with `kernels` (default: the device's,
+    ``runtime.kernels``)."""
     if quantity not in QUANTITIES:
         raise AnalysisError(f"quantity: unknown quantity {quantity!r}; expected one of "
                             f"{', '.join(QUANTITIES)}")
@@ -209,28 +235,43 @@ def sweep(
                                 "being exact")
     hw.peak(dtype)
     variants = kv_head_variants(spec, kv_heads)
-    evaluators = {}
+    timed = time_model(hw, dtype, widths) if quantity == "time" else ""
+    kernels = kernels or kernel_sets.KERNELS[kernel_sets.default_kernels(hw)]
+    evaluators, predictions = {}, []
     for v in variants:
         for phase in phases:
             grid = {"seq": given.get("seq", [seq or default_seq(spec, phase)]), "batch": given.get("batch",
                                                                                                    [batch])}
             # The largest point through the exact path: it checks the request (learned positions,
-            # the component) and costs one analysis.
-            analyze(v.spec, phase, batch=int(max(grid["batch"])), seq=int(max(grid["seq"])), dtype=dtype,
-                    mla=v.mla, **widths.options()).total(component)
+            # the component) and costs one analysis; a time says what it read of the tables there.
+            a = analyze(v.spec, phase, batch=int(max(grid["batch"])), seq=int(max(grid["seq"])), dtype=dtype,
+                        mla=v.mla, **widths.options())
+            a.total(component)
+            if timed == "calibrated":
+                predictions.append(predict(a, hw, kernels))
             evaluators[v.label, phase] = (v, grid, Evaluator(v.spec, phase, dtype, component, v.mla, widths))
-    return replace(evaluate(spec.name, quantity, evaluators, hw, dtype, component, tuple(given)),
-                   widths=widths)
+    swept = evaluate(spec.name, quantity, evaluators, hw, dtype, component, tuple(given),
+                     (widths, kernels) if timed == "calibrated" else None)
+    return replace(swept, widths=widths, kernels=kernels if quantity == "time" else None, timed=timed,
+                   reads=Reads.union(predictions))
 
 
 def evaluate(name: str, quantity: str,
              evaluators: dict[tuple[str, str], tuple[Variant, dict[str, np.ndarray | list[int]], Evaluator]],
-             hw: Hardware, dtype: str, component: str, swept: tuple[str, ...]) -> Sweep:
-    """The hot path: numpy over every grid (no sympy)."""
+             hw: Hardware, dtype: str, component: str, swept: tuple[str, ...],
+             calibrated: tuple[Widths, Kernels] | None = None) -> Sweep:
+    """The hot path: numpy over every grid (no sympy); a time on the profile's tables
+    (`calibrated`: the widths and kernels) through ``step_grid``."""
     out = []
     for (label, phase), (v, grid, ev) in evaluators.items():
         s = np.asarray(grid["seq"], dtype=np.int64)
         b = np.asarray(grid["batch"], dtype=np.int64)
-        numbers = ev(b[np.newaxis, :], s[:, np.newaxis])
-        out.append(Series(label, v.spec.n_kv_heads, phase, s, b, quantity_of(quantity, numbers, hw, dtype)))
+        if calibrated is not None:
+            keep = (lambda k: in_component(k, component)) if component else None
+            values = step_grid(v.spec, phase, b[np.newaxis, :], s[:, np.newaxis], hw, dtype, *calibrated,
+                               mla=v.mla, select=keep)
+        else:
+            numbers = ev(b[np.newaxis, :], s[:, np.newaxis])
+            values = quantity_of("roofline" if quantity == "time" else quantity, numbers, hw, dtype)
+        out.append(Series(label, v.spec.n_kv_heads, phase, s, b, values))
     return Sweep(name, quantity, QUANTITIES[quantity], dtype, component, hw, swept, tuple(out))
