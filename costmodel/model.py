@@ -96,10 +96,26 @@ def layer_groups(spec: Spec) -> dict[tuple[str, str | None], int]:
     return {("layers", group): count for group, (_, _, count) in _groups(spec).items()}
 
 
+#: id(spec) -> (the spec, its groups): a spec is frozen, so its groups are computed once (the
+#: time grid's tree reads them a few times a call). Held with the spec: its id stays its own.
+_GROUPS: dict[int, tuple[Spec, dict[str | None, tuple[LayerKind, bool, int]]]] = {}
+
+
 def _groups(spec: Spec) -> dict[str | None, tuple[LayerKind, bool, int]]:
     """group name -> (attention kind, sparse FFN?, layers): the group is the attention kind where
     the pattern mixes kinds, and ``dense`` or ``moe`` where a mixture of experts leaves some layers
-    dense (``local_moe``); local before global, dense before sparse. Counted, never listed."""
+    dense (``local_moe``); local before global, dense before sparse. Counted, never listed. (Read
+    only: the dictionary is the spec's, kept.)"""
+    hit = _GROUPS.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if len(_GROUPS) > 256:
+        _GROUPS.clear()
+    out = _GROUPS[id(spec)] = (spec, _count_groups(spec))
+    return out[1]
+
+
+def _count_groups(spec: Spec) -> dict[str | None, tuple[LayerKind, bool, int]]:
     counts = spec.layer_group_counts()
     mixed_kinds = len({kind for kind, _ in counts}) > 1
     mixed_ffn = len({moe for _, moe in counts}) > 1

@@ -14,7 +14,6 @@ are found by a fingerprint (a few sampled values of each quantity) and confirmed
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -88,15 +87,22 @@ class Canonical:
 
 
 def _values(cost: Cost, of: Any) -> tuple[Any, ...]:
-    """What the rule reads of `cost`, an array as its token (``Canonical``), a number as it is."""
-    return tuple(of(x) if type(x) is np.ndarray else x
-                 for x in (cost.params, cost.matmul, cost.matmul_eff, cost.other, cost.bytes_unfused,
-                           cost.train_only, *(x for g in cost.gemms for x in g)))
+    """What the rule reads of `cost` (``READ`` and the products), an array as its token
+    (``Canonical``), a number as it is."""
+    nd = np.ndarray
+    return tuple([of(x) if type(x) is nd else x
+                  for x in (cost.params, cost.matmul, cost.matmul_eff, cost.other, cost.bytes_unfused,
+                            cost.train_only, *[x for g in cost.gemms for x in g])])
 
 
-@lru_cache(maxsize=4096)
-def _traits(key: Key, kernels: Kernels, dropped: frozenset[SubBlock], training: bool) -> tuple[Any, ...]:
-    return rule_traits(key, kernels, dropped, training)
+#: (kernels, dropout sub-blocks, training) -> key -> ``rule_traits``: what a key's traits depend on.
+_TRAITS: dict[tuple[Kernels, frozenset[SubBlock], bool], dict[Key, tuple[Any, ...]]] = {}
+
+
+def _traits_of(kernels: Kernels, dropped: set[SubBlock], training: bool) -> dict[Key, tuple[Any, ...]]:
+    if len(_TRAITS) > 256:
+        _TRAITS.clear()
+    return _TRAITS.setdefault((kernels, frozenset(dropped), training), {})
 
 
 def merged(costs: dict[Key, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels,
@@ -107,12 +113,15 @@ def merged(costs: dict[Key, Cost], groups: dict[tuple[str, str | None], int], ke
     layers (the sum of their times: the time is linear in the layers). Costs are equal when
     their numbers are and their arrays are equal at every point (``Canonical``: the same token)."""
     of = (canonical or Canonical()).of
-    frozen = frozenset(dropped)
+    known = _traits_of(kernels, dropped, training)
     out: dict[Key, tuple[Cost, int]] = {}
     heads: dict[tuple[Any, ...], Key] = {}
     for key, cost in costs.items():
         layers = layer_count(groups, key)
-        head = heads.setdefault((_traits(key, kernels, frozen, training), _values(cost, of)), key)
+        traits = known.get(key)
+        if traits is None:
+            traits = known[key] = rule_traits(key, kernels, dropped, training)
+        head = heads.setdefault((traits, _values(cost, of)), key)
         if head is key:
             out[key] = (cost, layers)
         else:

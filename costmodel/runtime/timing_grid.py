@@ -113,7 +113,8 @@ _MISSING = object()  # a lookup not made yet (None is a value: ``_exp_interp``'s
 
 
 def _array(x: Any) -> bool:
-    return isinstance(x, np.ndarray) and x.ndim > 0
+    """An array of the sweep's points (``predict_grid`` makes no 0-d arrays: one has an axis)."""
+    return type(x) is np.ndarray
 
 
 def _positive(x: Any) -> bool:
@@ -555,6 +556,11 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     # Not broadcast up front: a quantity that depends on one axis stays that axis's size.
     B, seq = np.asarray(batch, dtype=float), np.asarray(seq, dtype=float)
     enc = np.asarray(enc_seq if enc_seq is not None else seq, dtype=float) if spec.is_encoder_decoder else 0
+    shape = np.broadcast_shapes(B.shape, seq.shape, np.shape(enc))
+    # A number as an array of one point: the rule's arrays all have an axis (``_array``).
+    B, seq = B.reshape(B.shape or (1,)), seq.reshape(seq.shape or (1,))
+    if isinstance(enc, np.ndarray):
+        enc = enc.reshape(enc.shape or (1,))
     p = DTYPE_BYTES[dtype]
     # Phase.shape and numeric_dims are typed for ints; their arithmetic runs on arrays as well.
     dims = model.numeric_dims(spec, ph.shape(cast(int, B), cast(int, seq), cast(int, enc)), p, mla, routing)
@@ -585,4 +591,4 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
         part = component_time(spec, key, gemms, Whole(ph, cost, layers), layers, ph.training, kernels,
                               dropped, p, rates)
         total += part.time_s if idle is None else np.where(idle, 0.0, part.time_s)
-    return total
+    return total.reshape(shape)
