@@ -39,12 +39,24 @@ def _bounded(a: Any, b: Any, least: bool) -> Any:
     array, number = (a, b) if is_array(a) and not is_array(b) else (b, a)
     if not is_array(array) or is_array(number) or getattr(array, "ndim", 0) == 0 or not array.size:
         return numpy.minimum(a, b) if least else numpy.maximum(a, b)
-    lo, hi = array.min(), array.max()
-    if (hi <= number) if least else (lo >= number):
+    # The least first, the largest only where it decides (one reduction, not two, for
+    # ``runs``' tokens and a maximum's floor below every point); the same answers in the same
+    # order: the array where both hold (it equals the number at every point).
+    lo = array.min()
+    if least:
+        if lo > number:
+            return number
+        hi = array.max()
+        if hi <= number:
+            return array
+        if lo >= number:
+            return number
+        return numpy.minimum(a, b)
+    if lo >= number:
         return array
-    if (lo >= number) if least else (hi <= number):
+    if array.max() <= number:
         return number
-    return numpy.minimum(a, b) if least else numpy.maximum(a, b)
+    return numpy.maximum(a, b)
 
 
 def smin(a: Num, b: Num) -> Num:

@@ -205,14 +205,29 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[Key, Cost]:
         sparse = stack == "layers" and group_kinds(spec, kind)[1]
         for block, name, cost in _layer(spec, dims, layers[kind], q_len, sparse, built):
             # A component names the parts it holds in its leaves: a sparse FFN's ``experts/up``.
-            part, _, leaf = name.rpartition("/")
-            key = Key(leaf, layer_role(leaf), stack, layer=True, group=kind, block=block, part=part or None)
-            out[key] = cost.times(count)
+            out[_layer_key(stack, kind, block, name)] = cost.times(count)
     if spec.final_norm:
         out[Key("final_norm", Role.norm, stack)] = norm(spec, dims, dims.B * q_len, dims.d)
     if spec.final_dropout > 0:
         out[Key("final_dropout", Role.dropout, stack)] = dropout(dims, dims.B * q_len * dims.d)
     return out
+
+
+#: (stack, group, sub-block, name) -> the Key of a layer's leaf: built once, then shared (a Key is
+#: frozen; the time grid builds the tree every call, and a Key took 2 us to build).
+_KEYS: dict[tuple[str, str | None, str | None, str], Key] = {}
+
+
+def _layer_key(stack: str, group: str | None, block: str | None, name: str) -> Key:
+    """The key of a layer's leaf `name` (a sparse FFN's ``experts/up`` names its part)."""
+    hit = _KEYS.get((stack, group, block, name))
+    if hit is None:
+        if len(_KEYS) > 4096:
+            _KEYS.clear()
+        part, _, leaf = name.rpartition("/")
+        hit = _KEYS[(stack, group, block, name)] = Key(leaf, layer_role(leaf), stack, layer=True, group=group,
+                                                       block=block, part=part or None)
+    return hit
 
 
 def _layer_kind(spec: Spec, stack: str, kind: str | None) -> LayerKind:

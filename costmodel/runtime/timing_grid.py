@@ -587,7 +587,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
                     continue
             elif np.any(busy == 0):
                 idle = busy == 0
-        gemms = tuple((c * layers, m, k, n) for c, m, k, n in cost.gemms)
+        gemms = tuple([(c * layers, m, k, n) for c, m, k, n in cost.gemms])
         part = component_time(spec, key, gemms, Whole(ph, cost, layers), layers, ph.training, kernels,
                               dropped, p, rates)
         total += part.time_s if idle is None else np.where(idle, 0.0, part.time_s)
