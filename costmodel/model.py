@@ -75,7 +75,7 @@ def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive", 
     says which experts a sparse layer reads (``components.moe.Routing``); `p_kv` the KV cache's
     bytes per element where it is not p (``costmodel.precision``).
     """
-    sizes: dict[str, Num] = {n: s.value(spec) or 0 for n, s in size_symbols().items()}
+    sizes = dict(_kept(_SIZES, spec, lambda: {n: s.value(spec) or 0 for n, s in size_symbols().items()}))
     return Dims(**shape, p=p, p_kv=p_kv, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla,
                 routing=routing)
 
@@ -96,9 +96,22 @@ def layer_groups(spec: Spec) -> dict[tuple[str, str | None], int]:
     return {("layers", group): count for group, (_, _, count) in _groups(spec).items()}
 
 
-#: id(spec) -> (the spec, its groups): a spec is frozen, so its groups are computed once (the
-#: time grid's tree reads them a few times a call). Held with the spec: its id stays its own.
-_GROUPS: dict[int, tuple[Spec, dict[str | None, tuple[LayerKind, bool, int]]]] = {}
+_Kept = TypeVar("_Kept")
+#: id(spec) -> (the spec, what it gives): a spec is frozen, so its sizes and layer groups are
+#: computed once (the time grid reads them every call). Held with the spec: its id stays its own.
+_SIZES: dict[int, tuple[Spec, Any]] = {}
+_GROUPS: dict[int, tuple[Spec, Any]] = {}
+
+
+def _kept(table: dict[int, tuple[Spec, Any]], spec: Spec, make: Callable[[], _Kept]) -> _Kept:
+    hit = table.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return cast(_Kept, hit[1])
+    if len(table) > 256:
+        table.clear()
+    value = make()
+    table[id(spec)] = (spec, value)
+    return value
 
 
 def _groups(spec: Spec) -> dict[str | None, tuple[LayerKind, bool, int]]:
@@ -106,13 +119,7 @@ def _groups(spec: Spec) -> dict[str | None, tuple[LayerKind, bool, int]]:
     the pattern mixes kinds, and ``dense`` or ``moe`` where a mixture of experts leaves some layers
     dense (``local_moe``); local before global, dense before sparse. Counted, never listed. (Read
     only: the dictionary is the spec's, kept.)"""
-    hit = _GROUPS.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    if len(_GROUPS) > 256:
-        _GROUPS.clear()
-    out = _GROUPS[id(spec)] = (spec, _count_groups(spec))
-    return out[1]
+    return _kept(_GROUPS, spec, lambda: _count_groups(spec))
 
 
 def _count_groups(spec: Spec) -> dict[str | None, tuple[LayerKind, bool, int]]:
