@@ -8,7 +8,10 @@ things (``rule_traits``), take the time of one over the layers of both. That hol
 groups (an FFN beside local and global attention), within a layer (Llama's k and v, its two norms,
 its two residual adds) and across stacks (T5's encoder and decoder layers: in prefill and
 training S_e = S, so 36 of its 61 training-step components repeat another one). Equal costs
-are found by a fingerprint (a few sampled values of each quantity) and confirmed on every value.
+are found by one dictionary key: their numbers and a token per array (``Canonical``: arrays equal
+at every point share one, and the lookups of ``timing_grid.GridRates`` read the same tokens); a
+key's traits are kept across calls (they depend on the key, the kernels, the dropout sub-blocks
+and the phase alone, never on the points).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768: most of a
   sweep's T) the value is a number, so the interpolation and its exp run only at the points
   below, found once per array with their positions on the grid (``_exp_interp``);
-- each distinct lookup runs once per call (``GridRates._lookup``, keyed by the identity of
-  the first array seen with each array's values, ``_canonical``): a layer's linears share one
+- each distinct lookup runs once per call (``GridRates._lookup``, keyed by a token per set of
+  equal arrays, ``grid_merge.Canonical``, which the merge shares): a layer's linears share one
   T array, a weight's forward and
   backward products the same shapes in another order, two norms the same bytes; a
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
@@ -378,7 +378,10 @@ class GridRates:
         are read as that one (``_canonical``), so a T array built twice, or two norms' equal
         byte counts, share every lookup by identity."""
         of = self._canonical
-        key = (kind, numbers, *[of(a) for a in arrays]) if len(arrays) != 1 else (kind, numbers, of(arrays[0]))
+        if len(arrays) == 1:  # (most lookups: no list for the tokens)
+            key: tuple[Any, ...] = (kind, numbers, of(arrays[0]))
+        else:
+            key = (kind, numbers, *[of(a) for a in arrays])
         hit = self._memo.get(key, _MISSING)
         if hit is _MISSING:
             hit = self._memo[key] = compute()
