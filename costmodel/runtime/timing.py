@@ -316,8 +316,7 @@ class Quantities(Protocol):
 class Part:
     """One component's time by the rule: its kind, kernels launched, seconds (first touch
     included, and apart), and for a memory component the bytes it moves (gradients included).
-    (Not frozen: a frozen dataclass sets each field with object.__setattr__, several us a Part,
-    and the time grid makes one per component a call; nothing changes a Part once made.)"""
+    Not frozen: frozen costs several us a Part (the grid makes one a component a call)."""
 
     kind: str  # "matmul", "memory", "attention" (a measured fused kernel), "fused" (folded into another)
     ops: int
