@@ -75,7 +75,7 @@ def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive", 
     says which experts a sparse layer reads (``components.moe.Routing``); `p_kv` the KV cache's
     bytes per element where it is not p (``costmodel.precision``).
     """
-    sizes: dict[str, Num] = {n: s.value(spec) or 0 for n, s in size_symbols().items()}
+    sizes = dict(_kept(_SIZES, spec, lambda: {n: s.value(spec) or 0 for n, s in size_symbols().items()}))
     return Dims(**shape, p=p, p_kv=p_kv, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla,
                 routing=routing)
 
@@ -96,10 +96,33 @@ def layer_groups(spec: Spec) -> dict[tuple[str, str | None], int]:
     return {("layers", group): count for group, (_, _, count) in _groups(spec).items()}
 
 
+_Kept = TypeVar("_Kept")
+#: id(spec) -> (the spec, what it gives): a spec is frozen, so its sizes and layer groups are
+#: computed once (the time grid reads them every call). Held with the spec: its id stays its own.
+_SIZES: dict[int, tuple[Spec, Any]] = {}
+_GROUPS: dict[int, tuple[Spec, Any]] = {}
+
+
+def _kept(table: dict[int, tuple[Spec, Any]], spec: Spec, make: Callable[[], _Kept]) -> _Kept:
+    hit = table.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return cast(_Kept, hit[1])
+    if len(table) > 256:
+        table.clear()
+    value = make()
+    table[id(spec)] = (spec, value)
+    return value
+
+
 def _groups(spec: Spec) -> dict[str | None, tuple[LayerKind, bool, int]]:
     """group name -> (attention kind, sparse FFN?, layers): the group is the attention kind where
     the pattern mixes kinds, and ``dense`` or ``moe`` where a mixture of experts leaves some layers
-    dense (``local_moe``); local before global, dense before sparse. Counted, never listed."""
+    dense (``local_moe``); local before global, dense before sparse. Counted, never listed. (Read
+    only: the dictionary is the spec's, kept.)"""
+    return _kept(_GROUPS, spec, lambda: _count_groups(spec))
+
+
+def _count_groups(spec: Spec) -> dict[str | None, tuple[LayerKind, bool, int]]:
     counts = spec.layer_group_counts()
     mixed_kinds = len({kind for kind, _ in counts}) > 1
     mixed_ffn = len({moe for _, moe in counts}) > 1
@@ -189,14 +212,29 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[Key, Cost]:
         sparse = stack == "layers" and group_kinds(spec, kind)[1]
         for block, name, cost in _layer(spec, dims, layers[kind], q_len, sparse, built):
             # A component names the parts it holds in its leaves: a sparse FFN's ``experts/up``.
-            part, _, leaf = name.rpartition("/")
-            key = Key(leaf, layer_role(leaf), stack, layer=True, group=kind, block=block, part=part or None)
-            out[key] = cost.times(count)
+            out[_layer_key(stack, kind, block, name)] = cost.times(count)
     if spec.final_norm:
         out[Key("final_norm", Role.norm, stack)] = norm(spec, dims, dims.B * q_len, dims.d)
     if spec.final_dropout > 0:
         out[Key("final_dropout", Role.dropout, stack)] = dropout(dims, dims.B * q_len * dims.d)
     return out
+
+
+#: (stack, group, sub-block, name) -> the Key of a layer's leaf: built once, then shared (a Key is
+#: frozen; the time grid builds the tree every call, and a Key took 2 us to build).
+_KEYS: dict[tuple[str, str | None, str | None, str], Key] = {}
+
+
+def _layer_key(stack: str, group: str | None, block: str | None, name: str) -> Key:
+    """The key of a layer's leaf `name` (a sparse FFN's ``experts/up`` names its part)."""
+    hit = _KEYS.get((stack, group, block, name))
+    if hit is None:
+        if len(_KEYS) > 4096:
+            _KEYS.clear()
+        part, _, leaf = name.rpartition("/")
+        hit = _KEYS[(stack, group, block, name)] = Key(leaf, layer_role(leaf), stack, layer=True, group=group,
+                                                       block=block, part=part or None)
+    return hit
 
 
 def _layer_kind(spec: Spec, stack: str, kind: str | None) -> LayerKind:

@@ -213,3 +213,14 @@ def test_freed_heap_is_kept_on_glibc() -> None:
     first = keep_freed_heap()
     assert keep_freed_heap() is first
     assert first is (platform.libc_ver()[0] == "glibc")
+
+
+def test_numbers_for_batch_and_seq_give_predicts_time_in_their_shape() -> None:
+    """A number for batch or seq is one point (the rule's arrays all have an axis): the result
+    has the inputs' broadcast shape, 0-d for two numbers, and is predict's time there."""
+    spec, hw = catalog.load("t5-11b"), calibrated_profile()
+    want = predict(analyze(spec, "train", batch=3, seq=200), hw).time_s
+    one = predict_grid(spec, "train", 3, 200, hw)
+    assert one.shape == () and float(one) == pytest.approx(want, rel=1e-12)
+    row = predict_grid(spec, "train", np.array([3.0, 5.0]), 200, hw)
+    assert row.shape == (2,) and row[0] == pytest.approx(want, rel=1e-12)

@@ -8,7 +8,10 @@ things (``rule_traits``), take the time of one over the layers of both. That hol
 groups (an FFN beside local and global attention), within a layer (Llama's k and v, its two norms,
 its two residual adds) and across stacks (T5's encoder and decoder layers: in prefill and
 training S_e = S, so 36 of its 61 training-step components repeat another one). Equal costs
-are found by a fingerprint (a few sampled values of each quantity) and confirmed on every value.
+are found by one dictionary key: their numbers and a token per array (``Canonical``: arrays equal
+at every point share one, and the lookups of ``timing_grid.GridRates`` read the same tokens); a
+key's traits are kept across calls (they depend on the key, the kernels, the dropout sub-blocks
+and the phase alone, never on the points).
 """
 
 from __future__ import annotations
@@ -55,51 +58,76 @@ def rule_traits(key: Key, kernels: Kernels, dropped: set[SubBlock], training: bo
     return (kernels.share(key, dropped), key == TOKEN_TABLE, key.leaf if flash else None)
 
 
-def _print(x: Any) -> Any:
-    """A value's fingerprint: a number as it is, an array by its shape and three of its values."""
-    if isinstance(x, np.ndarray):
-        return (x.shape, x.item(0), x.item(-1), x.item(x.size // 2)) if x.size > 1 else x.item()
-    return x
+class Canonical:
+    """One token per set of equal arrays seen in a call: ``of(a)`` is the token of the first
+    array seen equal to `a` (a small array by its bytes; a larger one among the arrays that share
+    its shape and three sampled values, compared on every value; each array object once, then
+    found by identity: -0.0 and 0.0 differ in bytes, so two such arrays may keep two tokens,
+    which costs a lookup, never a wrong one). A token is an object of its own, equal to
+    nothing else: a key of numbers and tokens never mistakes an array for a number. The merge
+    and ``timing_grid.GridRates``'s lookups share one per call, so an array the merge has
+    compared is found by identity in the lookups."""
+
+    def __init__(self) -> None:
+        self._alias: dict[int, tuple[np.ndarray, object]] = {}  # holds `a`: its id stays its own
+        self._by_value: dict[tuple[Any, ...], list[tuple[np.ndarray, object]]] = {}
+        self._by_bytes: dict[tuple[Any, ...], object] = {}
+
+    def of(self, a: np.ndarray) -> object:
+        hit = self._alias.get(id(a))
+        if hit is not None:
+            return hit[1]
+        if a.size <= 64:  # found by its bytes, dtype and shape: one dictionary lookup
+            token = self._by_bytes.setdefault((a.shape, a.dtype, a.tobytes()), object())
+        else:  # its candidates: equal shape and three sampled values (== and all: a pass)
+            seen = self._by_value.setdefault((a.shape, a.item(0), a.item(-1), a.item(a.size // 2)), [])
+            token = next((t for b, t in seen if (a == b).all()), None)
+            if token is None:
+                token = object()
+                seen.append((a, token))
+        self._alias[id(a)] = (a, token)
+        return token
 
 
-def _fingerprint(cost: Cost) -> tuple[Any, ...]:
-    return (*(_print(getattr(cost, f)) for f in READ), *(_print(x) for g in cost.gemms for x in g))
+def _values(cost: Cost, of: Any) -> tuple[Any, ...]:
+    """What the rule reads of `cost` (``READ`` and the products), an array as its token
+    (``Canonical``), a number as it is."""
+    nd = np.ndarray
+    return tuple([of(x) if type(x) is nd else x
+                  for x in (cost.params, cost.matmul, cost.matmul_eff, cost.other, cost.bytes_unfused,
+                            cost.train_only, *[x for g in cost.gemms for x in g])])
 
 
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        # (== and all directly: np.array_equal's checks cost a third of it at 10,000 points)
-        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape
-                and bool((a == b).all()))
-    return bool(a == b)
+#: (kernels, dropout sub-blocks, training) -> key -> ``rule_traits``: what a key's traits depend on.
+_TRAITS: dict[tuple[Kernels, frozenset[SubBlock], bool], dict[Key, tuple[Any, ...]]] = {}
 
 
-def _equal(a: Cost, b: Cost) -> bool:
-    """Every quantity the rule reads equal (the fingerprints already are, gemms' count with them)."""
-    return a is b or (all(_same(getattr(a, f), getattr(b, f)) for f in READ)
-                      and all(_same(x, y) for g, h in zip(a.gemms, b.gemms, strict=True)
-                              for x, y in zip(g, h, strict=True)))
+def _traits_of(kernels: Kernels, dropped: set[SubBlock], training: bool) -> dict[Key, tuple[Any, ...]]:
+    if len(_TRAITS) > 256:
+        _TRAITS.clear()
+    return _TRAITS.setdefault((kernels, frozenset(dropped), training), {})
 
 
 def merged(costs: dict[Key, Cost], groups: dict[tuple[str, str | None], int], kernels: Kernels,
-           dropped: set[SubBlock], training: bool) -> dict[Key, tuple[Cost, int]]:
+           dropped: set[SubBlock], training: bool,
+           canonical: Canonical | None = None) -> dict[Key, tuple[Cost, int]]:
     """key -> (one layer's cost, layers): each set of components with equal traits
     (``rule_traits``) and equal costs per layer once, under the first one's key, over all their
-    layers (the sum of their times: the time is linear in the layers)."""
+    layers (the sum of their times: the time is linear in the layers). Costs are equal when
+    their numbers are and their arrays are equal at every point (``Canonical``: the same token)."""
+    of = (canonical or Canonical()).of
+    known = _traits_of(kernels, dropped, training)
     out: dict[Key, tuple[Cost, int]] = {}
-    seen: dict[tuple[Any, ...], list[Key]] = {}
+    heads: dict[tuple[Any, ...], Key] = {}
     for key, cost in costs.items():
         layers = layer_count(groups, key)
-        heads = seen.setdefault((rule_traits(key, kernels, dropped, training), len(cost.gemms),
-                                 _fingerprint(cost)), [])
-        for head in heads:
-            other, count = out[head]
-            if _equal(cost, other):
-                out[head] = (other, count + layers)
-                break
-        else:
-            heads.append(key)
+        traits = known.get(key)
+        if traits is None:
+            traits = known[key] = rule_traits(key, kernels, dropped, training)
+        head = heads.setdefault((traits, _values(cost, of)), key)
+        if head is key:
             out[key] = (cost, layers)
+        else:
+            other, count = out[head]
+            out[head] = (other, count + layers)
     return out

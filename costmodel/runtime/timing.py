@@ -313,10 +313,11 @@ class Quantities(Protocol):
     def params(self) -> Any: ...
 
 
-@dataclass(frozen=True)
+@dataclass
 class Part:
     """One component's time by the rule: its kind, kernels launched, seconds (first touch
-    included, and apart), and for a memory component the bytes it moves (gradients included)."""
+    included, and apart), and for a memory component the bytes it moves (gradients included).
+    Not frozen: frozen costs several us a Part (the grid makes one a component a call)."""
 
     kind: str  # "matmul", "memory", "attention" (a measured fused kernel), "fused" (folded into another)
     ops: int

@@ -18,8 +18,8 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768: most of a
   sweep's T) the value is a number, so the interpolation and its exp run only at the points
   below, found once per array with their positions on the grid (``_exp_interp``);
-- each distinct lookup runs once per call (``GridRates._lookup``, keyed by the identity of
-  the first array seen with each array's values, ``_canonical``): a layer's linears share one
+- each distinct lookup runs once per call (``GridRates._lookup``, keyed by a token per set of
+  equal arrays, ``grid_merge.Canonical``, which the merge shares): a layer's linears share one
   T array, a weight's forward and backward products the same shapes in another order, two
   norms the same bytes; a
   ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
@@ -96,7 +96,7 @@ from costmodel.runtime.grid_lookup import (
     steps_of,
     table_arrays,
 )
-from costmodel.runtime.grid_merge import Whole, merged
+from costmodel.runtime.grid_merge import Canonical, Whole, merged
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
@@ -112,7 +112,8 @@ _MISSING = object()  # a lookup not made yet (None is a value: ``_exp_interp``'s
 
 
 def _array(x: Any) -> bool:
-    return isinstance(x, np.ndarray) and x.ndim > 0
+    """An array of the sweep's points (``predict_grid`` makes no 0-d arrays: one has an axis)."""
+    return type(x) is np.ndarray
 
 
 def _positive(x: Any) -> bool:
@@ -160,8 +161,8 @@ class GridRates:
         self._log_table, self._grids, self._axes = c.log_table, c.grids, c.axes
         self._least_memory, self._memory_log, self._fresh_from = c.least_memory, c.memory_log, c.fresh_from
         self._memo: dict[tuple[Any, ...], Any] = {}
-        self._alias: dict[int, tuple[np.ndarray, int]] = {}
-        self._by_value: dict[tuple[Any, ...], list[np.ndarray]] = {}
+        self.canonical = Canonical()  # (shared with the merge: ``grid_merge.merged``)
+        self._canonical = self.canonical.of
         self._logged: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # ``_multiple_log``
 
     # --- Rates --------------------------------------------------------------------------------
@@ -200,19 +201,23 @@ class GridRates:
         # anywhere makes the FLOPs 0; the lookup there is clamped, so finite.
         numbers: list[Any] = []
         sizes: dict[tuple[Any, ...], tuple[Any, list[np.ndarray], Any]] = {}
+        nd = np.ndarray  # (``predict_grid`` makes no 0-d arrays: an ndarray here has an axis)
         for g in products:
-            count, M, K, N = (_number(x) for x in g)
-            arrays = sorted((x for x in (count, M, K, N) if _array(x)), key=id)
+            arrays = [x for x in g if type(x) is nd]
+            count, M, K, N = g
             if not arrays:
                 numbers.append(self.gemm(count, M, K, N, launches))
                 continue
-            flops = 2 * math.prod(x for x in (count, M, K, N) if not _array(x))
+            if len(arrays) > 1:
+                arrays.sort(key=id)
+            flops = 2 * math.prod([x for x in g if type(x) is not nd])
             key = (flops, *map(id, arrays))
             # one launch runs count / launches products: looked up as their stacked GEMM
             per = count / launches if launches else 1
-            stacked = M if (not _array(per) and per == 1) else self._stacked(M, per)
+            stacked = M if (type(per) is not nd and per == 1) else self._stacked(M, per)
             spf = self._seconds_per_flop(stacked, N, K)
-            sizes[key] = (flops, arrays, sizes[key][2] + spf if key in sizes else spf)
+            hit = sizes.get(key)
+            sizes[key] = (flops, arrays, spf if hit is None else hit[2] + spf)
         return _sum(numbers + [_product(flops, *arrays) * spf for flops, arrays, spf in sizes.values()])
 
     def memory(self, moved: Any, ops: int) -> Any:
@@ -371,7 +376,11 @@ class GridRates:
         """compute(), once per (kind, numbers, arrays' values): arrays equal to one seen before
         are read as that one (``_canonical``), so a T array built twice, or two norms' equal
         byte counts, share every lookup by identity."""
-        key = (kind, numbers, *map(self._canonical, arrays))
+        of = self._canonical
+        if len(arrays) == 1:  # (most lookups: no list for the tokens)
+            key: tuple[Any, ...] = (kind, numbers, of(arrays[0]))
+        else:
+            key = (kind, numbers, *[of(a) for a in arrays])
         hit = self._memo.get(key, _MISSING)
         if hit is _MISSING:
             hit = self._memo[key] = compute()
@@ -381,21 +390,6 @@ class GridRates:
         """What ``_lookup`` would compute for these arrays, known beforehand."""
         key = (kind, numbers, *map(self._canonical, arrays))
         self._memo[key] = value
-
-    def _canonical(self, a: np.ndarray) -> int:
-        """The identity of the first array seen equal to `a` (its candidates: those sharing its
-        shape and three sampled values; each array compared once per call)."""
-        hit = self._alias.get(id(a))
-        if hit is not None:
-            return hit[1]
-        prints = (a.shape, a.item(0), a.item(-1), a.item(a.size // 2))
-        seen = self._by_value.setdefault(prints, [])
-        same = next((b for b in seen if (a == b).all()), None)  # (shapes equal: the prints hold them)
-        if same is None:
-            seen.append(a)
-            same = a
-        self._alias[id(a)] = (a, id(same))  # holds `a`: its id stays its own while the memo lives
-        return id(same)
 
     def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...],
                     slopes: np.ndarray | None = None) -> Any:
@@ -478,8 +472,9 @@ class GridRates:
             spf = [1 / (self.peak * e) for e in table.efficiency]
             return self._lookup("flops", (scalar,), arrays, lambda: self._size_efficiency(
                 table.flops, spf, table.interpolation, _product(2, scalar, *arrays)))
-        numbers = tuple(None if _array(x) else x for x in (M, N, K))
-        arrays = [x for x in (M, N, K) if _array(x)]
+        nd = np.ndarray
+        numbers = (None if type(M) is nd else M, None if type(N) is nd else N, None if type(K) is nd else K)
+        arrays = [x for x in (M, N, K) if type(x) is nd]
         return self._lookup("mnk", numbers, arrays, lambda: self._matmul_seconds(M, N, K))
 
     def _matmul_seconds(self, M: Any, N: Any, K: Any) -> Any:
@@ -567,6 +562,11 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     # Not broadcast up front: a quantity that depends on one axis stays that axis's size.
     B, seq = np.asarray(batch, dtype=float), np.asarray(seq, dtype=float)
     enc = np.asarray(enc_seq if enc_seq is not None else seq, dtype=float) if spec.is_encoder_decoder else 0
+    shape = np.broadcast_shapes(B.shape, seq.shape, np.shape(enc))
+    # A number as an array of one point: the rule's arrays all have an axis (``_array``).
+    B, seq = B.reshape(B.shape or (1,)), seq.reshape(seq.shape or (1,))
+    if isinstance(enc, np.ndarray):
+        enc = enc.reshape(enc.shape or (1,))
     p = DTYPE_BYTES[dtype]
     # Phase.shape and numeric_dims are typed for ints; their arithmetic runs on arrays as well.
     dims = model.numeric_dims(spec, ph.shape(cast(int, B), cast(int, seq), cast(int, enc)), p, mla, routing)
@@ -583,7 +583,7 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     dropped = dropout_parents(((key, cost.bytes_unfused) for key, cost in costs.items()), _nonzero)
     if select is not None:  # before the merge: it joins components of different keys
         costs = {key: cost for key, cost in costs.items() if select(key)}
-    for key, (cost, layers) in merged(costs, groups, kernels, dropped, ph.training).items():
+    for key, (cost, layers) in merged(costs, groups, kernels, dropped, ph.training, rates.canonical).items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
         idle = None
         if not _positive(cost.bytes_unfused):
@@ -593,8 +593,8 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
                     continue
             elif np.any(busy == 0):
                 idle = busy == 0
-        gemms = tuple((c * layers, m, k, n) for c, m, k, n in cost.gemms)
+        gemms = tuple([(c * layers, m, k, n) for c, m, k, n in cost.gemms])
         part = component_time(spec, key, gemms, Whole(ph, cost, layers), layers, ph.training, kernels,
                               dropped, p, rates)
         total += part.time_s if idle is None else np.where(idle, 0.0, part.time_s)
-    return total
+    return total.reshape(shape)
