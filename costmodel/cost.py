@@ -142,7 +142,7 @@ class Cost:
     gemms: tuple[Gemm, ...] = ()
 
     def __add__(self, o: Cost) -> Cost:
-        sums = {n: _plus(getattr(self, n), getattr(o, n)) for n in _QUANTITIES}
+        sums = {n: plus(getattr(self, n), getattr(o, n)) for n in _QUANTITIES}
         return Cost(**sums, train_only=self.train_only and o.train_only, gemms=self.gemms + o.gemms)
 
     def times(self, n: Num) -> Cost:
@@ -156,7 +156,7 @@ class Cost:
 _QUANTITIES = tuple(f.name for f in fields(Cost) if f.name not in ("train_only", "gemms"))
 
 
-def _plus(a: Num, b: Num) -> Num:
+def plus(a: Num, b: Num) -> Num:
     """a + b, and the other one as it stands where one is the integer 0: over arrays (the time
     grid) adding 0 is a pass that allocates a copy; integers and sympy sums are the same."""
     if type(b) is int and b == 0:
@@ -256,5 +256,5 @@ def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_by
     `saves` tensors of that size are kept for backward (softmax and tanh keep their output)."""
     # (over arrays no pass for x 1 or + 0: the same values, one pass fewer each)
     return Cost(other=elements if flops_per == 1 else flops_per * elements,
-                bytes_unfused=_plus(p * (inputs + 1) * elements, extra_bytes),
+                bytes_unfused=plus(p * (inputs + 1) * elements, extra_bytes),
                 saved=p * saves * elements if saves else 0)
