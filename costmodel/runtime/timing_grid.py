@@ -97,14 +97,13 @@ from costmodel.runtime.grid_lookup import (
     steps_of,
     table_arrays,
 )
-from costmodel.runtime.grid_merge import Whole, merged
+from costmodel.runtime.grid_merge import Scaled, Whole, merged
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
     dropout_parents,
     first_touch_s,
     gemm_time,
-    physics_floor,
 )
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
@@ -127,7 +126,10 @@ def _nonzero(x: Any) -> bool:
 
 
 def _number(x: Any) -> Any:
-    """A 0-d array or numpy scalar as a Python number (so the scalar code path reads it)."""
+    """A 0-d array or numpy scalar as a Python number (so the scalar code path reads it); a
+    ``Scaled`` quantity multiplied out."""
+    if isinstance(x, Scaled):
+        return x.value()
     if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
         return x.item()
     return x
@@ -268,17 +270,26 @@ class GridRates:
     def roof(self, flops: tuple[Any, ...], nbytes: Any) -> Any:
         # Every array made here is new, so ``at_least`` may write into it; FLOPs that are a
         # number 0 (a linear without a bias adds none) make no pass.
-        total: Any = _number(_sum([_number(f) for f in flops]))
-        nbytes = _number(nbytes)
-        if not _array(total) and not _array(nbytes):
-            return physics_floor(total, nbytes, self.peak, self.bandwidth)
-        by_bytes = nbytes / self.bandwidth
-        if not _array(total) and not total:  # no FLOPs (a copy): no pass for them
+        by_flops, by_bytes = self._per(flops, self.peak), self._per((nbytes,), self.bandwidth)
+        if not _array(by_flops) and not _array(by_bytes):
+            return max(by_flops, by_bytes)  # ``physics_floor``
+        if not _array(by_flops) and not by_flops:  # no FLOPs (a copy): no pass for them
             return by_bytes
-        by_flops = total / self.peak
         if _array(by_bytes) and _array(by_flops) and by_bytes.shape == by_flops.shape:
             return np.maximum(by_bytes, by_flops, out=by_bytes)
         return self.maximum(by_flops, by_bytes)  # an array made here, or a new one
+
+    @staticmethod
+    def _per(terms: tuple[Any, ...], rate: float) -> Any:
+        """sum(terms) / rate, a new array or a number: terms ``Scaled`` by one factor k summed
+        first, then times k / rate (one multiply, no pass for k; the sizes are integers below
+        2^53, so their sum is exact); number zeros left out."""
+        scaled = [t for t in terms if isinstance(t, Scaled)]
+        rest = [x for x in (_number(t) for t in terms if not isinstance(t, Scaled)) if _array(x) or x]
+        if scaled and not rest and all(t.k == scaled[0].k for t in scaled):
+            return _sum([t.a for t in scaled]) * (scaled[0].k / rate)
+        total = _number(_sum([t.value() for t in scaled] + rest))
+        return total / rate
 
     def at_least(self, t: Any, roof: Any, ops: int) -> Any:
         launch = ops * self.floor_s
@@ -336,6 +347,7 @@ class GridRates:
 
     @staticmethod
     def scale(t: Any, num: Any, den: Any) -> Any:
+        num, den = _number(num), _number(den)
         if not _array(num) and not _array(den):
             return t * (num / den) if den else t
         return t * np.where(den > 0, num / np.maximum(den, 1), 1.0)
