@@ -101,7 +101,7 @@ def attention(
     q_tokens, kv_tokens = B * shape.q_len, B * shape.kv_len
     # (Sizes before the shape in products: fewer array operations in the time grid; the same
     # integers and sympy products.)
-    scores = B * h * shape.q_len * shape.span  # elements of the score matrix
+    scores = h * shape.q_len * shape.span * B  # elements of the score matrix (the batch last: one full pass)
     kv_row = 2 * B * k * d_h * p  # bytes of K and V for one token of every sequence
     # K (or V) bytes the scores (or AV) read: every key of the span at p, unless the cache has
     # a width of its own (an fp8 cache beside bf16 activations; numbers only): then the cached
