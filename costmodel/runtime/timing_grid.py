@@ -136,12 +136,17 @@ def _number(x: Any) -> Any:
 
 
 def _product(*xs: Any) -> Any:
-    """The product, numbers first (one array multiply per array factor)."""
+    """The product, a new array where any factor is one: the numbers first, then the arrays of
+    one shape together, the smallest first (a (seq, 1) M x N before the (1, batch) count: one
+    full-size pass, not two; sizes are integers below 2^53, so the order keeps their value)."""
     numbers = math.prod(x for x in xs if not _array(x))
-    out: Any = numbers
+    shapes: dict[tuple[int, ...], Any] = {}
     for x in xs:
         if _array(x):
-            out = out * x
+            shapes[x.shape] = shapes[x.shape] * x if x.shape in shapes else x
+    out: Any = numbers
+    for x in sorted(shapes.values(), key=lambda a: a.size):
+        out = out * x
     return out
 
 
