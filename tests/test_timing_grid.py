@@ -203,6 +203,38 @@ def test_a_log_table_on_its_envelope_is_a_log_table(efficiency) -> None:
     assert len(log_x) > len(grid)  # the crossings are points of their own
 
 
+def test_lazy_lookups_and_quantities_are_their_arrays() -> None:
+    """``grid_lookup.Partial`` (a constant with values at a few points, not spread yet) and
+    ``grid_merge.Scaled`` (k x an array, not multiplied yet) give, in every use the rule and the
+    lookups make of them, the same floats as their arrays (``Partial``) or within the rounding
+    of k / rate (``Scaled``): sums of one `below` or two, with numbers and arrays, products."""
+    from costmodel.runtime.grid_lookup import Partial
+    from costmodel.runtime.grid_merge import Scaled
+    from costmodel.runtime.timing_grid import GridRates
+
+    rng = np.random.default_rng(7)
+    shape = (7, 9)
+    x = rng.uniform(1, 1e6, shape)
+    one, other = np.flatnonzero(rng.random(63) < 0.2), np.flatnonzero(rng.random(63) < 0.4)
+    a = Partial(0.25, one, rng.uniform(0, 1, one.size), shape)
+    b = Partial(1.5, one, rng.uniform(0, 1, one.size), shape)
+    c = Partial(3.0, other, rng.uniform(0, 1, other.size), shape)
+    A, B, C = a.spread(), b.spread(), c.spread()
+    assert A.ravel()[one].tolist() == a.values.tolist() and (np.delete(A.ravel(), one) == 0.25).all()
+    for got, want in [(a + b, A + B), (a + c, A + C), ((a + b) + c, (A + B) + C), (a + 2.0, A + 2.0),
+                      (2.0 + a, 2.0 + A), (x + a, x + A), (a + x, A + x), (x * a, x * A),
+                      (x * (a + b + c), x * ((A + B) + C)), (x[:1] * c, x[:1] * C)]:
+        got = got.spread() if isinstance(got, Partial) else got
+        assert np.array_equal(got, want)
+    k = 6
+    s, t = Scaled(k, x), Scaled(k, 2 * x)
+    assert np.array_equal(s.value(), k * x) and np.array_equal((3 * s).value(), (3 * k) * x)
+    assert np.array_equal(s + 5, k * x + 5) and np.array_equal(s - x, k * x - x)
+    assert np.array_equal(s + 0, k * x) and np.array_equal(x - s, x - k * x)
+    got = GridRates._per((s, t), 1e12)
+    assert np.max(np.abs(got / ((k * x + k * (2 * x)) / 1e12) - 1)) < 1e-15
+
+
 def test_freed_heap_is_kept_on_glibc() -> None:
     """``keep_freed_heap`` sets glibc's trim and mmap thresholds (once: it answers the same
     after); elsewhere it does nothing and says so."""

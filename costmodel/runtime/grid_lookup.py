@@ -286,3 +286,61 @@ def prepared(eff: Efficiency, peak: float, bandwidth: float, dtype: str) -> Prep
             _PROFILES.clear()
         hit = _PROFILES[key] = Prepared(eff, peak, bandwidth, dtype)
     return hit
+
+
+@functools.lru_cache(maxsize=4)
+def _ones(shape: tuple[int, ...]) -> np.ndarray:
+    """Ones of `shape`, read only (``Partial.spread``: a few sweep shapes kept)."""
+    ones = np.ones(shape)
+    ones.flags.writeable = False
+    return ones
+
+
+class Partial:
+    """An array of `shape` that is c at every point but the flat indices `below`, where it is
+    `values`: a table read over points most of which lie past its last grid point (``GridRates.
+    _exp_interp``), not spread over the points yet. Two of one `below` add as such (a weight's
+    forward and dA products read T's curve at the same points), a number adds to both parts,
+    and an array of its shape times it is that array times c with `values` written at `below`:
+    no pass for the constant array, and the same floats as the array spread out."""
+
+    __slots__ = ("c", "below", "values", "shape")
+    __array_ufunc__ = None  # ndarray + Partial, ndarray * Partial: numpy defers to the methods here
+
+    def __init__(self, c: float, below: np.ndarray, values: np.ndarray, shape: tuple[int, ...]) -> None:
+        self.c, self.below, self.values, self.shape = c, below, values, shape
+
+    def spread(self) -> np.ndarray:
+        """The array, new."""
+        out: np.ndarray = np.multiply(_ones(self.shape), self.c)  # (numpy's fill: 6x the instructions)
+        out.reshape(-1)[self.below] = self.values
+        return out
+
+    def __add__(self, o: Any) -> Any:
+        if isinstance(o, Partial) and o.below is self.below:
+            return Partial(self.c + o.c, self.below, self.values + o.values, self.shape)
+        if isinstance(o, (int, float)):
+            return Partial(self.c + o, self.below, self.values + o, self.shape)
+        return self._added(o.spread() if isinstance(o, Partial) else o, mine=isinstance(o, Partial))
+
+    def __radd__(self, o: Any) -> Any:
+        if isinstance(o, (int, float)):
+            return Partial(o + self.c, self.below, o + self.values, self.shape)
+        return self._added(o, mine=False)
+
+    def _added(self, x: Any, mine: bool) -> Any:
+        """x + this array (x's own array, written in place, where `mine`): one pass, the
+        values at `below` added apart."""
+        if not isinstance(x, np.ndarray) or x.shape != self.shape or not x.flags.c_contiguous:
+            return x + self.spread()
+        at = x.reshape(-1)[self.below]
+        out = np.add(x, self.c, out=x if mine else None)
+        out.reshape(-1)[self.below] = at + self.values
+        return out
+
+    def __rmul__(self, x: Any) -> Any:
+        if not isinstance(x, np.ndarray) or x.shape != self.shape:
+            return x * self.spread()
+        out = np.multiply(x, self.c, order="C")
+        out.reshape(-1)[self.below] = x.reshape(-1)[self.below] * self.values
+        return out

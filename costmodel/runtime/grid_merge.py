@@ -36,6 +36,7 @@ class Scaled:
     the times differ from the product's by the rounding of k / peak, about 1e-16."""
 
     __slots__ = ("k", "a")
+    __array_ufunc__ = None  # an array + or - it: numpy defers to the methods here
 
     def __init__(self, k: float, a: np.ndarray) -> None:
         self.k, self.a = k, a

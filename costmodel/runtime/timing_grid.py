@@ -87,6 +87,7 @@ from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
 from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_lookup import (
+    Partial,
     above,
     at_numbers,
     interpolate_at,
@@ -171,7 +172,6 @@ class GridRates:
         self._alias: dict[int, tuple[np.ndarray, int]] = {}
         self._by_value: dict[tuple[Any, ...], list[np.ndarray]] = {}
         self._logged: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # ``_multiple_log``
-        self._ones_of: dict[tuple[int, ...], np.ndarray] = {}  # ``_exp_interp``
 
     # --- Rates --------------------------------------------------------------------------------
 
@@ -441,19 +441,8 @@ class GridRates:
             values = np.exp(fp[i] + t * slopes[i])
         else:
             values = np.exp(np.interp(lx if below is None else lx.ravel()[below], xp, fp))
-        if below is None:
-            return values
-        # (a number times ones: numpy's fill of a new array takes 6x the instructions of a multiply)
-        out = np.multiply(self._ones(lx.shape), math.exp(fp[-1]))
-        out.ravel()[below] = values
-        return out
-
-    def _ones(self, shape: tuple[int, ...]) -> np.ndarray:
-        """An array of ones of `shape`, made once per instance (read only)."""
-        ones = self._ones_of.get(shape)
-        if ones is None:
-            ones = self._ones_of[shape] = np.ones(shape)
-        return ones
+        # not spread over the points: the caller multiplies it by the FLOPs or the bytes
+        return values if below is None else Partial(math.exp(fp[-1]), below, values, lx.shape)
 
     def _log(self, x: np.ndarray) -> np.ndarray:  # a zero size (not run): the grid's first point
         logs: np.ndarray = self._lookup("log", (), [x], lambda: self._new_log(x))
