@@ -38,7 +38,31 @@ def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray) -> np.ndarray:
         for g in points:
             i += x >= g
         return steps[i]
+    by_exponent = _by_exponent(points.tobytes(), steps.tobytes())
+    if by_exponent is not None and x.dtype == np.float64:
+        e = x.view(np.int64) >> 52  # the sign and the biased exponent of each x: floor(log2 x)
+        e &= 0xFFF
+        return by_exponent[e]
     return steps[points.searchsorted(x, side="right")]  # (the method: no wrapper)
+
+
+@functools.lru_cache(maxsize=64)
+def _by_exponent(points: bytes, steps: bytes) -> np.ndarray | None:
+    """``step_at``'s values by x's sign and biased exponent (x's float64 bits >> 52), where every
+    grid point is a power of two (calibrate's first-touch sizes, 1 to 256 MiB): the grid points
+    <= x are those <= 2^floor(log2 x), so a shift and a gather give what a binary search does
+    (a third of its time at 10,000 points); 0, subnormal and negative x below the grid, inf
+    and nan past it. None for another grid."""
+    grid, values = np.frombuffer(points), np.frombuffer(steps)
+    if not all(g > 0 and math.frexp(g)[0] == 0.5 and g >= 2.0 ** -1022 for g in grid):
+        return None
+    e = np.arange(4096)
+    low = np.ldexp(1.0, np.clip(e, 1, 2046) - 1023)  # the least x of each exponent
+    out = values[grid.searchsorted(low, side="right")]
+    out[e == 0] = values[0]  # zero and subnormals
+    out[e == 2047] = values[-1]  # inf and nan
+    out[e >= 2048] = values[0]  # negative: the sign bit
+    return out
 
 
 @functools.lru_cache(maxsize=256)
