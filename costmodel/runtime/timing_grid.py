@@ -122,10 +122,10 @@ def _nonzero(x: Any) -> bool:
 
 
 def _number(x: Any) -> Any:
-    """A 0-d array or numpy scalar as a Python number (so the scalar code path reads it); a
-    ``Scaled`` quantity multiplied out."""
-    if isinstance(x, Scaled):
-        return x.value()
+    """A 0-d array or numpy scalar as a Python number (as the scalar path reads it), a Scaled's value."""
+    kind = type(x)
+    if kind is int or kind is float or kind is Scaled:  # (most calls: no isinstance)
+        return x.value() if kind is Scaled else x
     if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
         return x.item()
     return x
