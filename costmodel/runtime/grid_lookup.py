@@ -42,7 +42,8 @@ def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray) -> np.ndarray:
     if by_exponent is not None and x.dtype == np.float64:
         e = x.view(np.int64) >> 52  # the sign and the biased exponent of each x: floor(log2 x)
         e &= 0xFFF
-        return by_exponent[e]
+        got: np.ndarray = by_exponent[e]
+        return got
     return steps[points.searchsorted(x, side="right")]  # (the method: no wrapper)
 
 
