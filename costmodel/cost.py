@@ -170,7 +170,7 @@ class Cost:
         d["train_only"], d["gemms"] = train_only, gemms
 
     def __add__(self, o: Cost) -> Cost:
-        sums = {n: getattr(self, n) + getattr(o, n) for n in _QUANTITIES}
+        sums = {n: plus(getattr(self, n), getattr(o, n)) for n in _QUANTITIES}
         return Cost(**sums, train_only=self.train_only and o.train_only, gemms=self.gemms + o.gemms)
 
     def times(self, n: Num) -> Cost:
@@ -182,6 +182,16 @@ class Cost:
 
 
 _QUANTITIES = tuple(f.name for f in fields(Cost) if f.name not in ("train_only", "gemms"))
+
+
+def plus(a: Num, b: Num) -> Num:
+    """a + b, and the other one as it stands where one is the integer 0: over arrays (the time
+    grid) adding 0 is a pass that allocates a copy; integers and sympy sums are the same."""
+    if type(b) is int and b == 0:
+        return a
+    if type(a) is int and a == 0:
+        return b
+    return a + b
 
 Gemm = tuple[Num, Num, Num, Num]  # (count, M, K, N): count products (M x K) @ (K x N)
 
@@ -272,5 +282,7 @@ def elementwise(elements: Num, flops_per: int, p: Num, inputs: int = 1, extra_by
                 saves: int = 0) -> Cost:
     """An op over `elements` outputs reading `inputs` tensors of that size (plus `extra_bytes`);
     `saves` tensors of that size are kept for backward (softmax and tanh keep their output)."""
-    return Cost(other=flops_per * elements, bytes_unfused=p * (inputs + 1) * elements + extra_bytes,
+    # (over arrays no pass for x 1 or + 0: the same values, one pass fewer each)
+    return Cost(other=elements if flops_per == 1 else flops_per * elements,
+                bytes_unfused=plus(p * (inputs + 1) * elements, extra_bytes),
                 saved=p * saves * elements if saves else 0)

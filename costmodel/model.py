@@ -37,7 +37,7 @@ from costmodel.components.block import RESIDUAL_FLOPS, residual
 from costmodel.components.key import TOKEN_TABLE, Key, Role, layer_role
 from costmodel.components.loss import cross_entropy, dropout
 from costmodel.components.norm import norm
-from costmodel.cost import Cost, Dims, Num
+from costmodel.cost import Cost, Dims, Num, plus
 from costmodel.spec import Block, LayerKind, Norm, NormPosition, Position, Spec
 
 __all__ = ["RESIDUAL_FLOPS", "Key", "Role", "components", "layer_groups", "numeric_dims", "spec_values",
@@ -170,7 +170,7 @@ def tree(spec: Spec, dims: Dims) -> dict[Key, Cost]:
         out[Key("norm", Role.norm, block="embedding")] = norm(spec, dims, B * S, dims.d)
     if spec.embedding_dropout_rate > 0:
         out[Key("dropout", Role.dropout, block="embedding")] = _sum(
-            dropout(dims, B * n * dims.d) for n, _ in stacks)
+            dropout(dims, dims.d * n * B) for n, _ in stacks)  # (the batch last: one full pass)
     for _, stack in stacks:
         out.update(_stack(spec, dims, stack))
     if spec.is_encoder:  # no LM head: the head the spec names (BERT's pooler, a task head, none)
@@ -216,7 +216,7 @@ def _stack(spec: Spec, dims: Dims, stack: str) -> dict[Key, Cost]:
     if spec.final_norm:
         out[Key("final_norm", Role.norm, stack)] = norm(spec, dims, dims.B * q_len, dims.d)
     if spec.final_dropout > 0:
-        out[Key("final_dropout", Role.dropout, stack)] = dropout(dims, dims.B * q_len * dims.d)
+        out[Key("final_dropout", Role.dropout, stack)] = dropout(dims, dims.d * q_len * dims.B)
     return out
 
 
@@ -323,10 +323,11 @@ def _layer(spec: Spec, dims: Dims, subs: list[SubBlock], q_len: Num, sparse: boo
         drop_hidden = sub is None and spec.ffn_dropout > 0
         if drop_out or drop_probs or drop_hidden:
             output = T * dims.d if drop_out else 0
-            probs = (dims.B * dims.h * sub.shape.q_len * sub.shape.span
+            probs = (dims.h * sub.shape.q_len * sub.shape.span * dims.B
                      if sub is not None and drop_probs else 0)
             hidden = T * dims.f if drop_hidden else 0
-            yield name, "dropout", dropout(dims, output + probs + hidden)
+            # (no 0 added: over arrays each is a pass)
+            yield name, "dropout", dropout(dims, plus(plus(output, probs), hidden))
 
     out: list[tuple[str | None, str, Cost]] = []
     if spec.block is Block.parallel:

@@ -80,7 +80,9 @@ class Phase:
         if name == "params":
             return cost.params if times == 1 else times * cost.params
         if name in PER_PASS:
-            return (self.passes * times) * getattr(cost, PER_PASS[name])
+            n = self.passes * times
+            value = getattr(cost, PER_PASS[name])
+            return value if n == 1 else n * value  # (over arrays x 1 is a pass for nothing)
         value = self.quantities(cost)[name]
         return value if times == 1 else times * value
 

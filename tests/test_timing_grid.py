@@ -163,10 +163,11 @@ def test_the_calibrated_style_grid_is_calibrates() -> None:
 @pytest.mark.parametrize("values", [
     [0.0, 0.0, 0.0, 3e-10, 3e-10, 3e-10],  # a first-touch table: 0 to a threshold, then one rate
     [0.5, 0.5, 0.7, 0.7, 0.9, 0.9],  # two changes: comparisons
-    [0.1, 0.2, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],  # more changes than _COMPARE: a search
+    [0.1, 0.2, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],  # more changes than _COMPARE: by exponent, or a search
     [0.4, 0.4, 0.4],  # no change: one value everywhere
 ])
-def test_a_step_table_with_repeated_values_reads_as_the_whole_table(values) -> None:
+@pytest.mark.parametrize("scale", [1.0, 3.0])  # powers of two (read by exponent), or not
+def test_a_step_table_with_repeated_values_reads_as_the_whole_table(values, scale) -> None:
     """``grid_lookup.step`` drops the grid points where the value does not change; it still gives
     values[number of grid points <= x] (bisect over the whole grid) at every size, on the
     points themselves and between them."""
@@ -174,8 +175,9 @@ def test_a_step_table_with_repeated_values_reads_as_the_whole_table(values) -> N
 
     from costmodel.runtime.grid_lookup import step
 
-    grid = [2.0 ** (10 + 2 * k) for k in range(len(values) - 1)]
-    x = np.array(sorted({0.0, 1.0, *grid, *(g * 1.5 for g in grid), *(g * (1 - 1e-12) for g in grid), 1e30}))
+    grid = [scale * 2.0 ** (10 + 2 * k) for k in range(len(values) - 1)]
+    x = np.array(sorted({0.0, 1.0, 5e-324, *grid, *(g * 1.5 for g in grid), *(g * (1 - 1e-12) for g in grid),
+                         *(np.nextafter(g, 0) for g in grid), 1e30, np.inf}))
     want = np.array([values[bisect_right(grid, v)] for v in x])
     assert np.array_equal(step(grid, values, x), want)
 
@@ -201,6 +203,38 @@ def test_a_log_table_on_its_envelope_is_a_log_table(efficiency) -> None:
     got = np.exp(np.interp(np.log(x), log_x, log_e))
     assert np.max(np.abs(got / want - 1)) < 1e-13
     assert len(log_x) > len(grid)  # the crossings are points of their own
+
+
+def test_lazy_lookups_and_quantities_are_their_arrays() -> None:
+    """``grid_lookup.Partial`` (a constant with values at a few points, not spread yet) and
+    ``grid_merge.Scaled`` (k x an array, not multiplied yet) give, in every use the rule and the
+    lookups make of them, the same floats as their arrays (``Partial``) or within the rounding
+    of k / rate (``Scaled``): sums of one `below` or two, with numbers and arrays, products."""
+    from costmodel.runtime.grid_lookup import Partial
+    from costmodel.runtime.grid_merge import Scaled
+    from costmodel.runtime.timing_grid import _per
+
+    rng = np.random.default_rng(7)
+    shape = (7, 9)
+    x = rng.uniform(1, 1e6, shape)
+    one, other = np.flatnonzero(rng.random(63) < 0.2), np.flatnonzero(rng.random(63) < 0.4)
+    a = Partial(0.25, one, rng.uniform(0, 1, one.size), shape)
+    b = Partial(1.5, one, rng.uniform(0, 1, one.size), shape)
+    c = Partial(3.0, other, rng.uniform(0, 1, other.size), shape)
+    A, B, C = a.spread(), b.spread(), c.spread()
+    assert A.ravel()[one].tolist() == a.values.tolist() and (np.delete(A.ravel(), one) == 0.25).all()
+    for got, want in [(a + b, A + B), (a + c, A + C), ((a + b) + c, (A + B) + C), (a + 2.0, A + 2.0),
+                      (2.0 + a, 2.0 + A), (x + a, x + A), (a + x, A + x), (x * a, x * A),
+                      (x * (a + b + c), x * ((A + B) + C)), (x[:1] * c, x[:1] * C)]:
+        got = got.spread() if isinstance(got, Partial) else got
+        assert np.array_equal(got, want)
+    k = 6
+    s, t = Scaled(k, x), Scaled(k, 2 * x)
+    assert np.array_equal(s.value(), k * x) and np.array_equal((3 * s).value(), (3 * k) * x)
+    assert np.array_equal(s + 5, k * x + 5) and np.array_equal(s - x, k * x - x)
+    assert np.array_equal(s + 0, k * x) and np.array_equal(x - s, x - k * x)
+    got = _per((s, t), 1e12)
+    assert np.max(np.abs(got / ((k * x + k * (2 * x)) / 1e12) - 1)) < 1e-15
 
 
 def test_freed_heap_is_kept_on_glibc() -> None:

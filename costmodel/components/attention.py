@@ -101,7 +101,7 @@ def attention(
     q_tokens, kv_tokens = B * shape.q_len, B * shape.kv_len
     # (Sizes before the shape in products: fewer array operations in the time grid; the same
     # integers and sympy products.)
-    scores = B * h * shape.q_len * shape.span  # elements of the score matrix
+    scores = h * shape.q_len * shape.span * B  # elements of the score matrix (the batch last: one full pass)
     kv_row = 2 * B * k * d_h * p  # bytes of K and V for one token of every sequence
     # K (or V) bytes the scores (or AV) read: every key of the span at p, unless the cache has
     # a width of its own (an fp8 cache beside bf16 activations; numbers only): then the cached
@@ -145,11 +145,12 @@ def attention(
             kv_write=cache_row * shape.written,
             kv_cache=cache_row * shape.cached,
         )))
+    moved = reading_keys(h * d_h * q_tokens + scores)  # (computed once: over arrays, five passes)
     rows = (h // k) * shape.q_len  # GQA: the g = h/k query heads of a K/V head, stacked
     out.append(("scores", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes_unfused=reading_keys(h * d_h * q_tokens + scores),
+        bytes_unfused=moved,
         gemms=(gemm(B * k, rows, d_h, shape.span),),
         saved=q_heads + kv_heads,  # Q and K
     )))
@@ -160,7 +161,7 @@ def attention(
     out.append(("av", Cost(
         matmul=dense,
         matmul_eff=effective,
-        bytes_unfused=reading_keys(scores + h * d_h * q_tokens),
+        bytes_unfused=moved,  # the scores' (P and V in, O out, as Q and K in, S out)
         gemms=(gemm(B * k, rows, shape.span, d_h),),
         saved=kv_heads + (p * scores if dropped else 0),  # V (and the probabilities)
     )))

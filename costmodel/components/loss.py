@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from costmodel.components.element import Alternative, Choose, Element
 from costmodel.components.stability import LOGSUMEXP_FLOPS
-from costmodel.cost import Cost, Dims, Num
+from costmodel.cost import Cost, Dims, Num, is_array
 from costmodel.symbols import ID_BYTES, MASK_BYTES
 
 if TYPE_CHECKING:
@@ -39,9 +39,12 @@ def cross_entropy(dims: Dims, tokens: Num) -> Cost:
 
 
 def dropout(dims: Dims, elements: Num) -> Cost:
+    # over arrays the sizes summed first: one pass, not three (integers below 2^53: the same floats)
+    moved = ((dims.p * 2 + MASK_BYTES) * elements if is_array(elements)
+             else dims.p * 2 * elements + MASK_BYTES * elements)
     return Cost(
         other=DROPOUT_FLOPS * elements,
-        bytes_unfused=dims.p * 2 * elements + MASK_BYTES * elements,
+        bytes_unfused=moved,
         mask_elements=elements,  # the mask is kept for backward; its output is its consumer's
         train_only=True,
     )

@@ -38,7 +38,7 @@ from typing import Any
 from costmodel.components.element import Alternative, Choose, Symbol
 from costmodel.components.norm import norm
 from costmodel.components.scores import Shape, heads_kind, mha_label, probabilities
-from costmodel.cost import Cost, Dims, gemm, linear, runs
+from costmodel.cost import Cost, Dims, gemm, linear, plus, runs
 from costmodel.spec import MLA, Spec
 
 # components.attention imports this module (MLA is a kind of its "attention heads" element);
@@ -93,7 +93,6 @@ def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bia
             kv_write=row * shape.written,
             kv_cache=row * shape.cached,
         )))
-    pair = 2 * B * h * shape.q_len
     if absorbed:
         # q_nope (h x d_n) -> latent (h x r_kv) through W_UK; AV's latent output -> values
         # (h x d_v) through W_UV: 2*h*r_kv*(d_n + d_v) per query token, weights read once.
@@ -117,23 +116,25 @@ def latent_attention(spec: Spec, dims: Dims, shape: Shape, rope: bool, score_bia
         out.append(("kv_b", linear(B * shape.span, r_kv, h * (d_n + d_v), False, p)))
         k_width, v_width, k_heads = d_n + d_r, d_v, h
         groups, rows = B * h, shape.q_len
-    scores = B * h * shape.q_len * shape.span
+    # Products with the sizes and the seq factors first, the batch last: over arrays (the time
+    # grid) one pass each for a full-size product (integers below 2^53: the same floats)
+    scores = h * shape.q_len * shape.span * B
     out.append(("scores", Cost(
-        matmul=pair * shape.span * k_width,
-        matmul_eff=2 * B * h * shape.pairs * k_width,
-        bytes_unfused=p * (q_tokens * h * k_width + B * shape.span * k_heads * k_width + scores),
+        matmul=2 * h * k_width * shape.q_len * shape.span * B,
+        matmul_eff=2 * h * k_width * shape.pairs * B,
+        bytes_unfused=p * (h * k_width * q_tokens + k_heads * k_width * shape.span * B + scores),
         gemms=(gemm(groups, rows, k_width, shape.span),),
-        saved=p * (q_tokens * h * k_width + B * shape.span * k_heads * k_width),  # Q and K
+        saved=p * (h * k_width * q_tokens + k_heads * k_width * shape.span * B),  # Q and K
     )))
     out.extend(probabilities(spec, dims, shape, score_bias))
     dropped = spec.attention_dropout_rate > 0  # AV then keeps the dropped-out probabilities
     out.append(("av", Cost(
-        matmul=pair * shape.span * v_width,
-        matmul_eff=2 * B * h * shape.pairs * v_width,
-        bytes_unfused=p * (scores + B * shape.span * k_heads * v_width + q_tokens * h * v_width),
+        matmul=2 * h * v_width * shape.q_len * shape.span * B,
+        matmul_eff=2 * h * v_width * shape.pairs * B,
+        bytes_unfused=p * (scores + k_heads * v_width * shape.span * B + h * v_width * q_tokens),
         gemms=(gemm(groups, rows, shape.span, v_width),),
         # V (absorbed: the latent, which the scores keep already), and dropped-out probabilities
-        saved=(0 if absorbed else p * B * shape.span * h * d_v) + (p * scores if dropped else 0),
+        saved=plus(0 if absorbed else p * h * d_v * shape.span * B, p * scores if dropped else 0),
     )))
     out.append(("out", linear(q_tokens, h * d_v, d, spec.bias.attn_out, p)))
     return out

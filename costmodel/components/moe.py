@@ -187,15 +187,19 @@ def expert_linear(rows: Num, d_in: Num, d_out: Num, bias: bool, p: Num, E: Num, 
     """
     per_expert = d_in * d_out + (d_out if bias else 0)
     weights = _whole(p * per_expert * read)
+    # the sizes before the rows: over arrays one pass a product, and the bytes' sizes summed
+    # first (``cost.linear``; integers below 2^53: the same floats)
+    flops = 2 * d_in * d_out * rows
+    moved = (p * (d_in + d_out)) * rows if is_array(rows) else p * (rows * d_in + rows * d_out)
     return Cost(
         params=E * per_expert,
-        matmul=2 * rows * d_in * d_out,
-        matmul_eff=2 * rows * d_in * d_out,
-        other=rows * d_out if bias else 0,
-        bytes_unfused=p * (rows * d_in + rows * d_out) + weights,
+        matmul=flops,
+        matmul_eff=flops,
+        other=d_out * rows if bias else 0,
+        bytes_unfused=moved + weights,
         weights_read=weights,
         gemms=(gemm(1, rows, d_in, d_out),),
-        saved=p * rows * d_in if saves_input else 0,
+        saved=p * d_in * rows if saves_input else 0,
         matrices=E * d_in * d_out,
         factored=E * (d_in + d_out + (d_out if bias else 0)),
     )

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from costmodel.components.element import Alternative, Choose, Element
-from costmodel.cost import Cost, Dims, Num, runs
+from costmodel.cost import Cost, Dims, Num, is_array, runs
 from costmodel.spec import Norm, NormPosition, Spec
 
 FP32_BYTES = 4  # norm statistics (and RMSNorm's upcast) are fp32 whatever the activations are
@@ -34,19 +34,27 @@ def norm(spec: Spec, dims: Dims, tokens: Num, width: Num, params_width: Num | No
     pw = width if params_width is None else params_width
     params = pw * (2 if spec.norm_bias else 1)
     flops = CORE_FLOPS[spec.norm] + 1 + (1 if spec.norm_bias else 0)
-    elements = tokens * width
     read = dims.p * params * runs(tokens)
-    # rows normalised: one per token, or one per head for QK-norm shared across heads
-    rows = tokens if params_width is None else tokens * (
-        width // pw if isinstance(width, int) and isinstance(pw, int) else width / pw)
-    if spec.norm is Norm.rmsnorm:
-        saved = FP32_BYTES * (2 * elements + rows)
+    if is_array(tokens) and params_width is None:
+        # over arrays (the time grid) the sizes first, one pass a product (rows = tokens;
+        # integers below 2^53: the same floats as the forms below)
+        other, moved = (flops * width) * tokens, (dims.p * 2 * width) * tokens
+        saved = ((FP32_BYTES * (2 * width + 1)) if spec.norm is Norm.rmsnorm
+                 else (dims.p * width + FP32_BYTES * 2)) * tokens
     else:
-        saved = dims.p * elements + FP32_BYTES * 2 * rows
+        elements = tokens * width
+        # rows normalised: one per token, or one per head for QK-norm shared across heads
+        rows = tokens if params_width is None else tokens * (
+            width // pw if isinstance(width, int) and isinstance(pw, int) else width / pw)
+        if spec.norm is Norm.rmsnorm:
+            saved = FP32_BYTES * (2 * elements + rows)
+        else:
+            saved = dims.p * elements + FP32_BYTES * 2 * rows
+        other, moved = flops * elements, dims.p * 2 * elements
     return Cost(
         params=params,
-        other=flops * elements,
-        bytes_unfused=dims.p * 2 * elements + read,
+        other=other,
+        bytes_unfused=moved + read,
         weights_read=read,
         saved=saved,
         factored=params,

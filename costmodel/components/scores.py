@@ -53,7 +53,7 @@ def probabilities(spec: Spec, dims: Dims, shape: Shape, score_bias: bool) -> lis
     Every kind of attention (multi-head, latent) runs these over its B x h x S x span scores.
     """
     p = dims.p
-    scores = dims.B * dims.h * shape.q_len * shape.span
+    scores = dims.h * shape.q_len * shape.span * dims.B  # (over arrays the batch last: one full pass)
     out = [("scale", elementwise(scores, SCALE_FLOPS, p))]
     if score_bias:
         bias = dims.h * shape.q_len * shape.span

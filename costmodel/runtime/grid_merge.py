@@ -23,16 +23,56 @@ import numpy as np
 
 from costmodel.components.key import TOKEN_TABLE, Key, SubBlock
 from costmodel.cost import Cost
-from costmodel.phases import Phase
+from costmodel.phases import PER_PASS, Phase
 from costmodel.runtime.timing import Kernels, layer_count
 
 #: What the rule reads of a component's cost (``Phase.quantity`` of these, and the products).
 READ = ("params", "matmul", "matmul_eff", "other", "bytes_unfused", "train_only")
 
 
+class Scaled:
+    """k x a, an array a times a number k, not multiplied out yet: a per-pass quantity over a
+    merged component's layers (passes x layers x the field). ``GridRates.roof`` folds k into
+    its division by the peak or the bandwidth (one pass over the points where the multiply and
+    the division were two); any other use multiplies it out (``value``): arithmetic here, and
+    ``timing_grid._number`` at every other ``GridRates`` entry. Over integer fields (below 2^53)
+    the times differ from the product's by the rounding of k / peak, about 1e-16."""
+
+    __slots__ = ("k", "a")
+    __array_ufunc__ = None  # an array + or - it: numpy defers to the methods here
+
+    def __init__(self, k: float, a: np.ndarray) -> None:
+        self.k, self.a = k, a
+
+    def value(self) -> np.ndarray:
+        out: np.ndarray = self.k * self.a
+        return out
+
+    def __mul__(self, n: Any) -> Any:
+        return Scaled(n * self.k, self.a) if isinstance(n, (int, float)) else self.value() * n
+
+    __rmul__ = __mul__
+
+    def __add__(self, o: Any) -> Any:
+        return self.value() if isinstance(o, (int, float)) and not o else self.value() + _plain(o)
+
+    __radd__ = __add__
+
+    def __sub__(self, o: Any) -> Any:
+        return self.value() - _plain(o)
+
+    def __rsub__(self, o: Any) -> Any:
+        return _plain(o) - self.value()
+
+
+def _plain(x: Any) -> Any:
+    return x.value() if isinstance(x, Scaled) else x
+
+
 class Whole:
     """A component's phase quantities over all its layers, from one layer's cost, each computed
-    when the rule first reads it (``Phase.quantity`` times the layers)."""
+    when the rule first reads it (``Phase.quantity`` times the layers; an array per-pass
+    quantity as ``Scaled``, its factor not multiplied in yet)."""
 
     def __init__(self, phase: Phase, cost: Cost, layers: int) -> None:
         self._phase, self._cost, self._layers = phase, cost, layers
@@ -40,7 +80,14 @@ class Whole:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        value = self._phase.quantity(self._cost, name, self._layers)
+        field = PER_PASS.get(name)
+        value = None if field is None else getattr(self._cost, field)
+        n = self._phase.passes * self._layers
+        if (isinstance(value, np.ndarray) and value.ndim and n != 1
+                and (self._phase.training or not self._cost.train_only)):
+            value = Scaled(n, value)  # Phase.quantity's (passes x times) x field, not multiplied yet
+        else:
+            value = self._phase.quantity(self._cost, name, self._layers)
         setattr(self, name, value)
         return value
 

@@ -15,27 +15,22 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   values; the number axes are read at their two grid points, ``grid_lookup.at_numbers``); two
   or three array axes are interpolated separably, the axes of one shape together and the
   (seq, 1) ones first (``grid_lookup.interpolate_at``); above the curve's last grid point
-  (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768: most of a
-  sweep's T) the value is a number, so the interpolation and its exp run only at the points
-  below, found once per array with their positions on the grid (``_exp_interp``);
+  (calibrate's M up to 1024, K up to 4096; a measured GPU table's M up to 32,768) the value
+  is a number, so the interpolation and exp run only at the points below (``_exp_interp``);
 - each distinct lookup runs once per call (``GridRates._lookup``, keyed by a token per set of
   equal arrays, ``grid_merge.Canonical``, which the merge shares): a layer's linears share one
   T array, a weight's forward and backward products the same shapes in another order, two
-  norms the same bytes; a
-  ``FlopsTable`` (the datasheet profiles) depends on 2MNK alone, so the three products of a
-  linear share one lookup; a step table of a few sizes is a few comparisons; an array (of
-  1,024 points or more) that is a number times one whose log was taken (most components'
-  bytes are a number times T) gets its log as that log plus the number's (``_multiple_log``:
-  to 1e-15, a pass for a log);
+  norms the same bytes; a ``FlopsTable`` (datasheet profiles) depends on 2MNK alone, so a
+  linear's three products share one lookup; a step table of a few sizes is a few comparisons;
+  an array (1,024 points or more) that is a number times one logged before (most bytes are a
+  number times T) gets its log as that log plus the number's (``_multiple_log``, to 1e-15);
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time;
-- a size table whose time already rises with the size (``time_rises``: log-log segments of
-  slope <= 1) is read as it stands; another log-log memory table is read on its envelope as a
-  log-log table itself (``grid_lookup.log_envelope_table``: the grid and the points where a
-  bigger size's rate takes over, built once per profile), so its lookup is the same one
-  interpolation and exp; a step table (Calculon's) on its time envelope with the step's own
-  index (``_size_efficiency``, ``_memory_steps``); a shape table's envelope is in its grid
-  (``MatmulTable.envelope``), so its lookup is unchanged;
+- a size table whose time already rises with the size (``time_rises``) is read as it stands;
+  another log-log memory table on its envelope, itself a log-log table built once per profile
+  (``grid_lookup.log_envelope_table``: one interpolation and exp); a step table (Calculon's) on
+  its time envelope with the step's own index (``_size_efficiency``, ``_memory_steps``); a
+  shape table's envelope is in its grid (``MatmulTable.envelope``);
 - the physics floor (``GridRates.roof``, ``at_least``) is written into arrays made for it,
   in place, and a component with no FLOPs of its own makes no pass for them;
 - a weight's three products (forward, dA, dB: 2MKN FLOPs each) share one multiply by their
@@ -44,20 +39,21 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
 
 What costs time at 10,000 points is the number of passes over the arrays (each allocates and
 writes 80 KB) and Python per component, so the code avoids passes that change nothing (adding
-0.0, multiplying by 1, a maximum with a floor below every point); the tree builds what layer
-groups share once (``model._layer``), and the merge above then sees the same objects. Lookups
-are not stacked across components into one array: at 10,000 points a (15, 100, 100) memory
-lookup took 1.6x the time of 15 separate ones (the stacked arrays leave the cache; numpy's
-call overhead is a few us against 100-300 us of work a pass), bench/README.md's fourth pass.
+0.0, multiplying by 1, a maximum with a floor below every point) and keeps two kinds of array
+unspread: a per-pass quantity over a component's layers as ``grid_merge.Scaled`` (``roof``
+folds passes x layers into its division), a table read past its top at most points as
+``grid_lookup.Partial`` (the constant and the few values below, added and multiplied as such);
+the tree builds what layer groups share once (``model._layer``). Lookups are not stacked
+across components: a (15, 100, 100) memory lookup took 1.6x the time of 15 separate ones (the
+arrays leave the cache), bench/README.md's fourth pass; its fifth (B) counts the passes.
 
-A program that sweeps at scale should first ask glibc to keep freed heap (``costmodel.measure.
-malloc.keep_freed_heap``): a sweep's arrays are allocated and freed hundreds of times a call,
-each faulted in anew without it (about 1.4x in prefill and train at 10,000 points). A library
-does not change its host process's allocator behind its back: bench/time_sweep_speed.py does.
+A program that sweeps at scale should first ask glibc to keep freed heap
+(``costmodel.measure.malloc.keep_freed_heap``: without it each of a call's hundreds of arrays
+is faulted in anew, about 1.4x at 10,000 points); ``predict_grid`` does not (a library does
+not change its host's allocator behind its back), bench/time_sweep_speed.py does.
 
-The times equal ``predict``'s point by point to 1e-12 (the float operations differ in order
-only: tests/test_timing_grid.py compares the two over every bundled spec, phase and kernel
-option); the speed is bench/time_sweep_speed.py's. numpy is imported here, never by ``analyze``.
+The times equal ``predict``'s to 1e-12 (tests/test_timing_grid.py: every bundled spec, phase and
+kernel option); the speed is bench/time_sweep_speed.py's. numpy is imported here, not by analyze.
 """
 
 from __future__ import annotations
@@ -86,6 +82,7 @@ from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_
 from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_blocks import in_blocks
 from costmodel.runtime.grid_lookup import (
+    Partial,
     above,
     at_numbers,
     interpolate_at,
@@ -96,14 +93,13 @@ from costmodel.runtime.grid_lookup import (
     steps_of,
     table_arrays,
 )
-from costmodel.runtime.grid_merge import Canonical, Whole, merged
+from costmodel.runtime.grid_merge import Canonical, Scaled, Whole, merged
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
     dropout_parents,
     first_touch_s,
     gemm_time,
-    physics_floor,
 )
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
@@ -127,19 +123,27 @@ def _nonzero(x: Any) -> bool:
 
 
 def _number(x: Any) -> Any:
-    """A 0-d array or numpy scalar as a Python number (so the scalar code path reads it)."""
+    """A 0-d array or numpy scalar as a Python number (as the scalar path reads it), a Scaled's value."""
+    kind = type(x)
+    if kind is int or kind is float or kind is Scaled:  # (most calls: no isinstance)
+        return x.value() if kind is Scaled else x
     if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
         return x.item()
     return x
 
 
 def _product(*xs: Any) -> Any:
-    """The product, numbers first (one array multiply per array factor)."""
+    """The product, a new array where any factor is one: the numbers first, then the arrays of
+    one shape together, the smallest first (a (seq, 1) M x N before the (1, batch) count: one
+    full-size pass, not two; sizes are integers below 2^53, so the order keeps their value)."""
     numbers = math.prod(x for x in xs if not _array(x))
-    out: Any = numbers
+    shapes: dict[tuple[int, ...], Any] = {}
     for x in xs:
         if _array(x):
-            out = out * x
+            shapes[x.shape] = shapes[x.shape] * x if x.shape in shapes else x
+    out: Any = numbers
+    for x in sorted(shapes.values(), key=lambda a: a.size):
+        out = out * x
     return out
 
 
@@ -147,6 +151,16 @@ def _sum(terms: list[Any]) -> Any:
     """The sum of numbers and arrays, number zeros left out (adding 0.0 to an array is a pass)."""
     kept = [t for t in terms if _array(t) or t]
     return reduce(operator.add, kept) if kept else 0.0
+
+
+def _per(terms: tuple[Any, ...], rate: float) -> Any:
+    """sum(terms) / rate, a new array or a number: terms ``Scaled`` by one k summed first, then
+    times k / rate (no pass for k; integer sizes below 2^53: their sum exact); no number zeros."""
+    scaled = [t for t in terms if isinstance(t, Scaled)]
+    rest = [x for x in (_number(t) for t in terms if not isinstance(t, Scaled)) if _array(x) or x]
+    if scaled and not rest and all(t.k == scaled[0].k for t in scaled):
+        return _sum([t.a for t in scaled]) * (scaled[0].k / rate)
+    return _number(_sum([t.value() for t in scaled] + rest)) / rate
 
 
 class GridRates:
@@ -271,14 +285,11 @@ class GridRates:
     def roof(self, flops: tuple[Any, ...], nbytes: Any) -> Any:
         # Every array made here is new, so ``at_least`` may write into it; FLOPs that are a
         # number 0 (a linear without a bias adds none) make no pass.
-        total: Any = _number(_sum([_number(f) for f in flops]))
-        nbytes = _number(nbytes)
-        if not _array(total) and not _array(nbytes):
-            return physics_floor(total, nbytes, self.peak, self.bandwidth)
-        by_bytes = nbytes / self.bandwidth
-        if not _array(total) and not total:  # no FLOPs (a copy): no pass for them
+        by_flops, by_bytes = _per(flops, self.peak), _per((nbytes,), self.bandwidth)
+        if not _array(by_flops) and not _array(by_bytes):
+            return max(by_flops, by_bytes)  # ``physics_floor``
+        if not _array(by_flops) and not by_flops:  # no FLOPs (a copy): no pass for them
             return by_bytes
-        by_flops = total / self.peak
         if _array(by_bytes) and _array(by_flops) and by_bytes.shape == by_flops.shape:
             return np.maximum(by_bytes, by_flops, out=by_bytes)
         return self.maximum(by_flops, by_bytes)  # an array made here, or a new one
@@ -339,15 +350,14 @@ class GridRates:
 
     @staticmethod
     def scale(t: Any, num: Any, den: Any) -> Any:
+        num, den = _number(num), _number(den)
         if not _array(num) and not _array(den):
             return t * (num / den) if den else t
         return t * np.where(den > 0, num / np.maximum(den, 1), 1.0)
 
     def _stacked(self, M: Any, per: Any) -> Any:
-        """M x per, one array per distinct (M, per): the same stacked rows share their lookups.
-        Where every stacked M lies past one end of a table over shapes, that end (a number): the
-        lookup holds the edge there anyway, and a number axis is a contraction, not an
-        interpolation over the batch x seq points."""
+        """M x per, one array per distinct (M, per) (the same stacked rows share their lookups);
+        past one end of a shape table at every point, that end (a number: the lookup holds it)."""
         arrays = [x for x in (M, per) if _array(x)]
         numbers = tuple(None if _array(x) else x for x in (M, per))
         if not arrays:
@@ -373,14 +383,10 @@ class GridRates:
     # --- lookups ------------------------------------------------------------------------------
 
     def _lookup(self, kind: str, numbers: tuple[Any, ...], arrays: list[np.ndarray], compute: Any) -> Any:
-        """compute(), once per (kind, numbers, arrays' values): arrays equal to one seen before
-        are read as that one (``_canonical``), so a T array built twice, or two norms' equal
-        byte counts, share every lookup by identity."""
-        of = self._canonical
-        if len(arrays) == 1:  # (most lookups: no list for the tokens)
-            key: tuple[Any, ...] = (kind, numbers, of(arrays[0]))
-        else:
-            key = (kind, numbers, *[of(a) for a in arrays])
+        """compute(), once per (kind, numbers, arrays' values): equal arrays share a token
+        (``_canonical``), so a T array built twice, or two norms' equal bytes, share a lookup."""
+        of = self._canonical  # (most lookups have one array: no list for the tokens)
+        key = (kind, numbers, of(arrays[0])) if len(arrays) == 1 else (kind, numbers, *map(of, arrays))
         hit = self._memo.get(key, _MISSING)
         if hit is _MISSING:
             hit = self._memo[key] = compute()
@@ -394,11 +400,9 @@ class GridRates:
     def _exp_interp(self, lx: np.ndarray, xp: np.ndarray, fp: np.ndarray, name: tuple[Any, ...],
                     slopes: np.ndarray | None = None) -> Any:
         """exp(np.interp(lx, xp, fp)), interpolated only where lx is below xp's last point (`name`
-        names xp): above it the value is exp(fp[-1]), a number, at most of a sweep's points (T =
-        B x S on calibrate's grids, M up to 1024 and K up to 4096; on a measured GPU table, M up
-        to 32,768, about three quarters). The points below are found once per array and grid: a
-        layer's linears share T. With `slopes` (np.diff(fp): a product's T, read at several
-        (N, K)): their positions on the grid too, so each curve is two gathers, not a search."""
+        names xp); above it exp(fp[-1]), at most of a sweep's points: then a ``Partial``. The
+        points below are found once per array and grid (a layer's linears share T); with
+        `slopes` (np.diff(fp)) their positions too: each curve is two gathers, not a search."""
         def find() -> np.ndarray | None:  # None: interpolate everywhere
             if lx.max() < xp[-1]:  # a reduction: no boolean array
                 return None
@@ -416,11 +420,8 @@ class GridRates:
             values = np.exp(fp[i] + t * slopes[i])
         else:
             values = np.exp(np.interp(lx if below is None else lx.ravel()[below], xp, fp))
-        if below is None:
-            return values
-        out = np.full(lx.shape, math.exp(fp[-1]))
-        out.ravel()[below] = values
-        return out
+        # not spread over the points: the caller multiplies it by the FLOPs or the bytes
+        return values if below is None else Partial(math.exp(fp[-1]), below, values, lx.shape)
 
     def _log(self, x: np.ndarray) -> np.ndarray:  # a zero size (not run): the grid's first point
         logs: np.ndarray = self._lookup("log", (), [x], lambda: self._new_log(x))
@@ -447,9 +448,8 @@ class GridRates:
             r = x.item(0) / y.item(0)
             if not all(abs(r * y.item(k) - x.item(k)) <= 1e-15 * x.item(k) for k in (-1, n // 2, n // 3)):
                 continue
-            ratio = y * r
-            ratio /= x
-            if ratio.min() >= 1 - 1e-15 and ratio.max() <= 1 + 1e-15:
+            ratio = x / y  # (one pass: x / y within r (1 +- 1e-15) is x = r y to 1e-15)
+            if ratio.min() >= r * (1 - 1e-15) and ratio.max() <= r * (1 + 1e-15):
                 out: np.ndarray = logs + math.log(r)
                 return out
         return None
