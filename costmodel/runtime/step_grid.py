@@ -13,7 +13,7 @@ from costmodel.analysis import held_wide
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
 from costmodel.precision import Widths
-from costmodel.runtime.timing import Kernels
+from costmodel.runtime.timing import Kernels, runs_wide
 from costmodel.runtime.timing_grid import predict_grid
 from costmodel.spec import Spec
 
@@ -31,7 +31,7 @@ def step_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw: Ha
     """Seconds of `phase` (of the components `select` keeps) at every (batch, seq); needs
     ``on_tables(hw, dtype, widths)``."""
     keep = select or (lambda key: True)
-    if widths.requantises(dtype) and hw.tables_for("bf16"):
+    if runs_wide(hw, dtype, widths):
         narrow = predict_grid(spec, phase, batch, seq, hw, dtype, kernels, mla=mla,
                               select=lambda k: keep(k) and not held_wide(k))
         wide = predict_grid(spec, phase, batch, seq, hw, "bf16", kernels, mla=mla,

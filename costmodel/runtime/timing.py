@@ -94,11 +94,8 @@ from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import ErrorBand, Lookup, Reads
 from costmodel.phases import PHASES
-from costmodel.runtime.fused_attention import (
-    AttentionKernel,
-    attention_kernel,
-    fused_core,
-)
+from costmodel.precision import Widths
+from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, fused_core
 from costmodel.runtime.fused_moe import experts_share, moe_read, widths_are_measured
 from costmodel.runtime.roofline import roofline
 from costmodel.spec import Spec
@@ -223,6 +220,13 @@ def layer_count(groups: dict[tuple[str, str | None], int], key: Key) -> int:
     if key.layer and key.stack is not None:
         return groups.get((key.stack, key.group), 1)
     return 1
+
+
+def runs_wide(hw: Hardware, dtype: str, widths: Widths) -> bool:
+    """Whether the components an FP8 checkpoint holds in bf16 (``analysis.held_wide``: the LM
+    head, embedding, a router) run off `hw`'s bf16 tables: weights requantised at `dtype`'s own
+    width (``--dtype fp8``), and bf16 tables to read (``predict`` and ``step_grid`` alike)."""
+    return widths.requantises(dtype) and not widths.differs(dtype) and hw.tables_for("bf16")
 
 
 def physics_floor(flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
@@ -495,10 +499,8 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
                 f"{a.weights_dtype} weights and a {a.kv_dtype} cache, times are the roofline lower bound")
     rates = (ScalarRates(eff, peak, bw, dtype, attention_kernel(a, hw)) if calibrated and eff is not None
              else None)
-    # An FP8 checkpoint's LM head, embedding and router run as bf16 GEMMs and gathers (held_wide)
-    wide = (ScalarRates(eff, hw.peak("bf16"), bw, "bf16") if rates is not None and eff is not None
-            and a.precision.requantises(dtype) and not a.precision.differs(dtype) and hw.tables_for("bf16")
-            else None)
+    wide = (ScalarRates(eff, hw.peak("bf16"), bw, "bf16")
+            if rates is not None and eff is not None and runs_wide(hw, dtype, a.precision) else None)
     # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
     costs = model.tree(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
     rows = []
