@@ -1,4 +1,5 @@
-"""Two published sets of Megatron-LM runs on DGX A100 80GB set beside this model's steps.
+"""Published training runs set beside this model's steps: two sets of Megatron-LM runs on DGX
+A100 80GB, and Llama 3 405B's pre-training on H100s.
 
 Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
 arXiv:2205.05198), measured with Megatron-LM on DGX A100 80GB, seq 2048, vocab 51200, fp16: the
@@ -13,6 +14,12 @@ layouts (micro-batch, interleaving, the DDP implementation) are the paper's own 
 NVIDIA/Megatron-LM@de7dc40 examples/sc21/run_table_1.sh: full recompute
 (``--checkpoint-activations``), fp16, seq 2048, vocabulary 51200.
 
+Dubey et al. 2024 ("The Llama 3 Herd of Models", arXiv:2407.21783), Table 4: Llama 3 405B's
+pre-training on 8,192 and 16,384 H100 80GB GPUs, bf16, with its layouts and the achieved
+TFLOP/s per GPU; section 3.3.2 for how it ran (an interleaved pipeline with one layer fewer on
+the first and last stage, no activation checkpointing at 8K, FSDP outermost with its weights
+prefetched and its gradients reduced asynchronously, asynchronous pipeline sends).
+
 The papers' numbers are typed here once, from the papers and that script; docs/parallel.md and
 tests/test_parallel_validation.py read them from here.
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel import catalog
+from costmodel.analysis import analyze
 from costmodel.parallel.cluster import load_cluster
 from costmodel.parallel.device import MEGATRON_KERNELS
 from costmodel.parallel.engine import ENGINES, Overlap
@@ -226,7 +234,74 @@ def weak_markdown(engine: str = "megatron-2021") -> str:
     return "\n".join(out)
 
 
+@dataclass(frozen=True)
+class Production:
+    """One row of Dubey et al. 2024, Table 4 (Llama 3 405B on H100 80GB, bf16, 16M tokens a step)."""
+
+    gpus: int
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    seq: int
+    batch_per_dp: int  # sequences per DP rank per step
+    tflops: float  # Table 4: TFLOP/s per GPU
+    mfu: float  # Table 4: BF16 MFU
+
+    def layout(self) -> Layout:
+        """The paper's layout as section 3.3.2 describes it: micro-batches of one sequence, an
+        interleaved schedule of 8 chunks a device with the embedding and the head counted as a
+        layer each (one layer fewer on the first and last stage), sequence parallel beside TP, no
+        activation checkpointing; the optimizer states sharded over DP (FSDP's gradient and
+        weight shards change the memory, not the step, once their traffic overlaps)."""
+        return Layout(self.batch_per_dp * self.dp, 1, self.tp, self.pp, self.dp, self.cp, 1, 8, True,
+                      Recompute.none, 1, True)
+
+
+LLAMA3 = (
+    Production(8192, 8, 1, 16, 64, 8192, 32, 430, 0.43),
+    Production(16384, 8, 1, 16, 128, 8192, 16, 400, 0.41),
+    Production(16384, 8, 16, 16, 8, 131072, 16, 380, 0.38),
+)
+#: What section 3.3.2 says overlaps: FSDP (outermost) prefetches weights and reduces gradients
+#: asynchronously, the pipeline's point-to-point sends are asynchronous; Megatron-LM's column-
+#: parallel backward collectives as in every other step.
+LLAMA3_OVERLAP = Overlap(dp=True, pp=True)
+
+
+def production_step(r: Production, cluster: str = "dgx-h100") -> Step:
+    """The step of one Table 4 row: llama-3.1-405b, bf16, the device's default kernels (flash)."""
+    model = StepModel(catalog.load("llama-3.1-405b"), load_cluster(cluster), seq=r.seq, dtype="bf16",
+                      overlap=LLAMA3_OVERLAP)
+    return model.step(r.layout())
+
+
+def causal_flops(step: Step) -> float:
+    """The step's model FLOPs with the masked half of causal attention left out (``flops_matmul_effective``),
+    the other convention a published TFLOP/s may use."""
+    a = analyze(step.spec, "train", batch=1, seq=step.seq, dtype=step.dtype).total()
+    return step.model_flops * (a.flops_matmul_effective + a.flops_other) / a.flops
+
+
+def production_markdown() -> str:
+    """Table 4 against this model: ``python -m costmodel.parallel.validation``."""
+    out = ["| GPUs | layout | seq | paper: TFLOP/s | ours | error (time) | ours, causal | error (time) "
+           "| memory/GPU |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in LLAMA3:
+        st = production_step(r)
+        dense = st.model_flops / st.step_time_s / r.gpus / 1e12
+        causal = causal_flops(st) / st.step_time_s / r.gpus / 1e12
+        lo = r.layout()
+        out.append(f"| {r.gpus:,} | TP{r.tp} CP{r.cp} PP{r.pp} DP{r.dp} v{lo.interleave}, "
+                   f"{r.batch_per_dp} a DP rank | {r.seq:,} | {r.tflops:g} | {dense:.0f} "
+                   f"| {r.tflops / dense - 1:+.1%} | {causal:.0f} | {r.tflops / causal - 1:+.1%} "
+                   f"| {st.memory.total / GiB:.0f} GiB |")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":  # pragma: no cover
     print(markdown(compare_all()))
     print()
     print(weak_markdown())
+    print()
+    print(production_markdown())
