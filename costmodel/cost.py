@@ -225,6 +225,10 @@ class Dims:
     layers: dict[tuple[str, str | None], Num] = field(default_factory=dict)
     mla: str = "naive"  # how latent attention runs: "naive" or "absorbed" (components.mla)
     routing: str = "uniform"  # experts a sparse layer reads: "uniform" or "worst" (components.moe)
+    #: Every component outside the matmuls and the attention core one kernel (``--kernels flash``):
+    #: it keeps for backward what its kernel can, its inputs and per-row statistics, never an
+    #: intermediate it does not write (a norm's fp32 copies, a gated activation's f(gate)).
+    one_kernel: bool = False
 
     @property
     def kv_p(self) -> Num:

@@ -67,17 +67,18 @@ def symbolic_dims(spec: Spec, mla: str = "naive", routing: str = "uniform", p_kv
 
 
 def numeric_dims(spec: Spec, shape: dict[str, int], p: int, mla: str = "naive", routing: str = "uniform",
-                 p_kv: int | None = None) -> Dims:
+                 p_kv: int | None = None, one_kernel: bool = False) -> Dims:
     """Every size an integer: the spec's sizes, the pass's shape (B, S, C, S_e, C_e) and p.
 
     A size the spec has none of (no sliding window: w) is 0; no formula of the spec reads it.
     `mla` is the convention latent attention runs in (``components.mla.Convention``); `routing`
     says which experts a sparse layer reads (``components.moe.Routing``); `p_kv` the KV cache's
-    bytes per element where it is not p (``costmodel.precision``).
+    bytes per element where it is not p (``costmodel.precision``); `one_kernel` what a pass of
+    one-kernel components keeps for backward (``Dims.one_kernel``: the memory model under flash).
     """
     sizes = dict(_kept(_SIZES, spec, lambda: {n: s.value(spec) or 0 for n, s in size_symbols().items()}))
     return Dims(**shape, p=p, p_kv=p_kv, sizes=sizes, layers=dict(layer_groups(spec)), mla=mla,
-                routing=routing)
+                routing=routing, one_kernel=one_kernel)
 
 
 def spec_values(spec: Spec) -> dict[Any, int]:

@@ -149,7 +149,7 @@ def test_table_4s_layouts_as_the_paper_gives_them(production):
 
 def test_table_4_against_this_model(production):
     """The errors docs/parallel.md reports ("Checked against Llama 3 405B on H100"): every row too
-    fast; at 8K by 24-28% under either attention-FLOP convention, at 131K by 10% (causal) to 36%
+    fast; at 8K by 25-29% under either attention-FLOP convention, at 131K by 10% (causal) to 36%
     (dense). Bounds around today's figures, so that a change in either direction is seen."""
     from costmodel.parallel.validation import causal_flops
     for r, st in production:
@@ -157,11 +157,11 @@ def test_table_4_against_this_model(production):
         dense = st.step_time_s / paper_s - 1
         causal = st.step_time_s / (causal_flops(st) / (r.tflops * 1e12 * r.gpus)) - 1
         if r.cp == 1:
-            assert -0.31 < dense < -0.24 and -0.28 < causal < -0.21
+            assert -0.32 < dense < -0.25 and -0.29 < causal < -0.22
         else:
             assert -0.39 < dense < -0.32 and -0.14 < causal < -0.07
-        # what the paper ran in 80 GB the memory model puts above it (eager modules' activations)
-        assert st.memory.total > 80e9
+        # what the paper ran in 80 GB fits: one-kernel norms and SwiGLU, FSDP's shards (72 GiB)
+        assert st.fits and 70 < st.memory.total / 2**30 < 75
 
 
 def test_docs_quote_table_4s_comparison_as_the_code_prints_it():

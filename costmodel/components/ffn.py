@@ -40,8 +40,11 @@ def ffn(spec: Spec, dims: Dims, tokens: Num) -> list[tuple[str, Cost]]:
     # the ReLU's output, already kept.
     gated = spec.activation.gated
     # ReGLU: the ReLU's output is the product's first factor, kept once (by the product)
+    # As one kernel (``Dims.one_kernel``: Megatron-Core's fused SwiGLU saves its input, gate and
+    # up, NVIDIA/Megatron-LM@d98e8a6 megatron/core/fusions/fused_bias_swiglu.py) a gated
+    # activation keeps what the product keeps, its two inputs: f(gate) is never written.
     act = elementwise(hidden, ACTIVATION_FLOPS[spec.activation], p,
-                      saves=0 if spec.activation is Activation.reglu else 1)
+                      saves=0 if spec.activation is Activation.reglu or (gated and dims.one_kernel) else 1)
     relu_output = spec.activation is Activation.relu and spec.ffn_dropout == 0
     out = []
     if gated:

@@ -206,7 +206,8 @@ def expert_linear(rows: Num, d_in: Num, d_out: Num, bias: bool, p: Num, E: Num, 
 
 
 def mlp(activation: Activation, d: Num, f: Num, bias: bool, p: Num, tokens: Num,
-        experts: tuple[Num, Num] | None = None, first_saves: bool = True) -> list[tuple[str, Cost]]:
+        experts: tuple[Num, Num] | None = None, first_saves: bool = True,
+        one_kernel: bool = False) -> list[tuple[str, Cost]]:
     """gate/up/act/down of one FFN of width f over `tokens` rows, or of E experts of width f
     when `experts` = (E, experts read) is given (the leaves and saved tensors of
     ``costmodel.components.ffn``)."""
@@ -217,8 +218,9 @@ def mlp(activation: Activation, d: Num, f: Num, bias: bool, p: Num, tokens: Num,
 
     hidden = tokens * f
     gated = activation.gated
-    act = elementwise(hidden, ACTIVATION_FLOPS[activation], p,
-                      saves=0 if activation is Activation.reglu else 1)
+    act = elementwise(hidden, ACTIVATION_FLOPS[activation], p,  # one kernel: as ffn.ffn's
+                      saves=0 if activation is Activation.reglu or (activation.gated and one_kernel)
+                      else 1)
     out = []
     if gated:
         out.append(("gate", lin(d, f, saves_input=first_saves)))
@@ -253,21 +255,24 @@ def moe(spec: Spec, dims: Dims, tokens: Num) -> list[tuple[str, Cost]]:
     if cfg is None:
         raise ValueError(f"{spec.name}: ffn: not a mixture of experts")
     e = ExpertDims(dims.E, dims.K, dims.f_e, dims.n_s, dims.f_s)
-    return sparse(cfg, dims.d, dims.p, e, tokens, ffn_bias=spec.bias.ffn, routing=Routing(dims.routing))
+    return sparse(cfg, dims.d, dims.p, e, tokens, ffn_bias=spec.bias.ffn, routing=Routing(dims.routing),
+                  one_kernel=dims.one_kernel)
 
 
 def sparse(cfg: MoEFFN, d: Num, p: Num, e: ExpertDims, tokens: Num, *, ffn_bias: bool = False,
-           routing: Routing = Routing.uniform) -> list[tuple[str, Cost]]:
+           routing: Routing = Routing.uniform, one_kernel: bool = False) -> list[tuple[str, Cost]]:
     """The leaves of one sparse FFN sub-block over `tokens` rows (norms and residual are the
     block's): router, routing, experts/*, combine, shared/*, shared_gate, aux_loss (training).
 
     `ffn_bias` is the spec's bias on dense FFN linears (shared experts follow it);
-    `routing` chooses the expected (uniform) or the worst-case number of experts read.
+    `routing` chooses the expected (uniform) or the worst-case number of experts read;
+    `one_kernel`: what one-kernel activations keep (``Dims.one_kernel``).
     """
     out = router(cfg, d, p, e, tokens)
     rows = expert_rows(cfg, e, tokens)
     read = experts_read(cfg, e, tokens, routing)
-    for leaf, cost in mlp(cfg.activation, d, e.f_e, cfg.expert_bias, p, rows, (e.E, read)):
+    for leaf, cost in mlp(cfg.activation, d, e.f_e, cfg.expert_bias, p, rows, (e.E, read),
+                          one_kernel=one_kernel):
         out.append((f"experts/{leaf}", cost))
     # Every chosen expert's output scaled by its weight and added into its token (index_add),
     # and the shared experts' output added once more.
@@ -284,7 +289,7 @@ def sparse(cfg: MoEFFN, d: Num, p: Num, e: ExpertDims, tokens: Num, *, ffn_bias:
     if cfg.n_shared_experts:
         # The router keeps the block's input already, unless it keeps its own fp32 copy.
         shared = mlp(cfg.activation, d, e.n_s * e.f_s, ffn_bias, p, tokens,
-                     first_saves=cfg.router_dtype is not None)
+                     first_saves=cfg.router_dtype is not None, one_kernel=one_kernel)
         for leaf, cost in shared:
             out.append((f"shared/{leaf}", cost))
         if cfg.shared_expert_gate:  # sigmoid(x w_g) * shared(x), w_g: d x 1 (Qwen2-MoE)

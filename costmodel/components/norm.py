@@ -8,7 +8,11 @@ for both: one read and one write of the activations, plus the parameters.
 
 Kept for backward, as PyTorch's kernels keep it: LayerNorm its input and the fp32 mean and
 1/std of every row; RMSNorm (``F.rms_norm``, which computes in fp32) the fp32 copy of its input,
-the fp32 normalised x (for the gain's gradient) and the fp32 1/rms of every row.
+the fp32 normalised x (for the gain's gradient) and the fp32 1/rms of every row. As one kernel
+(``Dims.one_kernel``: Transformer Engine's, NVIDIA/TransformerEngine@d0067d0,
+transformer_engine/pytorch/ops/basic/rmsnorm.py and module/layernorm_linear.py, which save the
+input and the fp32 1/rms, and for LayerNorm the mean, of every row) an RMSNorm keeps its input
+and 1/rms: no fp32 copy is ever written.
 """
 
 from __future__ import annotations
@@ -39,17 +43,17 @@ def norm(spec: Spec, dims: Dims, tokens: Num, width: Num, params_width: Num | No
         # over arrays (the time grid) the sizes first, one pass a product (rows = tokens;
         # integers below 2^53: the same floats as the forms below)
         other, moved = (flops * width) * tokens, (dims.p * 2 * width) * tokens
-        saved = ((FP32_BYTES * (2 * width + 1)) if spec.norm is Norm.rmsnorm
-                 else (dims.p * width + FP32_BYTES * 2)) * tokens
+        saved = ((FP32_BYTES * (2 * width + 1)) if spec.norm is Norm.rmsnorm and not dims.one_kernel
+                 else (dims.p * width + FP32_BYTES * _stats(spec))) * tokens
     else:
         elements = tokens * width
         # rows normalised: one per token, or one per head for QK-norm shared across heads
         rows = tokens if params_width is None else tokens * (
             width // pw if isinstance(width, int) and isinstance(pw, int) else width / pw)
-        if spec.norm is Norm.rmsnorm:
+        if spec.norm is Norm.rmsnorm and not dims.one_kernel:
             saved = FP32_BYTES * (2 * elements + rows)
         else:
-            saved = dims.p * elements + FP32_BYTES * 2 * rows
+            saved = dims.p * elements + FP32_BYTES * _stats(spec) * rows
         other, moved = flops * elements, dims.p * 2 * elements
     return Cost(
         params=params,
@@ -61,12 +65,18 @@ def norm(spec: Spec, dims: Dims, tokens: Num, width: Num, params_width: Num | No
     )
 
 
+def _stats(spec: Spec) -> int:
+    """fp32 statistics a row keeps: LayerNorm's mean and 1/std, RMSNorm's 1/rms."""
+    return 2 if spec.norm is Norm.layernorm else 1
+
+
 def norm_of_kept(spec: Spec, dims: Dims, tokens: Num, width: Num) -> Cost:
     """A norm whose input is kept for backward already (a weight; the output of a tanh, which
-    keeps it): it keeps only what it adds, its statistics (an RMSNorm also its fp32 upcast of
-    the input, a copy unless the input is fp32 already, then the input itself)."""
+    keeps it): it keeps only what it adds, its statistics (an eager RMSNorm also its fp32 upcast
+    of the input, a copy unless the input is fp32 already, then the input itself)."""
     c = norm(spec, dims, tokens, width)
-    kept = dims.p * tokens * width if spec.norm is Norm.layernorm or dims.p == FP32_BYTES else 0
+    one_copy = spec.norm is Norm.layernorm or dims.p == FP32_BYTES or dims.one_kernel
+    kept = dims.p * tokens * width if one_copy else 0
     return replace(c, saved=c.saved - kept)
 
 

@@ -165,7 +165,7 @@ def activations(spec: Spec, micro_batch: int, seq: int, tp: int, sequence_parall
 
     def count(s: Spec) -> dict[Key, int]:
         a = analyze(s, "train", batch=micro_batch, seq=seq, dtype="bf16")
-        costs = model.tree(s, model.numeric_dims(s, dict(a.shape), 2))
+        costs = model.tree(s, model.numeric_dims(s, dict(a.shape), 2, one_kernel=flash))
         run = memory.Run(recompute=recompute.value, flash=flash)
         return memory.activations(s, costs, dict(a.shape), 2, run)
 

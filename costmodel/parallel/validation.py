@@ -252,10 +252,10 @@ class Production:
         """The paper's layout as section 3.3.2 describes it: micro-batches of one sequence, an
         interleaved schedule of 8 chunks a device with the embedding and the head counted as a
         layer each (one layer fewer on the first and last stage), sequence parallel beside TP, no
-        activation checkpointing; the optimizer states sharded over DP (FSDP's gradient and
-        weight shards change the memory, not the step, once their traffic overlaps)."""
+        activation checkpointing; FSDP's gradients and optimizer states sharded over DP, its
+        weights not ("for model shards we do not reshard after forward computation"): ZeRO-2."""
         return Layout(self.batch_per_dp * self.dp, 1, self.tp, self.pp, self.dp, self.cp, 1, 8, True,
-                      Recompute.none, 1, True)
+                      Recompute.none, 2, True)
 
 
 LLAMA3 = (

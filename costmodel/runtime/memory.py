@@ -305,7 +305,7 @@ def memory(spec: Spec, phase: str = "train", batch: int = 1, seq: int | None = N
     mla = mla_convention(spec, phase, run.mla)
     conv = mla or Convention.naive.value
     a = analyze(spec, phase, batch=batch, seq=seq, dtype=dtype, enc_seq=enc_seq, mla=conv)
-    costs = model.tree(spec, model.numeric_dims(spec, dict(a.shape), p, conv))
+    costs = model.tree(spec, model.numeric_dims(spec, dict(a.shape), p, conv, one_kernel=run.flash))
     if training:
         items, peak, notes = _training(spec, costs, dict(a.shape), p, run, parallel)
         if mla is not None and run.mla != mla:
