@@ -28,8 +28,10 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
     return step_at(*steps_of(tuple(grid), tuple(values)), x)
 
 
-def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``step`` of a table already as ``steps_of`` gives it."""
+def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray,
+            by_exponent: np.ndarray | None = None) -> np.ndarray:
+    """``step`` of a table already as ``steps_of`` gives it (`by_exponent`: its ``exponent_steps``,
+    where the caller keeps them)."""
     if len(points) == 1:
         out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
         return out
@@ -38,13 +40,19 @@ def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray) -> np.ndarray:
         for g in points:
             i += x >= g
         return steps[i]
-    by_exponent = _by_exponent(points.tobytes(), steps.tobytes())
+    if by_exponent is None:
+        by_exponent = exponent_steps(points, steps)
     if by_exponent is not None and x.dtype == np.float64:
-        e = x.view(np.int64) >> 52  # the sign and the biased exponent of each x: floor(log2 x)
-        e &= 0xFFF
-        got: np.ndarray = by_exponent[e]
+        # the sign and the biased exponent of each x (floor(log2 x)): a negative x's arithmetic
+        # shift is its 12 bits less 4096, which indexing wraps to the same entry (no mask pass)
+        got: np.ndarray = by_exponent[x.view(np.int64) >> 52]
         return got
     return steps[points.searchsorted(x, side="right")]  # (the method: no wrapper)
+
+
+def exponent_steps(points: np.ndarray, steps: np.ndarray) -> np.ndarray | None:
+    """``step_at``'s values by each x's float64 exponent, or None (``_by_exponent``)."""
+    return _by_exponent(points.tobytes(), steps.tobytes())
 
 
 @functools.lru_cache(maxsize=64)
@@ -282,7 +290,10 @@ class Prepared:
         self.bandwidth = bandwidth
         self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``memory_steps``
         self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._curve``
-        self.fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._fresh_steps``
+        # n -> steps (``steps_of``) and their ``exponent_steps``: ``GridRates._fresh_steps``
+        self.fresh: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
+        # (ops, factors of one's bytes, all numbers) -> seconds: ``GridRates.first_touch``
+        self.fresh_numbers: dict[tuple[Any, ...], float] = {}
 
     def memory_steps(self, ops: int) -> tuple[np.ndarray, ...]:
         """A step memory table for `ops` ops (``GridRates._memory_steps``): its grid x ops, seconds

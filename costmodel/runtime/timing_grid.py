@@ -85,6 +85,7 @@ from costmodel.runtime.grid_lookup import (
     Partial,
     above,
     at_numbers,
+    exponent_steps,
     interpolate_at,
     positions,
     prepared,
@@ -309,34 +310,46 @@ class GridRates:
         if table is None:
             return 0.0
         terms = []
+        nd = np.ndarray
         for n, factors in outputs:
-            factors = tuple(_number(x) for x in factors)
-            arrays = [x for x in factors if _array(x)]
             if not n:
                 continue
-            if not arrays:
-                terms.append(first_touch_s(self.eff, [(n, factors)]))
+            factors = tuple([_number(x) for x in factors])
+            arrays = [x for x in factors if type(x) is nd]
+            if not arrays:  # a number (a weight's gradient, K x N): kept by the profile
+                key = (n, factors)
+                hit = self._profile.fresh_numbers.get(key)
+                if hit is None:
+                    hit = self._profile.fresh_numbers[key] = first_touch_s(self.eff, [(n, factors)])
+                terms.append(hit)
                 continue
-            number = math.prod(x for x in factors if not _array(x))
-
-            def one(n: int = n, number: Any = number, arrays: list[np.ndarray] = arrays) -> Any:
-                x = _product(number, *arrays)
-                if self._fresh_from is None or x.max() < self._fresh_from:
-                    return 0.0  # every size at a rate of 0
-                # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
-                return x * step_at(*self._fresh_steps(n), x)
-
-            terms.append(self._lookup("fresh", (n, number), arrays, one))
+            number = math.prod([x for x in factors if type(x) is not nd])
+            hit = self._memo.get(("fresh", (n, number), *map(self._canonical, arrays)), _MISSING)
+            terms.append(self._fresh(n, number, arrays) if hit is _MISSING else hit)
         return _sum(terms)
 
-    def _fresh_steps(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """The first-touch table of n ops as ``grid_lookup.steps_of`` gives it (kept by the profile)."""
+    def _fresh(self, n: int, number: Any, arrays: list[np.ndarray]) -> Any:
+        """n ops' first touch of outputs of number x the arrays' bytes (kept for the call)."""
+        x = _product(number, *arrays)
+        if self._fresh_from is None or x.max() < self._fresh_from:
+            out: Any = 0.0  # every size at a rate of 0
+        else:  # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
+            points, steps, by_exponent = self._fresh_steps(n)
+            out = step_at(points, steps, x, by_exponent)
+            out = np.multiply(x, out, out=out) if out.shape == x.shape and out.base is None else x * out
+        self._remember("fresh", (n, number), arrays, out)
+        return out
+
+    def _fresh_steps(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The first-touch table of n ops as ``grid_lookup.steps_of`` gives it, and its values by
+        exponent (``exponent_steps``): kept by the profile."""
         hit = self._profile.fresh.get(n)
         if hit is None:
             table = self.eff.first_touch
             assert table is not None
             rates = (0.0, *(n * r for r in table.s_per_byte))  # below the grid 0
-            hit = self._profile.fresh[n] = steps_of(tuple(table.bytes), rates)
+            points, steps = steps_of(tuple(table.bytes), rates)
+            hit = self._profile.fresh[n] = (points, steps, exponent_steps(points, steps))
         return hit
 
     @staticmethod
