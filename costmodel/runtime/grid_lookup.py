@@ -290,10 +290,22 @@ class Prepared:
         self.bandwidth = bandwidth
         self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``memory_steps``
         self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._curve``
+        # (ids of two of ``curves``, kept there) -> the two stacked: ``pair``
+        self.pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         # n -> steps (``steps_of``) and their ``exponent_steps``: ``GridRates._fresh_steps``
         self.fresh: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
         # (ops, factors of one's bytes, all numbers) -> seconds: ``GridRates.first_touch``
         self.fresh_numbers: dict[tuple[Any, ...], float] = {}
+
+    def pair(self, a: np.ndarray, slopes_a: np.ndarray, b: np.ndarray,
+             slopes_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Two curves of ``curves`` stacked (a weight's forward and dA curves over M), and their
+        slopes: one gather reads both (``GridRates._weight_seconds``)."""
+        key = (id(a), id(b))
+        hit = self.pairs.get(key)
+        if hit is None:
+            hit = self.pairs[key] = (np.stack([a, b]), np.stack([slopes_a, slopes_b]))
+        return hit
 
     def memory_steps(self, ops: int) -> tuple[np.ndarray, ...]:
         """A step memory table for `ops` ops (``GridRates._memory_steps``): its grid x ops, seconds
@@ -353,8 +365,12 @@ class Partial:
         return out
 
     def __add__(self, o: Any) -> Any:
-        if isinstance(o, Partial) and o.below is self.below:
-            return Partial(self.c + o.c, self.below, self.values + o.values, self.shape)
+        if isinstance(o, Partial):
+            if o.below is self.below:
+                return Partial(self.c + o.c, self.below, self.values + o.values, self.shape)
+            both = _nested(self, o)
+            if both is not None:
+                return both
         if isinstance(o, (int, float)):
             return Partial(self.c + o, self.below, self.values + o, self.shape)
         return self._added(o.spread() if isinstance(o, Partial) else o, mine=isinstance(o, Partial))
@@ -380,3 +396,20 @@ class Partial:
         out = np.multiply(x, self.c, order="C")
         out.reshape(-1)[self.below] = x.reshape(-1)[self.below] * self.values
         return out
+
+
+def _nested(a: Partial, b: Partial) -> Partial | None:
+    """a + b as a Partial where one's points below lie among the other's (a weight's forward
+    product reads T on the M axis, its dB product on the K axis, whose top is higher: the points
+    below the first are among those below the second), else None. Each point is the sum of the
+    same two values as the arrays spread out and added (the same floats), with no pass over
+    the points: the constants add, and the inner values add at their places in the outer."""
+    inner, outer = (a, b) if a.below.size <= b.below.size else (b, a)
+    if inner.shape != outer.shape:
+        return None
+    at = outer.below.searchsorted(inner.below)  # (both sorted: ``np.flatnonzero``)
+    if at.size and (at[-1] >= outer.below.size or not (outer.below[at] == inner.below).all()):
+        return None
+    values = outer.values + inner.c
+    values[at] = outer.values[at] + inner.values
+    return Partial(a.c + b.c, outer.below, values, outer.shape)

@@ -154,6 +154,17 @@ def _sum(terms: list[Any]) -> Any:
     return reduce(operator.add, kept) if kept else 0.0
 
 
+def _below(lx: np.ndarray, xp: np.ndarray) -> np.ndarray | None:
+    """The flat indices of the points of lx below xp's last point where they are at most half,
+    else None: interpolate everywhere (``GridRates._exp_interp``)."""
+    if lx.max() < xp[-1]:  # a reduction: no boolean array
+        return None
+    below = lx < xp[-1]
+    # gathering and scattering half the points costs less than np.interp and np.exp over the
+    # other half (10,000 points, bench/README.md)
+    return None if np.count_nonzero(below) > lx.size // 2 else np.flatnonzero(below)
+
+
 def _per(terms: tuple[Any, ...], rate: float) -> Any:
     """sum(terms) / rate, a new array or a number: terms ``Scaled`` by one k summed first, then
     times k / rate (no pass for k; integer sizes below 2^53: their sum exact); no number zeros."""
@@ -179,6 +190,8 @@ class GridRates:
         self.canonical = Canonical()  # (shared with the merge: ``grid_merge.merged``)
         self._canonical = self.canonical.of
         self._logged: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # ``_multiple_log``
+        # a weight's three products read as one (``_weight``): a table over M and K
+        self._stacks = isinstance(self.table, MatmulTable) and len(self.table.M) > 1 and len(self.table.K) > 1
 
     # --- Rates --------------------------------------------------------------------------------
 
@@ -217,9 +230,21 @@ class GridRates:
         numbers: list[Any] = []
         sizes: dict[tuple[Any, ...], tuple[Any, list[np.ndarray], Any]] = {}
         nd = np.ndarray  # (``predict_grid`` makes no 0-d arrays: an ndarray here has an axis)
-        for g in products:
-            arrays = [x for x in g if type(x) is nd]
+        skip = 0
+        for at, g in enumerate(products):
+            if skip:  # (read with a weight's forward product: ``_weight``)
+                skip -= 1
+                continue
             count, M, K, N = g
+            if type(M) is nd and type(K) is not nd and type(N) is not nd and type(count) is not nd:
+                spf = self._weight(products, at, launches)
+                if spf is not _MISSING:  # the forward product and its two backward ones
+                    skip = 2
+                    key = (2 * math.prod([count, K, N]), id(M))
+                    hit = sizes.get(key)
+                    sizes[key] = (key[0], [M], spf if hit is None else hit[2] + spf)
+                    continue
+            arrays = [x for x in g if type(x) is nd]
             if not arrays:
                 numbers.append(self.gemm(count, M, K, N, launches))
                 continue
@@ -234,6 +259,44 @@ class GridRates:
             hit = sizes.get(key)
             sizes[key] = (flops, arrays, spf if hit is None else hit[2] + spf)
         return _sum(numbers + [_product(flops, *arrays) * spf for flops, arrays, spf in sizes.values()])
+
+    def _weight(self, products: list[tuple[Any, Any, Any, Any]], at: int, launches: int) -> Any:
+        """The seconds per FLOP of a weight's three products in a training step, summed (forward
+        (T x K) @ (K x N), dA (T x N) @ (N x K), dB (K x T) @ (T x N): ``backward_gemms``), where
+        products[at:at + 3] are those, T the one array, one product a launch, and the table is
+        read over the M and K axes; else _MISSING. One lookup for the three: the forward and dA
+        curves over T's M axis (the same points below the top and positions) are gathered and
+        exponentiated stacked, then dB's curve over the K axis is added (``Partial``); each
+        point sums the same values in the same order as the three read apart."""
+        count, M, K, N = products[at]
+        if at + 2 >= len(products) or not self._stacks or (launches and count != launches):
+            return _MISSING
+        g1, g2 = products[at + 1], products[at + 2]
+        if not (g1[1] is M and g2[2] is M and g1[0] == count and g2[0] == count and g1[2] == N
+                and g1[3] == K and g2[1] == K and g2[3] == N):
+            return _MISSING
+        return self._lookup("weight", (K, N), [M], lambda: self._weight_seconds(M, K, N))
+
+    def _weight_seconds(self, T: np.ndarray, K: Any, N: Any) -> Any:
+        """``_weight``'s sum: (forward + dA) + dB, the first two on T's M axis stacked."""
+        forward, slopes_f = self._curve((None, N, K))
+        da, slopes_a = self._curve((None, K, N))
+        lx, grid = self._log(T), self._axes[0]
+        pair: Any
+        below = self._lookup("below", ("m",), [lx], lambda: _below(lx, grid))
+        if below is not None and not below.size:
+            pair = math.exp(forward[-1]) + math.exp(da[-1])
+        else:
+            i, t = self._lookup("position", ("m",), [lx], lambda: positions(
+                lx if below is None else lx.ravel()[below], grid))
+            values, slopes = self._profile.pair(forward, slopes_f, da, slopes_a)
+            both = values[:, i]
+            both += t * slopes[:, i]
+            np.exp(both, out=both)
+            pair = both[0] + both[1]
+            if below is not None:
+                pair = Partial(math.exp(forward[-1]) + math.exp(da[-1]), below, pair, lx.shape)
+        return pair + self._seconds_per_flop(K, N, T)
 
     def memory(self, moved: Any, ops: int) -> Any:
         moved = _number(moved)
@@ -416,15 +479,7 @@ class GridRates:
         names xp); above it exp(fp[-1]), at most of a sweep's points: then a ``Partial``. The
         points below are found once per array and grid (a layer's linears share T); with
         `slopes` (np.diff(fp)) their positions too: each curve is two gathers, not a search."""
-        def find() -> np.ndarray | None:  # None: interpolate everywhere
-            if lx.max() < xp[-1]:  # a reduction: no boolean array
-                return None
-            below = lx < xp[-1]
-            # gathering and scattering half the points costs less than np.interp and np.exp
-            # over the other half (10,000 points, bench/README.md)
-            return None if np.count_nonzero(below) > lx.size // 2 else np.flatnonzero(below)
-
-        below = self._lookup("below", name, [lx], find)
+        below = self._lookup("below", name, [lx], lambda: _below(lx, xp))
         if below is not None and not below.size:
             return math.exp(fp[-1])
         if slopes is not None:
