@@ -365,12 +365,8 @@ class Partial:
         return out
 
     def __add__(self, o: Any) -> Any:
-        if isinstance(o, Partial):
-            if o.below is self.below:
-                return Partial(self.c + o.c, self.below, self.values + o.values, self.shape)
-            both = _nested(self, o)
-            if both is not None:
-                return both
+        if isinstance(o, Partial) and o.below is self.below:
+            return Partial(self.c + o.c, self.below, self.values + o.values, self.shape)
         if isinstance(o, (int, float)):
             return Partial(self.c + o, self.below, self.values + o, self.shape)
         return self._added(o.spread() if isinstance(o, Partial) else o, mine=isinstance(o, Partial))
@@ -393,23 +389,10 @@ class Partial:
     def __rmul__(self, x: Any) -> Any:
         if not isinstance(x, np.ndarray) or x.shape != self.shape:
             return x * self.spread()
+        if 4 * self.below.size > x.size:  # a gather of many points costs more than a pass
+            out = self.spread()
+            return np.multiply(x, out, out=out)
         out = np.multiply(x, self.c, order="C")
         out.reshape(-1)[self.below] = x.reshape(-1)[self.below] * self.values
         return out
 
-
-def _nested(a: Partial, b: Partial) -> Partial | None:
-    """a + b as a Partial where one's points below lie among the other's (a weight's forward
-    product reads T on the M axis, its dB product on the K axis, whose top is higher: the points
-    below the first are among those below the second), else None. Each point is the sum of the
-    same two values as the arrays spread out and added (the same floats), with no pass over
-    the points: the constants add, and the inner values add at their places in the outer."""
-    inner, outer = (a, b) if a.below.size <= b.below.size else (b, a)
-    if inner.shape != outer.shape:
-        return None
-    at = outer.below.searchsorted(inner.below)  # (both sorted: ``np.flatnonzero``)
-    if at.size and (at[-1] >= outer.below.size or not (outer.below[at] == inner.below).all()):
-        return None
-    values = outer.values + inner.c
-    values[at] = outer.values[at] + inner.values
-    return Partial(a.c + b.c, outer.below, values, outer.shape)
