@@ -39,15 +39,15 @@ def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray,
         i = np.zeros(x.shape, dtype=np.intp)
         for g in points:
             i += x >= g
-        return steps[i]
+        return steps.take(i)
     if by_exponent is None:
         by_exponent = exponent_steps(points, steps)
     if by_exponent is not None and x.dtype == np.float64:
         # the sign and the biased exponent of each x (floor(log2 x)): a negative x's arithmetic
-        # shift is its 12 bits less 4096, which indexing wraps to the same entry (no mask pass)
-        got: np.ndarray = by_exponent[x.view(np.int64) >> 52]
+        # shift is its 12 bits less 4096, which take wraps to the same entry (no mask pass)
+        got: np.ndarray = by_exponent.take(x.view(np.int64) >> 52)
         return got
-    return steps[points.searchsorted(x, side="right")]  # (the method: no wrapper)
+    return steps.take(points.searchsorted(x, side="right"))  # (the method: no wrapper)
 
 
 def exponent_steps(points: np.ndarray, steps: np.ndarray) -> np.ndarray | None:
@@ -200,7 +200,7 @@ def _read(flat: np.ndarray, base: np.ndarray, steps: list[tuple[int, np.ndarray]
     """``interpolate``'s group of axes from the a-th on (steps: each axis's stride and weights),
     one after another: lo + t (hi - lo), in place (two gathers and three passes an axis)."""
     if a == len(steps):
-        gathered: np.ndarray = flat[base + offset if offset else base]
+        gathered: np.ndarray = flat.take(base + offset if offset else base)
         return gathered
     stride, t = steps[a]
     lo, hi = _read(flat, base, steps, offset, a + 1), _read(flat, base, steps, offset + stride, a + 1)
@@ -381,7 +381,7 @@ class Partial:
         values at `below` added apart."""
         if not isinstance(x, np.ndarray) or x.shape != self.shape or not x.flags.c_contiguous:
             return x + self.spread()
-        at = x.reshape(-1)[self.below]
+        at = x.take(self.below)
         out = np.add(x, self.c, out=x if mine else None)
         out.reshape(-1)[self.below] = at + self.values
         return out
@@ -393,6 +393,6 @@ class Partial:
             out = self.spread()
             return np.multiply(x, out, out=out)
         out = np.multiply(x, self.c, order="C")
-        out.reshape(-1)[self.below] = x.reshape(-1)[self.below] * self.values
+        out.reshape(-1)[self.below] = x.take(self.below) * self.values
         return out
 

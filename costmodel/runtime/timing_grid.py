@@ -293,7 +293,7 @@ class GridRates:
             pair = math.exp(forward[-1]) + math.exp(da[-1])
         else:
             i, t = self._lookup("position", ("m",), [lx], lambda: positions(
-                lx if below is None else lx.ravel()[below], grid))
+                lx if below is None else lx.take(below), grid))
             values, slopes = self._profile.pair(forward, slopes_f, da, slopes_a)
             both = values.take(i, axis=1)  # (``[:, i]`` takes numpy's general path: 5x the time)
             both += t * slopes.take(i, axis=1)
@@ -327,8 +327,8 @@ class GridRates:
         grid times ops (no pass for x; ``Prepared.memory_steps``)."""
         points, per_byte, bigger = self._profile.memory_steps(ops)
         i = points.searchsorted(moved, side="right")  # (the method: no wrapper)
-        t = moved * per_byte[i]
-        out: np.ndarray = np.minimum(t, bigger[i], out=t)
+        t = moved * per_byte.take(i)
+        out: np.ndarray = np.minimum(t, bigger.take(i), out=t)
         return out
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
@@ -489,10 +489,10 @@ class GridRates:
             return math.exp(fp[-1])
         if slopes is not None:
             i, t = self._lookup("position", name, [lx], lambda: positions(
-                lx if below is None else lx.ravel()[below], xp))
-            values = np.exp(fp[i] + t * slopes[i])
+                lx if below is None else lx.take(below), xp))
+            values = np.exp(fp.take(i) + t * slopes.take(i))
         else:
-            values = np.exp(np.interp(lx if below is None else lx.ravel()[below], xp, fp))
+            values = np.exp(np.interp(lx if below is None else lx.take(below), xp, fp))
         # not spread over the points: the caller multiplies it by the FLOPs or the bytes
         return values if below is None else Partial(math.exp(fp[-1]), below, values, lx.shape)
 
@@ -620,11 +620,11 @@ class GridRates:
         points, steps, rates = table_arrays(tuple(grid), tuple(efficiency), tuple(above))
         i = points.searchsorted(x, side="right")
         if interpolation == "step":
-            e = steps[i]
+            e = steps.take(i)
         else:
             lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
             e = np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
-        bigger = x * rates[i]
+        bigger = x * rates.take(i)
         return np.maximum(e, bigger, out=bigger)
 
 
