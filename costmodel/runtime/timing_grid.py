@@ -23,7 +23,8 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   norms the same bytes; a ``FlopsTable`` (datasheet profiles) depends on 2MNK alone, so a
   linear's three products share one lookup; a step table of a few sizes is a few comparisons;
   an array (1,024 points or more) that is a number times one logged before (most bytes are a
-  number times T) gets its log as that log plus the number's (``_multiple_log``, to 1e-15);
+  number times T, or a number per seq times T) gets its log as that log plus the number's
+  (``grid_logs.Logs``, to 1e-15);
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time;
 - a size table whose time already rises with the size (``time_rises``) is read as it stands;
@@ -59,10 +60,8 @@ kernel option); the speed is bench/time_sweep_speed.py's. numpy is imported here
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable
 from dataclasses import replace
-from functools import reduce
 from typing import Any, cast
 
 import numpy as np
@@ -81,6 +80,7 @@ from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
 from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_blocks import in_blocks
+from costmodel.runtime.grid_logs import Logs
 from costmodel.runtime.grid_lookup import (
     Partial,
     above,
@@ -94,7 +94,17 @@ from costmodel.runtime.grid_lookup import (
     steps_of,
     table_arrays,
 )
-from costmodel.runtime.grid_merge import Canonical, Scaled, Whole, merged
+from costmodel.runtime.grid_merge import Canonical, Whole, merged
+from costmodel.runtime.grid_values import (  # noqa: F401  (_per: tests/test_timing_grid.py)
+    _array,
+    _below,
+    _nonzero,
+    _number,
+    _per,
+    _positive,
+    _product,
+    _sum,
+)
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
@@ -106,73 +116,6 @@ from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 
 _MISSING = object()  # a lookup not made yet (None is a value: ``_exp_interp``'s "everywhere")
-
-
-def _array(x: Any) -> bool:
-    """An array of the sweep's points (``predict_grid`` makes no 0-d arrays: one has an axis)."""
-    return type(x) is np.ndarray
-
-
-def _positive(x: Any) -> bool:
-    """x > 0 everywhere."""
-    return bool(x.min() > 0) if _array(x) else x > 0  # a reduction: no boolean array
-
-
-def _nonzero(x: Any) -> bool:
-    """x != 0 somewhere."""
-    return bool(x.any()) if _array(x) else bool(x)
-
-
-def _number(x: Any) -> Any:
-    """A 0-d array or numpy scalar as a Python number (as the scalar path reads it), a Scaled's value."""
-    kind = type(x)
-    if kind is int or kind is float or kind is Scaled:  # (most calls: no isinstance)
-        return x.value() if kind is Scaled else x
-    if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
-        return x.item()
-    return x
-
-
-def _product(*xs: Any) -> Any:
-    """The product, a new array where any factor is one: the numbers first, then the arrays of
-    one shape together, the smallest first (a (seq, 1) M x N before the (1, batch) count: one
-    full-size pass, not two; sizes are integers below 2^53, so the order keeps their value)."""
-    numbers = math.prod(x for x in xs if not _array(x))
-    shapes: dict[tuple[int, ...], Any] = {}
-    for x in xs:
-        if _array(x):
-            shapes[x.shape] = shapes[x.shape] * x if x.shape in shapes else x
-    out: Any = numbers
-    for x in sorted(shapes.values(), key=lambda a: a.size):
-        out = out * x
-    return out
-
-
-def _sum(terms: list[Any]) -> Any:
-    """The sum of numbers and arrays, number zeros left out (adding 0.0 to an array is a pass)."""
-    kept = [t for t in terms if _array(t) or t]
-    return reduce(operator.add, kept) if kept else 0.0
-
-
-def _below(lx: np.ndarray, xp: np.ndarray) -> np.ndarray | None:
-    """The flat indices of the points of lx below xp's last point where they are at most half,
-    else None: interpolate everywhere (``GridRates._exp_interp``)."""
-    if lx.max() < xp[-1]:  # a reduction: no boolean array
-        return None
-    below = lx < xp[-1]
-    # gathering and scattering half the points costs less than np.interp and np.exp over the
-    # other half (10,000 points, bench/README.md)
-    return None if np.count_nonzero(below) > lx.size // 2 else np.flatnonzero(below)
-
-
-def _per(terms: tuple[Any, ...], rate: float) -> Any:
-    """sum(terms) / rate, a new array or a number: terms ``Scaled`` by one k summed first, then
-    times k / rate (no pass for k; integer sizes below 2^53: their sum exact); no number zeros."""
-    scaled = [t for t in terms if isinstance(t, Scaled)]
-    rest = [x for x in (_number(t) for t in terms if not isinstance(t, Scaled)) if _array(x) or x]
-    if scaled and not rest and all(t.k == scaled[0].k for t in scaled):
-        return _sum([t.a for t in scaled]) * (scaled[0].k / rate)
-    return _number(_sum([t.value() for t in scaled] + rest)) / rate
 
 
 class GridRates:
@@ -189,7 +132,7 @@ class GridRates:
         self._memo: dict[tuple[Any, ...], Any] = {}
         self.canonical = Canonical()  # (shared with the merge: ``grid_merge.merged``)
         self._canonical = self.canonical.of
-        self._logged: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # ``_multiple_log``
+        self._logs = Logs()  # (the arrays logged at full size: later logs read theirs)
         # a weight's three products read as one (``_weight``): a table over M and K
         self._stacks = isinstance(self.table, MatmulTable) and len(self.table.M) > 1 and len(self.table.K) > 1
 
@@ -454,9 +397,7 @@ class GridRates:
                     return float(lo)
             if len(arrays) == 2 and x.size > 4 * (M.size + per.size) and M.min() > 0 and per.min() > 0:
                 # an outer product (seq x batch): its log is the sum of theirs, 200 logs, not 10,000
-                logs = self._log(M) + self._log(per)
-                self._remember("log", (), [x], logs)
-                self._logged.setdefault(x.shape, []).append((x, logs))
+                self._remember("log", (), [x], self._logs.outer(x, self._log(M), self._log(per)))
             return x
 
         return self._lookup("stack", numbers, arrays, stack)
@@ -497,54 +438,8 @@ class GridRates:
         return values if below is None else Partial(math.exp(fp[-1]), below, values, lx.shape)
 
     def _log(self, x: np.ndarray) -> np.ndarray:  # a zero size (not run): the grid's first point
-        logs: np.ndarray = self._lookup("log", (), [x], lambda: self._new_log(x))
+        logs: np.ndarray = self._lookup("log", (), [x], lambda: self._logs.new(x))
         return logs
-
-    def _new_log(self, x: np.ndarray) -> np.ndarray:
-        if not x.min() > 0:
-            floored: np.ndarray = np.log(np.maximum(x, 1e-300))
-            return floored
-        logs = self._multiple_log(x) if x.size >= 1024 else None  # (a small log costs less than the test)
-        if logs is None:
-            logs = np.log(x)
-            self._logged.setdefault(x.shape, []).append((x, logs))
-        return logs
-
-    def _multiple_log(self, x: np.ndarray) -> np.ndarray | None:
-        """log x as log r + log y where x = r y to 1e-15 at every point, y an array of x's shape
-        logged before (two passes and two reductions for a log, an eighth of its time here): a
-        component's bytes are most often a number times a layer's tokens T = B x S, whose log
-        ``_stacked`` has. The logs differ by at most 1e-15, the times by about as much
-        relative (tests/test_timing_grid.py holds them to 1e-12)."""
-        n = x.size
-        for y, logs in self._logged.get(x.shape, ())[:8]:
-            r = x.item(0) / y.item(0)
-            if not all(abs(r * y.item(k) - x.item(k)) <= 1e-15 * x.item(k) for k in (-1, n // 2, n // 3)):
-                continue
-            ratio = x / y  # (one pass: x / y within r (1 +- 1e-15) is x = r y to 1e-15)
-            if ratio.min() >= r * (1 - 1e-15) and ratio.max() <= r * (1 + 1e-15):
-                out: np.ndarray = logs + math.log(r)
-                return out
-        return self._row_multiple_log(x) if x.ndim == 2 else None
-
-    def _row_multiple_log(self, x: np.ndarray) -> np.ndarray | None:
-        """log x as log r + log y where each row (or each column) of x is a number times y's, to
-        1e-15 (y of x's shape, logged before): in prefill and training most sizes are a function
-        of the seq times one of the batch (a score matrix's bytes are h S x T, T = B x S), so a
-        pass, two reductions along the rows and a broadcast add for a log, 100 logs (of r)
-        where there were 10,000. To 1e-15 as ``_multiple_log``."""
-        rows, cols = x.shape
-        for y, logs in self._logged.get(x.shape, ())[:8]:
-            for axis, (a, b) in ((1, ((0, 0), (0, cols - 1))), (0, ((0, 0), (rows - 1, 0)))):
-                if not abs(x.item(a) / y.item(a) * y.item(b) - x.item(b)) <= 1e-15 * x.item(b):
-                    continue  # (sampled: the first row's, or column's, ends)
-                ratio = x / y
-                r = ratio[:, :1] if axis == 1 else ratio[:1, :]  # (a view: each row's r, or column's)
-                if (ratio.min(axis=axis, keepdims=True) >= r * (1 - 1e-15)).all() and (
-                        ratio.max(axis=axis, keepdims=True) <= r * (1 + 1e-15)).all():
-                    out: np.ndarray = logs + np.log(r)
-                    return out
-        return None
 
     def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> Any:
         """1 / (peak x the table's efficiency) of (M x K) @ (K x N), some of them arrays (the
