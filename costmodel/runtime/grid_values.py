@@ -44,11 +44,14 @@ def _product(*xs: Any) -> Any:
     """The product, a new array where any factor is one: the numbers first, then the arrays of
     one shape together, the smallest first (a (seq, 1) M x N before the (1, batch) count: one
     full-size pass, not two; sizes are integers below 2^53, so the order keeps their value)."""
-    numbers = math.prod(x for x in xs if not _array(x))
+    nd = np.ndarray
+    arrays = [x for x in xs if type(x) is nd]
+    numbers = math.prod([x for x in xs if type(x) is not nd])
+    if len(arrays) < 2:  # (most calls: no loop, no sort)
+        return numbers * arrays[0] if arrays else numbers
     shapes: dict[tuple[int, ...], Any] = {}
-    for x in xs:
-        if _array(x):
-            shapes[x.shape] = shapes[x.shape] * x if x.shape in shapes else x
+    for x in arrays:
+        shapes[x.shape] = shapes[x.shape] * x if x.shape in shapes else x
     out: Any = numbers
     for x in sorted(shapes.values(), key=lambda a: a.size):
         out = out * x
@@ -57,8 +60,11 @@ def _product(*xs: Any) -> Any:
 
 def _sum(terms: list[Any]) -> Any:
     """The sum of numbers and arrays, number zeros left out (adding 0.0 to an array is a pass)."""
-    kept = [t for t in terms if _array(t) or t]
-    return reduce(operator.add, kept) if kept else 0.0
+    nd = np.ndarray
+    kept = [t for t in terms if type(t) is nd or t]
+    if len(kept) < 2:
+        return kept[0] if kept else 0.0
+    return reduce(operator.add, kept)
 
 
 def _below(lx: np.ndarray, xp: np.ndarray) -> np.ndarray | None:
@@ -75,6 +81,9 @@ def _below(lx: np.ndarray, xp: np.ndarray) -> np.ndarray | None:
 def _per(terms: tuple[Any, ...], rate: float) -> Any:
     """sum(terms) / rate, a new array or a number: terms ``Scaled`` by one k summed first, then
     times k / rate (no pass for k; integer sizes below 2^53: their sum exact); no number zeros."""
+    if len(terms) == 1:  # (most calls: a component's bytes, or its one kind of FLOPs)
+        t = terms[0]
+        return t.a * (t.k / rate) if type(t) is Scaled else _number(t) / rate
     scaled = [t for t in terms if isinstance(t, Scaled)]
     rest = [x for x in (_number(t) for t in terms if not isinstance(t, Scaled)) if _array(x) or x]
     if scaled and not rest and all(t.k == scaled[0].k for t in scaled):

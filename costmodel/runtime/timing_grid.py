@@ -298,21 +298,23 @@ class GridRates:
         # Every array made here is new, so ``at_least`` may write into it; FLOPs that are a
         # number 0 (a linear without a bias adds none) make no pass.
         by_flops, by_bytes = _per(flops, self.peak), _per((nbytes,), self.bandwidth)
-        if not _array(by_flops) and not _array(by_bytes):
+        nd = np.ndarray
+        flops_array, bytes_array = type(by_flops) is nd, type(by_bytes) is nd
+        if not flops_array and not bytes_array:
             return max(by_flops, by_bytes)  # ``physics_floor``
-        if not _array(by_flops) and not by_flops:  # no FLOPs (a copy): no pass for them
+        if not flops_array and not by_flops:  # no FLOPs (a copy): no pass for them
             return by_bytes
-        if _array(by_bytes) and _array(by_flops) and by_bytes.shape == by_flops.shape:
+        if bytes_array and flops_array and by_bytes.shape == by_flops.shape:
             return np.maximum(by_bytes, by_flops, out=by_bytes)
         return self.maximum(by_flops, by_bytes)  # an array made here, or a new one
 
     def at_least(self, t: Any, roof: Any, ops: int) -> Any:
         launch = ops * self.floor_s
-        if not _array(roof):
+        if type(roof) is not np.ndarray:
             return self.maximum(t, roof + launch)
         if launch:
             roof += launch  # (``roof``'s own array)
-        if _array(t) and t.shape != roof.shape:
+        if type(t) is np.ndarray and t.shape != roof.shape:
             return np.maximum(t, roof)
         return np.maximum(t, roof, out=roof)
 
