@@ -35,8 +35,9 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
 - the physics floor (``GridRates.roof``, ``at_least``) is written into arrays made for it,
   in place, and a component with no FLOPs of its own makes no pass for them;
 - a weight's three products (forward, dA, dB: 2MKN FLOPs each) share one multiply by their
-  FLOPs (``GridRates.gemms``: FLOPs x the sum of their seconds per FLOP); the tables are kept
-  as logs of seconds per FLOP or per byte, so a lookup is an interpolation and an exp.
+  FLOPs (``GridRates.gemms``: FLOPs x the sum of their seconds per FLOP), and on a shape table
+  the forward and dA curves over T are read as one stacked pair (``_weight``); the tables are
+  kept as logs of seconds per FLOP or per byte, so a lookup is an interpolation and an exp.
 
 What costs time at 10,000 points is the number of passes over the arrays (each allocates and
 writes 80 KB) and Python per component, so the code avoids passes that change nothing (adding
