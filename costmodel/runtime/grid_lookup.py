@@ -28,8 +28,10 @@ def step(grid: list[float], values: list[float], x: np.ndarray) -> np.ndarray:
     return step_at(*steps_of(tuple(grid), tuple(values)), x)
 
 
-def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``step`` of a table already as ``steps_of`` gives it."""
+def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray,
+            by_exponent: np.ndarray | None = None) -> np.ndarray:
+    """``step`` of a table already as ``steps_of`` gives it (`by_exponent`: its ``exponent_steps``,
+    where the caller keeps them)."""
     if len(points) == 1:
         out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
         return out
@@ -37,14 +39,20 @@ def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray) -> np.ndarray:
         i = np.zeros(x.shape, dtype=np.intp)
         for g in points:
             i += x >= g
-        return steps[i]
-    by_exponent = _by_exponent(points.tobytes(), steps.tobytes())
+        return steps.take(i)
+    if by_exponent is None:
+        by_exponent = exponent_steps(points, steps)
     if by_exponent is not None and x.dtype == np.float64:
-        e = x.view(np.int64) >> 52  # the sign and the biased exponent of each x: floor(log2 x)
-        e &= 0xFFF
-        got: np.ndarray = by_exponent[e]
+        # the sign and the biased exponent of each x (floor(log2 x)): a negative x's arithmetic
+        # shift is its 12 bits less 4096, which take wraps to the same entry (no mask pass)
+        got: np.ndarray = by_exponent.take(x.view(np.int64) >> 52)
         return got
-    return steps[points.searchsorted(x, side="right")]  # (the method: no wrapper)
+    return steps.take(points.searchsorted(x, side="right"))  # (the method: no wrapper)
+
+
+def exponent_steps(points: np.ndarray, steps: np.ndarray) -> np.ndarray | None:
+    """``step_at``'s values by each x's float64 exponent, or None (``_by_exponent``)."""
+    return _by_exponent(points.tobytes(), steps.tobytes())
 
 
 @functools.lru_cache(maxsize=64)
@@ -192,7 +200,7 @@ def _read(flat: np.ndarray, base: np.ndarray, steps: list[tuple[int, np.ndarray]
     """``interpolate``'s group of axes from the a-th on (steps: each axis's stride and weights),
     one after another: lo + t (hi - lo), in place (two gathers and three passes an axis)."""
     if a == len(steps):
-        gathered: np.ndarray = flat[base + offset if offset else base]
+        gathered: np.ndarray = flat.take(base + offset if offset else base)
         return gathered
     stride, t = steps[a]
     lo, hi = _read(flat, base, steps, offset, a + 1), _read(flat, base, steps, offset + stride, a + 1)
@@ -282,7 +290,22 @@ class Prepared:
         self.bandwidth = bandwidth
         self.envelopes: dict[int, tuple[np.ndarray, ...]] = {}  # ``memory_steps``
         self.curves: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._curve``
-        self.fresh: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # ``GridRates._fresh_steps``
+        # (ids of two of ``curves``, kept there) -> the two stacked: ``pair``
+        self.pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        # n -> steps (``steps_of``) and their ``exponent_steps``: ``GridRates._fresh_steps``
+        self.fresh: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
+        # (ops, factors of one's bytes, all numbers) -> seconds: ``GridRates.first_touch``
+        self.fresh_numbers: dict[tuple[Any, ...], float] = {}
+
+    def pair(self, a: np.ndarray, slopes_a: np.ndarray, b: np.ndarray,
+             slopes_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Two curves of ``curves`` stacked (a weight's forward and dA curves over M), and their
+        slopes: one gather reads both (``GridRates._weight_seconds``)."""
+        key = (id(a), id(b))
+        hit = self.pairs.get(key)
+        if hit is None:
+            hit = self.pairs[key] = (np.stack([a, b]), np.stack([slopes_a, slopes_b]))
+        return hit
 
     def memory_steps(self, ops: int) -> tuple[np.ndarray, ...]:
         """A step memory table for `ops` ops (``GridRates._memory_steps``): its grid x ops, seconds
@@ -358,7 +381,7 @@ class Partial:
         values at `below` added apart."""
         if not isinstance(x, np.ndarray) or x.shape != self.shape or not x.flags.c_contiguous:
             return x + self.spread()
-        at = x.reshape(-1)[self.below]
+        at = x.take(self.below)
         out = np.add(x, self.c, out=x if mine else None)
         out.reshape(-1)[self.below] = at + self.values
         return out
@@ -366,6 +389,10 @@ class Partial:
     def __rmul__(self, x: Any) -> Any:
         if not isinstance(x, np.ndarray) or x.shape != self.shape:
             return x * self.spread()
+        if 4 * self.below.size > x.size:  # a gather of many points costs more than a pass
+            out = self.spread()
+            return np.multiply(x, out, out=out)
         out = np.multiply(x, self.c, order="C")
-        out.reshape(-1)[self.below] = x.reshape(-1)[self.below] * self.values
+        out.reshape(-1)[self.below] = x.take(self.below) * self.values
         return out
+

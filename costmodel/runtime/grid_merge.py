@@ -35,7 +35,7 @@ class Scaled:
     merged component's layers (passes x layers x the field). ``GridRates.roof`` folds k into
     its division by the peak or the bandwidth (one pass over the points where the multiply and
     the division were two); any other use multiplies it out (``value``): arithmetic here, and
-    ``timing_grid._number`` at every other ``GridRates`` entry. Over integer fields (below 2^53)
+    ``grid_values._number`` at every other ``GridRates`` entry. Over integer fields (below 2^53)
     the times differ from the product's by the rounding of k / peak, about 1e-16."""
 
     __slots__ = ("k", "a")

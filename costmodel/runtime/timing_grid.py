@@ -23,7 +23,8 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
   norms the same bytes; a ``FlopsTable`` (datasheet profiles) depends on 2MNK alone, so a
   linear's three products share one lookup; a step table of a few sizes is a few comparisons;
   an array (1,024 points or more) that is a number times one logged before (most bytes are a
-  number times T) gets its log as that log plus the number's (``_multiple_log``, to 1e-15);
+  number times T, or a number per seq times T) gets its log as that log plus the number's
+  (``grid_logs.Logs``, to 1e-15);
 - a product's byte floor (``Rates.at_least_memory``) reads the memory table only where the
   bytes at the table's least efficiency could exceed the product's time;
 - a size table whose time already rises with the size (``time_rises``) is read as it stands;
@@ -34,8 +35,9 @@ the layers; ``grid_merge``). ``GridRates`` does the table lookups on arrays:
 - the physics floor (``GridRates.roof``, ``at_least``) is written into arrays made for it,
   in place, and a component with no FLOPs of its own makes no pass for them;
 - a weight's three products (forward, dA, dB: 2MKN FLOPs each) share one multiply by their
-  FLOPs (``GridRates.gemms``: FLOPs x the sum of their seconds per FLOP); the tables are kept
-  as logs of seconds per FLOP or per byte, so a lookup is an interpolation and an exp.
+  FLOPs (``GridRates.gemms``: FLOPs x the sum of their seconds per FLOP), and on a shape table
+  the forward and dA curves over T are read as one stacked pair (``_weight``); the tables are
+  kept as logs of seconds per FLOP or per byte, so a lookup is an interpolation and an exp.
 
 What costs time at 10,000 points is the number of passes over the arrays (each allocates and
 writes 80 KB) and Python per component, so the code avoids passes that change nothing (adding
@@ -59,10 +61,8 @@ kernel option); the speed is bench/time_sweep_speed.py's. numpy is imported here
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable
 from dataclasses import replace
-from functools import reduce
 from typing import Any, cast
 
 import numpy as np
@@ -81,10 +81,12 @@ from costmodel.phases import PHASES
 from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
 from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_blocks import in_blocks
+from costmodel.runtime.grid_logs import Logs
 from costmodel.runtime.grid_lookup import (
     Partial,
     above,
     at_numbers,
+    exponent_steps,
     interpolate_at,
     positions,
     prepared,
@@ -93,7 +95,17 @@ from costmodel.runtime.grid_lookup import (
     steps_of,
     table_arrays,
 )
-from costmodel.runtime.grid_merge import Canonical, Scaled, Whole, merged
+from costmodel.runtime.grid_merge import Canonical, Whole, merged
+from costmodel.runtime.grid_values import (  # noqa: F401  (_per: tests/test_timing_grid.py)
+    _array,
+    _below,
+    _nonzero,
+    _number,
+    _per,
+    _positive,
+    _product,
+    _sum,
+)
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
@@ -105,62 +117,6 @@ from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 
 _MISSING = object()  # a lookup not made yet (None is a value: ``_exp_interp``'s "everywhere")
-
-
-def _array(x: Any) -> bool:
-    """An array of the sweep's points (``predict_grid`` makes no 0-d arrays: one has an axis)."""
-    return type(x) is np.ndarray
-
-
-def _positive(x: Any) -> bool:
-    """x > 0 everywhere."""
-    return bool(x.min() > 0) if _array(x) else x > 0  # a reduction: no boolean array
-
-
-def _nonzero(x: Any) -> bool:
-    """x != 0 somewhere."""
-    return bool(x.any()) if _array(x) else bool(x)
-
-
-def _number(x: Any) -> Any:
-    """A 0-d array or numpy scalar as a Python number (as the scalar path reads it), a Scaled's value."""
-    kind = type(x)
-    if kind is int or kind is float or kind is Scaled:  # (most calls: no isinstance)
-        return x.value() if kind is Scaled else x
-    if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0):
-        return x.item()
-    return x
-
-
-def _product(*xs: Any) -> Any:
-    """The product, a new array where any factor is one: the numbers first, then the arrays of
-    one shape together, the smallest first (a (seq, 1) M x N before the (1, batch) count: one
-    full-size pass, not two; sizes are integers below 2^53, so the order keeps their value)."""
-    numbers = math.prod(x for x in xs if not _array(x))
-    shapes: dict[tuple[int, ...], Any] = {}
-    for x in xs:
-        if _array(x):
-            shapes[x.shape] = shapes[x.shape] * x if x.shape in shapes else x
-    out: Any = numbers
-    for x in sorted(shapes.values(), key=lambda a: a.size):
-        out = out * x
-    return out
-
-
-def _sum(terms: list[Any]) -> Any:
-    """The sum of numbers and arrays, number zeros left out (adding 0.0 to an array is a pass)."""
-    kept = [t for t in terms if _array(t) or t]
-    return reduce(operator.add, kept) if kept else 0.0
-
-
-def _per(terms: tuple[Any, ...], rate: float) -> Any:
-    """sum(terms) / rate, a new array or a number: terms ``Scaled`` by one k summed first, then
-    times k / rate (no pass for k; integer sizes below 2^53: their sum exact); no number zeros."""
-    scaled = [t for t in terms if isinstance(t, Scaled)]
-    rest = [x for x in (_number(t) for t in terms if not isinstance(t, Scaled)) if _array(x) or x]
-    if scaled and not rest and all(t.k == scaled[0].k for t in scaled):
-        return _sum([t.a for t in scaled]) * (scaled[0].k / rate)
-    return _number(_sum([t.value() for t in scaled] + rest)) / rate
 
 
 class GridRates:
@@ -177,7 +133,9 @@ class GridRates:
         self._memo: dict[tuple[Any, ...], Any] = {}
         self.canonical = Canonical()  # (shared with the merge: ``grid_merge.merged``)
         self._canonical = self.canonical.of
-        self._logged: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}  # ``_multiple_log``
+        self._logs = Logs()  # (the arrays logged at full size: later logs read theirs)
+        # a weight's three products read as one (``_weight``): a table over M and K
+        self._stacks = isinstance(self.table, MatmulTable) and len(self.table.M) > 1 and len(self.table.K) > 1
 
     # --- Rates --------------------------------------------------------------------------------
 
@@ -216,9 +174,21 @@ class GridRates:
         numbers: list[Any] = []
         sizes: dict[tuple[Any, ...], tuple[Any, list[np.ndarray], Any]] = {}
         nd = np.ndarray  # (``predict_grid`` makes no 0-d arrays: an ndarray here has an axis)
-        for g in products:
-            arrays = [x for x in g if type(x) is nd]
+        skip = 0
+        for at, g in enumerate(products):
+            if skip:  # (read with a weight's forward product: ``_weight``)
+                skip -= 1
+                continue
             count, M, K, N = g
+            if type(M) is nd and type(K) is not nd and type(N) is not nd and type(count) is not nd:
+                spf = self._weight(products, at, launches)
+                if spf is not _MISSING:  # the forward product and its two backward ones
+                    skip = 2
+                    key = (2 * math.prod([count, K, N]), id(M))
+                    hit = sizes.get(key)
+                    sizes[key] = (key[0], [M], spf if hit is None else hit[2] + spf)
+                    continue
+            arrays = [x for x in g if type(x) is nd]
             if not arrays:
                 numbers.append(self.gemm(count, M, K, N, launches))
                 continue
@@ -233,6 +203,49 @@ class GridRates:
             hit = sizes.get(key)
             sizes[key] = (flops, arrays, spf if hit is None else hit[2] + spf)
         return _sum(numbers + [_product(flops, *arrays) * spf for flops, arrays, spf in sizes.values()])
+
+    def _weight(self, products: list[tuple[Any, Any, Any, Any]], at: int, launches: int) -> Any:
+        """The seconds per FLOP of a weight's three products in a training step, summed (forward
+        (T x K) @ (K x N), dA (T x N) @ (N x K), dB (K x T) @ (T x N): ``backward_gemms``), where
+        products[at:at + 3] are those, T the one array, one product a launch, and the table is
+        read over the M and K axes; else _MISSING. One lookup for the three: the forward and dA
+        curves over T's M axis (the same points below the top and positions) are gathered and
+        exponentiated stacked, then dB's curve over the K axis is added (``Partial``); each
+        point sums the same values in the same order as the three read apart."""
+        count, M, K, N = products[at]
+        if at + 2 >= len(products) or not self._stacks or (launches and count != launches):
+            return _MISSING
+        g1, g2 = products[at + 1], products[at + 2]
+        if not (g1[1] is M and g2[2] is M and g1[0] == count and g2[0] == count and g1[2] == N
+                and g1[3] == K and g2[1] == K and g2[3] == N):
+            return _MISSING
+        # (K, N) and (N, K) are one pair: one weight's forward and dA are another's dA and forward
+        # (attention's q and out, an FFN's up and down); their sum in either order the same floats
+        lo, hi = (K, N) if K <= N else (N, K)
+        pair = self._lookup("pair", (lo, hi), [M], lambda: self._pair(M, lo, hi))
+        return pair + self._seconds_per_flop(K, N, M)
+
+    def _pair(self, T: np.ndarray, K: Any, N: Any) -> Any:
+        """The seconds per FLOP of (T x K) @ (K x N) and (T x N) @ (N x K), summed: the two curves
+        over the table's M axis read at T's positions stacked (one gather, one exp)."""
+        forward, slopes_f = self._curve((None, N, K))
+        da, slopes_a = self._curve((None, K, N))
+        lx, grid = self._log(T), self._axes[0]
+        pair: Any
+        below = self._lookup("below", ("m",), [lx], lambda: _below(lx, grid))
+        if below is not None and not below.size:
+            pair = math.exp(forward[-1]) + math.exp(da[-1])
+        else:
+            i, t = self._lookup("position", ("m",), [lx], lambda: positions(
+                lx if below is None else lx.take(below), grid))
+            values, slopes = self._profile.pair(forward, slopes_f, da, slopes_a)
+            both = values.take(i, axis=1)  # (``[:, i]`` takes numpy's general path: 5x the time)
+            both += t * slopes.take(i, axis=1)
+            np.exp(both, out=both)
+            pair = both[0] + both[1]
+            if below is not None:
+                pair = Partial(math.exp(forward[-1]) + math.exp(da[-1]), below, pair, lx.shape)
+        return pair
 
     def memory(self, moved: Any, ops: int) -> Any:
         moved = _number(moved)
@@ -258,8 +271,8 @@ class GridRates:
         grid times ops (no pass for x; ``Prepared.memory_steps``)."""
         points, per_byte, bigger = self._profile.memory_steps(ops)
         i = points.searchsorted(moved, side="right")  # (the method: no wrapper)
-        t = moved * per_byte[i]
-        out: np.ndarray = np.minimum(t, bigger[i], out=t)
+        t = moved * per_byte.take(i)
+        out: np.ndarray = np.minimum(t, bigger.take(i), out=t)
         return out
 
     def at_least_memory(self, t: Any, moved: Any, ops: int) -> Any:
@@ -286,21 +299,23 @@ class GridRates:
         # Every array made here is new, so ``at_least`` may write into it; FLOPs that are a
         # number 0 (a linear without a bias adds none) make no pass.
         by_flops, by_bytes = _per(flops, self.peak), _per((nbytes,), self.bandwidth)
-        if not _array(by_flops) and not _array(by_bytes):
+        nd = np.ndarray
+        flops_array, bytes_array = type(by_flops) is nd, type(by_bytes) is nd
+        if not flops_array and not bytes_array:
             return max(by_flops, by_bytes)  # ``physics_floor``
-        if not _array(by_flops) and not by_flops:  # no FLOPs (a copy): no pass for them
+        if not flops_array and not by_flops:  # no FLOPs (a copy): no pass for them
             return by_bytes
-        if _array(by_bytes) and _array(by_flops) and by_bytes.shape == by_flops.shape:
+        if bytes_array and flops_array and by_bytes.shape == by_flops.shape:
             return np.maximum(by_bytes, by_flops, out=by_bytes)
         return self.maximum(by_flops, by_bytes)  # an array made here, or a new one
 
     def at_least(self, t: Any, roof: Any, ops: int) -> Any:
         launch = ops * self.floor_s
-        if not _array(roof):
+        if type(roof) is not np.ndarray:
             return self.maximum(t, roof + launch)
         if launch:
             roof += launch  # (``roof``'s own array)
-        if _array(t) and t.shape != roof.shape:
+        if type(t) is np.ndarray and t.shape != roof.shape:
             return np.maximum(t, roof)
         return np.maximum(t, roof, out=roof)
 
@@ -309,34 +324,46 @@ class GridRates:
         if table is None:
             return 0.0
         terms = []
+        nd = np.ndarray
         for n, factors in outputs:
-            factors = tuple(_number(x) for x in factors)
-            arrays = [x for x in factors if _array(x)]
             if not n:
                 continue
-            if not arrays:
-                terms.append(first_touch_s(self.eff, [(n, factors)]))
+            factors = tuple([_number(x) for x in factors])
+            arrays = [x for x in factors if type(x) is nd]
+            if not arrays:  # a number (a weight's gradient, K x N): kept by the profile
+                key = (n, factors)
+                hit = self._profile.fresh_numbers.get(key)
+                if hit is None:
+                    hit = self._profile.fresh_numbers[key] = first_touch_s(self.eff, [(n, factors)])
+                terms.append(hit)
                 continue
-            number = math.prod(x for x in factors if not _array(x))
-
-            def one(n: int = n, number: Any = number, arrays: list[np.ndarray] = arrays) -> Any:
-                x = _product(number, *arrays)
-                if self._fresh_from is None or x.max() < self._fresh_from:
-                    return 0.0  # every size at a rate of 0
-                # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
-                return x * step_at(*self._fresh_steps(n), x)
-
-            terms.append(self._lookup("fresh", (n, number), arrays, one))
+            number = math.prod([x for x in factors if type(x) is not nd])
+            hit = self._memo.get(("fresh", (n, number), *map(self._canonical, arrays)), _MISSING)
+            terms.append(self._fresh(n, number, arrays) if hit is _MISSING else hit)
         return _sum(terms)
 
-    def _fresh_steps(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """The first-touch table of n ops as ``grid_lookup.steps_of`` gives it (kept by the profile)."""
+    def _fresh(self, n: int, number: Any, arrays: list[np.ndarray]) -> Any:
+        """n ops' first touch of outputs of number x the arrays' bytes (kept for the call)."""
+        x = _product(number, *arrays)
+        if self._fresh_from is None or x.max() < self._fresh_from:
+            out: Any = 0.0  # every size at a rate of 0
+        else:  # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
+            points, steps, by_exponent = self._fresh_steps(n)
+            out = step_at(points, steps, x, by_exponent)
+            out = np.multiply(x, out, out=out) if out.shape == x.shape and out.base is None else x * out
+        self._remember("fresh", (n, number), arrays, out)
+        return out
+
+    def _fresh_steps(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The first-touch table of n ops as ``grid_lookup.steps_of`` gives it, and its values by
+        exponent (``exponent_steps``): kept by the profile."""
         hit = self._profile.fresh.get(n)
         if hit is None:
             table = self.eff.first_touch
             assert table is not None
             rates = (0.0, *(n * r for r in table.s_per_byte))  # below the grid 0
-            hit = self._profile.fresh[n] = steps_of(tuple(table.bytes), rates)
+            points, steps = steps_of(tuple(table.bytes), rates)
+            hit = self._profile.fresh[n] = (points, steps, exponent_steps(points, steps))
         return hit
 
     @staticmethod
@@ -373,9 +400,7 @@ class GridRates:
                     return float(lo)
             if len(arrays) == 2 and x.size > 4 * (M.size + per.size) and M.min() > 0 and per.min() > 0:
                 # an outer product (seq x batch): its log is the sum of theirs, 200 logs, not 10,000
-                logs = self._log(M) + self._log(per)
-                self._remember("log", (), [x], logs)
-                self._logged.setdefault(x.shape, []).append((x, logs))
+                self._remember("log", (), [x], self._logs.outer(x, self._log(M), self._log(per)))
             return x
 
         return self._lookup("stack", numbers, arrays, stack)
@@ -403,56 +428,21 @@ class GridRates:
         names xp); above it exp(fp[-1]), at most of a sweep's points: then a ``Partial``. The
         points below are found once per array and grid (a layer's linears share T); with
         `slopes` (np.diff(fp)) their positions too: each curve is two gathers, not a search."""
-        def find() -> np.ndarray | None:  # None: interpolate everywhere
-            if lx.max() < xp[-1]:  # a reduction: no boolean array
-                return None
-            below = lx < xp[-1]
-            # gathering and scattering half the points costs less than np.interp and np.exp
-            # over the other half (10,000 points, bench/README.md)
-            return None if np.count_nonzero(below) > lx.size // 2 else np.flatnonzero(below)
-
-        below = self._lookup("below", name, [lx], find)
+        below = self._lookup("below", name, [lx], lambda: _below(lx, xp))
         if below is not None and not below.size:
             return math.exp(fp[-1])
         if slopes is not None:
             i, t = self._lookup("position", name, [lx], lambda: positions(
-                lx if below is None else lx.ravel()[below], xp))
-            values = np.exp(fp[i] + t * slopes[i])
+                lx if below is None else lx.take(below), xp))
+            values = np.exp(fp.take(i) + t * slopes.take(i))
         else:
-            values = np.exp(np.interp(lx if below is None else lx.ravel()[below], xp, fp))
+            values = np.exp(np.interp(lx if below is None else lx.take(below), xp, fp))
         # not spread over the points: the caller multiplies it by the FLOPs or the bytes
         return values if below is None else Partial(math.exp(fp[-1]), below, values, lx.shape)
 
     def _log(self, x: np.ndarray) -> np.ndarray:  # a zero size (not run): the grid's first point
-        logs: np.ndarray = self._lookup("log", (), [x], lambda: self._new_log(x))
+        logs: np.ndarray = self._lookup("log", (), [x], lambda: self._logs.new(x))
         return logs
-
-    def _new_log(self, x: np.ndarray) -> np.ndarray:
-        if not x.min() > 0:
-            floored: np.ndarray = np.log(np.maximum(x, 1e-300))
-            return floored
-        logs = self._multiple_log(x) if x.size >= 1024 else None  # (a small log costs less than the test)
-        if logs is None:
-            logs = np.log(x)
-            self._logged.setdefault(x.shape, []).append((x, logs))
-        return logs
-
-    def _multiple_log(self, x: np.ndarray) -> np.ndarray | None:
-        """log x as log r + log y where x = r y to 1e-15 at every point, y an array of x's shape
-        logged before (two passes and two reductions for a log, an eighth of its time here): a
-        component's bytes are most often a number times a layer's tokens T = B x S, whose log
-        ``_stacked`` has. The logs differ by at most 1e-15, the times by about as much
-        relative (tests/test_timing_grid.py holds them to 1e-12)."""
-        n = x.size
-        for y, logs in self._logged.get(x.shape, ())[:8]:
-            r = x.item(0) / y.item(0)
-            if not all(abs(r * y.item(k) - x.item(k)) <= 1e-15 * x.item(k) for k in (-1, n // 2, n // 3)):
-                continue
-            ratio = x / y  # (one pass: x / y within r (1 +- 1e-15) is x = r y to 1e-15)
-            if ratio.min() >= r * (1 - 1e-15) and ratio.max() <= r * (1 + 1e-15):
-                out: np.ndarray = logs + math.log(r)
-                return out
-        return None
 
     def _seconds_per_flop(self, M: Any, N: Any, K: Any) -> Any:
         """1 / (peak x the table's efficiency) of (M x K) @ (K x N), some of them arrays (the
@@ -528,11 +518,11 @@ class GridRates:
         points, steps, rates = table_arrays(tuple(grid), tuple(efficiency), tuple(above))
         i = points.searchsorted(x, side="right")
         if interpolation == "step":
-            e = steps[i]
+            e = steps.take(i)
         else:
             lx = self._log(x) if memo else np.log(np.maximum(x, 1e-300))
             e = np.exp(np.interp(lx, np.log(grid), np.log(efficiency)))
-        bigger = x * rates[i]
+        bigger = x * rates.take(i)
         return np.maximum(e, bigger, out=bigger)
 
 
