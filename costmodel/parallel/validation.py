@@ -299,9 +299,77 @@ def production_markdown() -> str:
     return "\n".join(out)
 
 
+@dataclass(frozen=True)
+class Foundry:
+    """One row of MosaicML's MPT training benchmarks on H100 80GB, bf16 (mosaicml/llm-foundry,
+    scripts/train/benchmarking/README.md at 061f2c7, "H100 80GB BF16"): one node's 8 GPUs (16
+    for the 3B), Composer's FSDP FULL_SHARD (ZeRO-3), the model of scripts/train/yamls/pretrain/
+    mpt-*.yaml (MPTConfig's defaults: biases, LayerNorm with bias, learned positions, tied
+    embeddings, GeLU 4d, vocabulary 50,368, Triton flash attention)."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    seq: int
+    gpus: int
+    micro_batch: int
+    global_batch: int
+    checkpointing: bool
+    num_params: int  # the table's NumParams (our exact count must equal it)
+    tokens_per_gpu_s: float  # the table's Throughput (T/s/GPU)
+
+    def spec(self) -> Spec:
+        d = self.d_model
+        return spec_from_dict({
+            "name": f"mpt-{self.name}", "family": "mpt", "year": 2023, "d_model": d,
+            "n_layers": self.n_layers, "n_heads": self.n_heads, "d_ff": 4 * d, "vocab_size": 50368,
+            "max_seq_len": self.seq, "norm": "layernorm", "norm_position": "pre", "activation": "gelu",
+            "position": "learned", "bias": {"qkv": True, "attn_out": True, "ffn": True, "norm": True},
+            "tied_embeddings": True})
+
+
+#: The rows at 2,048 tokens without checkpointing on one node, and two with it.
+FOUNDRY = (
+    Foundry("1b", 2048, 24, 16, 2048, 8, 14, 112, False, 1315950592, 45455),
+    Foundry("3b", 2560, 32, 20, 2048, 16, 10, 480, False, 2651837440, 24142),
+    Foundry("7b", 4096, 32, 32, 2048, 8, 6, 48, False, 6658859008, 10643),
+    Foundry("13b", 5120, 40, 40, 2048, 8, 2, 16, False, 12853954560, 4792),
+    Foundry("7b", 4096, 32, 32, 4096, 8, 16, 256, True, 6667247616, 8611),
+    Foundry("30b", 7168, 48, 56, 2048, 8, 3, 504, True, 29975214080, 2002),
+)
+
+
+def foundry_step(r: Foundry, cluster: str = "dgx-h100") -> Step:
+    """One row's step: ZeRO-3 over the GPUs, its gradient traffic and weight gathers behind the
+    compute (FSDP's prefetch, ``Overlap(dp=True)``), full recompute where it checkpoints."""
+    model = StepModel(r.spec(), load_cluster(cluster), seq=r.seq, dtype="bf16", overlap=Overlap(dp=True))
+    rc = Recompute.full if r.checkpointing else Recompute.none
+    return model.step(Layout(r.global_batch, r.micro_batch, 1, 1, r.gpus, 1, 1, 1, False, rc, 3))
+
+
+def foundry_markdown() -> str:
+    """The MPT rows against this model: ``python -m costmodel.parallel.validation``."""
+    out = ["| model | seq | GPUs | micro-batch | checkpointing | paper: tokens/s/GPU | ours | error (time) |",
+           "|---|---:|---:|---:|---|---:|---:|---:|"]
+    errs: list[float] = []
+    for r in FOUNDRY:
+        st = foundry_step(r)
+        ours = st.tokens / st.step_time_s / r.gpus
+        errs.append(r.tokens_per_gpu_s / ours - 1)
+        out.append(f"| MPT-{r.name} | {r.seq:,} | {r.gpus} | {r.micro_batch} | "
+                   f"{'yes' if r.checkpointing else 'no'} | {r.tokens_per_gpu_s:,.0f} | {ours:,.0f} "
+                   f"| {errs[-1]:+.1%} |")
+    out.append(f"\nTime: mean |error| {100 * sum(map(abs, errs)) / len(errs):.1f}%, "
+               f"worst {100 * max(map(abs, errs)):.1f}%, every step too fast.")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":  # pragma: no cover
     print(markdown(compare_all()))
     print()
     print(weak_markdown())
     print()
     print(production_markdown())
+    print()
+    print(foundry_markdown())
