@@ -192,3 +192,26 @@ def test_mpt_on_h100_against_this_model():
         assert -0.46 < err < -0.23
     doc = (Path(__file__).resolve().parent.parent / "docs" / "parallel.md").read_text()
     assert foundry_markdown() in doc
+
+
+def test_the_step_checks_train_and_plan_print_are_the_checks_figures(comparisons, production):
+    """``parallel.checked.STEP_CHECKS`` (the line under `train` and `plan`) holds the range of the
+    checks above: A100 Korthikanti's eight steps and Narayanan's ten; H100 Table 4's 8K rows under
+    both FLOP conventions and the six MPT rows. Every one too fast."""
+    from costmodel.parallel.checked import STEP_CHECKS
+    from costmodel.parallel.validation import FOUNDRY, NARAYANAN, causal_flops, foundry_step, weak_step
+    a100 = [e for c in comparisons for e in (c.errors()["full_s"], c.errors()["selective_sp_s"])]
+    a100 += [weak_step(w).step_time_s / w.paper_s - 1 for w in NARAYANAN]
+    h100 = []
+    for r, st in production:
+        if r.cp == 1:
+            for flops in (st.model_flops, causal_flops(st)):
+                h100.append(st.step_time_s / (flops / (r.tflops * 1e12 * r.gpus)) - 1)
+    for r in FOUNDRY:
+        st = foundry_step(r)
+        h100.append(r.tokens_per_gpu_s / (st.tokens / st.step_time_s / r.gpus) - 1)
+    for device, errs in (("a100-80gb", a100), ("h100-sxm", h100)):
+        check = STEP_CHECKS[device]
+        assert all(e < 0 for e in errs)
+        assert check.low == pytest.approx(min(-e for e in errs), abs=5e-4)
+        assert check.high == pytest.approx(max(-e for e in errs), abs=5e-4)

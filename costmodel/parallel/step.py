@@ -39,6 +39,7 @@ from costmodel.components.key import TOKEN_TABLE, Key, Role
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import ErrorBand, Reads
 from costmodel.parallel import device
+from costmodel.parallel.checked import step_check
 from costmodel.parallel.cluster import Cluster
 from costmodel.parallel.collectives import Collective, collective, weakest
 from costmodel.parallel.collectives import reads as collective_reads
@@ -294,6 +295,7 @@ class Step:
                        "last_stage": self.memory_last.to_dict(), "device_bytes": int(hw.memory_bytes)}
                       | ({"middle_stage": self.memory_middle.to_dict()} if self.memory_middle else {}),
             "fits": self.fits, "notes": list(self.notes), **self.reads.to_dict(),
+            "checked_against": sc.to_dict() if (sc := step_check(hw.name)) else None,
         }
         if tokens is not None:
             t = self.train_time_s(tokens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from costmodel import units
+from costmodel.parallel.checked import step_check
 from costmodel.parallel.plan import Plan
 from costmodel.parallel.serve import Decode
 from costmodel.parallel.step import Step
@@ -52,8 +53,19 @@ def summary_table(s: Step, tokens: float | None = None) -> Table:
              "overlapped: " + (", ".join(overlapped) or "nothing"),
              _kernels(s),
              *(n for n in s.notes if not n.startswith("overlap")),
-             *kernel_notes([s])]
+             *kernel_notes([s]), *_step_checks([s])]
     return Table("Training step", ("", "value"), rows, notes, numeric_from=2, essential=(0, 1))
+
+
+def _step_checks(steps: Sequence[Step]) -> list[str]:
+    """How far this device's whole steps stood from published runs (``parallel.checked``), or that
+    none of its steps was checked."""
+    out = []
+    for device in dict.fromkeys(s.cluster.hardware.name for s in steps):
+        check = step_check(device)
+        out.append(check.note(device) if check
+                   else f"no whole step on {device} checked against a published run")
+    return out
 
 
 def breakdown_table(s: Step) -> Table:
@@ -114,7 +126,7 @@ def plan_table(p: Plan, top: int, seconds: float) -> Table:
              *(n for s in p.ranked[:1] for n in s.notes if n.startswith("engine: ")),
              "layout: edges = the embedding and the head counted as a layer each in the pipeline split "
              "(--edge-chunks)",
-             *kernel_notes(p.ranked[:top]))
+             *kernel_notes(p.ranked[:top]), *_step_checks(p.ranked[:1]))
     return Table("Best layouts", ("#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "bubble", "comm"),
                  rows, notes, numeric_from=2, essential=(0, 1, 2, 5), drop_first=(7, 6, 4, 3))
 
