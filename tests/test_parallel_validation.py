@@ -153,9 +153,7 @@ def test_table_4_against_this_model(production):
     (dense). Bounds around today's figures, so that a change in either direction is seen."""
     from costmodel.parallel.validation import causal_flops
     for r, st in production:
-        paper_s = st.model_flops / (r.tflops * 1e12 * r.gpus)
-        dense = st.step_time_s / paper_s - 1
-        causal = st.step_time_s / (causal_flops(st) / (r.tflops * 1e12 * r.gpus)) - 1
+        dense, causal = r.error(st, st.model_flops), r.error(st, causal_flops(st))
         if r.cp == 1:
             assert -0.32 < dense < -0.25 and -0.29 < causal < -0.22
         else:
@@ -187,9 +185,7 @@ def test_mpt_on_h100_against_this_model():
     bounds around today's figures; the docs quote the table as the code prints it."""
     from costmodel.parallel.validation import FOUNDRY, foundry_markdown, foundry_step
     for r in FOUNDRY:
-        st = foundry_step(r)
-        err = r.tokens_per_gpu_s / (st.tokens / st.step_time_s / r.gpus) - 1
-        assert -0.46 < err < -0.23
+        assert -0.46 < r.error(foundry_step(r)) < -0.23
     doc = (Path(__file__).resolve().parent.parent / "docs" / "parallel.md").read_text()
     assert foundry_markdown() in doc
 
@@ -202,14 +198,9 @@ def test_the_step_checks_train_and_plan_print_are_the_checks_figures(comparisons
     from costmodel.parallel.validation import FOUNDRY, NARAYANAN, causal_flops, foundry_step, weak_step
     a100 = [e for c in comparisons for e in (c.errors()["full_s"], c.errors()["selective_sp_s"])]
     a100 += [weak_step(w).step_time_s / w.paper_s - 1 for w in NARAYANAN]
-    h100 = []
-    for r, st in production:
-        if r.cp == 1:
-            for flops in (st.model_flops, causal_flops(st)):
-                h100.append(st.step_time_s / (flops / (r.tflops * 1e12 * r.gpus)) - 1)
-    for r in FOUNDRY:
-        st = foundry_step(r)
-        h100.append(r.tokens_per_gpu_s / (st.tokens / st.step_time_s / r.gpus) - 1)
+    h100 = [r.error(st, flops) for r, st in production if r.cp == 1 for flops in (st.model_flops,
+                                                                                   causal_flops(st))]
+    h100 += [r.error(foundry_step(r)) for r in FOUNDRY]
     for device, errs in (("a100-80gb", a100), ("h100-sxm", h100)):
         check = STEP_CHECKS[device]
         assert all(e < 0 for e in errs)

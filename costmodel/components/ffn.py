@@ -31,25 +31,32 @@ ACTIVATION_FLOPS = {
 }
 
 
+def activation(act: Activation, hidden: Num, p: Num, one_kernel: bool = False) -> Cost:
+    """The activation over `hidden` elements, and a gated one's product, with what each keeps for
+    backward: the activation its input (GeLU, SiLU) or nothing (ReGLU: the ReLU's output is the
+    product's first factor, kept once, by the product); the product both factors. As one kernel
+    (``Dims.one_kernel``: Megatron-Core's fused SwiGLU saves its input, gate and up,
+    NVIDIA/Megatron-LM@d98e8a6 megatron/core/fusions/fused_bias_swiglu.py) a gated activation
+    keeps only what the product keeps, its two inputs: f(gate) is never written. Shared by the
+    dense FFN and the experts (``components.moe.mlp``)."""
+    cost = elementwise(hidden, ACTIVATION_FLOPS[act], p,
+                       saves=0 if act is Activation.reglu or (act.gated and one_kernel) else 1)
+    if act.gated:
+        cost = cost + elementwise(hidden, GATE_FLOPS, p, inputs=2, saves=2)
+    return cost
+
+
 def ffn(spec: Spec, dims: Dims, tokens: Num) -> list[tuple[str, Cost]]:
     """The leaves of one FFN sub-block over `tokens` rows (norms and residual are the block's)."""
     d, f, p, bias = dims.d, dims.f, dims.p, spec.bias.ffn
-    hidden = tokens * f
-    # Kept for backward: the activation its input (GeLU, SiLU) or its output (ReLU); the gate's
-    # product both factors; down its input, which for a plain ReLU with no hidden dropout is
-    # the ReLU's output, already kept.
+    # Kept for backward (besides the activation's, ``activation``): down its input, which for a
+    # plain ReLU with no hidden dropout is the ReLU's output, already kept.
     gated = spec.activation.gated
-    # ReGLU: the ReLU's output is the product's first factor, kept once (by the product)
-    # As one kernel (``Dims.one_kernel``: Megatron-Core's fused SwiGLU saves its input, gate and
-    # up, NVIDIA/Megatron-LM@d98e8a6 megatron/core/fusions/fused_bias_swiglu.py) a gated
-    # activation keeps what the product keeps, its two inputs: f(gate) is never written.
-    act = elementwise(hidden, ACTIVATION_FLOPS[spec.activation], p,
-                      saves=0 if spec.activation is Activation.reglu or (gated and dims.one_kernel) else 1)
+    act = activation(spec.activation, tokens * f, p, dims.one_kernel)
     relu_output = spec.activation is Activation.relu and spec.ffn_dropout == 0
     out = []
     if gated:
         out.append(("gate", linear(tokens, d, f, bias, p)))
-        act = act + elementwise(hidden, GATE_FLOPS, p, inputs=2, saves=2)
     out.append(("up", linear(tokens, d, f, bias, p, saves_input=not gated)))
     out.append(("act", act))
     out.append(("down", linear(tokens, f, d, bias, p, saves_input=not relu_output)))

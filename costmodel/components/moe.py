@@ -50,7 +50,7 @@ from enum import Enum
 from fractions import Fraction
 from typing import Any
 
-from costmodel.components.ffn import ACTIVATION_FLOPS, GATE_FLOPS
+from costmodel.components.ffn import activation
 from costmodel.components.scores import SOFTMAX_FLOPS
 from costmodel.cost import Cost, Dims, Num, elementwise, gemm, is_array, linear, runs, smin
 from costmodel.spec import Activation, ActiveConvention, MoEFFN, Scoring, Spec
@@ -205,7 +205,7 @@ def expert_linear(rows: Num, d_in: Num, d_out: Num, bias: bool, p: Num, E: Num, 
     )
 
 
-def mlp(activation: Activation, d: Num, f: Num, bias: bool, p: Num, tokens: Num,
+def mlp(act: Activation, d: Num, f: Num, bias: bool, p: Num, tokens: Num,
         experts: tuple[Num, Num] | None = None, first_saves: bool = True,
         one_kernel: bool = False) -> list[tuple[str, Cost]]:
     """gate/up/act/down of one FFN of width f over `tokens` rows, or of E experts of width f
@@ -216,18 +216,13 @@ def mlp(activation: Activation, d: Num, f: Num, bias: bool, p: Num, tokens: Num,
             return linear(tokens, d_in, d_out, bias, p, saves_input)
         return expert_linear(tokens, d_in, d_out, bias, p, *experts, saves_input=saves_input)
 
-    hidden = tokens * f
-    gated = activation.gated
-    act = elementwise(hidden, ACTIVATION_FLOPS[activation], p,  # one kernel: as ffn.ffn's
-                      saves=0 if activation is Activation.reglu or (activation.gated and one_kernel)
-                      else 1)
+    gated = act.gated
     out = []
     if gated:
         out.append(("gate", lin(d, f, saves_input=first_saves)))
-        act = act + elementwise(hidden, GATE_FLOPS, p, inputs=2, saves=2)
     out.append(("up", lin(d, f, saves_input=first_saves and not gated)))
-    out.append(("act", act))
-    out.append(("down", lin(f, d, saves_input=activation is not Activation.relu)))
+    out.append(("act", activation(act, tokens * f, p, one_kernel)))
+    out.append(("down", lin(f, d, saves_input=act is not Activation.relu)))
     return out
 
 

@@ -257,6 +257,11 @@ class Production:
         return Layout(self.batch_per_dp * self.dp, 1, self.tp, self.pp, self.dp, self.cp, 1, 8, True,
                       Recompute.none, 2, True)
 
+    def error(self, step: Step, flops: float) -> float:
+        """Our step time against the one the paper's rate implies for `flops` a step (the dense
+        count, ``Step.model_flops``, or ``causal_flops``)."""
+        return step.step_time_s / (flops / (self.tflops * 1e12 * self.gpus)) - 1
+
 
 LLAMA3 = (
     Production(8192, 8, 1, 16, 64, 8192, 32, 430, 0.43),
@@ -289,12 +294,11 @@ def production_markdown() -> str:
            "| memory/GPU |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in LLAMA3:
         st = production_step(r)
-        dense = st.model_flops / st.step_time_s / r.gpus / 1e12
-        causal = causal_flops(st) / st.step_time_s / r.gpus / 1e12
-        lo = r.layout()
-        out.append(f"| {r.gpus:,} | TP{r.tp} CP{r.cp} PP{r.pp} DP{r.dp} v{lo.interleave}, "
-                   f"{r.batch_per_dp} a DP rank | {r.seq:,} | {r.tflops:g} | {dense:.0f} "
-                   f"| {r.tflops / dense - 1:+.1%} | {causal:.0f} | {r.tflops / causal - 1:+.1%} "
+        dense, causal = st.model_flops, causal_flops(st)
+        rate = st.step_time_s * r.gpus * 1e12  # FLOPs a step over it: TFLOP/s a GPU
+        out.append(f"| {r.gpus:,} | TP{r.tp} CP{r.cp} PP{r.pp} DP{r.dp} v{r.layout().interleave}, "
+                   f"{r.batch_per_dp} a DP rank | {r.seq:,} | {r.tflops:g} | {dense / rate:.0f} "
+                   f"| {r.error(st, dense):+.1%} | {causal / rate:.0f} | {r.error(st, causal):+.1%} "
                    f"| {st.memory.total / GiB:.0f} GiB |")
     return "\n".join(out)
 
@@ -328,6 +332,14 @@ class Foundry:
             "position": "learned", "bias": {"qkv": True, "attn_out": True, "ffn": True, "norm": True},
             "tied_embeddings": True})
 
+    def error(self, step: Step) -> float:
+        """Our step time against the run's: its measured tokens/s a GPU over ours, less 1."""
+        return self.tokens_per_gpu_s / self.ours(step) - 1
+
+    def ours(self, step: Step) -> float:
+        """Our tokens/s a GPU."""
+        return step.tokens / step.step_time_s / self.gpus
+
 
 #: The rows at 2,048 tokens without checkpointing on one node, and two with it.
 FOUNDRY = (
@@ -355,10 +367,9 @@ def foundry_markdown() -> str:
     errs: list[float] = []
     for r in FOUNDRY:
         st = foundry_step(r)
-        ours = st.tokens / st.step_time_s / r.gpus
-        errs.append(r.tokens_per_gpu_s / ours - 1)
+        errs.append(r.error(st))
         out.append(f"| MPT-{r.name} | {r.seq:,} | {r.gpus} | {r.micro_batch} | "
-                   f"{'yes' if r.checkpointing else 'no'} | {r.tokens_per_gpu_s:,.0f} | {ours:,.0f} "
+                   f"{'yes' if r.checkpointing else 'no'} | {r.tokens_per_gpu_s:,.0f} | {r.ours(st):,.0f} "
                    f"| {errs[-1]:+.1%} |")
     out.append(f"\nTime: mean |error| {100 * sum(map(abs, errs)) / len(errs):.1f}%, "
                f"worst {100 * max(map(abs, errs)):.1f}%, every step too fast.")
