@@ -1,5 +1,6 @@
 """Published training runs set beside this model's steps: two sets of Megatron-LM runs on DGX
-A100 80GB, and Llama 3 405B's pre-training on H100s.
+A100 80GB; on H100s Llama 3 405B's pre-training, MosaicML's MPT benchmarks and Megatron-Core's
+weak scaling.
 
 Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
 arXiv:2205.05198), measured with Megatron-LM on DGX A100 80GB, seq 2048, vocab 51200, fp16: the
@@ -19,6 +20,11 @@ pre-training on 8,192 and 16,384 H100 80GB GPUs, bf16, with its layouts and the 
 TFLOP/s per GPU; section 3.3.2 for how it ran (an interleaved pipeline with one layer fewer on
 the first and last stage, no activation checkpointing at 8K, FSDP outermost with its weights
 prefetched and its gradients reduced asynchronously, asynchronous pipeline sends).
+
+Megatron-LM's H100 weak-scaling table (NVIDIA/Megatron-LM README, ``images/model_table.png``,
+added at f2e5db4, "New scaling figures on H100 GPUs", Megatron-Core r0.8.0): nine GPT models of
+1.7B to 462B parameters on 48 to 6,144 H100s, bf16, seq 4096, vocabulary 131,072, every overlap
+Megatron-Core has (``--engine megatron-core``), with the per-GPU teraFLOP/s achieved.
 
 The papers' numbers are typed here once, from the papers and that script; docs/parallel.md and
 tests/test_parallel_validation.py read them from here.
@@ -376,6 +382,101 @@ def foundry_markdown() -> str:
     return "\n".join(out)
 
 
+@dataclass(frozen=True)
+class Scaling:
+    """One row of Megatron-LM's H100 weak-scaling table (the module's docstring): the model, TP, PP,
+    GPUs, the global batch and the per-GPU teraFLOP/s, as the table gives them. DP is 48 on every
+    row. The README names the overlaps (``--overlap-grad-reduce --overlap-param-gather`` with the
+    distributed optimizer they need, ``--tp-comm-overlap`` with the sequence parallelism it
+    needs); it does not give the micro-batch, interleaving or recompute: one sequence, none and
+    none are assumed (``layout``), and docs/parallel.md gives the figures at two sequences."""
+
+    params_b: float  # the table's model size, billions
+    heads: int
+    hidden: int
+    layers: int
+    tp: int
+    pp: int
+    gpus: int
+    global_batch: int
+    tflops: float  # the table's per-GPU teraFLOP/s
+
+    def spec(self) -> Spec:
+        """Megatron-LM's GPT with its defaults (pre-LayerNorm, a GeLU MLP of 4h, learned positions,
+        biases) and untied embeddings: our exact count rounds to the table's size on every row
+        (1.754B on the first, which the table calls 1.7B)."""
+        h = self.hidden
+        return spec_from_dict({
+            "name": f"megatron-gpt-{self.params_b:g}b", "family": "megatron-gpt", "year": 2024,
+            "d_model": h, "n_layers": self.layers, "n_heads": self.heads, "d_ff": 4 * h,
+            "vocab_size": SCALING_VOCAB, "max_seq_len": SCALING_SEQ, "norm": "layernorm",
+            "norm_position": "pre", "activation": "gelu", "position": "learned",
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "norm": True}, "tied_embeddings": False})
+
+    def paper_flops(self) -> float:
+        """FLOPs a step as Megatron-LM counts them for its teraFLOP/s (megatron/training/training.py
+        at f2e5db4, ``num_floating_point_operations``: 12 B s l h^2 (2 + s/h + 4 + V/2lh) for this
+        GPT: the projections, the scores counted whole, the MLP, the logits)."""
+        s, l, h, v = SCALING_SEQ, self.layers, self.hidden, SCALING_VOCAB
+        return 12 * self.global_batch * s * l * h * h * (2 + s / h + 4 + v / (2 * l * h))
+
+    @property
+    def paper_s(self) -> float:
+        """The step the table's teraFLOP/s imply."""
+        return self.paper_flops() / (self.tflops * 1e12 * self.gpus)
+
+    def layout(self, micro_batch: int = 1) -> Layout:
+        dp = self.gpus // (self.tp * self.pp)
+        return Layout(self.global_batch, micro_batch, self.tp, self.pp, dp, 1, 1, 1, self.tp > 1,
+                      Recompute.none, 1)
+
+    def error(self, step: Step) -> float:
+        """Our step time against the one the table's rate implies."""
+        return step.step_time_s / self.paper_s - 1
+
+
+SCALING_SEQ, SCALING_VOCAB = 4096, 131072
+MCORE = (
+    Scaling(1.7, 16, 2048, 24, 1, 1, 48, 192, 408.8),
+    Scaling(7.1, 32, 4096, 30, 2, 1, 96, 192, 465.9),
+    Scaling(16, 48, 6144, 32, 4, 1, 192, 192, 489.1),
+    Scaling(32, 56, 7168, 48, 8, 1, 384, 192, 459.6),
+    Scaling(70, 64, 8192, 84, 8, 2, 768, 384, 419.7),
+    Scaling(119, 80, 10240, 92, 8, 4, 1536, 768, 420.5),
+    Scaling(177, 96, 12288, 96, 8, 6, 2304, 1152, 432.8),
+    Scaling(314, 128, 16384, 96, 8, 8, 3072, 1536, 474.4),
+    Scaling(462, 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
+)
+
+
+def mcore_step(r: Scaling, micro_batch: int = 1, cluster: str = "dgx-h100") -> Step:
+    """One row's step on ``--engine megatron-core`` (its overlaps, flash attention, fp32 gradients
+    reduce-scattered to the distributed optimizer: ZeRO-1), bf16."""
+    model = StepModel(r.spec(), load_cluster(cluster), seq=SCALING_SEQ, dtype="bf16",
+                      engine=ENGINES["megatron-core"])
+    return model.step(r.layout(micro_batch))
+
+
+def mcore_markdown() -> str:
+    """The weak-scaling rows against this model: ``python -m costmodel.parallel.validation``."""
+    out = ["| model | layout | GPUs | batch | paper: TFLOP/s | s | ours: TFLOP/s | s | error (time) "
+           "| exposed DP, bubble | error at micro-batch 2 |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    errs: list[float] = []
+    for r in MCORE:
+        st, st2 = mcore_step(r), mcore_step(r, 2)
+        errs.append(r.error(st))
+        b = st.breakdown
+        ours = r.paper_flops() / st.step_time_s / r.gpus / 1e12
+        out.append(f"| {r.params_b:g}B | TP{r.tp} PP{r.pp} DP{r.gpus // (r.tp * r.pp)} | {r.gpus:,} | "
+                   f"{r.global_batch:,} | {r.tflops:g} | {r.paper_s:.2f} | {ours:.0f} | {st.step_time_s:.2f} "
+                   f"| {errs[-1]:+.1%} | {b['dp_comm']:.2f} s, {b['pipeline_bubble']:.2f} s "
+                   f"| {r.error(st2):+.1%} |")
+    out.append(f"\nTime: mean |error| {100 * sum(map(abs, errs)) / len(errs):.1f}%, from "
+               f"{100 * min(errs):+.1f}% to {100 * max(errs):+.1f}%.")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":  # pragma: no cover
     print(markdown(compare_all()))
     print()
@@ -384,3 +485,5 @@ if __name__ == "__main__":  # pragma: no cover
     print(production_markdown())
     print()
     print(foundry_markdown())
+    print()
+    print(mcore_markdown())
