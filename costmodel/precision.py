@@ -75,6 +75,9 @@ FP8_BLOCK = "fp8-block"
 FP8_CHECKPOINTS = (FP8, FP8_BLOCK)  # the matrices at 1 byte, the LM head and router left wide
 BLOCK = 128  # weight_block_size: [128, 128]
 BLOCK_SCALE_BYTES = 4  # an fp32 weight_scale_inv a block
+#: A GEMM width -> the datasheet peak it runs at: block-scaled fp8 on the fp8 tensor cores (the
+#: scales are applied in the kernel's epilogue per 128-deep slice of K: DeepGEMM, TRT-LLM).
+PEAK_OF = {FP8_BLOCK: FP8}
 HELD_MIN = 2  # bytes: what a checkpoint leaves unquantised is 16-bit at the narrowest
 SCALE_BYTES = 2  # an fp16 scale per quantisation group
 DEFAULT_GROUP = 128
