@@ -436,10 +436,9 @@ def _span(shape: dict[str, int], key: Key) -> int:
 def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int,
                  tensors: dict[Key, Cost]) -> dict[Key, int]:
     """Inference weights by component (``precision``'s rule; ``analysis.checkpoint_tensors``)."""
-    return {k: weight_bytes_of(int(c.params), int(c.matrices), weights_dtype, p, group_size,
+    return {k: weight_bytes_of(int(c.params), m := int(c.matrices), weights_dtype, p, group_size,
                                lm_head=k.is_lm_head, routed_expert=k.routed_expert, router=k.is_router,
-                               linears=linears_of(int(c.matrices), tensors.get(k, c).gemms),
-                               blocks=blocks_of(int(c.matrices), tensors.get(k, c).gemms))
+                               linears=linears_of(m, g := tensors.get(k, c).gemms), blocks=blocks_of(m, g))
             for k, c in costs.items() if c.params}
 
 
