@@ -68,7 +68,8 @@ ENGINE_MOE_DTYPES = ("w4a16_mxfp4",)
 #: 128 x 128 block, activations quantised per token in groups of 128; ``costmodel.precision``'s
 #: fp8-block): TRT-LLM's ``fp8_block`` GEMM (``BLOCK_GEMM``: ``torch_flow`` on Hopper, ``deepgemm``
 #: on B200) into ``gemm.json``, and its ``fp8_block`` MoE into ``moe.trtllm.json``, measured on
-#: H100, H200 and B200 (none on A100, which has no fp8). Not in the holdout: no error band yet.
+#: H100, H200 and B200 (none on A100, which has no fp8). No other framework's rows in the holdout:
+#: their bands are bench/kernel_validation.py's interpolation (every other point left out).
 BLOCK_GEMM = ("trtllm", "fp8_block")
 ENGINE_BLOCK_MOE_DTYPES = ("fp8_block",)
 #: Which kernel of a GEMM collection is the framework's plain dense path, per dtype.
