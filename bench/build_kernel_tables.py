@@ -5,7 +5,8 @@ Source: the PyPI wheel aiconfigurator-core 0.12.0 (Apache-2.0; GitHub ai-dynamo/
 kernels timed on real GPUs with TRT-LLM, vLLM and SGLang (each folder's collection_meta.yaml
 says how). This script reads the wheel (never the aiconfigurator runtime) and writes, per GPU:
 
-- ``gemm.json``: (M x K) @ (K x N) by M, N, K, per dtype (bf16; fp8 where measured);
+- ``gemm.json``: (M x K) @ (K x N) by M, N, K, per dtype (bf16; fp8 where measured; fp8-block,
+  TRT-LLM's 128 x 128 block-scaled fp8 GEMM, ``BLOCK_GEMM``);
 - ``attention.json``: fused (flash) attention, prefill (``context_attention``: a causal pass over
   ``seq`` prompt tokens) and decode (``generation_attention``: one token against a cache of
   ``seq`` tokens, the new one included: ``DECODE_SEQ`` says how each collector's ``step`` counts
@@ -58,10 +59,19 @@ PREFIX = "aiconfigurator_core/systems/data/"
 #: Our profile name -> aiconfigurator's system folder.
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
 #: Their dtype names -> ours.
-DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "w4a16_mxfp4": "mxfp4"}
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8-block",
+          "w4a16_mxfp4": "mxfp4"}
 #: MoE dtypes a serving framework's own tables add: TRT-LLM's MXFP4 experts with bf16 activations
 #: (gpt-oss's checkpoints, ``costmodel.precision``'s mxfp4), measured on Hopper and Blackwell.
 ENGINE_MOE_DTYPES = ("w4a16_mxfp4",)
+#: Block-scaled fp8 (DeepSeek-V3's and Qwen3's own checkpoints: E4M3 weights with an fp32 scale per
+#: 128 x 128 block, activations quantised per token in groups of 128; ``costmodel.precision``'s
+#: fp8-block): TRT-LLM's ``fp8_block`` GEMM (``BLOCK_GEMM``: ``torch_flow`` on Hopper, ``deepgemm``
+#: on B200) into ``gemm.json``, and its ``fp8_block`` MoE into ``moe.trtllm.json``, measured on
+#: H100, H200 and B200 (none on A100, which has no fp8). No other framework's rows in the holdout:
+#: their bands are bench/kernel_validation.py's interpolation (every other point left out).
+BLOCK_GEMM = ("trtllm", "fp8_block")
+ENGINE_BLOCK_MOE_DTYPES = ("fp8_block",)
 #: Which kernel of a GEMM collection is the framework's plain dense path, per dtype.
 GEMM_KERNELS = {
     "vllm": {
@@ -72,7 +82,7 @@ GEMM_KERNELS = {
         "bfloat16": ("sglang_torch_linear", "sglang"),
         "fp8": ("sglang_sgl_kernel_fp8_scaled_mm", "sglang"),
     },
-    "trtllm": {"bfloat16": ("torch_flow",), "fp8": ("torch_flow",)},
+    "trtllm": {"bfloat16": ("torch_flow",), "fp8": ("torch_flow",), "fp8_block": ("torch_flow", "deepgemm")},
 }
 NCCL_OPS = {
     "all_reduce": "all_reduce",
@@ -181,6 +191,14 @@ def _fill(
         ta = points.get(tuple(above))
         if ta is not None:
             return ta  # a smaller batch is no slower than a larger one
+    if len(axes) == 3:
+        # A GEMM whose N and K both lie in a corner never measured (TRT-LLM's fp8_block collection
+        # has no N, K in {51200, 65536} together): the measured point below it on every axis with
+        # the most work, scaled by the work (linear in M, N and K).
+        below = [p for p in points if all(a <= c for a, c in zip(p, coord, strict=True))]
+        if below:
+            p = max(below, key=math.prod)
+            return points[p] * math.prod(coord) / math.prod(p)
     raise SystemExit(f"grid point {coord} has no measured neighbour")
 
 
@@ -468,7 +486,8 @@ def moe_tables(wheel: Wheel, system: str, framework: str = "vllm") -> list[dict[
     .json``) with the configurations older collections add (``merged_moe_rows``), each naming its
     own collection."""
     out = []
-    for dtype in ("bfloat16", "fp8", *(ENGINE_MOE_DTYPES if framework != "vllm" else ())):
+    engine_only = ENGINE_MOE_DTYPES + ENGINE_BLOCK_MOE_DTYPES
+    for dtype in ("bfloat16", "fp8", *(engine_only if framework != "vllm" else ())):
         if framework == "vllm":
             single = moe_rows(wheel, system, framework, dtype)
             got = None if single is None else ({(*c, 1, 1): p for c, p in single[0].items()}, single[1])
@@ -619,6 +638,9 @@ def build(wheel: Wheel, profile: str, system: str) -> None:
         got = gemm_rows(wheel, system, "vllm", dtype)
         if got:
             gemms.append(gemm_table(*got, dtype))
+    block = gemm_rows(wheel, system, *BLOCK_GEMM)
+    if block:
+        gemms.append(gemm_table(*block, BLOCK_GEMM[1]))
     _write(folder / "gemm.json", {**header, "op": "gemm", "tables": gemms})
     attention: dict[str, Any] = {**header, "op": "attention"}
     for phase in ("prefill", "decode"):

@@ -14,7 +14,9 @@ cells) and measured_serving.json (TensorRT-LLM v0.14 online serving, MLPerf v4.1
   specs/kernels/<gpu>/moe.trtllm.json, mla.trtllm.json), the GEMM and attention tables' defaults;
 - weights at fp8 run the fp8 GEMM tables (``dtype fp8``), held as the ModelOpt checkpoints hold
   them (``costmodel.precision``: the LM head, embedding and router in bf16, read off the bf16
-  tables), fp16 the bf16 ones; gpt-oss's MXFP4
+  tables), fp16 the bf16 ones; DeepSeek R1's and Qwen3's own block-scaled FP8 checkpoints
+  (``BLOCK_FP8``) at ``--weights-dtype fp8-block``, their linear layers off TRT-LLM's fp8_block GEMM
+  table and their experts off its fp8_block MoE table; gpt-oss's MXFP4
   checkpoints (``MXFP4``) their experts at ``--weights-dtype mxfp4`` off TRT-LLM's w4a16_mxfp4
   MoE table, the rest at bf16, whatever precision column the page lists them under; the KV cache as the
   cell says, ``auto`` as the checkpoint holds it: fp8 for NVIDIA's ModelOpt ``*-FP8`` checkpoints
@@ -61,6 +63,10 @@ NO_KV_QUANT = ("qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b")  # FP8 / MXFP4 
 #: {"quant_method": "mxfp4"}): read at --weights-dtype mxfp4, the experts off TRT-LLM's
 #: w4a16_mxfp4 MoE table (moe/mxfp4@trtllm), attention and the rest at bf16.
 MXFP4 = ("gpt-oss-120b", "gpt-oss-20b")
+#: Checkpoints of block-scaled fp8 (config.json quantization_config {"quant_method": "fp8",
+#: "weight_block_size": [128, 128]}: deepseek-ai/DeepSeek-R1-0528, Qwen/Qwen3-235B-A22B-FP8; the
+#: cells' notes say so): read at --weights-dtype fp8-block (``costmodel.precision``).
+BLOCK_FP8 = ("deepseek-v3", "qwen3-235b-a22b")
 RUN_FRACTION = 0.90  # trtllm-bench throughput --kv_cache_free_gpu_mem_fraction's default
 BUILD_FRACTION = 0.95  # calc_engine_setting's default, which v0.17's engine build kept
 TRTLLM = ENGINES["trtllm"]  # `deploy --engine trtllm`: pages of 32, the free-memory rule, XQA's fp8 cache,
@@ -81,7 +87,7 @@ def subset(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     dense specs' usable cells of ISL/OSL 1000/1000 and 2048/128 at the latest
     release that published their (spec, GPU). MoE specs are left to the full table: their
     checkpoints' block-scaled fp8 and MXFP4 experts have no width here (docs/serving.md, where the
-    model is weakest)."""
+    model is weakest; block-scaled fp8 has one since, MXFP4 too)."""
     usable = [c for c in cells if not c.get("validation_skip") and c.get("spec") in DENSE]
     latest: dict[tuple[str, str], int] = {}
     for c in usable:
@@ -145,7 +151,8 @@ def setup(cell: dict[str, Any]) -> Setup:
     if kv == "auto":
         kv = "bf16" if (cell["spec"] in NO_KV_QUANT or weights != "fp8") else "fp8"
     kv = "bf16" if kv in ("fp16", "bf16") else kv
-    widths = Widths("mxfp4" if mxfp4 else None, None if kv == dtype else kv)
+    held = "mxfp4" if mxfp4 else "fp8-block" if weights == "fp8" and cell["spec"] in BLOCK_FP8 else None
+    widths = Widths(held, None if kv == dtype else kv)
     hw = cl.hardware
     shard = Shard(spec, tp, ep, dtype, widths, KERNELS[default_kernels(hw, "serve")], default_mla(hw),
                   TRTLLM.cache_read, TRTLLM.kernel_framework)

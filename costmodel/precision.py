@@ -1,6 +1,6 @@
 """Inference precision beside the activations' dtype: the weights' (a float width, an FP8
-checkpoint's per-tensor fp8, int8/int4 weight-only quantisation with group scales, MXFP4 experts)
-and the KV cache's.
+checkpoint's per-tensor or 128 x 128 block-scaled fp8, int8/int4 weight-only quantisation with group
+scales, MXFP4 experts) and the KV cache's.
 
 One rule for every command: ``memory`` holds the weights and the cache at these widths, and
 ``analyze``/``inference`` read and write them at these widths (bytes, roofline and calibrated
@@ -20,8 +20,22 @@ recipe), so these are inference options.
   checkpoints come from ("Only the weights and activations of the linear operators within
   transformers blocks are quantized": nvidia/Llama-3.1-405B-Instruct-FP8's model card). The
   scales' fp32 width and one pair per expert are assumed, not read off a checkpoint's index; they
-  are 8 bytes a matrix either way. Block-scaled fp8 (DeepSeek-V3's and Qwen3's own checkpoints:
-  128 x 128 blocks, an fp32 ``weight_scale_inv`` a block) has no width here.
+  are 8 bytes a matrix either way.
+- fp8-block holds what a block-scaled FP8 checkpoint holds (DeepSeek-V3/R1's and Qwen3's own:
+  config.json ``quantization_config`` {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme":
+  "dynamic", "weight_block_size": [128, 128]}): the same matrices as fp8 at 1 byte (E4M3), each
+  weight tensor of k x n with one fp32 ``weight_scale_inv`` per 128 x 128 block, ceil(k / 128) x
+  ceil(n / 128) of them (a block past an edge is zero-padded: a 576-wide kv_a has 5 rows of
+  blocks), no input scale (activations are quantised per token in groups of 128 as they run). What
+  stays at the activations' width is fp8's: the LM head, the embedding, a mixture of experts' router
+  (``mlp.gate``), norms and biases. DeepSeek-V3's reference model makes every ``Linear`` fp8 with
+  that scale grid and builds its head in the default dtype, its router's weight a plain bf16
+  parameter (deepseek-ai/DeepSeek-V3 ``inference/model.py``, commit 9b4e978: ``Linear.__init__``,
+  ``Gate``, ``Transformer.head``; README_WEIGHTS.md: "FP8 weight format with 128x128 block
+  scaling"), kv_a (``kv_a_proj_with_mqa``) included; Qwen3's FP8 checkpoints list ``lm_head``, every
+  ``mlp.gate`` and the norms in ``modules_to_not_convert`` (Qwen/Qwen3-30B-A3B-FP8's config.json, as
+  quoted in vllm-project/llm-compressor issue #1758). The router's fp32 score bias of DeepSeek-V3
+  (256 values a layer) is not in the spec and not counted.
 - What a quantised width leaves unquantised is held at the activations' width, 16 bits where the
   activations are fp8 (``--dtype fp8`` is the matmuls' width: no checkpoint holds an embedding, a
   norm or a bias in fp8).
@@ -53,10 +67,17 @@ from costmodel.symbols import DTYPE_BYTES
 if TYPE_CHECKING:  # precision loads no pydantic of its own
     from costmodel.spec import Spec
 
-WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4")
+WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "fp8-block", "int8", "int4", "mxfp4")
 FLOAT_WIDTHS = ("fp32", "bf16", "fp16")  # every parameter at the width
 FP8 = "fp8"
 FP8_SCALES = 2 * 4  # ModelOpt's fp32 weight_scale and input_scale, a quantised matrix each
+FP8_BLOCK = "fp8-block"
+FP8_CHECKPOINTS = (FP8, FP8_BLOCK)  # the matrices at 1 byte, the LM head and router left wide
+BLOCK = 128  # weight_block_size: [128, 128]
+BLOCK_SCALE_BYTES = 4  # an fp32 weight_scale_inv a block
+#: A GEMM width -> the datasheet peak it runs at: block-scaled fp8 on the fp8 tensor cores (the
+#: scales are applied in the kernel's epilogue per 128-deep slice of K: DeepGEMM, TRT-LLM).
+PEAK_OF = {FP8_BLOCK: FP8}
 HELD_MIN = 2  # bytes: what a checkpoint leaves unquantised is 16-bit at the narrowest
 SCALE_BYTES = 2  # an fp16 scale per quantisation group
 DEFAULT_GROUP = 128
@@ -69,10 +90,10 @@ EXPERTS_ONLY = frozenset(MX_BITS)  # widths that hold the routed experts alone
 
 
 def quantises(weights_dtype: str, *, lm_head: bool, routed_expert: bool, router: bool = False) -> bool:
-    """Whether `weights_dtype` holds a component's matrices below the activations' width: fp8
-    every linear layer's but the LM head's and the router's (ModelOpt), int8/int4 every linear
-    layer's but the LM head's, mxfp4 the routed experts' alone."""
-    if weights_dtype == FP8:
+    """Whether `weights_dtype` holds a component's matrices below the activations' width: fp8 and
+    fp8-block every linear layer's but the LM head's and the router's (ModelOpt; DeepSeek-V3's and
+    Qwen3's own), int8/int4 every linear layer's but the LM head's, mxfp4 the routed experts' alone."""
+    if weights_dtype in FP8_CHECKPOINTS:
         return not (lm_head or router)
     if weights_dtype in INT_BITS:
         return not lm_head
@@ -81,10 +102,11 @@ def quantises(weights_dtype: str, *, lm_head: bool, routed_expert: bool, router:
 
 def weight_bytes_of(params: int, matrices: int, weights_dtype: str, p: int, group_size: int, *,
                     lm_head: bool = False, routed_expert: bool = False, router: bool = False,
-                    linears: int = 1) -> int:
+                    linears: int = 1, blocks: int = 0) -> int:
     """Bytes of one component's `params` weights, `matrices` of them linear layers' matrices in
-    `linears` tensors (fp8's per-tensor scales; ``linears_of``) (`lm_head`, `routed_expert`,
-    `router`: what the component is, ``quantises``)."""
+    `linears` tensors (fp8's per-tensor scales; ``linears_of``) of `blocks` 128 x 128 blocks in all
+    (fp8-block's scales; ``blocks_of``) (`lm_head`, `routed_expert`, `router`: what the component
+    is, ``quantises``)."""
     if weights_dtype in FLOAT_WIDTHS:
         return params * DTYPE_BYTES[weights_dtype]
     quantised = matrices if quantises(weights_dtype, lm_head=lm_head, routed_expert=routed_expert,
@@ -92,6 +114,8 @@ def weight_bytes_of(params: int, matrices: int, weights_dtype: str, p: int, grou
     rest = (params - quantised) * max(p, HELD_MIN)
     if weights_dtype == FP8:
         return quantised + (linears * FP8_SCALES if quantised else 0) + rest
+    if weights_dtype == FP8_BLOCK:
+        return quantised + (blocks * BLOCK_SCALE_BYTES if quantised else 0) + rest
     if weights_dtype in MX_BITS:
         scales = -(-quantised // MX_BLOCK) * MX_SCALE_BYTES
         return quantised * MX_BITS[weights_dtype] // 8 + scales + rest
@@ -108,6 +132,17 @@ def linears_of(matrices: int, gemms: Iterable[tuple[Any, ...]], count: Callable[
         if kn and matrices % kn == 0:
             return max(1, matrices // kn)
     return 1
+
+
+def blocks_of(matrices: int, gemms: Iterable[tuple[Any, ...]], count: Callable[[Any], int] = int) -> int:
+    """How many 128 x 128 blocks a component's `matrices` weights are scaled by: ceil(k / 128) x
+    ceil(n / 128) for each of its weight tensors (``linears_of``'s, of the first (k, n) that divides
+    them); else, no tensor shape known, ceil(matrices / 128^2), the fewest blocks they could be."""
+    for *_, k, n in gemms:
+        k, n = count(k), count(n)
+        if k * n and matrices % (k * n) == 0:
+            return max(1, matrices // (k * n)) * -(-k // BLOCK) * -(-n // BLOCK)
+    return -(-matrices // (BLOCK * BLOCK))
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ RecomputeOpt = Annotated[Optional[str], typer.Option(
     "--recompute", help=f"Activation recomputation: {', '.join(RECOMPUTE)}. Default: none.")]
 WeightsOpt = Annotated[Optional[str], typer.Option(
     "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (fp8: an FP8 checkpoint's "
-    "linear layers, head and router at 16 bits; int8/int4: weight-only, fp16 scale per group; mxfp4: the "
+    "linear layers, head and router at 16 bits; fp8-block: the same with an fp32 scale per 128 x 128 block; "
+    "int8/int4: weight-only, fp16 scale per group; mxfp4: the "
     "routed experts alone). Default: --dtype.")]
 ActOpt = Annotated[Optional[str], typer.Option(
     "--dtype", help="Inference activations (fp32, bf16, fp16, fp8). Default: bf16. Training's widths are "

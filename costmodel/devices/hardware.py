@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from costmodel.devices.efficiency import Efficiency, MatmulTable
 from costmodel.devices.kernels import KernelTables, load_kernels
 from costmodel.devices.profiles import Profiles
+from costmodel.precision import PEAK_OF
 from costmodel.spec import FiniteFloat, SpecError
 
 # Finite and within what a device can be: a peak of 1e-300 FLOP/s (or bandwidth of 1e-300 B/s) would
@@ -77,9 +78,14 @@ class Hardware(BaseModel):
         """Whether the time model has this profile's efficiency tables for `dtype`."""
         return self.efficiency is not None and dtype in self.efficiency.matmul
 
+    def has_peak(self, dtype: str) -> bool:
+        """Whether the profile states the peak `dtype`'s GEMMs run at (``precision.PEAK_OF``)."""
+        return PEAK_OF.get(dtype, dtype) in self.peak_flops
+
     def peak(self, dtype: str) -> float:
+        """Dense FLOP/s at `dtype` (fp8-block at fp8's: ``precision.PEAK_OF``)."""
         try:
-            return self.peak_flops[dtype]
+            return self.peak_flops[PEAK_OF.get(dtype, dtype)]
         except KeyError:
             raise SpecError(
                 f"hardware {self.name}: no peak FLOP/s for {dtype} "
@@ -143,7 +149,7 @@ def with_kernels(hw: Hardware) -> Hardware:
     matmul = dict(hw.efficiency.matmul)
     floors = []
     for dtype, grid in tables.gemms.items():
-        if dtype not in hw.peak_flops:
+        if not hw.has_peak(dtype):
             continue
         M, N, K = (list(map(int, a)) for a in grid.axes)
         peak, t = hw.peak(dtype), grid.times

@@ -202,12 +202,28 @@ def _check_head(c: Config, family: Family, warnings: list[str]) -> None:
                         " --set head=mlm or head=classification counts a task head")
 
 
+#: The warning of a block-scaled FP8 checkpoint's config (DeepSeek-V3/R1's, Qwen3's own FP8):
+#: read as the unquantised architecture, its width one option away.
+BLOCK_FP8_WARNING = ("fp8 in 128 x 128 blocks (E4M3 weights, an fp32 scale per block): parameters are "
+                     "counted as elements, their bytes at --dtype; --weights-dtype fp8-block holds and "
+                     "times them as the checkpoint does")
+
+
+def block_scaled_fp8(quant: dict[str, Any]) -> bool:
+    """Whether a config's ``quantization_config`` is block-scaled fp8 as ``precision``'s fp8-block
+    holds it: {"quant_method": "fp8", "weight_block_size": [128, 128]}, E4M3 where ``fmt`` says."""
+    return (quant.get("quant_method") == "fp8" and quant.get("weight_block_size") == [128, 128]
+            and quant.get("fmt", "e4m3") == "e4m3")
+
+
 def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
     """Fields every PretrainedConfig carries that would change a cost when set."""
     quant = c.data.get("quantization_config")
     method = quant.get("quant_method") if isinstance(quant, dict) else None
     if isinstance(method, str) and method in family.quantized:
         warnings.append(f"warning: {c.origin}: quantization_config: {method}: {family.quantized[method]}")
+    elif isinstance(quant, dict) and block_scaled_fp8(quant):
+        warnings.append(f"warning: {c.origin}: quantization_config: {BLOCK_FP8_WARNING}")
     elif quant:
         c.problems.append("quantization_config: quantised weights are not modelled (the element type is "
                           "--dtype); "

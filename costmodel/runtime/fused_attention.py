@@ -13,7 +13,7 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import Grid, KernelTables, framework_op
-from costmodel.precision import EXPERTS_ONLY
+from costmodel.precision import EXPERTS_ONLY, FP8_BLOCK
 from costmodel.spec import Spec
 
 if TYPE_CHECKING:  # numpy is the sweeps' (``grid_times``), never analyze's
@@ -40,14 +40,15 @@ class AttentionKernel:
     tables: KernelTables
     phase: Literal["prefill", "decode"]
     kv_dtype: str
-    experts_dtype: str | None = None  # routed experts held at their own width (mxfp4): the MoE table's
+    # routed experts held at their own width (mxfp4, fp8-block): the MoE table's
+    experts_dtype: str | None = None
 
 
 def attention_kernel(a: Analysis, hw: Hardware) -> AttentionKernel | None:
     tables = hw.kernel_tables()
     if tables is None or a.phase not in ("prefill", "decode"):
         return None
-    experts = a.weights_dtype if a.weights_dtype in EXPERTS_ONLY else None
+    experts = a.weights_dtype if a.weights_dtype in (*EXPERTS_ONLY, FP8_BLOCK) else None
     return AttentionKernel(tables, "prefill" if a.phase == "prefill" else "decode", a.kv_dtype, experts)
 
 

@@ -10,7 +10,9 @@ d x f_e, d x f_e, f_e x d per row), the activation folded into it; each product 
 its physics floor. Where no table applies (a training step, a capacity factor, ungated experts,
 a dtype not measured, no MoE tables) the products are timed as before. Routed experts held at
 their own width (mxfp4, ``costmodel.precision``) read the table measured at it (TensorRT-LLM's
-``w4a16_mxfp4``: ``moe/mxfp4@trtllm``).
+``w4a16_mxfp4``: ``moe/mxfp4@trtllm``); block-scaled fp8 experts (fp8-block) TensorRT-LLM's
+``fp8_block`` (``moe/fp8-block@trtllm``), and where a GPU or framework has none, the per-tensor fp8
+table, said so (``MoERead.fallback``, among the op classes read past the tables).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import Grid, moe_scaling
-from costmodel.precision import EXPERTS_ONLY
+from costmodel.precision import EXPERTS_ONLY, FP8, FP8_BLOCK
 from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, cache_is_measured
 from costmodel.spec import Spec
 
@@ -42,6 +44,7 @@ class MoERead:
     topk: int
     exact: bool
     op: str  # "moe/bf16"; "moe/fp8@trtllm" off a framework's own table
+    fallback: str | None = None  # what a width without a table of its own read instead, in words
 
 
 def moe_read(kernel: AttentionKernel | None, spec: Spec, key: Key, dtype: str) -> MoERead | None:
@@ -53,20 +56,29 @@ def moe_read(kernel: AttentionKernel | None, spec: Spec, key: Key, dtype: str) -
             or not cfg.activation.gated):
         return None
     d, f, E, K = spec.d_model, cfg.d_ff_expert, cfg.n_experts, cfg.top_k
-    table = kernel.tables.moe_table(kernel.experts_dtype or dtype, d, f, E, K)
+    want = kernel.experts_dtype or dtype
+    table = kernel.tables.moe_table(want, d, f, E, K)
+    fallback = None
+    if table is None and want == FP8_BLOCK:  # block-scaled experts where only per-tensor fp8 was measured
+        table = kernel.tables.moe_table(FP8, d, f, E, K)
+        fallback = None if table is None else f"moe/{FP8_BLOCK} (none measured: {table.op}, per-tensor)"
     if table is None:
         return None
     per_token, per_time = moe_scaling(table, d, f, E, K)
-    return MoERead(table.grid, per_token, per_time, K, table.exact(d, f, E, K), table.op)
+    return MoERead(table.grid, per_token, per_time, K, table.exact(d, f, E, K), table.op, fallback)
 
 
 def widths_are_measured(a: Analysis, hw: Hardware, flash: bool) -> bool:
     """Whether each width other than the activations' is read off a table measured at it, so
     that the GEMM tables (measured at the activations' width) still time everything else: the
     cache by flash attention's tables (``fused_attention.cache_is_measured``), experts-only
-    weights (mxfp4) by a MoE table at their width that the routed experts read."""
+    weights (mxfp4) by a MoE table at their width that the routed experts read, block-scaled fp8
+    weights by the fp8-block GEMM table (or per-tensor fp8's, said so: ``timing.block_rates``)."""
     dtype = a.dtype
-    if a.weights_dtype != dtype:
+    if a.weights_dtype == FP8_BLOCK:
+        if not (hw.tables_for(FP8_BLOCK) or hw.tables_for(FP8)):
+            return False
+    elif a.weights_dtype != dtype:
         kernel = attention_kernel(a, hw)
         leaf = next((r.key for r in a.rows if r.key.routed_expert), None)
         if a.weights_dtype not in EXPERTS_ONLY or leaf is None or not moe_read(kernel, a.spec, leaf, dtype):

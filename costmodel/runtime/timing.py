@@ -78,6 +78,10 @@ Kernel assumptions (``Kernels``):
   embedding lookup, KV-cache writes and the loss still move their bytes.
 
 A profile without tables for the dtype falls back to the roofline, and the prediction says so.
+
+Long because: the rule (``component_time``), the scalar ``Rates`` it runs over and the rates of the
+checkpoint's widths (an FP8 checkpoint's bf16 head, ``runs_wide``; fp8-block's linear layers,
+``block_rates``) are one model that ``timing_grid`` reads too; split, the parts import each other.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import ErrorBand, Lookup, Reads
 from costmodel.phases import PHASES
-from costmodel.precision import Widths
+from costmodel.precision import FP8, FP8_BLOCK, FP8_CHECKPOINTS, Widths
 from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, fused_core
 from costmodel.runtime.fused_moe import experts_share, moe_read, widths_are_measured
 from costmodel.runtime.roofline import roofline
@@ -224,9 +228,26 @@ def layer_count(groups: dict[tuple[str, str | None], int], key: Key) -> int:
 
 def runs_wide(hw: Hardware, dtype: str, widths: Widths) -> bool:
     """Whether the components an FP8 checkpoint holds in bf16 (``analysis.held_wide``: the LM
-    head, embedding, a router) run off `hw`'s bf16 tables: weights requantised at `dtype`'s own
-    width (``--dtype fp8``), and bf16 tables to read (``predict`` and ``step_grid`` alike)."""
-    return widths.requantises(dtype) and not widths.differs(dtype) and hw.tables_for("bf16")
+    head, embedding, a router) run off `hw`'s bf16 tables: an FP8 checkpoint's weights, per-tensor
+    or block-scaled, at ``--dtype fp8``, and bf16 tables to read (``predict`` and ``step_grid``
+    alike)."""
+    return dtype == FP8 and (widths.weights or dtype) in FP8_CHECKPOINTS and hw.tables_for("bf16")
+
+
+def block_rates(a: Analysis, hw: Hardware, attention: AttentionKernel | None) -> ScalarRates | None:
+    """The rates block-scaled fp8 weights (fp8-block) run their linear layers at: the fp8-block
+    GEMM table (TensorRT-LLM's ``fp8_block``) at the fp8 peak, else per-tensor fp8's, said so among
+    the op classes read past the tables; None for other widths or without either table."""
+    eff = hw.efficiency
+    if a.weights_dtype != FP8_BLOCK or eff is None:
+        return None
+    table = next((d for d in (FP8_BLOCK, FP8) if hw.tables_for(d)), None)
+    if table is None:
+        return None
+    rates = ScalarRates(eff, hw.peak(table), hw.memory_bandwidth, table, attention)
+    if table != FP8_BLOCK:
+        rates.extrapolated.add(f"gemm/{FP8_BLOCK} (none measured: gemm/{FP8}, per-tensor)")
+    return rates
 
 
 def physics_floor(flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
@@ -441,6 +462,8 @@ class ScalarRates:
 
     def moe(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
         read = moe_read(self.attention, spec, key, self.dtype)
+        if read is not None and read.fallback:
+            self.extrapolated.add(read.fallback)
         share = None if read is None else experts_share(read, key, gemms, layers)
         if read is None or share is None:  # no table; or the activation, inside the kernel
             return None if read is None else 0.0
@@ -501,6 +524,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
              else None)
     wide = (ScalarRates(eff, hw.peak("bf16"), bw, "bf16")
             if rates is not None and eff is not None and runs_wide(hw, dtype, a.precision) else None)
+    block = block_rates(a, hw, rates.attention) if rates is not None else None
     # The gemm shapes of the analysis's own pass: latent attention's convention changes kv_b's.
     costs = model.tree(a.spec, model.numeric_dims(a.spec, a.shape, a.bytes_per_element, a.mla, a.routing))
     rows = []
@@ -517,6 +541,8 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
                                       row.flops, row.bytes_unfused, lower, lower, 1.0, key=row.key))
             continue
         at = wide if wide is not None and held_wide(row.key) else rates
+        if block is not None and cost.matrices and not held_wide(row.key):
+            at = block  # a block-scaled checkpoint's quantised linear layers
         part = component_time(a.spec, row.key, cost.gemms, row, layers, training, kernels, dropped,
                               DTYPE_BYTES[at.dtype] if at is wide else a.bytes_per_element, at)
         t, roof = part.time_s, part.roof_s
@@ -532,8 +558,10 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
         rows=tuple(rows), roofline_s=line.time_s, roofline_fused_s=fused_line.time_s,
         note=note,
         floor_s=eff.floor_s if eff is not None else 0.0,
-        extrapolated=tuple(sorted(rates.extrapolated)) if rates is not None else (),
-        errors=tables.bands((dtype, "bf16")[:1 + (wide is not None)], rates.used if rates else ())
+        extrapolated=tuple(sorted(set().union(*(r.extrapolated for r in (rates, block) if r is not None)))),
+        errors=tables.bands([dtype, *(["bf16"] if wide is not None else []),
+                             *([block.dtype] if block is not None else [])],
+                            set().union(*(r.used for r in (rates, block) if r is not None)))
         if (tables := hw.kernel_tables()) is not None else {},
     )
 
