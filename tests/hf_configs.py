@@ -254,8 +254,8 @@ CONFIGS["deepseek_v3"] += [
 # architecture fields, is quoted verbatim in a public repository, plus V3's aux_loss_alpha and
 # seq_aux; DeepSeek-V2-Lite's and Kimi-K2-Instruct's assembled from public quotes of their
 # fields (architecture, routing, rope_scaling), the cost-free ids and versions as published.
-# Each ships fp8 weights (quantization_config), which the importer refuses (tests/test_moe_oracle.py);
-# without that field each imports as the bundled spec of the same name.
+# Each ships block-scaled fp8 weights (quantization_config), which the importer reads with a warning
+# naming --weights-dtype fp8-block; each imports as the bundled spec of the same name.
 DEEPSEEK_RELEASED = {
     # https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json
     "deepseek-v3": {

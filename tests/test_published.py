@@ -68,23 +68,24 @@ def test_rounding_of_published_figures() -> None:
 
 @pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-v2-lite", "kimi-k2"])
 def test_released_config_imports_as_the_bundled_spec(name: str) -> None:
-    """The published config.json, less its fp8 quantization_config (refused, naming it: the
-    weights' element type is --dtype), imports to the bundled spec's costs field for field,
-    with no field left unread; the balance loss is the spec's alone (transformers' DeepSeek
-    classes add none)."""
+    """The published config.json imports to the bundled spec's costs field for field, with no
+    field left unread; its block-scaled fp8 quantization_config (DeepSeek-V3's and Kimi K2's) with
+    one warning naming --weights-dtype fp8-block and nothing else changed; the balance loss is the
+    spec's alone (transformers' DeepSeek classes add none)."""
     from costmodel import hf
     from costmodel.hf.export import cost_fields
-    from costmodel.spec import SpecError
     from tests.hf_configs import DEEPSEEK_RELEASED
 
     config = DEEPSEEK_RELEASED[name]
+    imported = hf.spec_fields_from_hf(config, name)
+    assert imported.ignored_fields == ()
     if "quantization_config" in config:
-        with pytest.raises(SpecError, match="quantization_config: quantised weights are not modelled"):
-            hf.spec_from_hf(config, name)
+        assert len(imported.warnings) == 1 and "--weights-dtype fp8-block" in imported.warnings[0]
+    else:
+        assert imported.warnings == ()
     plain = {k: v for k, v in config.items() if k != "quantization_config"}
-    imported = hf.spec_fields_from_hf(plain, name)
-    assert imported.ignored_fields == () and imported.warnings == ()
-    ours, bundled = hf.spec_from_hf(plain, name), load_spec(next(p for p in PATHS if p.stem == name))
+    ours, bundled = hf.spec_from_hf(config, name), load_spec(next(p for p in PATHS if p.stem == name))
+    assert cost_fields(ours) == cost_fields(hf.spec_from_hf(plain, name))
     assert count_params(ours) == count_params(bundled) == bundled.published.exact
     theirs = cost_fields(bundled)
     theirs["ffn"] = {**theirs["ffn"], "aux_loss": 0.0}
