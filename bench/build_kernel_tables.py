@@ -447,13 +447,46 @@ def _moe_version(
 
 
 MoERows = dict[tuple[int, ...], dict[float, float]]  # (hidden, inter, experts, top_k, ep, tp) -> tokens -> s
+#: A layout's rows are dropped as a failed measurement when they are this many times slower (the
+#: median over the tokens all share) than the median of the other layouts of the same configuration
+#: on as many GPUs, themselves within ``OUTLIER_AGREE`` of each other (at least two of them). EP x
+#: TP = g splits the same experts' bytes and, at balanced routing, the same FLOPs over each GPU
+#: whatever the split, so a factor of 3.5-6 between layouts is no layout's cost; a kernel that fails
+#: to tune runs slow, never below the floor. TRT-LLM 1.3.0rc20 on H100 and H200: 10 of 870 layouts
+#: (Llama 4 Scout's fp8 experts at EP 4 on an H200, 5.4x its TP 4 and EP 2 x TP 2 twins, among them).
+OUTLIER_SLOW = 2.5
+OUTLIER_AGREE = 1.5
+
+
+def slow_outliers(rows: MoERows) -> dict[tuple[int, ...], float]:
+    """The layouts ``OUTLIER_SLOW`` drops: configuration (with its ep, tp) -> its median ratio to
+    the other layouts on as many GPUs."""
+    groups: dict[tuple[int, ...], list[tuple[int, ...]]] = defaultdict(list)
+    for cfg in rows:
+        if cfg[4] * cfg[5] > 1:
+            groups[(*cfg[:4], cfg[4] * cfg[5])].append(cfg)
+    out = {}
+    for layouts in groups.values():
+        for cfg in layouts:
+            others = [rows[c] for c in layouts if c != cfg]
+            if len(others) < 2:
+                continue
+            tokens = set(rows[cfg]).intersection(*others)
+            if not tokens:
+                continue
+            agree = max(_median([a[t] / b[t] for t in tokens]) for a in others for b in others if a is not b)
+            ratio = _median([rows[cfg][t] / _median([o[t] for o in others]) for t in tokens])
+            if ratio >= OUTLIER_SLOW and agree <= OUTLIER_AGREE:
+                out[cfg] = ratio
+    return out
 
 
 def merged_moe_rows(
     wheel: Wheel, system: str, framework: str, dtype: str
 ) -> tuple[MoERows, dict[str, Any], dict[tuple[int, ...], dict[str, Any]]] | None:
     """``moe_rows`` of the newest collection with its rows at EP and TP above 1 (``_moe_version``'s
-    `parallel`), and the configurations and layouts only an older collection of the same
+    `parallel`) less the failed layouts (``slow_outliers``, named in the source), and the
+    configurations and layouts only an older collection of the same
     framework measured (same kernel, same routing), each with its own source: TRT-LLM 1.3.0rc20
     lacks DeepSeek-V3's 7,168 x 2,048 x 256 experts at bf16 and fp8, which 1.3.0rc10 measured (on
     the configurations both measured, rc10 / rc20 per configuration: medians 0.998-1.05 on H100
@@ -475,7 +508,14 @@ def merged_moe_rows(
             if cfg not in merged:
                 merged[cfg] = pts
                 older[cfg] = {"path": got[1]["path"], "version": version}
-    return merged, source, older
+    dropped = slow_outliers(merged)
+    if dropped:
+        source = {**source, "dropped": [
+            {"hidden": c[0], "inter": c[1], "experts": c[2], "topk": c[3], "ep": c[4], "tp": c[5],
+             "slower": round(r, 2)} for c, r in sorted(dropped.items())],
+            "dropped_why": f"at least {OUTLIER_SLOW}x slower than the other layouts on as many GPUs, which "
+                           f"agree within {OUTLIER_AGREE}x (bench/build_kernel_tables.py, OUTLIER_SLOW)"}
+    return {c: p for c, p in merged.items() if c not in dropped}, source, older
 
 
 def moe_tables(wheel: Wheel, system: str, framework: str = "vllm") -> list[dict[str, Any]]:
