@@ -464,7 +464,7 @@ def slow_outliers(rows: MoERows) -> dict[tuple[int, ...], float]:
     groups: dict[tuple[int, ...], list[tuple[int, ...]]] = defaultdict(list)
     for cfg in rows:
         if cfg[4] * cfg[5] > 1:
-            groups[(*cfg[:4], cfg[4] * cfg[5])].append(cfg)
+            groups[cfg[:4] + (cfg[4] * cfg[5],)].append(cfg)
     out = {}
     for layouts in groups.values():
         for cfg in layouts:
