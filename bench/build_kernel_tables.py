@@ -581,15 +581,19 @@ def mla_tables(
     return out, taken
 
 
+BmmPoints = dict[tuple[str, str], dict[tuple[float, ...], float]]  # (op, dtype) -> {(heads, tokens): s}
+
+
 def mla_bmm_rows(
     wheel: Wheel, system: str, framework: str
-) -> tuple[dict[tuple[str, str], dict[tuple[float, ...], float]], dict[tuple[str, str], dict[str, Any]]] | None:
+) -> tuple[BmmPoints, dict[tuple[str, str], dict[str, Any]]] | None:
     """One framework's absorbed-MLA products (``mla_bmm_perf``), the newest collection: (op,
     dtype) -> {(heads, tokens): seconds}, and each table's source (its kernel_source)."""
     file = "mla_bmm_perf.parquet"
     for version in wheel.versions(system, "mla_bmm", framework, file):
         rows, source = wheel.read(system, "mla_bmm", framework, version, file)
-        pts: dict[tuple[str, str], dict[tuple[float, ...], list[float]]] = defaultdict(lambda: defaultdict(list))
+        pts: dict[tuple[str, str], dict[tuple[float, ...], list[float]]]
+        pts = defaultdict(lambda: defaultdict(list))
         kernels: dict[tuple[str, str], set[str]] = defaultdict(set)
         for r in rows:
             if r["op_name"] not in MLA_BMM_OPS or r["bmm_dtype"] not in DTYPES:

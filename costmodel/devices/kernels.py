@@ -462,7 +462,8 @@ class KernelTables:
     def frameworks(self) -> tuple[str, ...]:
         """The frameworks with tables of their own in the folder (``moe.<framework>.json``,
         ``mla.<framework>.json``, ``mla_bmm.<framework>.json``)."""
-        names = {p.name.split(".")[1] for op in ("moe", "mla", "mla_bmm") for p in self.folder.glob(f"{op}.*.json")}
+        names = {p.name.split(".")[1] for op in ("moe", "mla", "mla_bmm")
+                 for p in self.folder.glob(f"{op}.*.json")}
         return tuple(sorted(names))
 
     @property
