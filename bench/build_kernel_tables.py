@@ -19,7 +19,11 @@ says how). This script reads the wheel (never the aiconfigurator runtime) and wr
   cross-validation of bench/kernel_validation.py (never read by the model);
 - ``moe.<framework>.json``, ``mla.<framework>.json`` (``ENGINE_FRAMEWORKS``: ``trtllm``): a
   serving framework's own MoE layer and MLA core, which ``deploy --engine trtllm`` reads in place
-  of the defaults (``build_framework``).
+  of the defaults (``build_framework``);
+- ``mla_bmm.<framework>.json``: the framework's two per-head batched products of absorbed MLA
+  (``mla_bmm``: "pre", q_nope @ W_UK, tokens x 128 @ 128 x 512 a head; "post", the latent output
+  @ W_UV, tokens x 512 @ 512 x 128), by heads on the GPU and tokens, per dtype; read only by that
+  framework's engine (``mla_bmm_tables``).
 
 Which framework builds a table, and why: vLLM's, for every op class it measured. Its GEMMs are
 ``torch.nn.functional.linear`` (cuBLAS through PyTorch, what eager PyTorch and Megatron-LM run)
@@ -380,6 +384,10 @@ MLA_DIMS = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128
 #: the time model asks for, so SGLang's core (its FlashAttention-3 MLA backend) is taken, and
 #: TRT-LLM's where SGLang measured none (A100).
 MLA_FRAMEWORKS = ("sglang", "trtllm")
+#: The latent sizes of the mla_bmm products (aiconfigurator's collector/<framework>/
+#: collect_mla_bmm.py: qk_nope_head_dim 128, kv_lora_rank 512, v_head_dim 128, DeepSeek-V3's).
+MLA_BMM_DIMS = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "v_head_dim": 128}
+MLA_BMM_OPS = {"mla_gen_pre": "pre", "mla_gen_post": "post"}
 #: Serving frameworks whose own MoE and MLA kernels get tables of their own beside the defaults
 #: (``moe.<framework>.json``, ``mla.<framework>.json``): TensorRT-LLM's fused MoE op
 #: (``moe_torch_flow_cutlass`` on Hopper and Blackwell; ``moe_torch_flow`` on A100) and its MLA
@@ -613,6 +621,67 @@ def mla_tables(
     return out, taken
 
 
+BmmPoints = dict[tuple[str, str], dict[tuple[float, ...], float]]  # (op, dtype) -> {(heads, tokens): s}
+
+
+def mla_bmm_rows(
+    wheel: Wheel, system: str, framework: str
+) -> tuple[BmmPoints, dict[tuple[str, str], dict[str, Any]]] | None:
+    """One framework's absorbed-MLA products (``mla_bmm_perf``), the newest collection: (op,
+    dtype) -> {(heads, tokens): seconds}, and each table's source (its kernel_source)."""
+    file = "mla_bmm_perf.parquet"
+    for version in wheel.versions(system, "mla_bmm", framework, file):
+        rows, source = wheel.read(system, "mla_bmm", framework, version, file)
+        pts: dict[tuple[str, str], dict[tuple[float, ...], list[float]]]
+        pts = defaultdict(lambda: defaultdict(list))
+        kernels: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for r in rows:
+            if r["op_name"] not in MLA_BMM_OPS or r["bmm_dtype"] not in DTYPES:
+                continue
+            key = (MLA_BMM_OPS[r["op_name"]], DTYPES[r["bmm_dtype"]])
+            pts[key][(r["num_heads"], r["num_tokens"])].append(r["latency"] * 1e-3)
+            kernels[key].add(r["kernel_source"])
+        if pts:  # a shape measured twice (SGLang's H100 collection): the median
+            out = {k: {s: _median(t) for s, t in by.items()} for k, by in pts.items()}
+            return out, {k: {**source, "kernel": "/".join(sorted(kernels[k])), **MLA_BMM_DIMS} for k in out}
+    return None
+
+
+def mla_bmm_tables(wheel: Wheel, system: str, framework: str) -> list[dict[str, Any]]:
+    """`framework`'s absorbed-MLA products, one (heads, tokens) table per (op, dtype); [] where
+    it measured none."""
+    got = mla_bmm_rows(wheel, system, framework)
+    if not got:
+        return []
+    by_key, sources = got
+    tables = []
+    for (op, dtype), points in sorted(by_key.items()):
+        axes = [sorted({p[d] for p in points}) for d in range(2)]
+        values, filled = _grid(points, axes, 1)
+        tables.append({"op": op, "dtype": dtype, "source": sources[(op, dtype)],
+                       "axes": {"heads": axes[0], "tokens": axes[1]}, "time_s": values, "filled": filled})
+    return tables
+
+
+def mla_bmm_holdout(wheel: Wheel, system: str, framework: str) -> dict[str, Any]:
+    """The other frameworks' absorbed-MLA products (not `framework`'s), as points [op, heads,
+    tokens, s], one set per (framework, dtype): ``mla_bmm/bf16``."""
+    out: dict[str, Any] = {}
+    for other in ("sglang", "vllm", "trtllm"):
+        got = mla_bmm_rows(wheel, system, other) if other != framework else None
+        if not got:
+            continue
+        by_key, sources = got
+        for dtype in sorted({d for _, d in by_key}):
+            keys = sorted((op, *s) for (op, d), pts in by_key.items() if d == dtype for s in pts)
+            keep = keys[:: max(1, len(keys) // 400)]
+            points = [[*k, _round(by_key[(k[0], dtype)][k[1:]])] for k in keep]
+            source = {**sources[("pre", dtype)], "kernel": "/".join(sorted(
+                {sources[(op, dtype)]["kernel"] for op in ("pre", "post") if (op, dtype) in sources}))}
+            out.setdefault(f"mla_bmm/{dtype}", []).append({"source": source, "points": points})
+    return out
+
+
 def moe_mla_holdout(
     wheel: Wheel, system: str, mla_framework: str | None, moe: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -703,7 +772,7 @@ def build(wheel: Wheel, profile: str, system: str) -> None:
         _write(folder / "mla.json", {**header, "op": "mla", **mla})
     engine = {framework: moe_tables(wheel, system, framework) for framework in ENGINE_FRAMEWORKS}
     sets = {**holdout(wheel, system, "vllm"), **moe_mla_holdout(wheel, system, mla_framework, moe),
-            **engine_moe_holdout(wheel, system, engine)}
+            **engine_moe_holdout(wheel, system, engine), **mla_bmm_holdout(wheel, system, "trtllm")}
     _write(folder / "holdout.json", {**header, "op": "holdout", "primary": "vllm", "sets": sets})
     for framework in ENGINE_FRAMEWORKS:
         build_framework(wheel, folder, header, system, framework, mla_framework, engine[framework])
@@ -717,7 +786,8 @@ def build_framework(
     ``mla.<framework>.json``), which ``deploy --engine <framework>`` reads in place of the
     folder's defaults (``costmodel.devices.kernels``); none where the default already is that
     framework's (A100's MLA is TRT-LLM's) or the framework measured none; `moe`: its MoE tables
-    (``moe_tables``)."""
+    (``moe_tables``). Its absorbed-MLA products (``mla_bmm.<framework>.json``) have no default
+    to stand in for: only its engine reads them, on A100 too."""
     if moe:
         data = {**header, "op": "moe", "framework": framework, "tables": moe}
         _write(folder / f"moe.{framework}.json", data)
@@ -725,6 +795,10 @@ def build_framework(
         mla, taken = mla_tables(wheel, system, (framework,))
         if mla and taken == framework:
             _write(folder / f"mla.{framework}.json", {**header, "op": "mla", "framework": framework, **mla})
+    bmm = mla_bmm_tables(wheel, system, framework)
+    if bmm:
+        _write(folder / f"mla_bmm.{framework}.json", {**header, "op": "mla_bmm", "framework": framework,
+                                                       "tables": bmm})
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

@@ -185,8 +185,14 @@ def _predict(k: KernelTables, op: str, point: Sequence[Any]) -> tuple[Lookup, fl
 def _predict_sparse(
     k: KernelTables, kind: str, which: str, point: Sequence[Any]
 ) -> tuple[Lookup, float | None]:
-    """A MoE point [tokens, hidden, inter, experts, top_k, s] or an MLA one [heads, batch, seq,
-    kv dtype, s]: the lookup, and the table's own measurement of the shape if it has one."""
+    """A MoE point [tokens, hidden, inter, experts, top_k, s], an MLA one [heads, batch, seq,
+    kv dtype, s] or an absorbed-MLA product's [pre or post, heads, tokens, s]: the lookup, and the
+    table's own measurement of the shape if it has one."""
+    if kind == "mla_bmm":  # [op, heads, tokens, s]: absorbed MLA's pre or post product
+        op, heads, tokens = point[:3]
+        bmm = k.mla_bmm_table(op, which)
+        assert bmm is not None
+        return bmm.grid(heads, tokens), node(bmm.grid, (heads, tokens), (0, 0))
     if kind == "moe":
         tokens, hidden, inter, experts, topk = point[:5]
         table = k.moe_table(which, hidden, inter, experts, topk)
@@ -341,10 +347,11 @@ def left_out_sparse(gpu: str) -> tuple[Row, ...]:
 
 
 def framework_ops(gpu: str, framework: str) -> tuple[str, ...]:
-    """The op classes (``moe/fp8``, ``mla/decode``) `framework`'s own files give `gpu`."""
+    """The op classes (``moe/fp8``, ``mla/decode``, ``mla_bmm/fp8``) `framework`'s own files give `gpu`."""
     k = load_kernels(gpu, framework)
     return tuple([f"moe/{d}" for d, t in k.moe_tables.items() if t[0].framework == framework]
-                 + [f"mla/{p}" for p, t in k.mla_tables.items() if t[0].framework == framework])
+                 + [f"mla/{p}" for p, t in k.mla_tables.items() if t[0].framework == framework]
+                 + list(dict.fromkeys(f"mla_bmm/{d}" for _, d in k.mla_bmm_tables)))
 
 
 def _default_points(gpu: str, op: str) -> tuple[list[list[Any]], dict[str, Any]]:
@@ -420,6 +427,10 @@ def framework_left_out(gpu: str, framework: str = "trtllm") -> tuple[Row, ...]:
         if mla[0].framework == framework:
             rows += [Row(gpu, f"mla/{phase}@{framework}", what, s)
                      for what, s in _grid_left_out([t.grid for t in mla], ("heads", "batch", "seq"))]
+    for dtype in dict.fromkeys(d for _, d in k.mla_bmm_tables):  # pre and post pooled, as read together
+        bmm = [t for t in k.mla_bmm_tables.values() if t.dtype == dtype]
+        rows += [Row(gpu, bmm[0].name, what, s) for what, s in _grid_left_out([t.grid for t in bmm],
+                                                                               ("heads", "tokens"))]
     return tuple(rows)
 
 
@@ -553,8 +564,9 @@ def markdown() -> str:
         "\nLeft out of the table:\n",
         _left_out_table(left_out_sparse),
         "\n### TensorRT-LLM's own MoE and MLA tables\n",
-        "`moe.trtllm.json` (TRT-LLM's fused MoE op) and `mla.trtllm.json` (its MLA core; A100's "
-        "`mla.json` is TRT-LLM's already), which `deploy --engine trtllm` reads (`moe/fp8@trtllm`). "
+        "`moe.trtllm.json` (TRT-LLM's fused MoE op), `mla.trtllm.json` (its MLA core; A100's "
+        "`mla.json` is TRT-LLM's already) and `mla_bmm.trtllm.json` (absorbed MLA's two per-head "
+        "products, pre and post pooled), which `deploy --engine trtllm` reads (`moe/fp8@trtllm`). "
         "Against the default table's framework (its own measured grid nodes, thinned to about 400) "
         "and holdout.json's third framework, as above:\n",
         _against_table(framework_against),

@@ -11,7 +11,8 @@ cells) and measured_serving.json (TensorRT-LLM v0.14 online serving, MLPerf v4.1
   bundled cluster, TP; attention data parallel (the page's DEPn) as n attention replicas of one
   GPU with the experts over n GPUs (EP n); MoE without it as TP over the experts too;
 - TensorRT-LLM's own MoE and MLA tables (``deploy --engine trtllm``'s ``kernel_framework``:
-  specs/kernels/<gpu>/moe.trtllm.json, mla.trtllm.json), the GEMM and attention tables' defaults;
+  specs/kernels/<gpu>/moe.trtllm.json, mla.trtllm.json, and absorbed MLA's kv_b products off
+  mla_bmm.trtllm.json), the GEMM and attention tables' defaults;
 - weights at fp8 run the fp8 GEMM tables (``dtype fp8``), held as the ModelOpt checkpoints hold
   them (``costmodel.precision``: the LM head, embedding and router in bf16, read off the bf16
   tables), fp16 the bf16 ones; DeepSeek R1's and Qwen3's own block-scaled FP8 checkpoints

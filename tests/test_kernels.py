@@ -238,14 +238,16 @@ def test_a_profile_naming_missing_tables_is_one_line_and_exit_2(tmp_path, monkey
 
 def test_the_folders_are_what_the_scripts_write() -> None:
     """Every bundled folder holds the files the build script writes (TensorRT-LLM's own MoE table
-    everywhere, its MLA table where the default is another framework's) and the error bands the
-    validation writes, and nothing else: a hand-edited table would not survive a refresh."""
+    and absorbed-MLA products everywhere, its MLA table where the default is another framework's)
+    and the error bands the validation writes, and nothing else: a hand-edited table would not
+    survive a refresh."""
     for name in GPUS:
         own = ["mla.trtllm.json"] if name != "a100-80gb" else []  # A100's mla.json is TRT-LLM's
         assert sorted(p.name for p in (kernels_root() / name).iterdir()) == sorted([
             "attention.json", "collectives.json", "errors.json", "gemm.json", "holdout.json", "mla.json",
-            "moe.json", "moe.trtllm.json", *own])
-        built = ("gemm.json", "attention.json", "collectives.json", "holdout.json", "moe.trtllm.json", *own)
+            "moe.json", "moe.trtllm.json", "mla_bmm.trtllm.json", *own])
+        built = ("gemm.json", "attention.json", "collectives.json", "holdout.json", "moe.trtllm.json",
+                 "mla_bmm.trtllm.json", *own)
         for file in built:
             assert raw(name, file)["built_by"] == "bench/build_kernel_tables.py"
         assert raw(name, "errors.json")["built_by"] == "bench/kernel_validation.py"

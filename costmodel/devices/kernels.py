@@ -15,7 +15,10 @@ interface (``KernelTables``):
   experts as a serving stack runs them (grouped GEMMs: gate/up, the activation, down, the
   weighted sum over top_k; routing left out) over `tokens` tokens on one GPU;
 - ``mla(phase, batch, seq, heads, kv_dtype)``: latent attention's core (prefill: the causal
-  pass; decode: absorbed, one token against the cached latent), DeepSeek-V3's latent sizes.
+  pass; decode: absorbed, one token against the cached latent), DeepSeek-V3's latent sizes;
+- ``mla_bmm(op, dtype, heads, tokens)``: absorbed latent attention's two per-head batched
+  products (``pre``: q_nope @ W_UK; ``post``: the latent output @ W_UV) over `tokens` tokens,
+  `heads` heads on the GPU; a serving framework's own (``mla_bmm.<framework>.json``) only.
 
 Each answers a ``Lookup``: seconds, and whether the shape was inside what was measured.
 Between grid points the time is interpolated multilinearly in log(time) over log(axis), as
@@ -39,7 +42,8 @@ hold one serving framework's own kernels (``trtllm``: TensorRT-LLM's). ``load_ke
 framework)`` reads the framework's table of a dtype (MoE) or phase (MLA) where it has one and the
 default's elsewhere; the op classes it read from the framework's files are named with it
 (``moe/fp8@trtllm``, ``mla/decode@trtllm``), so their error bands and the kernel notes say which
-was read. A new framework is files, not code.
+was read. A new framework is files, not code. ``mla_bmm.<framework>.json`` (absorbed MLA's
+per-head products, ``mla_bmm/fp8@trtllm``) has no default: read only with its framework.
 
 Pure Python (the lookup runs inside ``analyze --hardware``, which never imports numpy); a
 folder is read and validated once per process. A bad file is one line naming the file, the
@@ -359,6 +363,27 @@ def framework_op(op: str, framework: str | None) -> str:
 #: The latent sizes an MLA table is measured at (its source names them): kv_lora_rank,
 #: qk_rope_head_dim, qk_nope_head_dim, v_head_dim.
 MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+#: Those of absorbed MLA's products (``pre``: d_n -> r_kv a head; ``post``: r_kv -> d_v).
+MLA_BMM_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim")
+MLA_BMM_OPS = ("pre", "post")
+
+
+@dataclass(frozen=True)
+class MLABmmTable:
+    """One of absorbed MLA's per-head batched products at one dtype by (heads on the GPU, tokens):
+    ``pre`` (each head's q_nope, tokens x d_n, @ its W_UK, d_n x r_kv) or ``post`` (each head's
+    latent output, tokens x r_kv, @ its W_UV, r_kv x d_v), at the latent sizes ``dims``."""
+
+    op: str
+    dtype: str
+    grid: Grid
+    framework: str
+    dims: tuple[int, ...]  # MLA_BMM_FIELDS
+
+    @property
+    def name(self) -> str:
+        """The op class read: ``mla_bmm/fp8@trtllm`` (pre and post together)."""
+        return framework_op(f"mla_bmm/{self.dtype}", self.framework)
 
 
 def band_label(bands: Sequence[ErrorBand]) -> str:
@@ -427,12 +452,37 @@ class KernelTables:
             tables, sources = {**tables, **own}, {**sources, **own_sources}
         return tables, sources
 
+    @cached_property
+    def _mla_bmm(self) -> tuple[dict[tuple[str, str], MLABmmTable], dict[str, dict[str, Any]]]:
+        if self.framework is None:  # a framework's own kernels, with no default to stand in for
+            return {}, {}
+        return _read_mla_bmm(self.folder / f"mla_bmm.{self.framework}.json", self.framework)
+
     @property
     def frameworks(self) -> tuple[str, ...]:
         """The frameworks with tables of their own in the folder (``moe.<framework>.json``,
-        ``mla.<framework>.json``)."""
-        names = {p.name.split(".")[1] for op in ("moe", "mla") for p in self.folder.glob(f"{op}.*.json")}
+        ``mla.<framework>.json``, ``mla_bmm.<framework>.json``)."""
+        names = {p.name.split(".")[1] for op in ("moe", "mla", "mla_bmm")
+                 for p in self.folder.glob(f"{op}.*.json")}
         return tuple(sorted(names))
+
+    @property
+    def mla_bmm_tables(self) -> dict[tuple[str, str], MLABmmTable]:
+        """(op, dtype) -> absorbed MLA's product ``pre`` or ``post`` by (heads, tokens); empty
+        without a framework or where it measured none."""
+        return self._mla_bmm[0]
+
+    def mla_bmm_table(self, op: str, dtype: str) -> MLABmmTable | None:
+        """Absorbed MLA's product `op` (``pre``, ``post``) measured at `dtype` (fp16 reads bf16's,
+        fp8-block fp8's: TensorRT-LLM's fp8 products are block-scaled); None where not measured."""
+        dtype = {"fp16": "bf16", "fp8-block": "fp8"}.get(dtype, dtype)
+        return self.mla_bmm_tables.get((op, dtype))
+
+    def mla_bmm(self, op: str, dtype: str, heads: float, tokens: float) -> Lookup | None:
+        """Absorbed MLA's product `op` over `tokens` tokens of `heads` heads on the GPU, at the
+        table's latent sizes (``MLABmmTable.dims``); None where not measured."""
+        table = self.mla_bmm_table(op, dtype)
+        return None if table is None else table.grid(heads, tokens)
 
     @property
     def moe_tables(self) -> dict[str, tuple[MoETable, ...]]:
@@ -468,7 +518,8 @@ class KernelTables:
     @property
     def sources(self) -> dict[str, dict[str, Any]]:
         """ "gemm/bf16", "attention/decode", "collectives" -> where the table came from."""
-        return {**self._gemm[1], **self._attention[1], **self._collectives[1], **self._moe[1], **self._mla[1]}
+        return {**self._gemm[1], **self._attention[1], **self._collectives[1], **self._moe[1], **self._mla[1],
+                **self._mla_bmm[1]}
 
     @cached_property
     def errors(self) -> dict[str, tuple[ErrorBand, ...]]:
@@ -500,7 +551,7 @@ class KernelTables:
 
     def validate(self) -> KernelTables:
         """Read every file now (``SpecError`` on the first bad one)."""
-        self._gemm, self._attention, self._collectives, self._moe, self._mla, self.errors  # noqa: B018
+        self._gemm, self._attention, self._collectives, self._moe, self._mla, self._mla_bmm, self.errors  # noqa: B018
         return self
 
     def gemm_dtype(self, dtype: str) -> str | None:
@@ -841,6 +892,32 @@ def _read_mla(
             tables.append(MLATable(t["kv_dtype"], grid, framework))
         mla[phase] = tuple(tables)
     return mla, sources
+
+
+def _read_mla_bmm(
+    file: Path, framework: str
+) -> tuple[dict[tuple[str, str], MLABmmTable], dict[str, dict[str, Any]]]:
+    tables: dict[tuple[str, str], MLABmmTable] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    if not file.is_file():
+        return tables, sources
+    for i, t in enumerate(_list(file, _read(file), "tables")):
+        where = f"tables[{i}]"
+        if t.get("op") not in MLA_BMM_OPS:
+            raise _bad(file, where, "op", f"must be one of {', '.join(MLA_BMM_OPS)}")
+        if not isinstance(t.get("dtype"), str):
+            raise _bad(file, where, "dtype", "missing")
+        source = t.get("source")
+        if not isinstance(source, dict):
+            raise _bad(file, where, "source", "must be an object naming the latent sizes")
+        for field in MLA_BMM_FIELDS:
+            if not isinstance(source.get(field), int) or source[field] <= 0:
+                raise _bad(file, where, f"source.{field}", "must be a positive integer")
+        grid = _grid(file, f"{where} ({t['op']}, {t['dtype']})", t, ("heads", "tokens"), (1, 1))
+        table = MLABmmTable(t["op"], t["dtype"], grid, framework, tuple(source[f] for f in MLA_BMM_FIELDS))
+        tables[(table.op, table.dtype)] = table
+        sources.setdefault(table.name, source)  # pre's; post's names the same file and version
+    return tables, sources
 
 
 def _list(file: Path, data: Any, field: str) -> list[dict[str, Any]]:

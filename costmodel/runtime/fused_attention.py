@@ -1,7 +1,8 @@
 """Flash attention's time from the measured fused-attention tables (``devices.kernels``): which
 table a pass's attention core reads, at which batch and sequence, and for the sweeps the same
 lookup over numpy arrays. ``runtime.timing`` (one shape) and ``runtime.timing_grid`` (arrays)
-read it through their ``Rates``.
+read it through their ``Rates``. Absorbed latent attention's two per-head products (``kv_b``)
+read a serving framework's measured ``mla_bmm`` tables where it has them (``mla_bmm_read``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from costmodel.analysis import Analysis
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
-from costmodel.devices.kernels import Grid, KernelTables, framework_op
+from costmodel.devices.kernels import MLA_BMM_OPS, Grid, KernelTables, MLABmmTable, framework_op
 from costmodel.precision import EXPERTS_ONLY, FP8_BLOCK
 from costmodel.spec import Spec
 
@@ -121,6 +122,47 @@ def mla_core(kernel: AttentionKernel, spec: Spec, scores: tuple[Any, Any, Any, A
     if kernel.phase == "decode":
         return CoreRead(table.grid, (h, batch, N), exact, layers, op)
     return CoreRead(table.grid, (h, batch, S), exact, layers * ratio * (2 * S) / (S + 1), op)
+
+
+@dataclass(frozen=True)
+class BmmRead:
+    """Where absorbed MLA's ``kv_b`` reads the measured products: its ``pre`` and ``post`` tables
+    (one op class, ``mla_bmm/fp8@trtllm``), at `heads` heads on the GPU."""
+
+    tables: tuple[MLABmmTable, ...]
+    heads: int
+    op: str
+
+    def tokens(self, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
+        """The tokens the products run over, from ``pre``'s (count, M, K, N): count = layers x
+        batch x heads, M the query length."""
+        count, M, _, _ = gemms[0]
+        return count * M / (layers * self.heads)
+
+
+def mla_bmm_read(kernel: AttentionKernel | None, spec: Spec, key: Key,
+                 gemms: tuple[tuple[Any, Any, Any, Any], ...], dtype: str) -> BmmRead | None:
+    """The measured products absorbed MLA's ``kv_b`` reads (``pre``: q_nope @ W_UK, d_n -> r_kv a
+    head; ``post``: the latent output @ W_UV, r_kv -> d_v), at the width of its weights (`dtype`,
+    the rates' it is timed at: fp8 for a per-tensor or block-scaled fp8 checkpoint, bf16 for bf16,
+    as aiconfigurator's DeepSeek model takes the kv projection's), where a serving framework
+    measured them (``mla_bmm.trtllm.json``: only its engine reads them); None elsewhere (the
+    products are timed off the GEMM table): a training step, the naive convention (kv_b is then
+    one linear), other latent sizes than the tables'. Prefill and decode alike: the tree counts
+    the same two products over the pass's query tokens (a ``deploy`` step's body is a prefill
+    of the step's tokens); TensorRT-LLM runs them in generation, its context phase expanding the
+    latent as ``naive`` counts it."""
+    m = spec.mla
+    if kernel is None or m is None or key.leaf != "kv_b" or len(gemms) != 2:
+        return None
+    (_, _, k_pre, n_pre), (_, _, k_post, n_post) = gemms
+    if (k_pre, n_pre, k_post, n_post) != (m.qk_nope_head_dim, m.kv_lora_rank, m.kv_lora_rank, m.v_head_dim):
+        return None  # naive: one r_kv -> h (d_n + d_v) linear
+    tables = tuple(t for op in MLA_BMM_OPS if (t := kernel.tables.mla_bmm_table(op, dtype)) is not None)
+    sizes = (m.kv_lora_rank, m.qk_nope_head_dim, m.v_head_dim)
+    if len(tables) != len(MLA_BMM_OPS) or any(t.dims != sizes for t in tables):
+        return None
+    return BmmRead(tables, spec.n_heads, tables[0].name)
 
 
 def grid_times(grid: Grid, *x: Any) -> np.ndarray:

@@ -97,10 +97,11 @@ def rule_traits(key: Key, kernels: Kernels, dropped: set[SubBlock], training: bo
     components with equal traits and equal costs per layer take the same time per layer. Keep in
     step with the rule: the share of its bytes that reaches memory (``Kernels.share``), whether
     it is the token table (its gradients), its leaf under flash attention (``on_chip``), and where
-    a measured kernel's table is read by key (a flash core or routed experts outside training),
+    a measured kernel's table is read by key (a flash core, routed experts or latent attention's
+    kv_b outside training),
     the key itself less its layer group (the tables do not depend on the group)."""
     flash = kernels.flash_attention and key.attention_core
-    if not training and (flash or key.part == "experts"):
+    if not training and (flash or key.part == "experts" or key.leaf == "kv_b"):
         return ("kernel", replace(key, group=None))
     return (kernels.share(key, dropped), key == TOKEN_TABLE, key.leaf if flash else None)
 

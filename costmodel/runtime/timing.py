@@ -99,7 +99,7 @@ from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import ErrorBand, Lookup, Reads
 from costmodel.phases import PHASES
 from costmodel.precision import FP8, FP8_BLOCK, FP8_CHECKPOINTS, Widths
-from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, fused_core
+from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, fused_core, mla_bmm_read
 from costmodel.runtime.fused_moe import experts_share, moe_read, widths_are_measured
 from costmodel.runtime.roofline import roofline
 from costmodel.spec import Spec
@@ -308,6 +308,11 @@ class Rates(Protocol):
         """Seconds of a routed-experts leaf over its layers off the MoE tables (``fused_moe``),
         or None where none applies (the products are timed instead)."""
 
+    def mla_bmm(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
+        """Seconds of absorbed MLA's two per-head products (``kv_b``) over its layers off a
+        framework's measured ``mla_bmm`` tables (``fused_attention.mla_bmm_read``), or None where
+        none applies (the products are timed off the GEMM table instead)."""
+
     def memory(self, moved: Any, ops: int) -> Any:
         """Seconds to move `moved` bytes in `ops` equal ops (0 when nothing moves)."""
 
@@ -385,6 +390,14 @@ def component_time(spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any],
                 return Part("fused", 0, rates.at_least(0.0, roof, 0), moved=0, roof_s=roof)
             roof = rates.roof((q.flops_matmul, q.flops_other), q.bytes_unfused)
             return Part("matmul", layers, rates.at_least(t_moe, roof, layers), roof_s=roof)
+    if key.leaf == "kv_b" and not training:
+        t_bmm = rates.mla_bmm(spec, key, gemms, layers)
+        if t_bmm is not None:  # absorbed MLA's pre and post products, measured (``mla_bmm_read``)
+            # One launch floor a layer, as the products' GEMM reading counts kv_b: two would sit
+            # above TensorRT-LLM's own bf16 pair at 128 heads x 128 tokens on an H200 (18.7 us
+            # measured; its bytes at full bandwidth 15.7 us, each floor 2.4 us).
+            roof = rates.roof((q.flops_matmul, q.flops_other), q.bytes_unfused)
+            return Part("matmul", layers, rates.at_least(t_bmm, roof, layers), roof_s=roof)
     if gemms:
         run = [g for c in gemms for g in (backward_gemms(*c) if training else (c,))]
         t = rates.gemms(run, layers)
@@ -468,6 +481,13 @@ class ScalarRates:
         if read is None or share is None:  # no table; or the activation, inside the kernel
             return None if read is None else 0.0
         return self._read(read.op, read.exact, read.grid(share[0])) * share[1]
+
+    def mla_bmm(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
+        read = mla_bmm_read(self.attention, spec, key, gemms, self.dtype)
+        if read is None:
+            return None
+        tokens = read.tokens(gemms, layers)
+        return sum(self._read(read.op, True, t.grid(read.heads, tokens)) for t in read.tables) * layers
 
     def _read(self, op: str, exact: bool, got: Lookup) -> float:  # noted as read, or extrapolated
         self.used.add(op)

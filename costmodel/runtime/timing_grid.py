@@ -78,7 +78,7 @@ from costmodel.devices.efficiency import (
 )
 from costmodel.devices.hardware import Hardware
 from costmodel.phases import PHASES
-from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times
+from costmodel.runtime.fused_attention import AttentionKernel, fused_core, grid_times, mla_bmm_read
 from costmodel.runtime.fused_moe import experts_share, moe_read
 from costmodel.runtime.grid_blocks import in_blocks
 from costmodel.runtime.grid_logs import Logs
@@ -166,6 +166,16 @@ class GridRates:
         if not _array(tokens):
             return read.grid(tokens).time_s * factor
         return grid_times(read.grid, tokens) * factor
+
+    def mla_bmm(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
+        numbers = tuple(tuple(_number(x) for x in g) for g in gemms)
+        read = mla_bmm_read(self.attention, spec, key, numbers, self.dtype)
+        if read is None:
+            return None
+        tokens = read.tokens(numbers, layers)
+        if not _array(tokens):
+            return sum(t.grid(read.heads, tokens).time_s for t in read.tables) * layers
+        return sum(grid_times(t.grid, read.heads, tokens) for t in read.tables) * layers
 
     def gemms(self, products: list[tuple[Any, Any, Any, Any]], launches: int) -> Any:
         # Products of one size (a weight's forward product and its two backward ones, 2MKN
