@@ -33,7 +33,12 @@ def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray,
     """``step`` of a table already as ``steps_of`` gives it (`by_exponent`: its ``exponent_steps``,
     where the caller keeps them)."""
     if len(points) == 1:
-        out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
+        if steps[0] == 0:  # (0 below the grid, a first-touch table: a cast and a multiply, half
+            # np.where's time; the same values)
+            out: np.ndarray = (x >= points[0]).astype(float)
+            out *= steps[1]
+            return out
+        out = np.where(x >= points[0], steps[1], steps[0])
         return out
     if len(points) <= _COMPARE:
         i = np.zeros(x.shape, dtype=np.intp)

@@ -62,12 +62,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from costmodel import model
 from costmodel.components.key import Key
 from costmodel.devices.efficiency import (
     Efficiency,
@@ -95,7 +93,8 @@ from costmodel.runtime.grid_lookup import (
     steps_of,
     table_arrays,
 )
-from costmodel.runtime.grid_merge import Canonical, Whole, merged
+from costmodel.runtime.grid_merge import Canonical, Whole
+from costmodel.runtime.grid_plan import components
 from costmodel.runtime.grid_values import (  # noqa: F401  (_per: tests/test_timing_grid.py)
     _array,
     _below,
@@ -109,7 +108,6 @@ from costmodel.runtime.grid_values import (  # noqa: F401  (_per: tests/test_tim
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
-    dropout_parents,
     first_touch_s,
     gemm_time,
 )
@@ -344,13 +342,18 @@ class GridRates:
 
     def _fresh(self, n: int, number: Any, arrays: list[np.ndarray]) -> Any:
         """n ops' first touch of outputs of number x the arrays' bytes (kept for the call)."""
-        x = _product(number, *arrays)
-        if self._fresh_from is None or x.max() < self._fresh_from:
+        x = _product(number, *arrays)  # (new: written in place below)
+        top = x.max()
+        if self._fresh_from is None or top < self._fresh_from:
             out: Any = 0.0  # every size at a rate of 0
         else:  # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
             points, steps, by_exponent = self._fresh_steps(n)
-            out = step_at(points, steps, x, by_exponent)
-            out = np.multiply(x, out, out=out) if out.shape == x.shape and out.base is None else x * out
+            lo, hi = points.searchsorted((x.min(), top), side="right")
+            if lo == hi:  # every size on one step (most often past the allocator's threshold): its rate
+                out = np.multiply(x, steps.item(lo), out=x)
+            else:
+                out = step_at(points, steps, x, by_exponent)
+                out = np.multiply(x, out, out=out) if out.shape == x.shape and out.base is None else x * out
         self._remember("fresh", (n, number), arrays, out)
         return out
 
@@ -558,22 +561,14 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     if isinstance(enc, np.ndarray):
         enc = enc.reshape(enc.shape or (1,))
     p = DTYPE_BYTES[dtype]
-    # Phase.shape and numeric_dims are typed for ints; their arithmetic runs on arrays as well.
-    dims = model.numeric_dims(spec, ph.shape(cast(int, B), cast(int, seq), cast(int, enc)), p, mla, routing)
-    # One layer of each kind: the rule multiplies by the layers (``Cost.times`` on arrays is
-    # the tree's largest cost); nothing else in the tree reads the layer counts.
-    dims = replace(dims, layers=dict.fromkeys(dims.layers, 1))
-    groups = model.layer_groups(spec)
     tables = hw.kernel_tables()
     attention = (AttentionKernel(tables, "prefill" if phase == "prefill" else "decode", dtype)
                  if tables is not None and phase in ("prefill", "decode") else None)
     rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype, attention)
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
-    costs = {key: cost for key, cost in model.tree(spec, dims).items() if ph.training or not cost.train_only}
-    dropped = dropout_parents(((key, cost.bytes_unfused) for key, cost in costs.items()), _nonzero)
-    if select is not None:  # before the merge: it joins components of different keys
-        costs = {key: cost for key, cost in costs.items() if select(key)}
-    for key, (cost, layers) in merged(costs, groups, kernels, dropped, ph.training, rates.canonical).items():
+    # One layer of each kind (the rule multiplies by the layers), off the spec's plan (``grid_plan``)
+    dropped, timed = components(spec, ph, p, mla, routing, B, seq, enc, kernels, select, rates.canonical)
+    for key, (cost, layers) in timed.items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
         idle = None
         if not _positive(cost.bytes_unfused):
