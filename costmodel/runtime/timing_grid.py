@@ -114,6 +114,7 @@ from costmodel.runtime.timing import (
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 
+_PLAIN = {int, float, np.ndarray}  # (``_number`` returns these as they are: predict_grid makes no 0-d arrays)
 _MISSING = object()  # a lookup not made yet (None is a value: ``_exp_interp``'s "everywhere")
 
 
@@ -326,7 +327,7 @@ class GridRates:
         for n, factors in outputs:
             if not n:
                 continue
-            factors = tuple([_number(x) for x in factors])
+            factors = tuple([x if type(x) in _PLAIN else _number(x) for x in factors])
             arrays = [x for x in factors if type(x) is nd]
             if not arrays:  # a number (a weight's gradient, K x N): kept by the profile
                 key = (n, factors)
@@ -342,13 +343,20 @@ class GridRates:
 
     def _fresh(self, n: int, number: Any, arrays: list[np.ndarray]) -> Any:
         """n ops' first touch of outputs of number x the arrays' bytes (kept for the call)."""
-        x = _product(number, *arrays)  # (new: written in place below)
-        top = x.max()
+        if len(arrays) == 1 and number > 0:  # x = number x a: its least and largest are a's times number
+            a = arrays[0]  # (x -> fl(number x) is monotone: the same floats as x's own min and max)
+            least, top = self._lookup("range", (), [a], lambda: (a.min(), a.max()))
+            least, top, x = least * number, top * number, None
+        else:
+            x = _product(number, *arrays)
+            least, top = x.min(), x.max()
         if self._fresh_from is None or top < self._fresh_from:
             out: Any = 0.0  # every size at a rate of 0
         else:  # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
+            if x is None:
+                x = _product(number, *arrays)  # (new: written in place below)
             points, steps, by_exponent = self._fresh_steps(n)
-            lo, hi = points.searchsorted((x.min(), top), side="right")
+            lo, hi = points.searchsorted((least, top), side="right")
             if lo == hi:  # every size on one step (most often past the allocator's threshold): its rate
                 out = np.multiply(x, steps.item(lo), out=x)
             else:
