@@ -1,9 +1,11 @@
 """The calibrated time model over many shapes at once (numpy): ``costmodel.runtime.timing`` vectorised.
 
 ``predict_grid`` applies ``timing.component_time``, the rule ``predict`` applies, to numpy
-arrays of batch and sequence length. The component tree is evaluated once with array-valued B
+arrays of batch and sequence length. The component tree is evaluated with array-valued B
 and S (the formulas are the same code: ``cost.smin``/``smax``/``half`` take arrays; a quantity
-that depends on one axis keeps that axis's size; sizes are float64), for one layer of each kind;
+that depends on one axis keeps that axis's size; sizes are float64), for one layer of each kind,
+off a plan of it built once per spec and phase (``grid_plan``: each formula a node, a call
+evaluates the nodes the rule reads, the same floats as the tree over the arrays);
 the rule is given the layers a component spans (components that cost the same per layer and
 that the rule treats alike, an FFN beside local and global attention, Llama's k and v, T5's
 encoder and decoder projections, are timed once over all their layers: the time is linear in
