@@ -12,8 +12,9 @@ record each operation on them (Python's operators, numpy's ufuncs and functions,
 the same operands (hash-consed: equal formulas are one node). A call evaluates, in the order
 they were made, only the nodes the rule reads (``grid_merge.READ``, the products, the dropout
 rows' bytes), each by the very operation the tree ran, on the call's arrays: the same floats as
-the tree over arrays, without its Python; and the merge runs once on the nodes (equal nodes,
-equal arrays at every point) and is kept.
+the tree over arrays, without its Python; and the merge runs on the nodes (equal nodes, equal
+arrays at every point) once per set of options and of the bounds' decisions (``Plan``), and is
+kept: the components timed are those the tree over arrays times, key for key.
 
 Nothing kept depends on the points: a plan is keyed by the spec (held), the phase, the width,
 the latent-attention and routing conventions and whether the encoder's seq is the decoder's;
@@ -353,6 +354,8 @@ def components(spec: Spec, ph: Phase, p: int, mla: str, routing: str, batch: np.
         kept = ({k: layers for k, (_, layers) in together.items()},
                 _alike(together, kernels, dropped, ph.training))
         if select is None:
+            if len(planned.merges) > 64:  # (one per kernels, dropout and bounds' decisions met)
+                planned.merges.clear()
             planned.merges[options] = kept
     timed = {key: (planned.concrete(planned.costs[key], v), layers) for key, layers in kept[0].items()}
     for alike in kept[1]:  # arrays of unequal formulas that may be equal (d x S x B, d x (B x S))
