@@ -34,6 +34,9 @@ def _bounded(a: Any, b: Any, least: bool) -> Any:
     """min (`least`) or max of a and b over arrays; where one is a number on one side of every
     point of the other, that one as it stands: a reduction, not a new array and the passes over
     it that follow (``runs``' min(B x S, 1) is 1 across a sweep; a window past every length)."""
+    later = getattr(a, "later", None) or getattr(b, "later", None)
+    if later is not None:  # the sweep's tree planned once (runtime/grid_plan): bounded when evaluated
+        return later(_bounded, a, b, least)
     import numpy
 
     array, number = (a, b) if is_array(a) and not is_array(b) else (b, a)

@@ -139,6 +139,12 @@ class BmmRead:
         count, M, _, _ = gemms[0]
         return count * M / (layers * self.heads)
 
+    def times(self, tokens: Any, layers: int) -> Any:
+        """Seconds of both products over `layers` at `tokens` (a number, or the sweeps' arrays)."""
+        if getattr(tokens, "ndim", 0) == 0:  # a number, numpy's scalars too
+            return sum(t.grid(self.heads, tokens).time_s for t in self.tables) * layers
+        return sum(grid_times(t.grid, self.heads, tokens) for t in self.tables) * layers
+
 
 def mla_bmm_read(kernel: AttentionKernel | None, spec: Spec, key: Key,
                  gemms: tuple[tuple[Any, Any, Any, Any], ...], dtype: str) -> BmmRead | None:

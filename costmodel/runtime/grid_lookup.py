@@ -33,7 +33,12 @@ def step_at(points: np.ndarray, steps: np.ndarray, x: np.ndarray,
     """``step`` of a table already as ``steps_of`` gives it (`by_exponent`: its ``exponent_steps``,
     where the caller keeps them)."""
     if len(points) == 1:
-        out: np.ndarray = np.where(x >= points[0], steps[1], steps[0])
+        if steps[0] == 0:  # (0 below the grid, a first-touch table: a cast and a multiply, half
+            # np.where's time; the same values)
+            out: np.ndarray = (x >= points[0]).astype(float)
+            out *= steps[1]
+            return out
+        out = np.where(x >= points[0], steps[1], steps[0])
         return out
     if len(points) <= _COMPARE:
         i = np.zeros(x.shape, dtype=np.intp)
@@ -125,11 +130,19 @@ def at_numbers(log_table: np.ndarray, grids: tuple[list[int], ...], xs: tuple[An
 def positions(lx: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(i, t) of each point on a log grid: between grid[i] and grid[i + 1], a fraction t of the
     way (clamped to the ends as ``np.interp`` holds them: t = 0 below, t = 1 at the top)."""
-    f = np.interp(lx, grid, np.arange(len(grid), dtype=float))
+    f = np.interp(lx, grid, _indices(len(grid)))
     i = f.astype(np.intp)
     np.minimum(i, len(grid) - 2, out=i)
     f -= i
     return i, f
+
+
+@functools.lru_cache(maxsize=16)
+def _indices(n: int) -> np.ndarray:
+    """0.0, 1.0, ... n - 1 (read only: ``positions``, each call)."""
+    out = np.arange(n, dtype=float)
+    out.flags.writeable = False
+    return out
 
 
 def interpolate(values: np.ndarray, free: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:

@@ -1,9 +1,11 @@
 """The calibrated time model over many shapes at once (numpy): ``costmodel.runtime.timing`` vectorised.
 
 ``predict_grid`` applies ``timing.component_time``, the rule ``predict`` applies, to numpy
-arrays of batch and sequence length. The component tree is evaluated once with array-valued B
+arrays of batch and sequence length. The component tree is evaluated with array-valued B
 and S (the formulas are the same code: ``cost.smin``/``smax``/``half`` take arrays; a quantity
-that depends on one axis keeps that axis's size; sizes are float64), for one layer of each kind;
+that depends on one axis keeps that axis's size; sizes are float64), for one layer of each kind,
+off a plan of it built once per spec and phase (``grid_plan``: each formula a node, a call
+evaluates the nodes the rule reads, the same floats as the tree over the arrays);
 the rule is given the layers a component spans (components that cost the same per layer and
 that the rule treats alike, an FFN beside local and global attention, Llama's k and v, T5's
 encoder and decoder projections, are timed once over all their layers: the time is linear in
@@ -62,12 +64,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from costmodel import model
 from costmodel.components.key import Key
 from costmodel.devices.efficiency import (
     Efficiency,
@@ -95,7 +95,8 @@ from costmodel.runtime.grid_lookup import (
     steps_of,
     table_arrays,
 )
-from costmodel.runtime.grid_merge import Canonical, Whole, merged
+from costmodel.runtime.grid_merge import Canonical, Whole
+from costmodel.runtime.grid_plan import components
 from costmodel.runtime.grid_values import (  # noqa: F401  (_per: tests/test_timing_grid.py)
     _array,
     _below,
@@ -109,13 +110,13 @@ from costmodel.runtime.grid_values import (  # noqa: F401  (_per: tests/test_tim
 from costmodel.runtime.timing import (
     Kernels,
     component_time,
-    dropout_parents,
     first_touch_s,
     gemm_time,
 )
 from costmodel.spec import Spec
 from costmodel.symbols import DTYPE_BYTES
 
+_PLAIN = {int, float, np.ndarray}  # (``_number`` returns these as they are: predict_grid makes no 0-d arrays)
 _MISSING = object()  # a lookup not made yet (None is a value: ``_exp_interp``'s "everywhere")
 
 
@@ -170,12 +171,7 @@ class GridRates:
     def mla_bmm(self, spec: Spec, key: Key, gemms: tuple[tuple[Any, Any, Any, Any], ...], layers: int) -> Any:
         numbers = tuple(tuple(_number(x) for x in g) for g in gemms)
         read = mla_bmm_read(self.attention, spec, key, numbers, self.dtype)
-        if read is None:
-            return None
-        tokens = read.tokens(numbers, layers)
-        if not _array(tokens):
-            return sum(t.grid(read.heads, tokens).time_s for t in read.tables) * layers
-        return sum(grid_times(t.grid, read.heads, tokens) for t in read.tables) * layers
+        return None if read is None else read.times(read.tokens(numbers, layers), layers)
 
     def gemms(self, products: list[tuple[Any, Any, Any, Any]], launches: int) -> Any:
         # Products of one size (a weight's forward product and its two backward ones, 2MKN
@@ -338,7 +334,7 @@ class GridRates:
         for n, factors in outputs:
             if not n:
                 continue
-            factors = tuple([_number(x) for x in factors])
+            factors = tuple([x if type(x) in _PLAIN else _number(x) for x in factors])
             arrays = [x for x in factors if type(x) is nd]
             if not arrays:  # a number (a weight's gradient, K x N): kept by the profile
                 key = (n, factors)
@@ -354,13 +350,25 @@ class GridRates:
 
     def _fresh(self, n: int, number: Any, arrays: list[np.ndarray]) -> Any:
         """n ops' first touch of outputs of number x the arrays' bytes (kept for the call)."""
-        x = _product(number, *arrays)
-        if self._fresh_from is None or x.max() < self._fresh_from:
+        if len(arrays) == 1 and number > 0:  # x = number x a: its least and largest are a's times number
+            a = arrays[0]  # (x -> fl(number x) is monotone: the same floats as x's own min and max)
+            least, top = self._lookup("range", (), [a], lambda: (a.min(), a.max()))
+            least, top, x = least * number, top * number, None
+        else:
+            x = _product(number, *arrays)
+            least, top = x.min(), x.max()
+        if self._fresh_from is None or top < self._fresh_from:
             out: Any = 0.0  # every size at a rate of 0
         else:  # n ops' seconds per byte, below the grid 0 (n in the table: no pass for it)
+            if x is None:
+                x = _product(number, *arrays)  # (new: written in place below)
             points, steps, by_exponent = self._fresh_steps(n)
-            out = step_at(points, steps, x, by_exponent)
-            out = np.multiply(x, out, out=out) if out.shape == x.shape and out.base is None else x * out
+            lo, hi = points.searchsorted((least, top), side="right")
+            if lo == hi:  # every size on one step (most often past the allocator's threshold): its rate
+                out = np.multiply(x, steps.item(lo), out=x)
+            else:
+                out = step_at(points, steps, x, by_exponent)
+                out = np.multiply(x, out, out=out) if out.shape == x.shape and out.base is None else x * out
         self._remember("fresh", (n, number), arrays, out)
         return out
 
@@ -568,22 +576,14 @@ def predict_grid(spec: Spec, phase: str, batch: np.ndarray, seq: np.ndarray, hw:
     if isinstance(enc, np.ndarray):
         enc = enc.reshape(enc.shape or (1,))
     p = DTYPE_BYTES[dtype]
-    # Phase.shape and numeric_dims are typed for ints; their arithmetic runs on arrays as well.
-    dims = model.numeric_dims(spec, ph.shape(cast(int, B), cast(int, seq), cast(int, enc)), p, mla, routing)
-    # One layer of each kind: the rule multiplies by the layers (``Cost.times`` on arrays is
-    # the tree's largest cost); nothing else in the tree reads the layer counts.
-    dims = replace(dims, layers=dict.fromkeys(dims.layers, 1))
-    groups = model.layer_groups(spec)
     tables = hw.kernel_tables()
     attention = (AttentionKernel(tables, "prefill" if phase == "prefill" else "decode", dtype)
                  if tables is not None and phase in ("prefill", "decode") else None)
     rates = GridRates(eff, hw.peak(dtype), hw.memory_bandwidth, dtype, attention)
     total = np.zeros(np.broadcast_shapes(B.shape, seq.shape, np.shape(enc)))
-    costs = {key: cost for key, cost in model.tree(spec, dims).items() if ph.training or not cost.train_only}
-    dropped = dropout_parents(((key, cost.bytes_unfused) for key, cost in costs.items()), _nonzero)
-    if select is not None:  # before the merge: it joins components of different keys
-        costs = {key: cost for key, cost in costs.items() if select(key)}
-    for key, (cost, layers) in merged(costs, groups, kernels, dropped, ph.training, rates.canonical).items():
+    # One layer of each kind (the rule multiplies by the layers), off the spec's plan (``grid_plan``)
+    dropped, timed = components(spec, ph, p, mla, routing, B, seq, enc, kernels, select, rates.canonical)
+    for key, (cost, layers) in timed.items():
         # Where it does nothing (no FLOPs, no bytes) predict skips its row: no floor either.
         idle = None
         if not _positive(cost.bytes_unfused):
