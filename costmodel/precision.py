@@ -100,6 +100,10 @@ NVFP4_GROUP = 16  # elements along K sharing one E4M3 weight_scale
 NVFP4_SCALE_BYTES = 1  # E4M3
 #: Widths whose scales depend on the checkpoint's weight tensors (their count, their k x n).
 TENSOR_SCALED = (*FP8_CHECKPOINTS, NVFP4)
+#: Widths whose linear layers run off a GEMM table of their own (``timing.block_rates``), and the
+#: tables each reads instead where a GPU has none: block-scaled fp8 per-tensor fp8's; NVFP4 none
+#: (FP4 tensor cores are Blackwell's: elsewhere the roofline, said so).
+OWN_GEMM = {FP8_BLOCK: (FP8,), NVFP4: ()}
 #: The scale grid of a width: (rows of K, columns of N) one scale covers.
 SCALE_BLOCK = {FP8_BLOCK: (BLOCK, BLOCK), NVFP4: (NVFP4_GROUP, 1)}
 #: A GEMM width -> the datasheet peak it runs at: block-scaled fp8 on the fp8 tensor cores (the
