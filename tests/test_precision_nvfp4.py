@@ -154,3 +154,20 @@ def test_an_nvfp4_config_imports_with_one_warning(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["analyze", str(path)])
     assert result.exit_code == 2
     assert "quantization_config: quantised weights are not modelled" in result.output
+
+
+def test_a_serving_step_floor_and_the_checkpoints_wide_parts() -> None:
+    """A step's physics floor at the fastest peak its GEMMs run at (nvfp4's fp4 under bf16
+    activations; a GPU without one keeps --dtype's); at --dtype fp8 an NVFP4 checkpoint's head,
+    embedding and router run off the bf16 tables, as an FP8 checkpoint's; absorbed MLA's kv_b
+    products read the bf16 tables (NVIDIA's FP4 DeepSeek checkpoints leave kv_b unquantised)."""
+    from costmodel.deploy.step import gemm_peak
+    from costmodel.runtime.timing import runs_wide
+
+    b200, h200 = load_hardware("b200"), load_hardware("h200")
+    assert gemm_peak(b200, "bf16", Widths("nvfp4")) == 9.0e15
+    assert gemm_peak(b200, "bf16", Widths("int4")) == gemm_peak(b200, "bf16", Widths()) == 2.25e15
+    assert gemm_peak(h200, "bf16", Widths("nvfp4")) == h200.peak("bf16")
+    assert runs_wide(b200, "fp8", Widths("nvfp4")) and not runs_wide(b200, "bf16", Widths("nvfp4"))
+    tables = load_kernels("b200", "trtllm")
+    assert tables.mla_bmm_table("pre", "nvfp4") is tables.mla_bmm_table("pre", "bf16") is not None

@@ -98,7 +98,7 @@ from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import ErrorBand, Lookup, Reads
 from costmodel.phases import PHASES
-from costmodel.precision import FP8, FP8_CHECKPOINTS, NVFP4, OWN_GEMM, Widths
+from costmodel.precision import FP8, NVFP4, OWN_GEMM, TENSOR_SCALED, Widths
 from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, fused_core, mla_bmm_read
 from costmodel.runtime.fused_moe import experts_share, moe_read, widths_are_measured
 from costmodel.runtime.roofline import roofline
@@ -227,11 +227,11 @@ def layer_count(groups: dict[tuple[str, str | None], int], key: Key) -> int:
 
 
 def runs_wide(hw: Hardware, dtype: str, widths: Widths) -> bool:
-    """Whether the components an FP8 checkpoint holds in bf16 (``analysis.held_wide``: the LM
-    head, embedding, a router) run off `hw`'s bf16 tables: an FP8 checkpoint's weights, per-tensor
-    or block-scaled, at ``--dtype fp8``, and bf16 tables to read (``predict`` and ``step_grid``
-    alike)."""
-    return dtype == FP8 and (widths.weights or dtype) in FP8_CHECKPOINTS and hw.tables_for("bf16")
+    """Whether the components an FP8 or NVFP4 checkpoint holds in bf16 (``analysis.held_wide``: the
+    LM head, embedding, a router) run off `hw`'s bf16 tables: such a checkpoint's weights (fp8
+    per-tensor or block-scaled, nvfp4) at ``--dtype fp8``, and bf16 tables to read (``predict``
+    and ``step_grid`` alike)."""
+    return dtype == FP8 and (widths.weights or dtype) in TENSOR_SCALED and hw.tables_for("bf16")
 
 
 def block_rates(a: Analysis, hw: Hardware, attention: AttentionKernel | None) -> ScalarRates | None:
