@@ -150,6 +150,10 @@ def test_an_nvfp4_config_imports_with_one_warning(tmp_path: Path) -> None:
         "scales a tensor): parameters are counted as elements, their bytes at --dtype; --weights-dtype nvfp4 "
         "holds and times them as the checkpoint does (every linear layer but the LM head and routers; "
         "exclude_modules is not read)"]
+    from costmodel.hf.importer import modelopt_nvfp4
+
+    assert modelopt_nvfp4({"quant_method": "modelopt_fp4", "quant_algo": "NVFP4"})
+    assert not modelopt_nvfp4({**NVFP4_QUANT, "quant_algo": "FP8"})
     path.write_text(json.dumps({**config, "quantization_config": {**NVFP4_QUANT, "group_size": 32}}))
     result = CliRunner().invoke(app, ["analyze", str(path)])
     assert result.exit_code == 2

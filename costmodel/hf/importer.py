@@ -226,9 +226,10 @@ NVFP4_WARNING = ("NVFP4 (E2M1 weights, an E4M3 scale per 16 and two fp32 scales 
 
 def modelopt_nvfp4(quant: dict[str, Any]) -> bool:
     """Whether a config's ``quantization_config`` is NVFP4 as ``precision``'s nvfp4 holds it:
-    ModelOpt's {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}."""
+    ModelOpt's {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16} (vLLM's
+    name for the method, ``modelopt_fp4``, too)."""
     return (quant.get("quant_algo") == "NVFP4" and quant.get("group_size", 16) == 16
-            and quant.get("quant_method", "modelopt") == "modelopt")
+            and quant.get("quant_method", "modelopt") in ("modelopt", "modelopt_fp4"))
 
 
 def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
