@@ -6,7 +6,8 @@ kernels timed on real GPUs with TRT-LLM, vLLM and SGLang (each folder's collecti
 says how). This script reads the wheel (never the aiconfigurator runtime) and writes, per GPU:
 
 - ``gemm.json``: (M x K) @ (K x N) by M, N, K, per dtype (bf16; fp8 where measured; fp8-block,
-  TRT-LLM's 128 x 128 block-scaled fp8 GEMM, ``BLOCK_GEMM``);
+  TRT-LLM's 128 x 128 block-scaled fp8 GEMM, ``BLOCK_GEMM``; nvfp4, TRT-LLM's NVFP4 GEMM,
+  ``NVFP4_GEMM``, where measured: B200);
 - ``attention.json``: fused (flash) attention, prefill (``context_attention``: a causal pass over
   ``seq`` prompt tokens) and decode (``generation_attention``: one token against a cache of
   ``seq`` tokens, the new one included: ``DECODE_SEQ`` says how each collector's ``step`` counts
@@ -64,7 +65,7 @@ PREFIX = "aiconfigurator_core/systems/data/"
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
 #: Their dtype names -> ours.
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8-block",
-          "w4a16_mxfp4": "mxfp4"}
+          "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}
 #: MoE dtypes a serving framework's own tables add: TRT-LLM's MXFP4 experts with bf16 activations
 #: (gpt-oss's checkpoints, ``costmodel.precision``'s mxfp4), measured on Hopper and Blackwell.
 ENGINE_MOE_DTYPES = ("w4a16_mxfp4",)
@@ -76,17 +77,29 @@ ENGINE_MOE_DTYPES = ("w4a16_mxfp4",)
 #: their bands are bench/kernel_validation.py's interpolation (every other point left out).
 BLOCK_GEMM = ("trtllm", "fp8_block")
 ENGINE_BLOCK_MOE_DTYPES = ("fp8_block",)
+#: NVFP4 (NVIDIA's ModelOpt ``*-FP4`` checkpoints: E2M1 weights with an E4M3 scale per 16 along K
+#: and an fp32 scale a tensor, activations quantised to NVFP4 as they run; ``costmodel.precision``'s
+#: nvfp4): TRT-LLM's ``nvfp4`` GEMM (``NVFP4_GEMM``: ``torch_flow``) into ``gemm.json`` and its
+#: ``nvfp4`` MoE (``moe_torch_flow_cutlass``, the kernel with the most rows) into
+#: ``moe.trtllm.json``, measured on B200 alone of the GPUs here (Hopper and Ampere have no FP4 tensor
+#: cores). vLLM's and SGLang's nvfp4 GEMMs (FlashInfer's CuTe DSL kernel) and MoE layers go into the
+#: holdout (``fp4_holdout``): the bands of bench/kernel_validation.py.
+NVFP4_GEMM = ("trtllm", "nvfp4")
+ENGINE_FP4_MOE_DTYPES = ("nvfp4",)
 #: Which kernel of a GEMM collection is the framework's plain dense path, per dtype.
 GEMM_KERNELS = {
     "vllm": {
         "bfloat16": ("torch.nn.functional.linear", "vllm_default"),
         "fp8": ("CutlassFP8ScaledMMLinearKernel",),
+        "nvfp4": ("FlashInferCuteDslNvFp4LinearKernel",),
     },
     "sglang": {
         "bfloat16": ("sglang_torch_linear", "sglang"),
         "fp8": ("sglang_sgl_kernel_fp8_scaled_mm", "sglang"),
+        "nvfp4": ("sglang_flashinfer_cutedsl_nvfp4",),
     },
-    "trtllm": {"bfloat16": ("torch_flow",), "fp8": ("torch_flow",), "fp8_block": ("torch_flow", "deepgemm")},
+    "trtllm": {"bfloat16": ("torch_flow",), "fp8": ("torch_flow",), "fp8_block": ("torch_flow", "deepgemm"),
+               "nvfp4": ("torch_flow",)},
 }
 NCCL_OPS = {
     "all_reduce": "all_reduce",
@@ -534,7 +547,7 @@ def moe_tables(wheel: Wheel, system: str, framework: str = "vllm") -> list[dict[
     .json``) with the configurations older collections add (``merged_moe_rows``), each naming its
     own collection."""
     out = []
-    engine_only = ENGINE_MOE_DTYPES + ENGINE_BLOCK_MOE_DTYPES
+    engine_only = ENGINE_MOE_DTYPES + ENGINE_BLOCK_MOE_DTYPES + ENGINE_FP4_MOE_DTYPES
     for dtype in ("bfloat16", "fp8", *(engine_only if framework != "vllm" else ())):
         if framework == "vllm":
             single = moe_rows(wheel, system, framework, dtype)
@@ -713,13 +726,15 @@ def moe_mla_holdout(
     return out
 
 
-def engine_moe_holdout(wheel: Wheel, system: str, engine: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def engine_moe_holdout(wheel: Wheel, system: str, engine: dict[str, list[dict[str, Any]]],
+                       dtypes: tuple[str, ...] = ENGINE_MOE_DTYPES) -> dict[str, Any]:
     """The other frameworks' measurements of a MoE dtype only a serving framework's own table has
-    (``ENGINE_MOE_DTYPES``: TRT-LLM's w4a16_mxfp4, which vLLM's default table lacks), as holdout
-    points [tokens, hidden, inter, experts, top_k, s], restricted to the shapes both measured: the
-    configurations the framework's table has at EP = TP = 1 and its token counts, at its routing."""
+    (`dtypes`: ``ENGINE_MOE_DTYPES``, TRT-LLM's w4a16_mxfp4, which vLLM's default table lacks), as
+    holdout points [tokens, hidden, inter, experts, top_k, s], restricted to the shapes both
+    measured: the configurations the framework's table has at EP = TP = 1 and its token counts, at
+    its routing."""
     out: dict[str, Any] = {}
-    ours = {DTYPES[d]: d for d in ENGINE_MOE_DTYPES}
+    ours = {DTYPES[d]: d for d in dtypes}
     for framework, tables in engine.items():
         for t in tables:
             if t["dtype"] not in ours:
@@ -738,6 +753,22 @@ def engine_moe_holdout(wheel: Wheel, system: str, engine: dict[str, list[dict[st
     return out
 
 
+def fp4_holdout(wheel: Wheel, system: str, engine: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """vLLM's and SGLang's NVFP4 GEMMs (``gemm/nvfp4``, thinned as ``holdout``'s) and MoE layers
+    (``moe/nvfp4``, at the shapes TRT-LLM's table measured: ``engine_moe_holdout``): the other
+    frameworks against TRT-LLM's nvfp4 tables (``NVFP4_GEMM``, ``ENGINE_FP4_MOE_DTYPES``)."""
+    out: dict[str, Any] = {}
+    for framework in ("vllm", "sglang"):
+        got = gemm_rows(wheel, system, framework, NVFP4_GEMM[1])
+        if got:
+            points, source = got
+            keep = sorted(points)[:: max(1, len(points) // 400)]
+            out.setdefault(f"gemm/{DTYPES[NVFP4_GEMM[1]]}", []).append(
+                {"source": source, "points": [[*s, _round(points[s])] for s in keep]}
+            )
+    return {**out, **engine_moe_holdout(wheel, system, engine, ENGINE_FP4_MOE_DTYPES)}
+
+
 def build(wheel: Wheel, profile: str, system: str) -> None:
     folder = OUT / profile
     folder.mkdir(parents=True, exist_ok=True)
@@ -750,6 +781,9 @@ def build(wheel: Wheel, profile: str, system: str) -> None:
     block = gemm_rows(wheel, system, *BLOCK_GEMM)
     if block:
         gemms.append(gemm_table(*block, BLOCK_GEMM[1]))
+    fp4 = gemm_rows(wheel, system, *NVFP4_GEMM)
+    if fp4:
+        gemms.append(gemm_table(*fp4, NVFP4_GEMM[1]))
     _write(folder / "gemm.json", {**header, "op": "gemm", "tables": gemms})
     attention: dict[str, Any] = {**header, "op": "attention"}
     for phase in ("prefill", "decode"):
@@ -772,7 +806,8 @@ def build(wheel: Wheel, profile: str, system: str) -> None:
         _write(folder / "mla.json", {**header, "op": "mla", **mla})
     engine = {framework: moe_tables(wheel, system, framework) for framework in ENGINE_FRAMEWORKS}
     sets = {**holdout(wheel, system, "vllm"), **moe_mla_holdout(wheel, system, mla_framework, moe),
-            **engine_moe_holdout(wheel, system, engine), **mla_bmm_holdout(wheel, system, "trtllm")}
+            **engine_moe_holdout(wheel, system, engine), **mla_bmm_holdout(wheel, system, "trtllm"),
+            **fp4_holdout(wheel, system, engine)}
     _write(folder / "holdout.json", {**header, "op": "holdout", "primary": "vllm", "sets": sets})
     for framework in ENGINE_FRAMEWORKS:
         build_framework(wheel, folder, header, system, framework, mla_framework, engine[framework])

@@ -17,12 +17,17 @@ cells) and measured_serving.json (TensorRT-LLM v0.14 online serving, MLPerf v4.1
   them (``costmodel.precision``: the LM head, embedding and router in bf16, read off the bf16
   tables), fp16 the bf16 ones; DeepSeek R1's and Qwen3's own block-scaled FP8 checkpoints
   (``BLOCK_FP8``) at ``--weights-dtype fp8-block``, their linear layers off TRT-LLM's fp8_block GEMM
-  table and their experts off its fp8_block MoE table; gpt-oss's MXFP4
+  table and their experts off its fp8_block MoE table; NVIDIA's ModelOpt NVFP4 checkpoints (the
+  page's fp4 cells on B200 but gpt-oss's) at ``--weights-dtype nvfp4`` with bf16 activations, their
+  linear layers off TRT-LLM's nvfp4 GEMM table at the fp4 peak and their experts off its nvfp4 MoE
+  table; gpt-oss's MXFP4
   checkpoints (``MXFP4``) their experts at ``--weights-dtype mxfp4`` off TRT-LLM's w4a16_mxfp4
   MoE table, the rest at bf16, whatever precision column the page lists them under; the KV cache as the
   cell says, ``auto`` as the checkpoint holds it: fp8 for NVIDIA's ModelOpt ``*-FP8`` checkpoints
-  (Llama 3.x, Llama 4, Mistral: their ``kv_cache_quant_algo`` is FP8), the activation dtype
-  (bf16) for checkpoints without a KV quantization (Qwen3's own FP8, GPT-OSS's MXFP4);
+  (Llama 3.x, Llama 4, Mistral: their ``kv_cache_quant_algo`` is FP8) and ``*-FP4`` ones (assumed:
+  ModelOpt's hf_ptq.py exports an fp8 cache by default; not read off each checkpoint), the
+  activation dtype (bf16) for checkpoints without a KV quantization (Qwen3's own FP8, GPT-OSS's
+  MXFP4);
 - throughput cells (trtllm-bench, max throughput): max batch and max num tokens as the cell
   gives them, else trtllm-bench's heuristic (``benchmark.trtllm_bench_settings``) at the KV
   fraction the run defaults to (0.95 at v0.17's engine build, 0.90 at run time); TensorRT-LLM's
@@ -68,6 +73,23 @@ MXFP4 = ("gpt-oss-120b", "gpt-oss-20b")
 #: "weight_block_size": [128, 128]}: deepseek-ai/DeepSeek-R1-0528, Qwen/Qwen3-235B-A22B-FP8; the
 #: cells' notes say so): read at --weights-dtype fp8-block (``costmodel.precision``).
 BLOCK_FP8 = ("deepseek-v3", "qwen3-235b-a22b")
+#: The page's fp4 cells are NVIDIA's ModelOpt NVFP4 checkpoints (nvidia/*-FP4; "Models quantized with
+#: ModelOpt", the page's how_measured), read at --weights-dtype nvfp4 with bf16 activations; gpt-oss's
+#: fp4 cells are its own MXFP4 checkpoint (``MXFP4``). DeepSeek R1's NVIDIA FP4 checkpoints leave
+#: attention's projections unquantised but for wo in the -v2 revision (``costmodel.precision``):
+#: read here at nvfp4 like the rest, which holds attention 4x narrower than the checkpoint does; with
+#: its fp8 cache at --dtype fp8 (a latent cache is held at the activations' width, as its fp8 cells),
+#: the LM head, embedding and router off the bf16 tables (``timing.runs_wide``).
+NVFP4 = "nvfp4"
+#: gpt-oss's fp4 cells (B200, GB200): TensorRT-LLM runs the MXFP4 experts on Blackwell with MXFP8
+#: activations (aiconfigurator's b200 ``w4a8_mxfp4_mxfp8`` rows, 4-6x faster than ``w4a16_mxfp4``
+#: there: 0.28 against 1.19 ms for gpt-oss-120b's experts at 256 tokens), a kernel no width here reads.
+BLACKWELL_MXFP4 = ("gpt-oss on Blackwell: TensorRT-LLM's MXFP4 experts with MXFP8 activations "
+                   "(w4a8_mxfp4_mxfp8) have no width here; read at w4a16_mxfp4 the cells come out "
+                   "half as fast")
+#: trtllm-bench's bytes per parameter by quantisation (tensorrt_llm/bench/build/tuning.py
+#: BYTES_PER_ELEM: NO_QUANT 2.0, FP8 1.0, FP8_BLOCK_SCALES 1.0, NVFP4 0.5).
+BENCH_BYTES = {"fp8": 1.0, "fp4": 0.5}
 RUN_FRACTION = 0.90  # trtllm-bench throughput --kv_cache_free_gpu_mem_fraction's default
 BUILD_FRACTION = 0.95  # calc_engine_setting's default, which v0.17's engine build kept
 TRTLLM = ENGINES["trtllm"]  # `deploy --engine trtllm`: pages of 32, the free-memory rule, XQA's fp8 cache,
@@ -147,12 +169,18 @@ def setup(cell: dict[str, Any]) -> Setup:
         tp, ep = 1, gpus  # DEPn: n attention replicas of one GPU, experts over the n
     weights = cell["weights"]
     mxfp4 = cell["spec"] in MXFP4  # the checkpoint's experts, whatever the page's precision column
+    if mxfp4 and weights == "fp4":
+        raise AnalysisError(BLACKWELL_MXFP4)
     dtype = "fp8" if weights == "fp8" and not mxfp4 else "bf16"
     kv = cell.get("kv_dtype") or "auto"
+    nvfp4 = weights == "fp4" and not mxfp4
     if kv == "auto":
-        kv = "bf16" if (cell["spec"] in NO_KV_QUANT or weights != "fp8") else "fp8"
+        kv = "fp8" if nvfp4 else "bf16" if (cell["spec"] in NO_KV_QUANT or weights != "fp8") else "fp8"
     kv = "bf16" if kv in ("fp16", "bf16") else kv
-    held = "mxfp4" if mxfp4 else "fp8-block" if weights == "fp8" and cell["spec"] in BLOCK_FP8 else None
+    if nvfp4 and kv == "fp8" and spec.mla is not None:
+        dtype = "fp8"  # DeepSeek R1 FP4's fp8 latent cache: at the activations' width
+    held = ("mxfp4" if mxfp4 else NVFP4 if nvfp4
+            else "fp8-block" if weights == "fp8" and cell["spec"] in BLOCK_FP8 else None)
     widths = Widths(held, None if kv == dtype else kv)
     hw = cl.hardware
     shard = Shard(spec, tp, ep, dtype, widths, KERNELS[default_kernels(hw, "serve")], default_mla(hw),
@@ -175,7 +203,7 @@ def setup(cell: dict[str, Any]) -> Setup:
         v017 = cell.get("release") == "v0.17"
         params = _params(spec)
         batch, tokens = trtllm_bench_settings(
-            spec, params, int(cell["tp"]), 1, isl, osl, 1.0 if weights == "fp8" else 2.0,
+            spec, params, int(cell["tp"]), 1, isl, osl, BENCH_BYTES.get(weights, 2.0),
             1.0 if kv == "fp8" else 2.0, hw.memory_bytes, BUILD_FRACTION if v017 else RUN_FRACTION,
             gib_params=not v017)
         how = "trtllm-bench heuristic"

@@ -23,12 +23,11 @@ from costmodel.phases import PHASES, QUANTITIES, Phase
 from costmodel.precision import (
     DEFAULT_GROUP,
     FP8,
-    FP8_CHECKPOINTS,
     INT_BITS,
+    TENSOR_SCALED,
     Widths,
-    blocks_of,
-    linears_of,
     quantises,
+    tensor_scales,
     weight_bytes_of,
 )
 from costmodel.spec import ActiveConvention, Position, Spec
@@ -378,11 +377,11 @@ def held_wide(key: Key) -> bool:
 def checkpoint_tensors(spec: Spec, costs: dict[Key, Cost], held_as: str, mla: str,
                        naive: Callable[[], dict[Key, Cost]]) -> dict[Key, Cost]:
     """The tree whose GEMMs are the checkpoint's weight tensors, where the tensor count matters
-    (fp8's per-tensor scales, ``precision.linears_of``; fp8-block's 128 x 128 blocks,
-    ``precision.blocks_of``): latent attention's naive form (`naive` builds it), since the absorbed
-    forms multiply by kv_b's slices a head at a time and the checkpoint holds kv_b whole; `costs`
-    itself otherwise."""
-    return naive() if held_as in FP8_CHECKPOINTS and mla != "naive" and spec.mla is not None else costs
+    (fp8's and nvfp4's per-tensor scales, ``precision.linears_of``; fp8-block's 128 x 128 blocks
+    and nvfp4's 16-element groups, ``precision.blocks_of``): latent attention's naive form (`naive`
+    builds it), since the absorbed forms multiply by kv_b's slices a head at a time and the
+    checkpoint holds kv_b whole; `costs` itself otherwise."""
+    return naive() if held_as in TENSOR_SCALED and mla != "naive" and spec.mla is not None else costs
 
 
 def _at_weight_width(costs: dict[Key, Cost], held_as: str, group_size: int, p: int,
@@ -404,8 +403,7 @@ def _at_weight_width(costs: dict[Key, Cost], held_as: str, group_size: int, p: i
         gemms = tensors.get(key, c).gemms
         held = weight_bytes_of(params, matrices, held_as, p, group_size, lm_head=key.is_lm_head,
                                routed_expert=key.routed_expert, router=key.is_router,
-                               linears=linears_of(matrices, gemms, count),
-                               blocks=blocks_of(matrices, gemms, count))
+                               **tensor_scales(matrices, gemms, held_as, count))
         total += held
         share = Fraction(held, p * params)
         read = c.weights_read * share

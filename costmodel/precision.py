@@ -1,6 +1,6 @@
 """Inference precision beside the activations' dtype: the weights' (a float width, an FP8
-checkpoint's per-tensor or 128 x 128 block-scaled fp8, int8/int4 weight-only quantisation with group
-scales, MXFP4 experts) and the KV cache's.
+checkpoint's per-tensor or 128 x 128 block-scaled fp8, NVIDIA's NVFP4, int8/int4 weight-only
+quantisation with group scales, MXFP4 experts) and the KV cache's.
 
 One rule for every command: ``memory`` holds the weights and the cache at these widths, and
 ``analyze``/``inference`` read and write them at these widths (bytes, roofline and calibrated
@@ -36,6 +36,26 @@ recipe), so these are inference options.
   ``mlp.gate`` and the norms in ``modules_to_not_convert`` (Qwen/Qwen3-30B-A3B-FP8's config.json, as
   quoted in vllm-project/llm-compressor issue #1758). The router's fp32 score bias of DeepSeek-V3
   (256 values a layer) is not in the spec and not counted.
+- nvfp4 holds what NVIDIA's ModelOpt NVFP4 checkpoints hold (``nvidia/*-FP4``: hf_quant_config.json
+  {"quant_algo": "NVFP4", "group_size": 16}): the matrices fp8 quantises (every linear layer's but
+  the LM head's and the router's: ModelOpt's ``NVFP4_DEFAULT_CFG``, ``modelopt/torch/quantization/
+  config.py``: weight and input quantizers of ``num_bits`` (2, 1), ``block_sizes`` {-1: 16,
+  ``scale_bits`` (4, 3)}, and fp8's ``_default_disabled_quantizer_cfg``) in 4-bit E2M1, two to a
+  byte, each 16 consecutive elements along a row's input dimension (K) sharing one FP8 E4M3
+  ``weight_scale``, so a k x n tensor holds k x n / 2 bytes and n x ceil(k / 16) scale bytes, plus
+  one fp32 ``weight_scale_2`` (the per-tensor second level) and one fp32 ``input_scale`` (the
+  activations' per-tensor scale): 8 bytes a tensor, as fp8's pair. 4 + 8/16 = 4.5 bits an element
+  before the per-tensor pair. The format: NVIDIA, "Introducing NVFP4 for Efficient and Accurate
+  Low-Precision Inference" (NVIDIA technical blog, 2025: E2M1 elements, an E4M3 scale per 16-value
+  micro-block, an FP32 per-tensor scale); the checkpoint layout (``weight`` U8 [n, k/2],
+  ``weight_scale`` F8_E4M3 [n, k/16], ``weight_scale_2`` F32, ``input_scale`` F32): ModelOpt's
+  export (NVIDIA/TensorRT-Model-Optimizer, ``modelopt/torch/export``; also NeMo AutoModel's NVFP4
+  utilities, which document the same layout). Activations run at ``--dtype`` between the GEMMs (each
+  quantised linear layer quantises its input to NVFP4 inside the kernel the tables time). NVIDIA's
+  DeepSeek R1 FP4 checkpoints leave attention's projections unquantised (ModelOpt's
+  ``NVFP4_MLP_ONLY_CFG`` quantises ``*mlp*`` alone; "Compared to nvidia/DeepSeek-R1-0528-FP4, this
+  checkpoint additionally quantizes the wo module in attention layers": the -v2 model card); that is
+  a checkpoint's choice, not the width's: bench/serving_validation.py says how it reads those cells.
 - What a quantised width leaves unquantised is held at the activations' width, 16 bits where the
   activations are fp8 (``--dtype fp8`` is the matmuls' width: no checkpoint holds an embedding, a
   norm or a bias in fp8).
@@ -67,7 +87,7 @@ from costmodel.symbols import DTYPE_BYTES
 if TYPE_CHECKING:  # precision loads no pydantic of its own
     from costmodel.spec import Spec
 
-WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "fp8-block", "int8", "int4", "mxfp4")
+WEIGHT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "fp8-block", "nvfp4", "int8", "int4", "mxfp4")
 FLOAT_WIDTHS = ("fp32", "bf16", "fp16")  # every parameter at the width
 FP8 = "fp8"
 FP8_SCALES = 2 * 4  # ModelOpt's fp32 weight_scale and input_scale, a quantised matrix each
@@ -75,9 +95,21 @@ FP8_BLOCK = "fp8-block"
 FP8_CHECKPOINTS = (FP8, FP8_BLOCK)  # the matrices at 1 byte, the LM head and router left wide
 BLOCK = 128  # weight_block_size: [128, 128]
 BLOCK_SCALE_BYTES = 4  # an fp32 weight_scale_inv a block
+NVFP4 = "nvfp4"
+NVFP4_GROUP = 16  # elements along K sharing one E4M3 weight_scale
+NVFP4_SCALE_BYTES = 1  # E4M3
+#: Widths whose scales depend on the checkpoint's weight tensors (their count, their k x n).
+TENSOR_SCALED = (*FP8_CHECKPOINTS, NVFP4)
+#: Widths whose linear layers run off a GEMM table of their own (``timing.block_rates``), and the
+#: tables each reads instead where a GPU has none: block-scaled fp8 per-tensor fp8's; NVFP4 none
+#: (FP4 tensor cores are Blackwell's: elsewhere the roofline, said so).
+OWN_GEMM = {FP8_BLOCK: (FP8,), NVFP4: ()}
+#: The scale grid of a width: (rows of K, columns of N) one scale covers.
+SCALE_BLOCK = {FP8_BLOCK: (BLOCK, BLOCK), NVFP4: (NVFP4_GROUP, 1)}
 #: A GEMM width -> the datasheet peak it runs at: block-scaled fp8 on the fp8 tensor cores (the
-#: scales are applied in the kernel's epilogue per 128-deep slice of K: DeepGEMM, TRT-LLM).
-PEAK_OF = {FP8_BLOCK: FP8}
+#: scales are applied in the kernel's epilogue per 128-deep slice of K: DeepGEMM, TRT-LLM); NVFP4
+#: on the FP4 tensor cores (Blackwell's block-scaled MMA reads the E4M3 scales itself).
+PEAK_OF = {FP8_BLOCK: FP8, NVFP4: "fp4"}
 HELD_MIN = 2  # bytes: what a checkpoint leaves unquantised is 16-bit at the narrowest
 SCALE_BYTES = 2  # an fp16 scale per quantisation group
 DEFAULT_GROUP = 128
@@ -92,8 +124,9 @@ EXPERTS_ONLY = frozenset(MX_BITS)  # widths that hold the routed experts alone
 def quantises(weights_dtype: str, *, lm_head: bool, routed_expert: bool, router: bool = False) -> bool:
     """Whether `weights_dtype` holds a component's matrices below the activations' width: fp8 and
     fp8-block every linear layer's but the LM head's and the router's (ModelOpt; DeepSeek-V3's and
-    Qwen3's own), int8/int4 every linear layer's but the LM head's, mxfp4 the routed experts' alone."""
-    if weights_dtype in FP8_CHECKPOINTS:
+    Qwen3's own), nvfp4 the same (ModelOpt's NVFP4), int8/int4 every linear layer's but the LM
+    head's, mxfp4 the routed experts' alone."""
+    if weights_dtype in TENSOR_SCALED:
         return not (lm_head or router)
     if weights_dtype in INT_BITS:
         return not lm_head
@@ -104,9 +137,9 @@ def weight_bytes_of(params: int, matrices: int, weights_dtype: str, p: int, grou
                     lm_head: bool = False, routed_expert: bool = False, router: bool = False,
                     linears: int = 1, blocks: int = 0) -> int:
     """Bytes of one component's `params` weights, `matrices` of them linear layers' matrices in
-    `linears` tensors (fp8's per-tensor scales; ``linears_of``) of `blocks` 128 x 128 blocks in all
-    (fp8-block's scales; ``blocks_of``) (`lm_head`, `routed_expert`, `router`: what the component
-    is, ``quantises``)."""
+    `linears` tensors (fp8's and nvfp4's per-tensor scales; ``linears_of``) of `blocks` scale blocks
+    in all (fp8-block's 128 x 128, nvfp4's 16 along K; ``blocks_of``) (`lm_head`, `routed_expert`,
+    `router`: what the component is, ``quantises``)."""
     if weights_dtype in FLOAT_WIDTHS:
         return params * DTYPE_BYTES[weights_dtype]
     quantised = matrices if quantises(weights_dtype, lm_head=lm_head, routed_expert=routed_expert,
@@ -116,6 +149,9 @@ def weight_bytes_of(params: int, matrices: int, weights_dtype: str, p: int, grou
         return quantised + (linears * FP8_SCALES if quantised else 0) + rest
     if weights_dtype == FP8_BLOCK:
         return quantised + (blocks * BLOCK_SCALE_BYTES if quantised else 0) + rest
+    if weights_dtype == NVFP4:
+        scales = blocks * NVFP4_SCALE_BYTES + linears * FP8_SCALES if quantised else 0
+        return -(-quantised // 2) + scales + rest
     if weights_dtype in MX_BITS:
         scales = -(-quantised // MX_BLOCK) * MX_SCALE_BYTES
         return quantised * MX_BITS[weights_dtype] // 8 + scales + rest
@@ -134,15 +170,32 @@ def linears_of(matrices: int, gemms: Iterable[tuple[Any, ...]], count: Callable[
     return 1
 
 
-def blocks_of(matrices: int, gemms: Iterable[tuple[Any, ...]], count: Callable[[Any], int] = int) -> int:
-    """How many 128 x 128 blocks a component's `matrices` weights are scaled by: ceil(k / 128) x
-    ceil(n / 128) for each of its weight tensors (``linears_of``'s, of the first (k, n) that divides
-    them); else, no tensor shape known, ceil(matrices / 128^2), the fewest blocks they could be."""
+def blocks_of(matrices: int, gemms: Iterable[tuple[Any, ...]], count: Callable[[Any], int] = int,
+              block: tuple[int, int] = (BLOCK, BLOCK)) -> int:
+    """How many `block`s (rows of K, columns of N: ``SCALE_BLOCK``; 128 x 128 by default) a
+    component's `matrices` weights are scaled by: ceil(k / bk) x ceil(n / bn) for each of its weight
+    tensors (``linears_of``'s, of the first (k, n) that divides them); else, no tensor shape known,
+    ceil(matrices / (bk bn)), the fewest blocks they could be."""
+    bk, bn = block
     for *_, k, n in gemms:
         k, n = count(k), count(n)
         if k * n and matrices % (k * n) == 0:
-            return max(1, matrices // (k * n)) * -(-k // BLOCK) * -(-n // BLOCK)
-    return -(-matrices // (BLOCK * BLOCK))
+            return max(1, matrices // (k * n)) * -(-k // bk) * -(-n // bn)
+    return -(-matrices // (bk * bn))
+
+
+def scale_block(weights_dtype: str) -> tuple[int, int]:
+    """The (K, N) extent one scale of `weights_dtype` covers (``SCALE_BLOCK``), 128 x 128 otherwise."""
+    return SCALE_BLOCK.get(weights_dtype, (BLOCK, BLOCK))
+
+
+def tensor_scales(matrices: int, gemms: Iterable[tuple[Any, ...]], weights_dtype: str,
+                  count: Callable[[Any], int] = int) -> dict[str, int]:
+    """``weight_bytes_of``'s `linears` and `blocks` of a component's `matrices` weights held at
+    `weights_dtype` (``linears_of``; ``blocks_of`` at the width's ``scale_block``)."""
+    gemms = tuple(gemms)
+    return {"linears": linears_of(matrices, gemms, count),
+            "blocks": blocks_of(matrices, gemms, count, scale_block(weights_dtype))}
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def test_the_subset_is_held_within_its_figures() -> None:
     results = [sv.check(c) for c in cells]
     assert all(r.run is not None for r in results), [r.why for r in results if r.run is None]
     errors = [abs(r.error) for r in results]
-    assert statistics.median(errors) <= 0.08  # 6.9% when written
+    assert statistics.median(errors) <= 0.085  # 6.9% when written; 8.0% with B200's 3 NVFP4 cells
     assert max(errors) <= 0.25  # 22.3% (llama-3-70b a100-80gb TP2 1000/1000) when written
 
 
@@ -60,7 +60,7 @@ def test_trtllm_bench_heuristic_by_hand() -> None:
     assert trtllm_bench_settings(spec, 8_030_261_248, 1, 1, 5000, 500, 1.0, 1.0, 141e9, 0.90)[1] == 5000 + 384
 
 
-@pytest.mark.parametrize("why", ["NVFP4", "no bundled spec"])
+@pytest.mark.parametrize("why", ["GB200", "no bundled spec"])
 def test_cells_left_out_say_why(why: str) -> None:
     cells = sv.load("trtllm_perf_overview.json")
     cell = next(c for c in cells if why in str(c.get("validation_skip")) or (why == "no bundled spec"

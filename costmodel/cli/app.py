@@ -240,10 +240,12 @@ GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help=GPUS_HELP)]
 GLOBAL_BATCH_HELP = "Sequences per step."
 GlobalBatchOpt = Annotated[int, typer.Option("--global-batch", "-G", help=GLOBAL_BATCH_HELP)]
 WeightsDtypeOpt = Annotated[Optional[str], typer.Option(
-    "--weights-dtype", help="Inference weights: fp32, bf16, fp16, fp8, fp8-block, int8, int4, mxfp4 (fp8: as "
-    "FP8 checkpoints hold them, the linear layers at 1 byte with per-tensor fp32 scales, the LM head, router "
-    "and embeddings at 16 bits; fp8-block: as DeepSeek-V3's and Qwen3's FP8 checkpoints, the same with an "
-    "fp32 scale per 128 x 128 block of each weight, timed off the fp8_block GEMM and MoE tables; "
+    "--weights-dtype", help="Inference weights: fp32, bf16, fp16, fp8, fp8-block, nvfp4, int8, int4, mxfp4 "
+    "(fp8: as FP8 checkpoints hold them, the linear layers at 1 byte with per-tensor fp32 scales, the LM "
+    "head, router and embeddings at 16 bits; fp8-block: as DeepSeek-V3's and Qwen3's FP8 checkpoints, the "
+    "same with an fp32 scale per 128 x 128 block of each weight, timed off the fp8_block GEMM and MoE "
+    "tables; nvfp4: as NVIDIA's NVFP4 checkpoints, the same layers in 4-bit E2M1 with an E4M3 scale per 16 "
+    "and two fp32 scales a tensor, timed off the nvfp4 GEMM and MoE tables (Blackwell); "
     "int8/int4: weight-only quantisation of the linear layers, an fp16 scale "
     "per --group-size weights, the LM head left at --dtype; mxfp4: a mixture of experts' routed experts "
     "alone, 4.25 bits, as gpt-oss's checkpoints). "

@@ -60,6 +60,7 @@ RecomputeOpt = Annotated[Optional[str], typer.Option(
 WeightsOpt = Annotated[Optional[str], typer.Option(
     "--weights-dtype", help=f"Inference weights: {', '.join(WEIGHT_DTYPES)} (fp8: an FP8 checkpoint's "
     "linear layers, head and router at 16 bits; fp8-block: the same with an fp32 scale per 128 x 128 block; "
+    "nvfp4: the same layers in 4-bit E2M1, an E4M3 scale per 16; "
     "int8/int4: weight-only, fp16 scale per group; mxfp4: the "
     "routed experts alone). Default: --dtype.")]
 ActOpt = Annotated[Optional[str], typer.Option(

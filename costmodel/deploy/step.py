@@ -213,8 +213,16 @@ def step_times(shard: Shard, cluster: Cluster, top: int, context: float, prompts
         grid, _zero_first(body), _zero_first(head), comm_times(shard, cluster, grid),
         _zero_first(core_decode), context, prompts, core_prefill,
         float(one_token.bytes_weights), float(shard.analyze("prefill", 1, 16).total().kv_cache) / 16,
-        float(sum(r.flops for r in one_token.rows if _body(r.key))), hw.peak(shard.dtype),
+        float(sum(r.flops for r in one_token.rows if _body(r.key))), gemm_peak(hw, shard.dtype, shard.widths),
         hw.memory_bandwidth, bool(hw.tables_for(shard.dtype)) and not shard.widths.differs(shard.dtype))
+
+
+def gemm_peak(hw: Hardware, dtype: str, widths: Widths) -> float:
+    """The fastest peak a step's GEMMs run at, the physics floor's: `dtype`'s, or the weights' where
+    their width has a peak of its own and a higher one (nvfp4's linear layers at the fp4 peak under
+    bf16 activations: ``timing.block_rates``)."""
+    held = widths.weights
+    return max(hw.peak(dtype), hw.peak(held) if held and hw.has_peak(held) else 0.0)
 
 
 def _zero_first(values: np.ndarray) -> np.ndarray:

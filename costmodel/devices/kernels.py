@@ -474,8 +474,10 @@ class KernelTables:
 
     def mla_bmm_table(self, op: str, dtype: str) -> MLABmmTable | None:
         """Absorbed MLA's product `op` (``pre``, ``post``) measured at `dtype` (fp16 reads bf16's,
-        fp8-block fp8's: TensorRT-LLM's fp8 products are block-scaled); None where not measured."""
-        dtype = {"fp16": "bf16", "fp8-block": "fp8"}.get(dtype, dtype)
+        fp8-block fp8's: TensorRT-LLM's fp8 products are block-scaled; nvfp4 bf16's: NVIDIA's FP4
+        DeepSeek checkpoints leave kv_b unquantised, ``costmodel.precision``); None where not
+        measured."""
+        dtype = {"fp16": "bf16", "fp8-block": "fp8", "nvfp4": "bf16"}.get(dtype, dtype)
         return self.mla_bmm_tables.get((op, dtype))
 
     def mla_bmm(self, op: str, dtype: str, heads: float, tokens: float) -> Lookup | None:

@@ -216,6 +216,22 @@ def block_scaled_fp8(quant: dict[str, Any]) -> bool:
             and quant.get("fmt", "e4m3") == "e4m3")
 
 
+#: The warning of an NVFP4 checkpoint's config (NVIDIA's ModelOpt ``*-FP4``): the architecture,
+#: its width one option away; which modules the checkpoint leaves out is not read.
+NVFP4_WARNING = ("NVFP4 (E2M1 weights, an E4M3 scale per 16 and two fp32 scales a tensor): parameters are "
+                 "counted as elements, their bytes at --dtype; --weights-dtype nvfp4 holds and times them as "
+                 "the checkpoint does (every linear layer but the LM head and routers; exclude_modules is "
+                 "not read)")
+
+
+def modelopt_nvfp4(quant: dict[str, Any]) -> bool:
+    """Whether a config's ``quantization_config`` is NVFP4 as ``precision``'s nvfp4 holds it:
+    ModelOpt's {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16} (vLLM's
+    name for the method, ``modelopt_fp4``, too)."""
+    return (quant.get("quant_algo") == "NVFP4" and quant.get("group_size", 16) == 16
+            and quant.get("quant_method", "modelopt") in ("modelopt", "modelopt_fp4"))
+
+
 def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
     """Fields every PretrainedConfig carries that would change a cost when set."""
     quant = c.data.get("quantization_config")
@@ -224,6 +240,8 @@ def _check_common(c: Config, family: Family, warnings: list[str]) -> None:
         warnings.append(f"warning: {c.origin}: quantization_config: {method}: {family.quantized[method]}")
     elif isinstance(quant, dict) and block_scaled_fp8(quant):
         warnings.append(f"warning: {c.origin}: quantization_config: {BLOCK_FP8_WARNING}")
+    elif isinstance(quant, dict) and modelopt_nvfp4(quant):
+        warnings.append(f"warning: {c.origin}: quantization_config: {NVFP4_WARNING}")
     elif quant:
         c.problems.append("quantization_config: quantised weights are not modelled (the element type is "
                           "--dtype); "

@@ -14,7 +14,7 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import MLA_BMM_OPS, Grid, KernelTables, MLABmmTable, framework_op
-from costmodel.precision import EXPERTS_ONLY, FP8_BLOCK
+from costmodel.precision import EXPERTS_ONLY, OWN_GEMM
 from costmodel.spec import Spec
 
 if TYPE_CHECKING:  # numpy is the sweeps' (``grid_times``), never analyze's
@@ -41,7 +41,7 @@ class AttentionKernel:
     tables: KernelTables
     phase: Literal["prefill", "decode"]
     kv_dtype: str
-    # routed experts held at their own width (mxfp4, fp8-block): the MoE table's
+    # routed experts held at their own width (mxfp4, fp8-block, nvfp4): the MoE table's
     experts_dtype: str | None = None
 
 
@@ -49,7 +49,7 @@ def attention_kernel(a: Analysis, hw: Hardware) -> AttentionKernel | None:
     tables = hw.kernel_tables()
     if tables is None or a.phase not in ("prefill", "decode"):
         return None
-    experts = a.weights_dtype if a.weights_dtype in (*EXPERTS_ONLY, FP8_BLOCK) else None
+    experts = a.weights_dtype if a.weights_dtype in (*EXPERTS_ONLY, *OWN_GEMM) else None
     return AttentionKernel(tables, "prefill" if a.phase == "prefill" else "decode", a.kv_dtype, experts)
 
 

@@ -12,7 +12,9 @@ a dtype not measured, no MoE tables) the products are timed as before. Routed ex
 their own width (mxfp4, ``costmodel.precision``) read the table measured at it (TensorRT-LLM's
 ``w4a16_mxfp4``: ``moe/mxfp4@trtllm``); block-scaled fp8 experts (fp8-block) TensorRT-LLM's
 ``fp8_block`` (``moe/fp8-block@trtllm``), and where a GPU or framework has none, the per-tensor fp8
-table, said so (``MoERead.fallback``, among the op classes read past the tables).
+table, said so (``MoERead.fallback``, among the op classes read past the tables); NVFP4 experts
+(nvfp4) TensorRT-LLM's ``nvfp4`` (``moe/nvfp4@trtllm``), where none the products off the nvfp4 GEMM
+table.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import Grid, moe_scaling
-from costmodel.precision import EXPERTS_ONLY, FP8, FP8_BLOCK
+from costmodel.precision import EXPERTS_ONLY, FP8, FP8_BLOCK, OWN_GEMM
 from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, cache_is_measured
 from costmodel.spec import Spec
 
@@ -73,10 +75,11 @@ def widths_are_measured(a: Analysis, hw: Hardware, flash: bool) -> bool:
     that the GEMM tables (measured at the activations' width) still time everything else: the
     cache by flash attention's tables (``fused_attention.cache_is_measured``), experts-only
     weights (mxfp4) by a MoE table at their width that the routed experts read, block-scaled fp8
-    weights by the fp8-block GEMM table (or per-tensor fp8's, said so: ``timing.block_rates``)."""
+    weights by the fp8-block GEMM table (or per-tensor fp8's, said so: ``timing.block_rates``),
+    NVFP4 weights by the nvfp4 GEMM table."""
     dtype = a.dtype
-    if a.weights_dtype == FP8_BLOCK:
-        if not (hw.tables_for(FP8_BLOCK) or hw.tables_for(FP8)):
+    if a.weights_dtype in OWN_GEMM:
+        if not any(hw.tables_for(d) for d in (a.weights_dtype, *OWN_GEMM[a.weights_dtype])):
             return False
     elif a.weights_dtype != dtype:
         kernel = attention_kernel(a, hw)

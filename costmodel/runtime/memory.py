@@ -39,7 +39,7 @@ from costmodel.components.key import Key, Role
 from costmodel.components.mla import Convention
 from costmodel.cost import Cost, Num
 from costmodel.phases import PHASES
-from costmodel.precision import DEFAULT_GROUP, Widths, blocks_of, linears_of, weight_bytes_of
+from costmodel.precision import DEFAULT_GROUP, Widths, tensor_scales, weight_bytes_of
 from costmodel.spec import LayerKind, Position, Spec
 from costmodel.symbols import DTYPE_BYTES, MASK_BYTES
 
@@ -436,9 +436,9 @@ def _span(shape: dict[str, int], key: Key) -> int:
 def weight_bytes(costs: dict[Key, Cost], weights_dtype: str, p: int, group_size: int,
                  tensors: dict[Key, Cost]) -> dict[Key, int]:
     """Inference weights by component (``precision``'s rule; ``analysis.checkpoint_tensors``)."""
-    return {k: weight_bytes_of(int(c.params), m := int(c.matrices), weights_dtype, p, group_size,
+    return {k: weight_bytes_of(int(c.params), int(c.matrices), weights_dtype, p, group_size,
                                lm_head=k.is_lm_head, routed_expert=k.routed_expert, router=k.is_router,
-                               linears=linears_of(m, g := tensors.get(k, c).gemms), blocks=blocks_of(m, g))
+                               **tensor_scales(int(c.matrices), tensors.get(k, c).gemms, weights_dtype))
             for k, c in costs.items() if c.params}
 
 

@@ -80,8 +80,8 @@ Kernel assumptions (``Kernels``):
 A profile without tables for the dtype falls back to the roofline, and the prediction says so.
 
 Long because: the rule (``component_time``), the scalar ``Rates`` it runs over and the rates of the
-checkpoint's widths (an FP8 checkpoint's bf16 head, ``runs_wide``; fp8-block's linear layers,
-``block_rates``) are one model that ``timing_grid`` reads too; split, the parts import each other.
+checkpoint's widths (an FP8 checkpoint's bf16 head, ``runs_wide``; fp8-block's and nvfp4's linear
+layers, ``block_rates``) are one model that ``timing_grid`` reads too; split, the parts import each other.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ from costmodel.devices.efficiency import Efficiency, FlopsTable, MatmulTable
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import ErrorBand, Lookup, Reads
 from costmodel.phases import PHASES
-from costmodel.precision import FP8, FP8_BLOCK, FP8_CHECKPOINTS, Widths
+from costmodel.precision import FP8, NVFP4, OWN_GEMM, TENSOR_SCALED, Widths
 from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, fused_core, mla_bmm_read
 from costmodel.runtime.fused_moe import experts_share, moe_read, widths_are_measured
 from costmodel.runtime.roofline import roofline
@@ -227,27 +227,38 @@ def layer_count(groups: dict[tuple[str, str | None], int], key: Key) -> int:
 
 
 def runs_wide(hw: Hardware, dtype: str, widths: Widths) -> bool:
-    """Whether the components an FP8 checkpoint holds in bf16 (``analysis.held_wide``: the LM
-    head, embedding, a router) run off `hw`'s bf16 tables: an FP8 checkpoint's weights, per-tensor
-    or block-scaled, at ``--dtype fp8``, and bf16 tables to read (``predict`` and ``step_grid``
-    alike)."""
-    return dtype == FP8 and (widths.weights or dtype) in FP8_CHECKPOINTS and hw.tables_for("bf16")
+    """Whether the components an FP8 or NVFP4 checkpoint holds in bf16 (``analysis.held_wide``: the
+    LM head, embedding, a router) run off `hw`'s bf16 tables: such a checkpoint's weights (fp8
+    per-tensor or block-scaled, nvfp4) at ``--dtype fp8``, and bf16 tables to read (``predict``
+    and ``step_grid`` alike)."""
+    return dtype == FP8 and (widths.weights or dtype) in TENSOR_SCALED and hw.tables_for("bf16")
 
 
 def block_rates(a: Analysis, hw: Hardware, attention: AttentionKernel | None) -> ScalarRates | None:
-    """The rates block-scaled fp8 weights (fp8-block) run their linear layers at: the fp8-block
-    GEMM table (TensorRT-LLM's ``fp8_block``) at the fp8 peak, else per-tensor fp8's, said so among
-    the op classes read past the tables; None for other widths or without either table."""
+    """The rates a width with a GEMM table of its own (``precision.OWN_GEMM``) runs its quantised
+    linear layers at: block-scaled fp8 (fp8-block) TensorRT-LLM's ``fp8_block`` table at the fp8
+    peak, else per-tensor fp8's, said so among the op classes read past the tables; NVFP4 (nvfp4)
+    its ``nvfp4`` table at the fp4 peak (``precision.PEAK_OF``). None for other widths or without
+    a table (``nvfp4_note`` says what an nvfp4 pass reads then)."""
     eff = hw.efficiency
-    if a.weights_dtype != FP8_BLOCK or eff is None:
+    width = a.weights_dtype
+    if width not in OWN_GEMM or eff is None:
         return None
-    table = next((d for d in (FP8_BLOCK, FP8) if hw.tables_for(d)), None)
+    table = next((d for d in (width, *OWN_GEMM[width]) if hw.tables_for(d)), None)
     if table is None:
         return None
     rates = ScalarRates(eff, hw.peak(table), hw.memory_bandwidth, table, attention)
-    if table != FP8_BLOCK:
-        rates.extrapolated.add(f"gemm/{FP8_BLOCK} (none measured: gemm/{FP8}, per-tensor)")
+    if table != width:
+        rates.extrapolated.add(f"gemm/{width} (none measured: gemm/{table}, per-tensor)")
     return rates
+
+
+def nvfp4_note(hw: Hardware, dtype: str) -> str:
+    """What an nvfp4 pass on a GPU without an nvfp4 GEMM table reads: the roofline."""
+    why = ("has no FP4 tensor cores (no fp4 peak in its profile)" if not hw.has_peak(NVFP4)
+           else "has no measured nvfp4 GEMM table")
+    return (f"{hw.name} {why}: nvfp4 weights are timed by the roofline at {dtype}'s peak with their "
+            "4.5-bit bytes (as a weight-only kernel would read them); NVFP4 GEMMs run on Blackwell")
 
 
 def physics_floor(flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
@@ -538,7 +549,8 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
         # bytes' bound completes, can). A width is timed where a table measured at it reads
         # it: the cache by flash attention's, mxfp4 experts by the MoE table's; no product does.
         calibrated = False
-        note = (f"{hw.name}'s matmul table was measured with {dtype} weights and cache: with "
+        note = (nvfp4_note(hw, dtype) if a.weights_dtype == NVFP4 and not hw.tables_for(NVFP4) else
+                f"{hw.name}'s matmul table was measured with {dtype} weights and cache: with "
                 f"{a.weights_dtype} weights and a {a.kv_dtype} cache, times are the roofline lower bound")
     rates = (ScalarRates(eff, peak, bw, dtype, attention_kernel(a, hw)) if calibrated and eff is not None
              else None)
@@ -562,7 +574,7 @@ def predict(a: Analysis, hw: Hardware, kernels: Kernels = Kernels()) -> Predicti
             continue
         at = wide if wide is not None and held_wide(row.key) else rates
         if block is not None and cost.matrices and not held_wide(row.key):
-            at = block  # a block-scaled checkpoint's quantised linear layers
+            at = block  # a block-scaled or NVFP4 checkpoint's quantised linear layers
         part = component_time(a.spec, row.key, cost.gemms, row, layers, training, kernels, dropped,
                               DTYPE_BYTES[at.dtype] if at is wide else a.bytes_per_element, at)
         t, roof = part.time_s, part.roof_s
