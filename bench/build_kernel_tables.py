@@ -7,7 +7,7 @@ says how). This script reads the wheel (never the aiconfigurator runtime) and wr
 
 - ``gemm.json``: (M x K) @ (K x N) by M, N, K, per dtype (bf16; fp8 where measured; fp8-block,
   TRT-LLM's 128 x 128 block-scaled fp8 GEMM, ``BLOCK_GEMM``; nvfp4, TRT-LLM's NVFP4 GEMM,
-  ``NVFP4_GEMM``, where measured: B200);
+  ``NVFP4_GEMM``, where measured: B200, GB200);
 - ``attention.json``: fused (flash) attention, prefill (``context_attention``: a causal pass over
   ``seq`` prompt tokens) and decode (``generation_attention``: one token against a cache of
   ``seq`` tokens, the new one included: ``DECODE_SEQ`` says how each collector's ``step`` counts
@@ -62,7 +62,8 @@ REPOSITORY = "github.com/ai-dynamo/aiconfigurator (Apache-2.0)"
 PREFIX = "aiconfigurator_core/systems/data/"
 
 #: Our profile name -> aiconfigurator's system folder.
-SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
+SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm",
+           "gb200": "gb200"}
 #: Their dtype names -> ours.
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8-block",
           "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}

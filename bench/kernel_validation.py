@@ -61,7 +61,7 @@ from costmodel.devices.kernels import (  # noqa: E402
     read_moe,
 )
 
-GPUS = ("a100-80gb", "h100-sxm", "h200", "b200")
+GPUS = ("a100-80gb", "h100-sxm", "h200", "b200", "gb200")
 OPS = ("gemm/bf16", "gemm/fp8", "gemm/nvfp4", "attention/prefill", "attention/decode")
 #: The MoE layers' routed experts (moe.json) and latent attention's core (mla.json): their own
 #: tables on the page, so that the dense op classes' figures stay as they were.

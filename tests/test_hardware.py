@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from costmodel.catalog import specs_dir
 from costmodel.cli import app
 from costmodel.devices.hardware import Hardware, load_hardware, profile_paths, read_profile, save_hardware
+from costmodel.devices.kernels import load_kernels
 from costmodel.spec import SpecError
 
 runner = CliRunner()
@@ -177,16 +178,26 @@ def test_analyze_without_hardware_is_unchanged():
     assert "roofline" not in data
 
 
-@pytest.mark.parametrize("name", ["mi300x", "mi325x", "gb200"])
+@pytest.mark.parametrize("name", ["mi300x", "mi325x"])
 def test_profiles_without_tables_of_their_own_say_so(name):
-    """No kernel table was measured on the AMD GPUs or on a GB200: each profile says so, the AMD ones
-    read none (their matmuls on Calculon's borrowed tables), the GB200 reads the B200's."""
+    """No kernel table was measured on the AMD GPUs: each profile says so and reads none (their
+    matmuls on Calculon's borrowed tables)."""
     hw = read_profile(name)
     assert "kernel table" in str(hw.source)
-    assert hw.kernels == (None if name.startswith("mi") else "b200")
-    if name.startswith("mi"):
-        assert not (specs_dir() / "kernels" / name).exists()
-        assert "not measured" in hw.efficiency.source
+    assert hw.kernels is None
+    assert not (specs_dir() / "kernels" / name).exists()
+    assert "not measured" in hw.efficiency.source
+
+
+def test_the_gb200_reads_the_tables_measured_on_a_gb200():
+    """aiconfigurator's gb200 collections, not the B200's: every table in its folder names a
+    file of the gb200 system and the device the file records."""
+    hw = read_profile("gb200")
+    assert hw.kernels == "gb200" and "gb200" in str(hw.source)
+    tables = load_kernels("gb200")
+    assert tables is not None and tables.sources
+    for op, src in tables.sources.items():
+        assert "/systems/data/gb200/" in src["path"] and "GB200" in src["device"], op
 
 
 def test_a_profile_is_read_once_until_its_file_changes(tmp_path):
