@@ -26,7 +26,7 @@ from costmodel.analysis import Analysis
 from costmodel.components.key import Key
 from costmodel.devices.hardware import Hardware
 from costmodel.devices.kernels import Grid, moe_scaling
-from costmodel.precision import EXPERTS_ONLY, FP8, FP8_BLOCK, OWN_GEMM
+from costmodel.precision import EXPERTS_ONLY, OWN_GEMM
 from costmodel.runtime.fused_attention import AttentionKernel, attention_kernel, cache_is_measured
 from costmodel.spec import Spec
 
@@ -61,9 +61,13 @@ def moe_read(kernel: AttentionKernel | None, spec: Spec, key: Key, dtype: str) -
     want = kernel.experts_dtype or dtype
     table = kernel.tables.moe_table(want, d, f, E, K)
     fallback = None
-    if table is None and want == FP8_BLOCK:  # block-scaled experts where only per-tensor fp8 was measured
-        table = kernel.tables.moe_table(FP8, d, f, E, K)
-        fallback = None if table is None else f"moe/{FP8_BLOCK} (none measured: {table.op}, per-tensor)"
+    # a width measured nowhere here reads the table its GEMMs fall back to (``precision.OWN_GEMM``:
+    # block-scaled fp8's experts per-tensor fp8's), said so
+    for instead in OWN_GEMM.get(want, ()) if table is None else ():
+        table = kernel.tables.moe_table(instead, d, f, E, K)
+        if table is not None:
+            fallback = f"moe/{want} (none measured: {table.op}, per-tensor)"
+            break
     if table is None:
         return None
     per_token, per_time = moe_scaling(table, d, f, E, K)
